@@ -1,0 +1,307 @@
+//! The token bucket every rate-based operator uses, as a GCRA over exact rational time.
+//!
+//! The bucket keeps one number, its *theoretical arrival time* (`tat`): the instant from which
+//! it is full again. Its level at `now` is `burst - (tat - now) / token`, so a charge moves `tat`
+//! forward by `cost * token` and refilling needs no bookkeeping at all.
+//!
+//! Time is counted in units of `1 / scale` nanoseconds, with `scale` and `token` the rate's
+//! period and token count reduced by their greatest common divisor. One token is then a whole
+//! number of units and every comparison is exact integer arithmetic: a deadline is rounded up
+//! to the next nanosecond only when it is converted back, so it can be a nanosecond late but
+//! never early. Everything saturates; a saturated deadline means "never".
+
+use super::nanos::Nanos;
+
+/// A token bucket: capacity `burst`, refilled at `tokens` per `per_nanos`, starting full.
+#[derive(Clone, Debug)]
+pub(crate) struct Bucket {
+    /// Time units per nanosecond.
+    scale: u64,
+    /// One token's worth of refill time, in time units; zero for a bucket that never binds.
+    token: u128,
+    burst: u64,
+    /// Theoretical arrival time, in time units: the bucket is full from here on.
+    tat: u128,
+}
+
+impl Bucket {
+    /// A full bucket holding at most `burst` tokens and refilled with `tokens` every
+    /// `per_nanos` nanoseconds. `per_nanos == 0` makes a bucket that never binds.
+    pub(crate) fn new(tokens: u64, per_nanos: u128, burst: u64) -> Bucket {
+        debug_assert!(tokens > 0 && burst > 0);
+        let g = gcd(per_nanos, u128::from(tokens));
+        // `g` divides `tokens`, so the quotient fits in a u64.
+        let scale = (u128::from(tokens) / g) as u64;
+        Bucket {
+            scale,
+            token: per_nanos / g,
+            burst,
+            tat: 0,
+        }
+    }
+
+    /// A bucket that admits one unit of cost per `interval`, with no burst: the minimum-gap
+    /// rule of `min_interval` and `batched_interval`.
+    pub(crate) fn interval(interval: Nanos) -> Bucket {
+        Bucket::new(1, u128::from(interval.0), 1)
+    }
+
+    /// Whether this bucket never delays anything (a zero period), so callers can skip the clock.
+    pub(crate) fn is_unlimited(&self) -> bool {
+        self.token == 0
+    }
+
+    pub(crate) fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    fn units(&self, at: Nanos) -> u128 {
+        u128::from(at.0) * u128::from(self.scale)
+    }
+
+    fn tokens(&self, count: u64) -> u128 {
+        u128::from(count).saturating_mul(self.token)
+    }
+
+    /// The earliest instant an item of `cost` offered at `now` may leave; any value `<= now`
+    /// means "at once".
+    ///
+    /// An item that fits in the bucket (`cost <= burst`) may leave when the bucket holds `cost`
+    /// tokens. A dearer item waits until the bucket is full *and* the remaining `cost - burst`
+    /// tokens have flowed in, counting from the later of `now` and the moment it is full: it
+    /// pays its debt before it passes.
+    pub(crate) fn earliest(&self, now: Nanos, cost: u64) -> Nanos {
+        let now_units = self.units(now);
+        let at = match self.burst.checked_sub(cost) {
+            Some(spare) => self.tat.saturating_sub(self.tokens(spare)),
+            None => self
+                .tat
+                .max(now_units)
+                .saturating_add(self.tokens(cost - self.burst)),
+        };
+        if at <= now_units {
+            now
+        } else {
+            Nanos::ceil_div(at, self.scale)
+        }
+    }
+
+    /// Charges an item of `cost` emitted at `now`. An item dearer than the bucket has paid the
+    /// excess while it waited, so it leaves the bucket empty rather than in debt.
+    pub(crate) fn commit(&mut self, now: Nanos, cost: u64) {
+        let charge = self.tokens(cost.min(self.burst));
+        self.tat = self.tat.max(self.units(now)).saturating_add(charge);
+    }
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MS: u64 = 1_000_000;
+    const SEC: u128 = 1_000_000_000;
+
+    /// Offers `costs` back to back, each as soon as the previous one left, and returns the
+    /// emission times in milliseconds.
+    fn schedule(bucket: &mut Bucket, costs: &[u64]) -> Vec<u64> {
+        let mut now = Nanos::ZERO;
+        costs
+            .iter()
+            .map(|&cost| {
+                now = now.max(bucket.earliest(now, cost));
+                bucket.commit(now, cost);
+                now.0 / MS
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_per_second() {
+        let mut b = Bucket::new(1, SEC, 1);
+        assert_eq!(schedule(&mut b, &[1; 5]), [0, 1000, 2000, 3000, 4000]);
+    }
+
+    #[test]
+    fn burst_then_steady() {
+        let mut b = Bucket::new(10, SEC, 5);
+        let expected = [0, 0, 0, 0, 0, 100, 200, 300, 400, 500, 600, 700];
+        assert_eq!(schedule(&mut b, &[1; 12]), expected);
+    }
+
+    #[test]
+    fn dear_item_pays_its_debt_first() {
+        let mut b = Bucket::new(10, SEC, 5);
+        assert_eq!(schedule(&mut b, &[5, 10, 1]), [0, 1000, 1100]);
+    }
+
+    #[test]
+    fn dear_item_counts_from_arrival_when_already_full() {
+        let b = Bucket::new(10, SEC, 5);
+        let now = Nanos(7_000 * MS);
+        assert_eq!(b.earliest(now, 8), Nanos(7_300 * MS));
+    }
+
+    fn exact_times(bucket: &mut Bucket, n: usize) -> Vec<u64> {
+        let mut now = Nanos::ZERO;
+        (0..n)
+            .map(|_| {
+                now = now.max(bucket.earliest(now, 1));
+                bucket.commit(now, 1);
+                now.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn fractional_interval_is_never_early_and_does_not_drift() {
+        // 3 per second: one token every 333_333_333.3 ns. With room for the rounding
+        // nanosecond in the bucket, deadlines stay on the exact grid.
+        let mut b = Bucket::new(3, SEC, 2);
+        let expected = [0, 0, 333_333_334, 666_666_667, 1_000_000_000];
+        assert_eq!(exact_times(&mut b, 5), expected);
+    }
+
+    #[test]
+    fn a_bucket_of_one_loses_the_refill_of_late_emissions() {
+        // A full bucket of one cannot store the refill of the nanosecond an item left late,
+        // like any other lateness: the next gap counts from the actual emission.
+        let mut b = Bucket::new(3, SEC, 1);
+        let expected = [0, 333_333_334, 666_666_668, 1_000_000_002];
+        assert_eq!(exact_times(&mut b, 4), expected);
+    }
+
+    #[test]
+    fn refill_stops_at_burst() {
+        let mut b = Bucket::new(10, SEC, 2);
+        b.commit(Nanos::ZERO, 2);
+        // An hour idle refills two tokens, not 36,000.
+        let later = Nanos(3_600_000 * MS);
+        assert_eq!(schedule_from(&mut b, later, &[1, 1, 1]), [0, 0, 100]);
+    }
+
+    fn schedule_from(bucket: &mut Bucket, start: Nanos, costs: &[u64]) -> Vec<u64> {
+        let mut now = start;
+        costs
+            .iter()
+            .map(|&cost| {
+                now = now.max(bucket.earliest(now, cost));
+                bucket.commit(now, cost);
+                (now.0 - start.0) / MS
+            })
+            .collect()
+    }
+
+    #[test]
+    fn zero_cost_always_passes() {
+        let mut b = Bucket::new(1, SEC, 1);
+        b.commit(Nanos::ZERO, 1);
+        assert_eq!(b.earliest(Nanos::ZERO, 0), Nanos::ZERO);
+        let dear = b.earliest(Nanos::ZERO, 7);
+        assert_eq!(dear, Nanos(7 * SEC as u64));
+        b.commit(dear, 7);
+        assert_eq!(b.earliest(dear, 0), dear);
+    }
+
+    #[test]
+    fn zero_interval_never_binds() {
+        let mut b = Bucket::interval(Nanos::ZERO);
+        assert!(b.is_unlimited());
+        for _ in 0..10 {
+            assert_eq!(b.earliest(Nanos(5), u64::MAX), Nanos(5));
+            b.commit(Nanos(5), u64::MAX);
+        }
+    }
+
+    #[test]
+    fn huge_values_saturate_to_never() {
+        let mut b = Bucket::new(1, u128::from(u64::MAX) * SEC, 1);
+        b.commit(Nanos::ZERO, 1);
+        assert_eq!(b.earliest(Nanos::ZERO, 1), Nanos::MAX);
+
+        let b = Bucket::new(10, SEC, 5);
+        assert_eq!(b.earliest(Nanos::ZERO, u64::MAX), Nanos::MAX);
+
+        let mut b = Bucket::new(u64::MAX, Duration::MAX.as_nanos(), u64::MAX);
+        b.commit(Nanos::MAX, u64::MAX);
+        assert_eq!(b.earliest(Nanos::MAX, u64::MAX), Nanos::MAX);
+    }
+
+    use std::time::Duration;
+
+    /// The obviously correct bucket: a level in units of `1 / per_nanos` tokens, refilled one
+    /// nanosecond's worth (`tokens` units) at a time, capped at `burst` tokens.
+    struct Naive {
+        tokens: u128,
+        per: u128,
+        burst: u128,
+        level: u128,
+        at: u128,
+    }
+
+    impl Naive {
+        fn level_at(&self, now: u128) -> u128 {
+            let cap = self.burst * self.per;
+            (self.level + (now - self.at) * self.tokens).min(cap)
+        }
+
+        /// Emission time of an item of `cost` offered at `now`.
+        fn offer(&mut self, now: u128, cost: u128) -> u128 {
+            let level = self.level_at(now);
+            let need = cost * self.per;
+            if cost <= self.burst {
+                let when = if level >= need {
+                    now
+                } else {
+                    now + (need - level).div_ceil(self.tokens)
+                };
+                self.level = self.level_at(when) - need;
+                self.at = when;
+                when
+            } else {
+                // Uncapped refill from `level` up to `need`, then empty.
+                let when = now + (need - level).div_ceil(self.tokens);
+                self.level = 0;
+                self.at = when;
+                when
+            }
+        }
+    }
+
+    proptest! {
+        /// The GCRA agrees exactly with the naive bucket on random offers.
+        #[test]
+        fn agrees_with_naive_model(
+            tokens in 1u64..50,
+            per_ms in 1u64..2_000,
+            burst in 1u64..20,
+            offers in prop::collection::vec((0u64..3_000_000_000, 0u64..40), 1..60),
+        ) {
+            let per = u128::from(per_ms) * 1_000_000 + 7;
+            let mut gcra = Bucket::new(tokens, per, burst);
+            let mut naive = Naive {
+                tokens: u128::from(tokens),
+                per,
+                burst: u128::from(burst),
+                level: u128::from(burst) * per,
+                at: 0,
+            };
+            let mut now = 0u64;
+            for (gap, cost) in offers {
+                now += gap;
+                let expected = naive.offer(u128::from(now), u128::from(cost));
+                let got = Nanos(now).max(gcra.earliest(Nanos(now), cost));
+                gcra.commit(got, cost);
+                prop_assert_eq!(u128::from(got.0), expected);
+                now = got.0;
+            }
+        }
+    }
+}

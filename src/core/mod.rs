@@ -1,0 +1,12 @@
+//! Clock-free pacing arithmetic: every function takes `now` and answers with a time.
+//!
+//! The stream adapters only read the clock and turn the answers into timers; everything
+//! that decides *when* lives here and is unit-tested with plain numbers.
+
+mod bucket;
+mod nanos;
+mod window;
+
+pub(crate) use bucket::Bucket;
+pub(crate) use nanos::Nanos;
+pub(crate) use window::Window;

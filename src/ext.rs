@@ -1,0 +1,201 @@
+//! [`PaceExt`]: the pacing operators, as methods on every stream.
+
+use std::time::Duration;
+
+use futures_core::Stream;
+
+use crate::stream::{BatchedInterval, MinInterval, StaggeredStart, Throttle, ThrottleMode};
+use crate::Rate;
+
+/// Pacing operators for every [`Stream`], driven by tokio's timer.
+///
+/// Polling a paced stream needs a tokio runtime with time enabled; building one does not. Each
+/// adapter holds at most one upstream item (`batched_interval`: one batch) and arms its timer
+/// only while an item waits, so an idle adapter costs no wake-ups.
+///
+/// **Timer granularity.** tokio's timer fires on 1 ms ticks and rounds deadlines up, so an item
+/// that has to wait may leave up to one tick after its exact time, never before it. An item that
+/// need not wait leaves at once, without the timer.
+///
+/// **Name clash.** `tokio_stream::StreamExt` also has a `throttle` method. With both traits in
+/// scope, call `PaceExt::throttle(stream, ...)`.
+pub trait PaceExt: Stream {
+    /// Paces items through a token bucket, each item costing `cost(&item)` tokens.
+    ///
+    /// The bucket holds at most `burst` tokens, starts full and refills at `rate`. An item
+    /// leaves when the bucket holds its cost, which is then taken out: tokens are charged when
+    /// the item is emitted, not when it is pulled from upstream. `mode` says what happens to an
+    /// item that does not conform:
+    ///
+    /// - [`Shaping`](crate::Shaping) delays it until it conforms; the stream yields `S::Item`.
+    ///   An item dearer than the whole bucket waits until the bucket is full and the rest of
+    ///   its cost has flowed in, then leaves the bucket empty: with a bucket of 5 and a rate
+    ///   of 10/s, items costing 5, 10, 1 leave at 0 ms, 1000 ms and 1100 ms.
+    /// - [`Enforcing`](crate::Enforcing) never delays; the stream yields
+    ///   `Result<S::Item, RateExceeded<S::Item>>`, with a non-conforming item handed back at
+    ///   once in a [`RateExceeded`](crate::RateExceeded) that says how long until it would have
+    ///   conformed. A refused item takes no tokens. An item dearer than `burst` never conforms:
+    ///   its `retry_after()` is `Duration::MAX`.
+    ///
+    /// **Bound.** When no cost exceeds `burst`, the total cost emitted in any window
+    /// `[t, t + w]` is at most `burst + w * rate`. So `burst` is the most that may leave at
+    /// one instant, and over a long run the rate is `rate`. `burst = 1` with unit costs is one
+    /// item every `1 / rate`.
+    ///
+    /// **Exactness.** The rate is kept as an exact fraction and deadlines are computed in
+    /// integer nanoseconds, rounded up. tokio's timer adds up to 1 ms. For rates above about
+    /// 1,000 items/s give a `burst` of at least `rate * 2 ms`, so that each timer tick can
+    /// release the tokens that flowed in during it.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `burst` is 0: no item could ever pass.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use pacer::{PaceExt, Rate, Shaping};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let start = Instant::now();
+    /// let mut s = std::pin::pin!(futures_util::stream::iter(0..12)
+    ///     .throttle(Rate::per_second(10), |_| 1, 5, Shaping));
+    /// let mut times = Vec::new();
+    /// while let Some(_) = s.next().await {
+    ///     times.push(start.elapsed().as_millis());
+    /// }
+    /// // Five at once (the burst), then one every 100 ms.
+    /// assert_eq!(times, [0, 0, 0, 0, 0, 100, 200, 300, 400, 500, 600, 700]);
+    /// # }
+    /// ```
+    #[track_caller]
+    fn throttle<F, M>(self, rate: Rate, cost: F, burst: u64, mode: M) -> Throttle<Self, F, M>
+    where
+        Self: Sized,
+        F: FnMut(&Self::Item) -> u64,
+        M: ThrottleMode,
+    {
+        Throttle::new(self, rate, cost, burst, mode)
+    }
+
+    /// Keeps consecutive items at least `interval` apart.
+    ///
+    /// The gap is counted from the previous item's *emission*, as read from the clock when it
+    /// left, not from a timer tick: a late or skewed timer can only make gaps longer, never
+    /// shorter. An item that arrives after the gap has passed leaves at once. An `interval` of
+    /// zero passes everything through without reading the clock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures_util::StreamExt;
+    /// use pacer::PaceExt;
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let start = Instant::now();
+    /// let times: Vec<_> = futures_util::stream::iter(0..3)
+    ///     .min_interval(Duration::from_millis(100))
+    ///     .map(|_| start.elapsed().as_millis())
+    ///     .collect()
+    ///     .await;
+    /// assert_eq!(times, [0, 100, 200]);
+    /// # }
+    /// ```
+    fn min_interval(self, interval: Duration) -> MinInterval<Self>
+    where
+        Self: Sized,
+    {
+        MinInterval::new(self, interval)
+    }
+
+    /// Groups items into batches of at most `max_batch`, at most one batch per `interval`.
+    ///
+    /// A batch leaves at the first moment the interval allows and at least one item is there,
+    /// holding every item that has arrived by then, up to `max_batch`; the rest wait for the
+    /// next batch. Consecutive batches are at least `interval` apart, counted from the previous
+    /// batch's emission. Never an empty batch; at most `max_batch` items are held, so a full
+    /// batch stops pulling from upstream. One timer wake-up releases a whole batch, which is
+    /// how to pace beyond the 1,000 wake-ups per second of tokio's 1 ms timer.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `max_batch` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures_util::StreamExt;
+    /// use pacer::PaceExt;
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let start = Instant::now();
+    /// let batches: Vec<_> = futures_util::stream::iter(0..10)
+    ///     .batched_interval(3, Duration::from_millis(100))
+    ///     .map(|batch| (batch, start.elapsed().as_millis()))
+    ///     .collect()
+    ///     .await;
+    /// assert_eq!(batches, [
+    ///     (vec![0, 1, 2], 0),
+    ///     (vec![3, 4, 5], 100),
+    ///     (vec![6, 7, 8], 200),
+    ///     (vec![9], 300),
+    /// ]);
+    /// # }
+    /// ```
+    #[track_caller]
+    fn batched_interval(self, max_batch: usize, interval: Duration) -> BatchedInterval<Self>
+    where
+        Self: Sized,
+    {
+        BatchedInterval::new(self, max_batch, interval)
+    }
+
+    /// Lets at most `k` items through in any window of length `period`.
+    ///
+    /// Item `i` leaves no earlier than item `i - k` left plus `period`: a semaphore of `k`
+    /// permits, each given back `period` after it was taken. Use it to start thousands of
+    /// consumers a few at a time instead of all at once. A `period` of zero passes everything
+    /// through.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `k` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures_util::StreamExt;
+    /// use pacer::PaceExt;
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let start = Instant::now();
+    /// let times: Vec<_> = futures_util::stream::iter(0..5)
+    ///     .staggered_start(2, Duration::from_secs(1))
+    ///     .map(|_| start.elapsed().as_secs())
+    ///     .collect()
+    ///     .await;
+    /// assert_eq!(times, [0, 0, 1, 1, 2]);
+    /// # }
+    /// ```
+    #[track_caller]
+    fn staggered_start(self, k: usize, period: Duration) -> StaggeredStart<Self>
+    where
+        Self: Sized,
+    {
+        StaggeredStart::new(self, k, period)
+    }
+}
+
+impl<S: Stream + ?Sized> PaceExt for S {}

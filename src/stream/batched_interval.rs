@@ -1,0 +1,138 @@
+//! `batched_interval`: at most one batch of up to `n` items per interval.
+
+use std::fmt;
+use std::mem;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use futures_core::stream::FusedStream;
+use futures_core::Stream;
+use pin_project_lite::pin_project;
+
+use crate::core::{Bucket, Nanos};
+use crate::timer::Timer;
+
+pin_project! {
+    /// Stream for [`batched_interval`](crate::PaceExt::batched_interval): batches of
+    /// `1..=max_batch` items, consecutive batches at least `interval` apart.
+    #[must_use = "streams do nothing unless polled"]
+    pub struct BatchedInterval<S: Stream> {
+        #[pin]
+        stream: S,
+        #[pin]
+        timer: Timer,
+        // One batch per interval: a bucket of one token.
+        gate: Bucket,
+        // When the next batch may leave, while items wait for it.
+        deadline: Option<Nanos>,
+        batch: Vec<S::Item>,
+        max_batch: usize,
+        done: bool,
+    }
+}
+
+impl<S: Stream> BatchedInterval<S> {
+    #[track_caller]
+    pub(crate) fn new(stream: S, max_batch: usize, interval: Duration) -> Self {
+        assert!(
+            max_batch > 0,
+            "batched_interval: `max_batch` is 0, so no batch could hold an item; it must be at least 1"
+        );
+        BatchedInterval {
+            stream,
+            timer: Timer::new(),
+            gate: Bucket::interval(Nanos::from_duration(interval)),
+            deadline: None,
+            batch: Vec::new(),
+            max_batch,
+            done: false,
+        }
+    }
+}
+
+accessors!(
+    BatchedInterval [S: Stream] [S],
+    stream (direct),
+    "futures_util::stream::iter([1, 2, 3]).batched_interval(2, Duration::from_millis(10))"
+);
+
+impl<S: Stream> Stream for BatchedInterval<S> {
+    type Item = Vec<S::Item>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut me = self.project();
+        // Take in whatever upstream has ready, up to a full batch: a batch holds every item
+        // that has arrived by the time it leaves.
+        while !*me.done && me.batch.len() < *me.max_batch {
+            match me.stream.as_mut().poll_next(cx) {
+                Poll::Ready(Some(item)) => me.batch.push(item),
+                Poll::Ready(None) => *me.done = true,
+                Poll::Pending => break,
+            }
+        }
+        if me.batch.is_empty() {
+            return if *me.done {
+                Poll::Ready(None)
+            } else {
+                Poll::Pending
+            };
+        }
+        if !me.gate.is_unlimited() {
+            let now = match *me.deadline {
+                Some(deadline) => ready!(me.timer.as_mut().poll_until(cx, deadline)),
+                None => {
+                    let now = me.timer.as_mut().now();
+                    let deadline = me.gate.earliest(now, 1);
+                    if deadline > now {
+                        *me.deadline = Some(deadline);
+                        ready!(me.timer.as_mut().poll_until(cx, deadline))
+                    } else {
+                        now
+                    }
+                }
+            };
+            *me.deadline = None;
+            me.gate.commit(now, 1);
+        }
+        let next = Vec::with_capacity(me.batch.len());
+        Poll::Ready(Some(mem::replace(me.batch, next)))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let held = self.batch.len();
+        let (lower, upper) = if self.done {
+            (held, Some(held))
+        } else {
+            let (lower, upper) = self.stream.size_hint();
+            (
+                lower.saturating_add(held),
+                upper.and_then(|u| u.checked_add(held)),
+            )
+        };
+        // Every batch holds between one and `max_batch` items.
+        (lower.div_ceil(self.max_batch), upper)
+    }
+}
+
+impl<S: Stream> FusedStream for BatchedInterval<S> {
+    fn is_terminated(&self) -> bool {
+        self.done && self.batch.is_empty()
+    }
+}
+
+impl<S> fmt::Debug for BatchedInterval<S>
+where
+    S: Stream + fmt::Debug,
+    S::Item: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchedInterval")
+            .field("stream", &self.stream)
+            .field("gate", &self.gate)
+            .field("batch", &self.batch)
+            .field("max_batch", &self.max_batch)
+            .field("done", &self.done)
+            .finish()
+    }
+}

@@ -1,0 +1,251 @@
+//! The engine behind every adapter that holds one item until its time: pull, ask the pacing
+//! rule when the item may leave, wait on the timer if it must, emit, then charge the rule.
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use futures_core::Stream;
+use pin_project_lite::pin_project;
+
+use crate::core::{Bucket, Nanos, Window};
+use crate::timer::Timer;
+
+/// A pacing rule over the clock-free core.
+pub(crate) trait Pace<T> {
+    /// What `item` will be charged when it leaves.
+    fn cost(&mut self, item: &T) -> u64;
+    /// Whether the rule never delays anything, so the clock need not be read at all.
+    fn is_unlimited(&self) -> bool;
+    /// The earliest time an item of `cost`, offered at `now`, may leave (`<= now`: at once).
+    fn earliest(&self, now: Nanos, cost: u64) -> Nanos;
+    /// Charges an item of `cost` that left at `now`.
+    fn commit(&mut self, now: Nanos, cost: u64);
+}
+
+/// Every item costs one token (`min_interval`).
+impl<T> Pace<T> for Bucket {
+    fn cost(&mut self, _: &T) -> u64 {
+        1
+    }
+    fn is_unlimited(&self) -> bool {
+        Bucket::is_unlimited(self)
+    }
+    fn earliest(&self, now: Nanos, cost: u64) -> Nanos {
+        Bucket::earliest(self, now, cost)
+    }
+    fn commit(&mut self, now: Nanos, cost: u64) {
+        Bucket::commit(self, now, cost);
+    }
+}
+
+/// A bucket whose items cost what a closure says (`throttle`).
+pub(crate) struct Costed<F> {
+    pub(crate) bucket: Bucket,
+    pub(crate) cost: F,
+}
+
+impl<F> fmt::Debug for Costed<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Costed")
+            .field("bucket", &self.bucket)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T, F: FnMut(&T) -> u64> Pace<T> for Costed<F> {
+    fn cost(&mut self, item: &T) -> u64 {
+        (self.cost)(item)
+    }
+    fn is_unlimited(&self) -> bool {
+        self.bucket.is_unlimited()
+    }
+    fn earliest(&self, now: Nanos, cost: u64) -> Nanos {
+        self.bucket.earliest(now, cost)
+    }
+    fn commit(&mut self, now: Nanos, cost: u64) {
+        self.bucket.commit(now, cost);
+    }
+}
+
+/// At most k emissions per window (`staggered_start`); items carry no cost.
+impl<T> Pace<T> for Window {
+    fn cost(&mut self, _: &T) -> u64 {
+        1
+    }
+    fn is_unlimited(&self) -> bool {
+        Window::is_unlimited(self)
+    }
+    fn earliest(&self, now: Nanos, _: u64) -> Nanos {
+        Window::earliest(self, now)
+    }
+    fn commit(&mut self, now: Nanos, _: u64) {
+        Window::commit(self, now);
+    }
+}
+
+/// An item let through, or refused with how long until it would have conformed.
+pub(crate) type Checked<T> = Result<T, (T, Nanos)>;
+
+/// An item pulled from upstream that waits for its deadline.
+#[derive(Debug)]
+pub(crate) struct Held<T> {
+    pub(crate) item: T,
+    cost: u64,
+    deadline: Nanos,
+}
+
+pin_project! {
+    /// A stream paced by the rule `P`, holding at most one upstream item.
+    pub(crate) struct Paced<S: Stream, P> {
+        #[pin]
+        stream: S,
+        #[pin]
+        timer: Timer,
+        pub(crate) pace: P,
+        held: Option<Held<S::Item>>,
+        // Upstream has returned `None` and is never polled again.
+        done: bool,
+    }
+}
+
+impl<S: Stream, P> Paced<S, P> {
+    pub(crate) const fn new(stream: S, pace: P) -> Self {
+        Paced {
+            stream,
+            timer: Timer::new(),
+            pace,
+            held: None,
+            done: false,
+        }
+    }
+
+    pub(crate) fn get_ref(&self) -> &S {
+        &self.stream
+    }
+
+    pub(crate) fn get_mut(&mut self) -> &mut S {
+        &mut self.stream
+    }
+
+    pub(crate) fn get_pin_mut(self: Pin<&mut Self>) -> Pin<&mut S> {
+        self.project().stream
+    }
+
+    pub(crate) fn into_inner(self) -> S {
+        self.stream
+    }
+
+    pub(crate) fn is_terminated(&self) -> bool {
+        self.done && self.held.is_none()
+    }
+
+    pub(crate) fn size_hint(&self) -> (usize, Option<usize>) {
+        let held = usize::from(self.held.is_some());
+        if self.done {
+            return (held, Some(held));
+        }
+        let (lower, upper) = self.stream.size_hint();
+        (
+            lower.saturating_add(held),
+            upper.and_then(|u| u.checked_add(held)),
+        )
+    }
+
+    /// The next upstream item, or `None` once upstream has ended (and on every later call).
+    fn poll_upstream(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        let me = self.project();
+        if *me.done {
+            return Poll::Ready(None);
+        }
+        let item = ready!(me.stream.poll_next(cx));
+        *me.done = item.is_none();
+        Poll::Ready(item)
+    }
+
+    /// Shaping: every item leaves, as soon as the rule allows.
+    pub(crate) fn poll_paced(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<S::Item>>
+    where
+        P: Pace<S::Item>,
+    {
+        loop {
+            let me = self.as_mut().project();
+            if let Some(deadline) = me.held.as_ref().map(|held| held.deadline) {
+                let now = ready!(me.timer.poll_until(cx, deadline));
+                if let Some(held) = me.held.take() {
+                    me.pace.commit(now, held.cost);
+                    return Poll::Ready(Some(held.item));
+                }
+            }
+            let Some(item) = ready!(self.as_mut().poll_upstream(cx)) else {
+                return Poll::Ready(None);
+            };
+            let me = self.as_mut().project();
+            if me.pace.is_unlimited() {
+                return Poll::Ready(Some(item));
+            }
+            let cost = me.pace.cost(&item);
+            let now = me.timer.now();
+            let deadline = me.pace.earliest(now, cost);
+            if deadline <= now {
+                me.pace.commit(now, cost);
+                return Poll::Ready(Some(item));
+            }
+            *me.held = Some(Held {
+                item,
+                cost,
+                deadline,
+            });
+        }
+    }
+
+    /// Enforcing: every item leaves at once, as `Ok` if the rule allows it now and as
+    /// `Err((item, wait))` otherwise, with how long until it would have been allowed
+    /// (`Nanos::MAX` if never). A refused item is not charged.
+    pub(crate) fn poll_checked(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        never: impl FnOnce(&P, u64) -> bool,
+    ) -> Poll<Option<Checked<S::Item>>>
+    where
+        P: Pace<S::Item>,
+    {
+        let Some(item) = ready!(self.as_mut().poll_upstream(cx)) else {
+            return Poll::Ready(None);
+        };
+        let me = self.project();
+        let cost = me.pace.cost(&item);
+        if never(me.pace, cost) {
+            return Poll::Ready(Some(Err((item, Nanos::MAX))));
+        }
+        let now = me.timer.now();
+        let deadline = me.pace.earliest(now, cost);
+        if deadline <= now {
+            me.pace.commit(now, cost);
+            Poll::Ready(Some(Ok(item)))
+        } else if deadline == Nanos::MAX {
+            Poll::Ready(Some(Err((item, Nanos::MAX))))
+        } else {
+            Poll::Ready(Some(Err((item, deadline.saturating_sub(now)))))
+        }
+    }
+}
+
+impl<S, P> fmt::Debug for Paced<S, P>
+where
+    S: Stream + fmt::Debug,
+    S::Item: fmt::Debug,
+    P: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Paced")
+            .field("stream", &self.stream)
+            .field("pace", &self.pace)
+            .field("held", &self.held.as_ref().map(|held| &held.item))
+            .field("done", &self.done)
+            .finish()
+    }
+}

@@ -1,0 +1,72 @@
+//! `staggered_start`: at most `k` emissions in any window of `period`.
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_core::stream::FusedStream;
+use futures_core::Stream;
+use pin_project_lite::pin_project;
+
+use super::paced::Paced;
+use crate::core::{Nanos, Window};
+
+pin_project! {
+    /// Stream for [`staggered_start`](crate::PaceExt::staggered_start): at most `k` items in any
+    /// window of `period`.
+    #[must_use = "streams do nothing unless polled"]
+    pub struct StaggeredStart<S: Stream> {
+        #[pin]
+        inner: Paced<S, Window>,
+    }
+}
+
+impl<S: Stream> StaggeredStart<S> {
+    #[track_caller]
+    pub(crate) fn new(stream: S, k: usize, period: Duration) -> Self {
+        assert!(
+            k > 0,
+            "staggered_start: `k` is 0, so no item could ever start; it must be at least 1"
+        );
+        StaggeredStart {
+            inner: Paced::new(stream, Window::new(k, Nanos::from_duration(period))),
+        }
+    }
+}
+
+accessors!(
+    StaggeredStart [S: Stream] [S],
+    inner,
+    "futures_util::stream::iter([1, 2, 3]).staggered_start(2, Duration::from_secs(1))"
+);
+
+impl<S: Stream> Stream for StaggeredStart<S> {
+    type Item = S::Item;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        self.project().inner.poll_paced(cx)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+impl<S: Stream> FusedStream for StaggeredStart<S> {
+    fn is_terminated(&self) -> bool {
+        self.inner.is_terminated()
+    }
+}
+
+impl<S> fmt::Debug for StaggeredStart<S>
+where
+    S: Stream + fmt::Debug,
+    S::Item: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StaggeredStart")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}

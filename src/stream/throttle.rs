@@ -1,0 +1,306 @@
+//! `throttle`: a token bucket with a cost per item, shaping or enforcing.
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_core::stream::FusedStream;
+use futures_core::Stream;
+use pin_project_lite::pin_project;
+
+use super::paced::{Costed, Paced};
+use crate::core::Bucket;
+use crate::Rate;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Shaping {}
+    impl Sealed for super::Enforcing {}
+}
+
+/// What [`throttle`](crate::PaceExt::throttle) does with an item that does not conform:
+/// [`Shaping`] delays it, [`Enforcing`] hands it back at once.
+///
+/// This trait is sealed: those two are the only modes.
+pub trait ThrottleMode: sealed::Sealed {}
+
+/// Delay each item until the bucket holds its cost; every item comes out, in order.
+///
+/// # Examples
+///
+/// ```
+/// use futures_util::StreamExt;
+/// use pacer::{PaceExt, Rate, Shaping};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let start = tokio::time::Instant::now();
+/// let items: Vec<_> = futures_util::stream::iter(1..=3)
+///     .throttle(Rate::per_second(1), |_| 1, 1, Shaping)
+///     .collect()
+///     .await;
+/// assert_eq!(items, [1, 2, 3]);
+/// assert_eq!(start.elapsed().as_secs(), 2);
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Shaping;
+
+/// Never delay: an item that does not conform comes out at once as
+/// `Err(`[`RateExceeded`]`)`, which holds the item and says when it would have conformed.
+///
+/// # Examples
+///
+/// ```
+/// use futures_util::StreamExt;
+/// use pacer::{Enforcing, PaceExt, Rate};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let out: Vec<_> = futures_util::stream::iter(["a", "b"])
+///     .throttle(Rate::per_second(1), |_| 1, 1, Enforcing)
+///     .collect()
+///     .await;
+/// assert_eq!(out[0].as_ref().ok(), Some(&"a"));
+/// let refused = out[1].as_ref().unwrap_err();
+/// assert_eq!(refused.get_ref(), &"b");
+/// assert_eq!(refused.retry_after().as_secs(), 1);
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Enforcing;
+
+impl ThrottleMode for Shaping {}
+impl ThrottleMode for Enforcing {}
+
+/// An item that an [`Enforcing`] throttle refused, handed back with how long until it would
+/// have conformed. Nothing is lost: [`into_inner`](RateExceeded::into_inner) returns the item.
+///
+/// # Examples
+///
+/// ```
+/// use futures_util::StreamExt;
+/// use pacer::{Enforcing, PaceExt, Rate};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let mut s = std::pin::pin!(futures_util::stream::iter([10, 20])
+///     .throttle(Rate::per_second(2), |&n| n, 15, Enforcing));
+/// assert_eq!(s.next().await.unwrap().unwrap(), 10);
+/// let refused = s.next().await.unwrap().unwrap_err();
+/// // 20 can never fit in a bucket of 15.
+/// assert_eq!(refused.retry_after(), std::time::Duration::MAX);
+/// assert_eq!(refused.into_inner(), 20);
+/// # }
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct RateExceeded<T> {
+    item: T,
+    retry_after: Duration,
+}
+
+impl<T> RateExceeded<T> {
+    /// How long after the refusal the item would have conformed, if nothing else were taken
+    /// meanwhile; `Duration::MAX` if it costs more than the whole bucket and never can.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use pacer::{Enforcing, PaceExt, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let out: Vec<_> = futures_util::stream::iter([1, 2])
+    ///     .throttle(Rate::per_second(4), |_| 1, 1, Enforcing)
+    ///     .collect()
+    ///     .await;
+    /// assert_eq!(out[1].as_ref().unwrap_err().retry_after().as_millis(), 250);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn retry_after(&self) -> Duration {
+        self.retry_after
+    }
+
+    /// A reference to the refused item.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use pacer::{Enforcing, PaceExt, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let out: Vec<_> = futures_util::stream::iter(["x", "y"])
+    ///     .throttle(Rate::per_second(1), |_| 1, 1, Enforcing)
+    ///     .collect()
+    ///     .await;
+    /// assert_eq!(out[1].as_ref().unwrap_err().get_ref(), &"y");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn get_ref(&self) -> &T {
+        &self.item
+    }
+
+    /// The refused item, to retry, reroute or drop as you choose.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use pacer::{Enforcing, PaceExt, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let out: Vec<_> = futures_util::stream::iter([String::from("x"), String::from("y")])
+    ///     .throttle(Rate::per_second(1), |_| 1, 1, Enforcing)
+    ///     .collect()
+    ///     .await;
+    /// let mut out = out.into_iter();
+    /// assert_eq!(out.next().unwrap().unwrap(), "x");
+    /// assert_eq!(out.next().unwrap().unwrap_err().into_inner(), "y");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn into_inner(self) -> T {
+        self.item
+    }
+}
+
+impl<T> fmt::Debug for RateExceeded<T>
+where
+    T: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateExceeded")
+            .field("item", &self.item)
+            .field("retry_after", &self.retry_after)
+            .finish()
+    }
+}
+
+impl<T> fmt::Display for RateExceeded<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.retry_after == Duration::MAX {
+            f.write_str(
+                "rate exceeded: the item costs more than the whole burst and never conforms",
+            )
+        } else {
+            write!(f, "rate exceeded: retry after {:?}", self.retry_after)
+        }
+    }
+}
+
+impl<T: fmt::Debug> std::error::Error for RateExceeded<T> {}
+
+pin_project! {
+    /// Stream for [`throttle`](crate::PaceExt::throttle): a token bucket with a cost per item.
+    ///
+    /// With [`Shaping`] it yields `S::Item`, each item delayed until it conforms; with
+    /// [`Enforcing`] it yields `Result<S::Item, RateExceeded<S::Item>>` without delay.
+    #[must_use = "streams do nothing unless polled"]
+    pub struct Throttle<S: Stream, F, M> {
+        #[pin]
+        inner: Paced<S, Costed<F>>,
+        mode: M,
+    }
+}
+
+impl<S: Stream, F, M> Throttle<S, F, M> {
+    #[track_caller]
+    pub(crate) fn new(stream: S, rate: Rate, cost: F, burst: u64, mode: M) -> Self {
+        assert!(
+            burst > 0,
+            "throttle: `burst` is 0, so no item could ever pass; it must be at least 1"
+        );
+        let bucket = Bucket::new(rate.tokens(), rate.per().as_nanos(), burst);
+        Throttle {
+            inner: Paced::new(stream, Costed { bucket, cost }),
+            mode,
+        }
+    }
+}
+
+accessors!(
+    Throttle [S: Stream, F, M] [S, F, M],
+    inner,
+    "futures_util::stream::iter([1, 2, 3]).throttle(Rate::per_second(1), |_| 1, 1, Shaping)"
+);
+
+impl<S, F> Stream for Throttle<S, F, Shaping>
+where
+    S: Stream,
+    F: FnMut(&S::Item) -> u64,
+{
+    type Item = S::Item;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        self.project().inner.poll_paced(cx)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+impl<S, F> Stream for Throttle<S, F, Enforcing>
+where
+    S: Stream,
+    F: FnMut(&S::Item) -> u64,
+{
+    type Item = Result<S::Item, RateExceeded<S::Item>>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let never = |pace: &Costed<F>, cost| cost > pace.bucket.burst();
+        self.project().inner.poll_checked(cx, never).map(|next| {
+            next.map(|checked| {
+                checked.map_err(|(item, wait)| RateExceeded {
+                    item,
+                    retry_after: wait.to_duration(),
+                })
+            })
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+impl<S, F> FusedStream for Throttle<S, F, Shaping>
+where
+    S: Stream,
+    F: FnMut(&S::Item) -> u64,
+{
+    fn is_terminated(&self) -> bool {
+        self.inner.is_terminated()
+    }
+}
+
+impl<S, F> FusedStream for Throttle<S, F, Enforcing>
+where
+    S: Stream,
+    F: FnMut(&S::Item) -> u64,
+{
+    fn is_terminated(&self) -> bool {
+        self.inner.is_terminated()
+    }
+}
+
+impl<S, F, M> fmt::Debug for Throttle<S, F, M>
+where
+    S: Stream + fmt::Debug,
+    S::Item: fmt::Debug,
+    M: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Throttle")
+            .field("inner", &self.inner)
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
