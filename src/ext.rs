@@ -19,6 +19,27 @@ use crate::Rate;
 ///
 /// **Name clash.** `tokio_stream::StreamExt` also has a `throttle` method. With both traits in
 /// scope, call `PaceExt::throttle(stream, ...)`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use futures_util::StreamExt;
+/// use pacer::{PaceExt, Rate, Shaping};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // Operators compose: at most 5 per second, and never two within 100 ms.
+/// let start = tokio::time::Instant::now();
+/// let times: Vec<_> = futures_util::stream::iter(0..6)
+///     .throttle(Rate::per_second(5), |_| 1, 5, Shaping)
+///     .min_interval(Duration::from_millis(100))
+///     .map(|_| start.elapsed().as_millis())
+///     .collect()
+///     .await;
+/// assert_eq!(times, [0, 100, 200, 300, 400, 500]);
+/// # }
+/// ```
 pub trait PaceExt: Stream {
     /// Paces items through a token bucket, each item costing `cost(&item)` tokens.
     ///

@@ -48,3 +48,8 @@ pub use stream::{
     BatchedInterval, Enforcing, MinInterval, RateExceeded, Shaping, StaggeredStart, Throttle,
     ThrottleMode,
 };
+
+/// The README's code blocks, compiled as doctests so they cannot rot.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

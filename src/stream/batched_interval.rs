@@ -16,6 +16,21 @@ use crate::timer::Timer;
 pin_project! {
     /// Stream for [`batched_interval`](crate::PaceExt::batched_interval): batches of
     /// `1..=max_batch` items, consecutive batches at least `interval` apart.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures_util::StreamExt;
+    /// use pacer::{BatchedInterval, PaceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let rows = futures_util::stream::iter(0..5);
+    /// let batches: BatchedInterval<_> = rows.batched_interval(2, Duration::from_secs(1));
+    /// assert_eq!(batches.collect::<Vec<_>>().await, [vec![0, 1], vec![2, 3], vec![4]]);
+    /// # }
+    /// ```
     #[must_use = "streams do nothing unless polled"]
     pub struct BatchedInterval<S: Stream> {
         #[pin]

@@ -15,6 +15,23 @@ use crate::core::{Bucket, Nanos};
 pin_project! {
     /// Stream for [`min_interval`](crate::PaceExt::min_interval): consecutive items at least
     /// `interval` apart.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures_util::StreamExt;
+    /// use pacer::{MinInterval, PaceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let sms = futures_util::stream::iter(["hi", "there"]);
+    /// let paced: MinInterval<_> = sms.min_interval(Duration::from_millis(200));
+    /// let start = tokio::time::Instant::now();
+    /// assert_eq!(paced.collect::<Vec<_>>().await, ["hi", "there"]);
+    /// assert_eq!(start.elapsed(), Duration::from_millis(200));
+    /// # }
+    /// ```
     #[must_use = "streams do nothing unless polled"]
     pub struct MinInterval<S: Stream> {
         #[pin]

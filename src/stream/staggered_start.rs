@@ -15,6 +15,23 @@ use crate::core::{Nanos, Window};
 pin_project! {
     /// Stream for [`staggered_start`](crate::PaceExt::staggered_start): at most `k` items in any
     /// window of `period`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures_util::StreamExt;
+    /// use pacer::{PaceExt, StaggeredStart};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let consumers = futures_util::stream::iter(1..=3);
+    /// let starts: StaggeredStart<_> = consumers.staggered_start(2, Duration::from_secs(1));
+    /// let start = tokio::time::Instant::now();
+    /// assert_eq!(starts.collect::<Vec<_>>().await, [1, 2, 3]);
+    /// assert_eq!(start.elapsed(), Duration::from_secs(1));
+    /// # }
+    /// ```
     #[must_use = "streams do nothing unless polled"]
     pub struct StaggeredStart<S: Stream> {
         #[pin]

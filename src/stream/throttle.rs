@@ -23,6 +23,18 @@ mod sealed {
 /// [`Shaping`] delays it, [`Enforcing`] hands it back at once.
 ///
 /// This trait is sealed: those two are the only modes.
+///
+/// # Examples
+///
+/// ```
+/// use pacer::{Enforcing, Shaping, ThrottleMode};
+///
+/// fn mode_name<M: ThrottleMode + std::fmt::Debug>(mode: M) -> String {
+///     format!("{mode:?}")
+/// }
+/// assert_eq!(mode_name(Shaping), "Shaping");
+/// assert_eq!(mode_name(Enforcing), "Enforcing");
+/// ```
 pub trait ThrottleMode: sealed::Sealed {}
 
 /// Delay each item until the bucket holds its cost; every item comes out, in order.
@@ -202,6 +214,24 @@ pin_project! {
     ///
     /// With [`Shaping`] it yields `S::Item`, each item delayed until it conforms; with
     /// [`Enforcing`] it yields `Result<S::Item, RateExceeded<S::Item>>` without delay.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use pacer::{PaceExt, Rate, Shaping, Throttle};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // Requests cost their size in bytes: at most 1 KiB per second, 512 B at once.
+    /// let requests = futures_util::stream::iter([vec![0u8; 512], vec![0u8; 512]]);
+    /// let paced: Throttle<_, _, Shaping> =
+    ///     requests.throttle(Rate::per_second(1024), |r| r.len() as u64, 512, Shaping);
+    /// let start = tokio::time::Instant::now();
+    /// assert_eq!(paced.count().await, 2);
+    /// assert_eq!(start.elapsed().as_millis(), 500);
+    /// # }
+    /// ```
     #[must_use = "streams do nothing unless polled"]
     pub struct Throttle<S: Stream, F, M> {
         #[pin]
