@@ -1,0 +1,284 @@
+//! Achieved against configured rate, in real time, for an always-ready source: pacer's
+//! `throttle` (Shaping) and the peers, side by side in one run.
+//!
+//! For each rate in 1,000 / 10,000 / 100,000 / 1,000,000 items/s, with `burst = rate × 2 ms`
+//! (at least 1), each limiter drains `stream::repeat(())` for a fixed wall time (1 s, or
+//! `PACER_BENCH_SECS`) on its own current-thread runtime, and every emission time is recorded
+//! with `std::time::Instant` into a preallocated `Vec`. Reported per run:
+//!
+//! - **steady rate**: `(count - burst) / (last - first)`: the items beyond the initial burst
+//!   over the time between the first and the last emission. A limiter that honours
+//!   "at most `burst + rate × t` in any `t`" and keeps up gets a ratio of 1.00.
+//! - **max in 10 ms**: the most emissions in any closed window `[t, t + 10 ms]`, against the
+//!   bound `burst + rate × 10 ms`. Times are read by the consumer right after each item, which
+//!   can shift an emission towards the next one but never earlier: one item above the bound
+//!   can be measurement, more cannot.
+//! - **CPU**: user + system time of the whole process (every thread) over wall time, at 10 ms
+//!   resolution.
+//!
+//! Peers, with the same rate and burst where they have one:
+//! - governor `ratelimit_stream` on `Quota::per_second(rate).allow_burst(burst)` (its timer is
+//!   futures-timer's own thread, its clock quanta);
+//! - leaky-bucket, `max(burst).initial(burst).refill(rate / 1000).interval(1 ms)` (1 ms is its
+//!   smallest interval), one `acquire_one()` per item;
+//! - tokio-stream `throttle(1 s / rate)`: no burst (one item per timer wake-up), shown with
+//!   burst 1.
+//!
+//! One extra row runs pacer at 1,000/s with a burst of 3 (one token above `rate × 2 ms`).
+//!
+//! `PACER_BENCH_VERBOSE=1` adds a table of timer wake-ups: emissions more than 200 µs after
+//! the previous one start a new wake-up; percentiles of the intervals between wake-ups.
+//!
+//! Run: `cargo bench --bench accuracy` (about 17 × `PACER_BENCH_SECS` seconds).
+
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::pin::pin;
+use std::time::{Duration, Instant};
+
+use futures_util::{Stream, StreamExt};
+use governor::prelude::StreamRateLimitExt;
+use governor::{Quota, RateLimiter};
+use pacer::{PaceExt, Rate, Shaping};
+
+const RATES: [u64; 4] = [1_000, 10_000, 100_000, 1_000_000];
+const WINDOW: Duration = Duration::from_millis(10);
+
+struct Row {
+    limiter: &'static str,
+    rate: u64,
+    burst: u64,
+    /// Emission times in nanoseconds since the run started.
+    times: Vec<u64>,
+    /// The limiter stalled: no emission after the run's end time.
+    timed_out: bool,
+    /// Process CPU time (all threads) during the run, as a fraction of its wall time.
+    cpu: f64,
+}
+
+/// Drains `stream` for `secs` of wall time, recording each emission's time.
+async fn drive<S: Stream>(stream: S, secs: Duration, capacity: usize) -> (Vec<u64>, bool) {
+    let mut times = Vec::with_capacity(capacity);
+    let end = u64::try_from(secs.as_nanos()).expect("run length fits in u64 ns");
+    let run = async {
+        let mut s = pin!(stream);
+        let start = Instant::now();
+        while s.next().await.is_some() {
+            let t = u64::try_from(start.elapsed().as_nanos()).expect("fits");
+            times.push(t);
+            if t >= end {
+                break;
+            }
+        }
+    };
+    // A limiter that stalls must not hang the benchmark.
+    let timed_out = tokio::time::timeout(secs + Duration::from_secs(1), run)
+        .await
+        .is_err();
+    (times, timed_out)
+}
+
+/// User + system CPU time of the whole process (every thread), from `/proc/self/stat`, in
+/// seconds at clock-tick (10 ms) resolution; 0 where that file does not exist.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
+/// Runs one limiter on a fresh current-thread runtime and records its row.
+fn run<F>(limiter: &'static str, rate: u64, burst: u64, drive: F) -> Row
+where
+    F: Future<Output = (Vec<u64>, bool)>,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("current-thread runtime");
+    let cpu = cpu_seconds();
+    let wall = Instant::now();
+    let (times, timed_out) = rt.block_on(drive);
+    let cpu = (cpu_seconds() - cpu) / wall.elapsed().as_secs_f64();
+    Row {
+        limiter,
+        rate,
+        burst,
+        times,
+        timed_out,
+        cpu,
+    }
+}
+
+/// The most emissions in any closed window `[t, t + w]`.
+fn max_in_window(times: &[u64], w: Duration) -> usize {
+    let w = u64::try_from(w.as_nanos()).expect("fits");
+    let mut best = 0;
+    let mut hi = 0;
+    for (lo, &t) in times.iter().enumerate() {
+        while hi < times.len() && times[hi] <= t + w {
+            hi += 1;
+        }
+        best = best.max(hi - lo);
+    }
+    best
+}
+
+/// `(count - burst) / (last - first)`, in items per second.
+fn steady_rate(times: &[u64], burst: u64) -> Option<f64> {
+    let (&first, &last) = (times.first()?, times.last()?);
+    let count = times.len() as u64;
+    if count <= burst || last <= first {
+        return None;
+    }
+    Some((count - burst) as f64 / ((last - first) as f64 / 1e9))
+}
+
+fn main() {
+    // Criterion-style arguments (`--bench`, filters) are passed to every bench; ignore them.
+    let secs: f64 = std::env::var("PACER_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
+    let secs = Duration::from_secs_f64(secs.max(0.05));
+
+    let mut rows = Vec::new();
+    // (rate, burst, pacer only): the burst asked for, rate × 2 ms, and for 1,000/s one token
+    // more, to show what the timer's rounding costs there.
+    let configs = RATES
+        .iter()
+        .map(|&rate| (rate, (rate * 2 / 1_000).max(1), false))
+        .chain([(1_000, 3, true)]);
+    for (rate, burst, pacer_only) in configs {
+        let capacity = (rate as f64 * secs.as_secs_f64() * 1.25) as usize + burst as usize + 4096;
+        let rate32 = NonZeroU32::new(u32::try_from(rate).expect("rate fits in u32")).expect("> 0");
+        let burst32 = NonZeroU32::new(u32::try_from(burst).expect("fits")).expect("> 0");
+
+        rows.push(run("pacer throttle (Shaping)", rate, burst, async {
+            let stream = PaceExt::throttle(
+                futures_util::stream::repeat(()),
+                Rate::per_second(rate),
+                |_| 1,
+                burst,
+                Shaping,
+            );
+            drive(stream, secs, capacity).await
+        }));
+        if pacer_only {
+            continue;
+        }
+
+        let limiter = RateLimiter::direct(Quota::per_second(rate32).allow_burst(burst32));
+        rows.push(run("governor ratelimit_stream", rate, burst, async {
+            let stream = futures_util::stream::repeat(()).ratelimit_stream(&limiter);
+            drive(stream, secs, capacity).await
+        }));
+
+        rows.push(run("leaky-bucket acquire_one", rate, burst, async {
+            let bucket = leaky_bucket::RateLimiter::builder()
+                .max(burst as usize)
+                .initial(burst as usize)
+                .refill((rate / 1_000).max(1) as usize)
+                .interval(Duration::from_millis(1))
+                .build();
+            let stream = futures_util::stream::repeat(()).then(|()| bucket.acquire_one());
+            drive(stream, secs, capacity).await
+        }));
+
+        rows.push(run("tokio-stream throttle", rate, 1, async {
+            let stream = tokio_stream::StreamExt::throttle(
+                futures_util::stream::repeat(()),
+                Duration::from_nanos(1_000_000_000 / rate),
+            );
+            drive(stream, secs, capacity).await
+        }));
+    }
+
+    println!();
+    println!(
+        "Accuracy: always-ready source, real time, {:.2} s per run, a current-thread runtime per run.",
+        secs.as_secs_f64()
+    );
+    println!("steady rate = (count - burst) / (last - first); bound = burst + rate x 10 ms.");
+    println!();
+    println!(
+        "| limiter | rate/s | burst | items | steady rate/s | steady / rate \
+         | max in 10 ms | bound | max / bound | CPU |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for row in &rows {
+        let steady = steady_rate(&row.times, row.burst);
+        let max10 = max_in_window(&row.times, WINDOW);
+        let bound = row.burst as f64 + row.rate as f64 * WINDOW.as_secs_f64();
+        let over = if max10 as f64 > bound + 1.0 {
+            " OVER"
+        } else {
+            ""
+        };
+        println!(
+            "| {}{} | {} | {} | {} | {} | {} | {} | {} | {:.3}{} | {:.0}% |",
+            row.limiter,
+            if row.timed_out { " (stalled)" } else { "" },
+            row.rate,
+            row.burst,
+            row.times.len(),
+            steady.map_or("-".to_string(), |s| format!("{s:.0}")),
+            steady.map_or("-".to_string(), |s| format!("{:.3}", s / row.rate as f64)),
+            max10,
+            bound,
+            max10 as f64 / bound,
+            over,
+            row.cpu * 100.0,
+        );
+    }
+    println!();
+
+    if std::env::var_os("PACER_BENCH_VERBOSE").is_some() {
+        print_wake_ups(&rows, secs);
+    }
+}
+
+/// Emissions more than 200 µs after the previous one start a new wake-up.
+fn print_wake_ups(rows: &[Row], secs: Duration) {
+    println!("Timer wake-ups (an emission more than 200 us after the previous one starts one):");
+    println!();
+    println!("| limiter | rate/s | burst | wake-ups/s | p50 ms | p90 ms | p99 ms | max ms |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let mut starts = Vec::new();
+        let mut prev: Option<u64> = None;
+        for &t in &row.times {
+            if prev.is_none_or(|p| t - p > 200_000) {
+                starts.push(t);
+            }
+            prev = Some(t);
+        }
+        let mut gaps: Vec<u64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+        gaps.sort_unstable();
+        let pct = |p: f64| {
+            let i = ((gaps.len() as f64 - 1.0) * p) as usize;
+            gaps.get(i).map_or(0.0, |&g| g as f64 / 1e6)
+        };
+        println!(
+            "| {} | {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            row.limiter,
+            row.rate,
+            row.burst,
+            starts.len() as f64 / secs.as_secs_f64(),
+            pct(0.5),
+            pct(0.9),
+            pct(0.99),
+            pct(1.0),
+        );
+    }
+    println!();
+}
