@@ -39,6 +39,11 @@ impl Timer {
         }
     }
 
+    /// The deadline the timer is armed for, while a wait is under way.
+    pub(crate) fn armed(&self) -> Option<Nanos> {
+        self.armed
+    }
+
     /// The current time; the first call fixes the origin.
     pub(crate) fn now(self: Pin<&mut Self>) -> Nanos {
         let now = Instant::now();

@@ -12,16 +12,25 @@
 
 use super::nanos::Nanos;
 
+/// The answer to an offer: go now (and the cost has been charged), or not before a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    Go,
+    NotUntil(Nanos),
+}
+
 /// A token bucket: capacity `burst`, refilled at `tokens` per `per_nanos`, starting full.
 #[derive(Clone, Debug)]
 pub(crate) struct Bucket {
-    /// Time units per nanosecond.
-    scale: u64,
-    /// One token's worth of refill time, in time units; zero for a bucket that never binds.
-    token: u128,
-    burst: u64,
     /// Theoretical arrival time, in time units: the bucket is full from here on.
     tat: u128,
+    /// One token's worth of refill time, in time units; zero for a bucket that never binds.
+    token: u128,
+    /// `burst` tokens' worth of time units (saturating): how far `tat` may run ahead of now.
+    capacity: u128,
+    /// Time units per nanosecond.
+    scale: u64,
+    burst: u64,
 }
 
 impl Bucket {
@@ -32,11 +41,13 @@ impl Bucket {
         let g = gcd(per_nanos, u128::from(tokens));
         // `g` divides `tokens`, so the quotient fits in a u64.
         let scale = (u128::from(tokens) / g) as u64;
+        let token = per_nanos / g;
         Bucket {
-            scale,
-            token: per_nanos / g,
-            burst,
             tat: 0,
+            token,
+            capacity: u128::from(burst).saturating_mul(token),
+            scale,
+            burst,
         }
     }
 
@@ -60,7 +71,32 @@ impl Bucket {
     }
 
     fn tokens(&self, count: u64) -> u128 {
-        u128::from(count).saturating_mul(self.token)
+        match u64::try_from(self.token) {
+            // The common case, and a widening multiplication that cannot overflow.
+            Ok(token) => u128::from(count) * u128::from(token),
+            Err(_) => u128::from(count).saturating_mul(self.token),
+        }
+    }
+
+    /// Takes `cost` tokens if the bucket holds them at `now`; otherwise leaves the bucket as it
+    /// is and says when an item of `cost` offered now could go (see [`Bucket::earliest`]).
+    pub(crate) fn offer(&mut self, now: Nanos, cost: u64) -> Decision {
+        let now_units = self.units(now);
+        if cost <= self.burst {
+            let charge = self.tokens(cost);
+            // Conforms when the level, burst - (tat - now) / token, is at least cost.
+            if self.tat.saturating_add(charge) <= now_units.saturating_add(self.capacity) {
+                self.tat = self.tat.max(now_units).saturating_add(charge);
+                return Decision::Go;
+            }
+        }
+        match self.earliest(now, cost) {
+            at if at <= now => {
+                self.commit(now, cost);
+                Decision::Go
+            }
+            at => Decision::NotUntil(at),
+        }
     }
 
     /// The earliest instant an item of `cost` offered at `now` may leave; any value `<= now`
@@ -86,8 +122,9 @@ impl Bucket {
         }
     }
 
-    /// Charges an item of `cost` emitted at `now`. An item dearer than the bucket has paid the
-    /// excess while it waited, so it leaves the bucket empty rather than in debt.
+    /// Charges an item of `cost` emitted at `now`, which must be no earlier than
+    /// [`Bucket::earliest`] allowed. An item dearer than the bucket has paid the excess while
+    /// it waited, so it leaves the bucket empty rather than in debt.
     pub(crate) fn commit(&mut self, now: Nanos, cost: u64) {
         let charge = self.tokens(cost.min(self.burst));
         self.tat = self.tat.max(self.units(now)).saturating_add(charge);
@@ -275,7 +312,50 @@ mod tests {
         }
     }
 
+    #[test]
+    fn offer_charges_only_what_goes() {
+        let mut b = Bucket::new(10, SEC, 2);
+        assert_eq!(b.offer(Nanos::ZERO, 2), Decision::Go);
+        assert_eq!(b.offer(Nanos::ZERO, 1), Decision::NotUntil(Nanos(100 * MS)));
+        // The refusal took nothing: the same answer again, and a go at that time.
+        assert_eq!(
+            b.offer(Nanos(50 * MS), 1),
+            Decision::NotUntil(Nanos(100 * MS))
+        );
+        assert_eq!(b.offer(Nanos(100 * MS), 1), Decision::Go);
+        // A dear item waits for a full bucket (300 ms) and its one extra token.
+        assert_eq!(
+            b.offer(Nanos(100 * MS), 3),
+            Decision::NotUntil(Nanos(400 * MS))
+        );
+    }
+
     proptest! {
+        /// `offer` is `earliest` then `commit`, in one step.
+        #[test]
+        fn offer_agrees_with_earliest_and_commit(
+            tokens in 1u64..50,
+            per in 1u128..5_000_000_000,
+            burst in 1u64..20,
+            offers in prop::collection::vec((0u64..3_000_000_000, 0u64..40), 1..60),
+        ) {
+            let mut fused = Bucket::new(tokens, per, burst);
+            let mut split = fused.clone();
+            let mut now = 0u64;
+            for (gap, cost) in offers {
+                now += gap;
+                let at = split.earliest(Nanos(now), cost);
+                let expected = if at <= Nanos(now) {
+                    split.commit(Nanos(now), cost);
+                    Decision::Go
+                } else {
+                    Decision::NotUntil(at)
+                };
+                prop_assert_eq!(fused.offer(Nanos(now), cost), expected);
+                prop_assert_eq!(fused.tat, split.tat);
+            }
+        }
+
         /// The GCRA agrees exactly with the naive bucket on random offers.
         #[test]
         fn agrees_with_naive_model(

@@ -7,6 +7,6 @@ mod bucket;
 mod nanos;
 mod window;
 
-pub(crate) use bucket::Bucket;
+pub(crate) use bucket::{Bucket, Decision};
 pub(crate) use nanos::Nanos;
 pub(crate) use window::Window;

@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 
+use super::bucket::Decision;
 use super::nanos::Nanos;
 
 /// The last emission times that can still hold the next one back, oldest first.
@@ -36,6 +37,17 @@ impl Window {
         match self.recent.front() {
             Some(&oldest) if self.recent.len() >= self.k => oldest.saturating_add(self.period),
             _ => now,
+        }
+    }
+
+    /// Records an emission at `now` if the window allows one; otherwise says when it will.
+    pub(crate) fn offer(&mut self, now: Nanos) -> Decision {
+        match self.earliest(now) {
+            at if at <= now => {
+                self.commit(now);
+                Decision::Go
+            }
+            at => Decision::NotUntil(at),
         }
     }
 

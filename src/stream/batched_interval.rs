@@ -10,7 +10,7 @@ use futures_core::stream::FusedStream;
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
-use crate::core::{Bucket, Nanos};
+use crate::core::{Bucket, Decision, Nanos};
 use crate::timer::Timer;
 
 pin_project! {
@@ -39,8 +39,6 @@ pin_project! {
         timer: Timer,
         // One batch per interval: a bucket of one token.
         gate: Bucket,
-        // When the next batch may leave, while items wait for it.
-        deadline: Option<Nanos>,
         batch: Vec<S::Item>,
         max_batch: usize,
         done: bool,
@@ -58,7 +56,6 @@ impl<S: Stream> BatchedInterval<S> {
             stream,
             timer: Timer::new(),
             gate: Bucket::interval(Nanos::from_duration(interval)),
-            deadline: None,
             batch: Vec::new(),
             max_batch,
             done: false,
@@ -94,21 +91,17 @@ impl<S: Stream> Stream for BatchedInterval<S> {
             };
         }
         if !me.gate.is_unlimited() {
-            let now = match *me.deadline {
-                Some(deadline) => ready!(me.timer.as_mut().poll_until(cx, deadline)),
-                None => {
-                    let now = me.timer.as_mut().now();
-                    let deadline = me.gate.earliest(now, 1);
-                    if deadline > now {
-                        *me.deadline = Some(deadline);
-                        ready!(me.timer.as_mut().poll_until(cx, deadline))
-                    } else {
-                        now
-                    }
+            // The timer is armed exactly while a batch waits for its interval.
+            if let Some(deadline) = me.timer.armed() {
+                let now = ready!(me.timer.as_mut().poll_until(cx, deadline));
+                me.gate.commit(now, 1);
+            } else {
+                let now = me.timer.as_mut().now();
+                if let Decision::NotUntil(deadline) = me.gate.offer(now, 1) {
+                    let now = ready!(me.timer.as_mut().poll_until(cx, deadline));
+                    me.gate.commit(now, 1);
                 }
-            };
-            *me.deadline = None;
-            me.gate.commit(now, 1);
+            }
         }
         let next = Vec::with_capacity(me.batch.len());
         Poll::Ready(Some(mem::replace(me.batch, next)))

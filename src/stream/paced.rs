@@ -8,7 +8,7 @@ use std::task::{ready, Context, Poll};
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
-use crate::core::{Bucket, Nanos, Window};
+use crate::core::{Bucket, Decision, Nanos, Window};
 use crate::timer::Timer;
 
 /// A pacing rule over the clock-free core.
@@ -17,9 +17,9 @@ pub(crate) trait Pace<T> {
     fn cost(&mut self, item: &T) -> u64;
     /// Whether the rule never delays anything, so the clock need not be read at all.
     fn is_unlimited(&self) -> bool;
-    /// The earliest time an item of `cost`, offered at `now`, may leave (`<= now`: at once).
-    fn earliest(&self, now: Nanos, cost: u64) -> Nanos;
-    /// Charges an item of `cost` that left at `now`.
+    /// Charges an item of `cost` offered at `now` if it may leave now; otherwise says when.
+    fn offer(&mut self, now: Nanos, cost: u64) -> Decision;
+    /// Charges an item of `cost` that left at `now`, after waiting for its time.
     fn commit(&mut self, now: Nanos, cost: u64);
 }
 
@@ -31,8 +31,8 @@ impl<T> Pace<T> for Bucket {
     fn is_unlimited(&self) -> bool {
         Bucket::is_unlimited(self)
     }
-    fn earliest(&self, now: Nanos, cost: u64) -> Nanos {
-        Bucket::earliest(self, now, cost)
+    fn offer(&mut self, now: Nanos, cost: u64) -> Decision {
+        Bucket::offer(self, now, cost)
     }
     fn commit(&mut self, now: Nanos, cost: u64) {
         Bucket::commit(self, now, cost);
@@ -60,8 +60,8 @@ impl<T, F: FnMut(&T) -> u64> Pace<T> for Costed<F> {
     fn is_unlimited(&self) -> bool {
         self.bucket.is_unlimited()
     }
-    fn earliest(&self, now: Nanos, cost: u64) -> Nanos {
-        self.bucket.earliest(now, cost)
+    fn offer(&mut self, now: Nanos, cost: u64) -> Decision {
+        self.bucket.offer(now, cost)
     }
     fn commit(&mut self, now: Nanos, cost: u64) {
         self.bucket.commit(now, cost);
@@ -76,8 +76,8 @@ impl<T> Pace<T> for Window {
     fn is_unlimited(&self) -> bool {
         Window::is_unlimited(self)
     }
-    fn earliest(&self, now: Nanos, _: u64) -> Nanos {
-        Window::earliest(self, now)
+    fn offer(&mut self, now: Nanos, _: u64) -> Decision {
+        Window::offer(self, now)
     }
     fn commit(&mut self, now: Nanos, _: u64) {
         Window::commit(self, now);
@@ -189,11 +189,9 @@ impl<S: Stream, P> Paced<S, P> {
             }
             let cost = me.pace.cost(&item);
             let now = me.timer.now();
-            let deadline = me.pace.earliest(now, cost);
-            if deadline <= now {
-                me.pace.commit(now, cost);
+            let Decision::NotUntil(deadline) = me.pace.offer(now, cost) else {
                 return Poll::Ready(Some(item));
-            }
+            };
             *me.held = Some(Held {
                 item,
                 cost,
@@ -222,15 +220,11 @@ impl<S: Stream, P> Paced<S, P> {
             return Poll::Ready(Some(Err((item, Nanos::MAX))));
         }
         let now = me.timer.now();
-        let deadline = me.pace.earliest(now, cost);
-        if deadline <= now {
-            me.pace.commit(now, cost);
-            Poll::Ready(Some(Ok(item)))
-        } else if deadline == Nanos::MAX {
-            Poll::Ready(Some(Err((item, Nanos::MAX))))
-        } else {
-            Poll::Ready(Some(Err((item, deadline.saturating_sub(now)))))
-        }
+        Poll::Ready(Some(match me.pace.offer(now, cost) {
+            Decision::Go => Ok(item),
+            Decision::NotUntil(Nanos::MAX) => Err((item, Nanos::MAX)),
+            Decision::NotUntil(deadline) => Err((item, deadline.saturating_sub(now))),
+        }))
     }
 }
 
