@@ -26,8 +26,6 @@ pub(crate) struct Bucket {
     tat: u128,
     /// One token's worth of refill time, in time units; zero for a bucket that never binds.
     token: u128,
-    /// `burst` tokens' worth of time units (saturating): how far `tat` may run ahead of now.
-    capacity: u128,
     /// Time units per nanosecond.
     scale: u64,
     burst: u64,
@@ -45,7 +43,6 @@ impl Bucket {
         Bucket {
             tat: 0,
             token,
-            capacity: u128::from(burst).saturating_mul(token),
             scale,
             burst,
         }
@@ -85,7 +82,8 @@ impl Bucket {
         if cost <= self.burst {
             let charge = self.tokens(cost);
             // Conforms when the level, burst - (tat - now) / token, is at least cost.
-            if self.tat.saturating_add(charge) <= now_units.saturating_add(self.capacity) {
+            let capacity = self.tokens(self.burst);
+            if self.tat.saturating_add(charge) <= now_units.saturating_add(capacity) {
                 self.tat = self.tat.max(now_units).saturating_add(charge);
                 return Decision::Go;
             }
