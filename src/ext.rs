@@ -64,9 +64,12 @@ pub trait PaceExt: Stream {
     /// item every `1 / rate`.
     ///
     /// **Exactness.** The rate is kept as an exact fraction and deadlines are computed in
-    /// integer nanoseconds, rounded up. tokio's timer adds up to 1 ms. For rates above about
-    /// 1,000 items/s give a `burst` of at least `rate * 2 ms`, so that each timer tick can
-    /// release the tokens that flowed in during it.
+    /// integer nanoseconds, rounded up. tokio's timer wakes up to 1 ms late (its tick) plus
+    /// the scheduler's latency, and tokens that flow into a full bucket meanwhile are lost.
+    /// For rates of several hundred items/s and more, give a `burst` of at least
+    /// `rate * 2 ms + 1`, and more on a loaded machine, so that one wake-up can release
+    /// everything that flowed in since the last; then the long-run rate is `rate` (within
+    /// 1 % in the benchmarks, from 1,000 to 1,000,000 items/s).
     ///
     /// # Panics
     ///
