@@ -4,8 +4,11 @@ use std::time::Duration;
 
 use futures_core::Stream;
 
-use crate::stream::{BatchedInterval, MinInterval, StaggeredStart, Throttle, ThrottleMode};
-use crate::Rate;
+use crate::stream::{
+    BatchedInterval, MinInterval, StaggeredStart, StaggeredStartWith, Throttle, ThrottleMode,
+    ThrottleWith,
+};
+use crate::{Rate, RateLimiter, Stagger};
 
 /// Pacing operators for every [`Stream`], driven by tokio's timer.
 ///
@@ -219,6 +222,79 @@ pub trait PaceExt: Stream {
         Self: Sized,
     {
         StaggeredStart::new(self, k, period)
+    }
+
+    /// Like [`throttle`](PaceExt::throttle), drawing on a shared [`RateLimiter`]: any number
+    /// of streams and tasks share its quota.
+    ///
+    /// The limiter's bound holds across all its users together. [`Shaping`](crate::Shaping)
+    /// waits in the limiter's queue, in arrival order with every other user, and charges the
+    /// item when it is granted, which is the moment it is emitted; dropping the stream gives
+    /// its place in the queue back. [`Enforcing`](crate::Enforcing) hands an item back at once
+    /// as `Err(RateExceeded)` when the tokens are not there or others are waiting.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use pacer::{PaceExt, Rate, RateLimiter, Shaping};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // Three partitions share one SMS provider's 5 messages per second.
+    /// let provider = RateLimiter::new(Rate::per_second(5), 5);
+    /// let partitions: Vec<_> = (0..3)
+    ///     .map(|p| futures_util::stream::iter(0..5).map(move |m| (p, m)))
+    ///     .map(|messages| Box::pin(messages.throttle_with(&provider, |_| 1, Shaping)))
+    ///     .collect();
+    /// let start = tokio::time::Instant::now();
+    /// let sent = futures_util::stream::select_all(partitions).count().await;
+    /// assert_eq!(sent, 15);
+    /// // 5 at once, then 10 more at 5 per second.
+    /// assert_eq!(start.elapsed().as_secs(), 2);
+    /// # }
+    /// ```
+    fn throttle_with<F, M>(
+        self,
+        limiter: &RateLimiter,
+        cost: F,
+        mode: M,
+    ) -> ThrottleWith<Self, F, M>
+    where
+        Self: Sized,
+        F: FnMut(&Self::Item) -> u64,
+        M: ThrottleMode,
+    {
+        ThrottleWith::new(self, limiter, cost, mode)
+    }
+
+    /// Like [`staggered_start`](PaceExt::staggered_start), drawing on a shared [`Stagger`]: at
+    /// most `k` items in any window of `period` among all its users.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures_util::StreamExt;
+    /// use pacer::{PaceExt, Stagger};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let stagger = Stagger::new(3, Duration::from_secs(1));
+    /// let start = tokio::time::Instant::now();
+    /// let times: Vec<_> = futures_util::stream::iter(0..7)
+    ///     .staggered_start_with(&stagger)
+    ///     .map(|_| start.elapsed().as_secs())
+    ///     .collect()
+    ///     .await;
+    /// assert_eq!(times, [0, 0, 0, 1, 1, 1, 2]);
+    /// # }
+    /// ```
+    fn staggered_start_with(self, stagger: &Stagger) -> StaggeredStartWith<Self>
+    where
+        Self: Sized,
+    {
+        StaggeredStartWith::new(self, stagger)
     }
 }
 

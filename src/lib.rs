@@ -39,14 +39,17 @@
 mod core;
 mod ext;
 mod rate;
+mod shared;
 mod stream;
+mod sync;
 mod timer;
 
 pub use ext::PaceExt;
 pub use rate::{ConfigError, Rate};
+pub use shared::{NotUntil, RateLimiter, Stagger, Stats};
 pub use stream::{
-    BatchedInterval, Enforcing, MinInterval, RateExceeded, Shaping, StaggeredStart, Throttle,
-    ThrottleMode,
+    BatchedInterval, Enforcing, MinInterval, RateExceeded, Shaping, StaggeredStart,
+    StaggeredStartWith, Throttle, ThrottleMode, ThrottleWith,
 };
 
 /// The README's code blocks, compiled as doctests so they cannot rot.

@@ -155,6 +155,12 @@ pub enum ConfigError {
     ZeroTokens,
     /// A [`Rate`] whose period is zero: an infinite rate.
     ZeroPeriod,
+    /// A limiter whose `burst` is zero: nothing could ever pass.
+    ZeroBurst,
+    /// A warming-up limiter whose warm-up period is zero.
+    ZeroWarmup,
+    /// A warming-up limiter whose cold factor is not a finite number of at least 1.
+    ColdFactor,
 }
 
 impl fmt::Display for ConfigError {
@@ -165,6 +171,15 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::ZeroPeriod => {
                 "invalid rate: `per` is zero, an infinite rate; it must be a positive duration"
+            }
+            ConfigError::ZeroBurst => {
+                "invalid limiter: `burst` is 0, so nothing could ever pass; it must be at least 1"
+            }
+            ConfigError::ZeroWarmup => {
+                "invalid warm-up: the warm-up period is zero; it must be a positive duration"
+            }
+            ConfigError::ColdFactor => {
+                "invalid warm-up: `cold_factor` must be a finite number of at least 1 (3 is Guava's default)"
             }
         })
     }

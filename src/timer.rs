@@ -39,6 +39,15 @@ impl Timer {
         }
     }
 
+    /// A timer whose times count from `origin`, shared with a limiter's state.
+    pub(crate) const fn with_origin(origin: Instant) -> Timer {
+        Timer {
+            origin: Some(origin),
+            armed: None,
+            sleep: None,
+        }
+    }
+
     /// The deadline the timer is armed for, while a wait is under way.
     pub(crate) fn armed(&self) -> Option<Nanos> {
         self.armed
@@ -48,7 +57,7 @@ impl Timer {
     pub(crate) fn now(self: Pin<&mut Self>) -> Nanos {
         let now = Instant::now();
         let origin = *self.project().origin.get_or_insert(now);
-        Nanos::from_duration(now.saturating_duration_since(origin))
+        since(origin, now)
     }
 
     /// Waits until `deadline` and returns the time read after it passed, which is at or after
@@ -85,4 +94,9 @@ impl Timer {
         }
         *me.armed = Some(deadline);
     }
+}
+
+/// The time from `origin` to `now` in nanoseconds; zero if `now` is earlier.
+pub(crate) fn since(origin: Instant, now: Instant) -> Nanos {
+    Nanos::from_duration(now.saturating_duration_since(origin))
 }

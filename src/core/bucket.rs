@@ -129,6 +129,61 @@ impl Bucket {
     }
 }
 
+impl Bucket {
+    /// The whole tokens the bucket holds at `now`.
+    pub(crate) fn available(&self, now: Nanos) -> u64 {
+        if self.token == 0 {
+            return self.burst;
+        }
+        let ahead = self.tat.saturating_sub(self.units(now));
+        let owed = ahead.div_ceil(self.token);
+        self.burst
+            .saturating_sub(u64::try_from(owed).unwrap_or(u64::MAX))
+    }
+
+    /// Refills at `tokens` per `per_nanos` from `now` on. The level at `now`, in tokens, is kept:
+    /// what the bucket holds, or what a waiting request still lacks.
+    pub(crate) fn set_rate(&mut self, now: Nanos, tokens: u64, per_nanos: u128) {
+        let ahead = self.tat.saturating_sub(self.units(now));
+        let mut new = Bucket::new(tokens, per_nanos, self.burst);
+        // `ahead / token` tokens are missing; the same number in the new rate's units,
+        // rounded up so that nothing is granted early.
+        let ahead = if self.token == 0 {
+            0
+        } else {
+            mul_div_ceil(ahead, new.token, self.token)
+        };
+        new.tat = new.units(now).saturating_add(ahead);
+        *self = new;
+    }
+
+    /// Holds at most `burst` tokens from `now` on, keeping the level at `now` (capped at the
+    /// new `burst`).
+    pub(crate) fn set_burst(&mut self, now: Nanos, burst: u64) {
+        debug_assert!(burst > 0);
+        let now_units = self.units(now);
+        let full_at = self.tat.max(now_units);
+        self.tat = if burst >= self.burst {
+            full_at.saturating_add(self.tokens(burst - self.burst))
+        } else {
+            full_at
+                .saturating_sub(self.tokens(self.burst - burst))
+                .max(now_units)
+        };
+        self.burst = burst;
+    }
+}
+
+/// `ceil(a * b / c)`, saturating; when `a * b` overflows, computed in two exact steps.
+fn mul_div_ceil(a: u128, b: u128, c: u128) -> u128 {
+    match a.checked_mul(b) {
+        Some(product) => product.div_ceil(c),
+        None => (a / c)
+            .saturating_mul(b)
+            .saturating_add((a % c).saturating_mul(b).div_ceil(c)),
+    }
+}
+
 fn gcd(mut a: u128, mut b: u128) -> u128 {
     while b != 0 {
         (a, b) = (b, a % b);
@@ -326,6 +381,72 @@ mod tests {
             b.offer(Nanos(100 * MS), 3),
             Decision::NotUntil(Nanos(400 * MS))
         );
+    }
+
+    #[test]
+    fn raising_the_rate_keeps_what_is_owed() {
+        // The example: 1/s, one token owed, raised to 100/s after 0.1 s: the waiter,
+        // 0.9 token short, is served 9 ms later.
+        let mut b = Bucket::new(1, SEC, 1);
+        b.commit(Nanos::ZERO, 1);
+        let now = Nanos(100 * MS);
+        assert_eq!(b.earliest(now, 1), Nanos(1_000 * MS));
+        b.set_rate(now, 100, SEC);
+        assert_eq!(b.earliest(now, 1), Nanos(109 * MS));
+    }
+
+    #[test]
+    fn halving_the_rate_doubles_what_is_owed() {
+        let mut b = Bucket::new(10, SEC, 5);
+        b.commit(Nanos::ZERO, 5);
+        b.set_rate(Nanos::ZERO, 5, SEC);
+        assert_eq!(b.available(Nanos(200 * MS)), 1);
+        assert_eq!(b.earliest(Nanos::ZERO, 5), Nanos(1_000 * MS));
+        // A full bucket stays full.
+        let mut full = Bucket::new(10, SEC, 5);
+        full.set_rate(Nanos(7 * MS), 1, SEC);
+        assert_eq!(full.available(Nanos(7 * MS)), 5);
+    }
+
+    #[test]
+    fn set_rate_to_a_fraction_rounds_late() {
+        let mut b = Bucket::new(1, SEC, 1);
+        b.commit(Nanos::ZERO, 1);
+        // 0.5 token owed at 3/s: 166_666_666.7 ns, rounded up.
+        b.set_rate(Nanos(500 * MS), 3, SEC);
+        assert_eq!(b.earliest(Nanos(500 * MS), 1), Nanos(666_666_667));
+    }
+
+    #[test]
+    fn set_burst_keeps_the_level() {
+        let mut b = Bucket::new(10, SEC, 4);
+        b.commit(Nanos::ZERO, 3); // level 1
+        b.set_burst(Nanos::ZERO, 8);
+        assert_eq!(b.available(Nanos::ZERO), 1);
+        assert_eq!(b.available(Nanos(700 * MS)), 8);
+        b.set_burst(Nanos(700 * MS), 2); // level 8, capped at 2
+        assert_eq!(b.available(Nanos(700 * MS)), 2);
+        b.commit(Nanos(700 * MS), 2);
+        b.set_burst(Nanos(700 * MS), 1); // level 0 stays 0
+        assert_eq!(b.available(Nanos(700 * MS)), 0);
+        assert_eq!(b.earliest(Nanos(700 * MS), 1), Nanos(800 * MS));
+    }
+
+    #[test]
+    fn available_counts_whole_tokens() {
+        let mut b = Bucket::new(10, SEC, 5);
+        assert_eq!(b.available(Nanos::ZERO), 5);
+        b.commit(Nanos::ZERO, 5);
+        assert_eq!(b.available(Nanos(99 * MS)), 0);
+        assert_eq!(b.available(Nanos(100 * MS)), 1);
+        assert_eq!(b.available(Nanos(10_000 * MS)), 5);
+    }
+
+    #[test]
+    fn mul_div_ceil_is_exact_or_saturates() {
+        assert_eq!(mul_div_ceil(7, 3, 2), 11);
+        assert_eq!(mul_div_ceil(u128::MAX, 2, 4), u128::MAX / 2 + 1);
+        assert_eq!(mul_div_ceil(u128::MAX, u128::MAX, 1), u128::MAX);
     }
 
     proptest! {

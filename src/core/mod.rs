@@ -5,8 +5,10 @@
 
 mod bucket;
 mod nanos;
+mod warmup;
 mod window;
 
 pub(crate) use bucket::{Bucket, Decision};
 pub(crate) use nanos::Nanos;
+pub(crate) use warmup::WarmingUp;
 pub(crate) use window::Window;

@@ -34,10 +34,29 @@ impl Window {
 
     /// The earliest instant the next emission may happen; any value `<= now` means "at once".
     pub(crate) fn earliest(&self, now: Nanos) -> Nanos {
-        match self.recent.front() {
-            Some(&oldest) if self.recent.len() >= self.k => oldest.saturating_add(self.period),
-            _ => now,
+        // The k-th most recent emission holds the next one back (after `set_limit` lowered
+        // k, more than k may be remembered).
+        match self.recent.len().checked_sub(self.k) {
+            Some(i) => self.recent[i].saturating_add(self.period),
+            None => now,
         }
+    }
+
+    /// How many emissions the window would allow at `now`.
+    pub(crate) fn available(&self, now: Nanos) -> usize {
+        let recent = self
+            .recent
+            .iter()
+            .filter(|&&at| at.saturating_add(self.period) > now)
+            .count();
+        self.k.saturating_sub(recent)
+    }
+
+    /// At most `k` per `period` from now on; past emissions still count.
+    pub(crate) fn set_limit(&mut self, k: usize, period: Nanos) {
+        debug_assert!(k > 0);
+        self.k = k;
+        self.period = period;
     }
 
     /// Records an emission at `now` if the window allows one; otherwise says when it will.
@@ -131,6 +150,23 @@ mod tests {
         let mut w = Window::new(1, Nanos::MAX);
         w.commit(Nanos(10));
         assert_eq!(w.earliest(Nanos(10)), Nanos::MAX);
+    }
+
+    #[test]
+    fn set_limit_keeps_past_emissions() {
+        let mut w = Window::new(3, Nanos(SEC));
+        for at in [0, 100, 200] {
+            w.commit(Nanos(at));
+        }
+        assert_eq!(w.available(Nanos(300)), 0);
+        w.set_limit(1, Nanos(SEC));
+        // The most recent of the three now holds the next one back.
+        assert_eq!(w.earliest(Nanos(300)), Nanos(SEC + 200));
+        w.set_limit(5, Nanos(SEC));
+        assert_eq!(w.available(Nanos(300)), 2);
+        assert_eq!(w.earliest(Nanos(300)), Nanos(300));
+        w.set_limit(2, Nanos(2 * SEC));
+        assert_eq!(w.earliest(Nanos(300)), Nanos(2 * SEC + 100));
     }
 
     proptest! {

@@ -86,10 +86,15 @@ macro_rules! accessors {
 mod batched_interval;
 mod min_interval;
 mod paced;
+mod shared_paced;
 mod staggered_start;
+mod staggered_start_with;
 mod throttle;
+mod throttle_with;
 
 pub use batched_interval::BatchedInterval;
 pub use min_interval::MinInterval;
 pub use staggered_start::StaggeredStart;
+pub use staggered_start_with::StaggeredStartWith;
 pub use throttle::{Enforcing, RateExceeded, Shaping, Throttle, ThrottleMode};
+pub use throttle_with::ThrottleWith;

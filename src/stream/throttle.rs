@@ -113,6 +113,10 @@ pub struct RateExceeded<T> {
 }
 
 impl<T> RateExceeded<T> {
+    pub(crate) fn new(item: T, retry_after: Duration) -> Self {
+        RateExceeded { item, retry_after }
+    }
+
     /// How long after the refusal the item would have conformed, if nothing else were taken
     /// meanwhile; `Duration::MAX` if it costs more than the whole bucket and never can.
     ///

@@ -1,0 +1,427 @@
+//! `RateLimiter`: one token bucket (or Guava warm-up curve) shared by many tasks and streams.
+
+use std::future::poll_fn;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{NotUntil, Rule, Shared, Stats, Waiter};
+use crate::core::{Bucket, Nanos, WarmingUp};
+use crate::{ConfigError, Rate};
+
+/// The rule behind a [`RateLimiter`].
+#[derive(Clone, Debug)]
+pub(crate) enum Limit {
+    Bucket(Bucket),
+    WarmingUp(WarmingUp),
+}
+
+impl Rule for Limit {
+    fn earliest(&self, since: Nanos, cost: u64) -> Nanos {
+        match self {
+            Limit::Bucket(b) => Rule::earliest(b, since, cost),
+            Limit::WarmingUp(w) => Rule::earliest(w, since, cost),
+        }
+    }
+    fn commit(&mut self, now: Nanos, cost: u64) {
+        match self {
+            Limit::Bucket(b) => Rule::commit(b, now, cost),
+            Limit::WarmingUp(w) => Rule::commit(w, now, cost),
+        }
+    }
+    fn needs_wait(&self, cost: u64) -> bool {
+        match self {
+            Limit::Bucket(b) => Rule::needs_wait(b, cost),
+            Limit::WarmingUp(w) => Rule::needs_wait(w, cost),
+        }
+    }
+}
+
+/// A token bucket shared by handle: any number of tasks and streams draw on one quota.
+///
+/// The bucket holds at most `burst` tokens, starts full and refills at `rate`, with the same
+/// exact arithmetic and meaning as [`throttle`](crate::PaceExt::throttle): in any window
+/// `[t, t + w]` the tokens granted (when no request exceeds `burst`) are at most
+/// `burst + w * rate`.
+///
+/// - **Fair.** Waiters are served in arrival order; a large request is not overtaken by a
+///   stream of small ones, and [`try_acquire`](RateLimiter::try_acquire) never jumps the queue.
+/// - **Charged at the grant.** A request takes its tokens when it is granted, so a waiter that
+///   is dropped (a cancelled future, a dropped stream) has taken nothing: the others do not
+///   pay for it.
+/// - **No thundering herd.** Only the head of the queue sleeps on a timer; a grant wakes exactly
+///   the next waiter.
+/// - **Changeable.** [`set_rate`](RateLimiter::set_rate) and
+///   [`set_burst`](RateLimiter::set_burst) take effect at once, also for those waiting.
+///
+/// Cloning is cheap (an `Arc`); every clone is the same limiter. Building one needs no runtime;
+/// waiting needs tokio's timer, and under paused time the schedule is exact.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use pacer::{Rate, RateLimiter};
+/// use tokio::time::Instant;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // Ten tasks share 2 requests per second, 2 at once.
+/// let limiter = RateLimiter::new(Rate::per_second(2), 2);
+/// let start = Instant::now();
+/// let tasks: Vec<_> = (0..10)
+///     .map(|_| {
+///         let limiter = limiter.clone();
+///         tokio::spawn(async move {
+///             limiter.acquire(1).await;
+///             start.elapsed()
+///         })
+///     })
+///     .collect();
+/// let mut last = Duration::ZERO;
+/// for task in tasks {
+///     last = last.max(task.await.unwrap());
+/// }
+/// assert_eq!(last, Duration::from_secs(4));
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RateLimiter {
+    pub(crate) shared: Arc<Shared<Limit>>,
+}
+
+impl RateLimiter {
+    /// A limiter of `burst` tokens refilled at `rate`, starting full.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `burst` is 0. Use [`RateLimiter::try_new`] for values from configuration.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(100), 10);
+    /// assert_eq!(limiter.available(), 10);
+    /// ```
+    #[track_caller]
+    #[must_use]
+    pub fn new(rate: Rate, burst: u64) -> RateLimiter {
+        match RateLimiter::try_new(rate, burst) {
+            Ok(limiter) => limiter,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A limiter of `burst` tokens refilled at `rate`, or a [`ConfigError`].
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroBurst`] if `burst` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{ConfigError, Rate, RateLimiter};
+    ///
+    /// assert!(RateLimiter::try_new(Rate::per_second(1), 1).is_ok());
+    /// assert_eq!(RateLimiter::try_new(Rate::per_second(1), 0).err(), Some(ConfigError::ZeroBurst));
+    /// ```
+    pub fn try_new(rate: Rate, burst: u64) -> Result<RateLimiter, ConfigError> {
+        if burst == 0 {
+            return Err(ConfigError::ZeroBurst);
+        }
+        let bucket = Bucket::new(rate.tokens(), rate.per().as_nanos(), burst);
+        Ok(RateLimiter::from_limit(Limit::Bucket(bucket)))
+    }
+
+    /// A limiter that warms up after an idle spell, following Guava's `SmoothWarmingUp`.
+    ///
+    /// Once warm it grants `rate`. From cold, the interval between permits starts at
+    /// `cold_factor` times the stable interval (`rate.per() / rate.tokens()`) and falls linearly
+    /// to it as stored permits are spent; the warm-up takes `warmup` longer than the same
+    /// permits at the stable rate. An idle limiter cools down over `warmup`. As in Guava, a
+    /// request waits for the previous one's price to be paid: the first request after an idle
+    /// spell goes at once, whatever it costs, and the next one pays for it. With 2 permits/s,
+    /// a 4 s warm-up and a cold factor of 3, eight acquisitions from cold wait 0, 1.375, 1.125,
+    /// 0.875, 0.625, 0.5, 0.5 and 0.5 s.
+    ///
+    /// The curve is computed in `f64`, as Guava computes it in `double`; a warming-up limiter
+    /// has no `burst` (its stored permits play that part), so
+    /// [`set_burst`](RateLimiter::set_burst) does not apply to it.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `warmup` is zero or `cold_factor` is not a finite number of at least 1.
+    /// Use [`RateLimiter::try_warming_up`] for values from configuration.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{Rate, RateLimiter};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::warming_up(Rate::per_second(2), Duration::from_secs(4), 3.0);
+    /// let mut waits = Vec::new();
+    /// for _ in 0..8 {
+    ///     let start = Instant::now();
+    ///     limiter.acquire(1).await;
+    ///     waits.push(start.elapsed().as_millis());
+    /// }
+    /// assert_eq!(waits, [0, 1375, 1125, 875, 625, 500, 500, 500]);
+    /// # }
+    /// ```
+    #[track_caller]
+    #[must_use]
+    pub fn warming_up(rate: Rate, warmup: Duration, cold_factor: f64) -> RateLimiter {
+        match RateLimiter::try_warming_up(rate, warmup, cold_factor) {
+            Ok(limiter) => limiter,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A warming-up limiter (see [`RateLimiter::warming_up`]), or a [`ConfigError`].
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroWarmup`] if `warmup` is zero, [`ConfigError::ColdFactor`] if
+    /// `cold_factor` is not finite or below 1.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{ConfigError, Rate, RateLimiter};
+    ///
+    /// let rate = Rate::per_second(2);
+    /// assert!(RateLimiter::try_warming_up(rate, Duration::from_secs(4), 3.0).is_ok());
+    /// let err = RateLimiter::try_warming_up(rate, Duration::from_secs(4), 0.5).err();
+    /// assert_eq!(err, Some(ConfigError::ColdFactor));
+    /// ```
+    pub fn try_warming_up(
+        rate: Rate,
+        warmup: Duration,
+        cold_factor: f64,
+    ) -> Result<RateLimiter, ConfigError> {
+        if warmup.is_zero() {
+            return Err(ConfigError::ZeroWarmup);
+        }
+        if !(cold_factor.is_finite() && cold_factor >= 1.0) {
+            return Err(ConfigError::ColdFactor);
+        }
+        let curve = WarmingUp::new(
+            rate.tokens(),
+            rate.per().as_nanos(),
+            Nanos::from_duration(warmup),
+            cold_factor,
+        );
+        Ok(RateLimiter::from_limit(Limit::WarmingUp(curve)))
+    }
+
+    fn from_limit(limit: Limit) -> RateLimiter {
+        RateLimiter {
+            shared: Arc::new(Shared::new(limit)),
+        }
+    }
+
+    /// Waits until `cost` tokens are granted, in arrival order.
+    ///
+    /// A cost above `burst` is allowed and pays its debt, as in shaping
+    /// [`throttle`](crate::PaceExt::throttle): it waits until the bucket is full and the rest
+    /// has flowed in, then leaves it empty. A cost of 0 passes at once. Dropping the future
+    /// gives its place in the queue to the next waiter; it has taken nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Rate, RateLimiter};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 5);
+    /// let start = Instant::now();
+    /// limiter.acquire(5).await; // the full bucket
+    /// limiter.acquire(10).await; // twice the bucket: waits for 10 tokens' worth
+    /// assert_eq!(start.elapsed().as_millis(), 1000);
+    /// # }
+    /// ```
+    pub async fn acquire(&self, cost: u64) {
+        let mut waiter = pin!(Waiter::new(&*self.shared));
+        // Without a timeout a request is never refused.
+        let _ = poll_fn(|cx| waiter.as_mut().poll_acquire(cx, cost, None)).await;
+    }
+
+    /// Takes `cost` tokens if they are there now and nobody is waiting; never waits.
+    ///
+    /// # Errors
+    ///
+    /// [`NotUntil`], with how long until the request could be granted (after those already
+    /// waiting); `Duration::MAX` for a cost above `burst`, which can only be had by waiting.
+    /// A refused request takes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(4), 1);
+    /// assert!(limiter.try_acquire(1).is_ok());
+    /// let refused = limiter.try_acquire(1).unwrap_err();
+    /// assert!(refused.retry_after() <= Duration::from_millis(250));
+    /// ```
+    pub fn try_acquire(&self, cost: u64) -> Result<(), NotUntil> {
+        self.shared.try_acquire(self.shared.now(), cost)
+    }
+
+    /// Waits for `cost` tokens only if they can be had within `timeout` (after those already
+    /// waiting); otherwise returns at once, taking nothing (Guava's
+    /// `tryAcquire(permits, timeout)`).
+    ///
+    /// The decision is made on arrival from the current rate; lowering the rate afterwards
+    /// can make an accepted request wait longer.
+    ///
+    /// # Errors
+    ///
+    /// [`NotUntil`] with how long the request would have waited.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{Rate, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(1), 1);
+    /// limiter.acquire(1).await;
+    /// let refused = limiter.acquire_timeout(1, Duration::from_millis(500)).await;
+    /// assert_eq!(refused.unwrap_err().retry_after(), Duration::from_secs(1));
+    /// assert!(limiter.acquire_timeout(1, Duration::from_secs(1)).await.is_ok());
+    /// # }
+    /// ```
+    pub async fn acquire_timeout(&self, cost: u64, timeout: Duration) -> Result<(), NotUntil> {
+        let mut waiter = pin!(Waiter::new(&*self.shared));
+        poll_fn(|cx| waiter.as_mut().poll_acquire(cx, cost, Some(timeout))).await
+    }
+
+    /// The whole tokens that could be taken now, ignoring anyone waiting.
+    ///
+    /// For a warming-up limiter: the permits that could be granted without waiting (at
+    /// least one once the previous price is paid, since a request then goes at once).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(1), 3);
+    /// limiter.try_acquire(2).unwrap();
+    /// assert_eq!(limiter.available(), 1);
+    /// ```
+    #[must_use]
+    pub fn available(&self) -> u64 {
+        let now = self.shared.now();
+        match &self.shared.lock().rule {
+            Limit::Bucket(b) => b.available(now),
+            Limit::WarmingUp(w) => w.available(now),
+        }
+    }
+
+    /// Refills at `rate` from now on. The current level, counted in tokens (what the bucket
+    /// holds, or what a waiting request still lacks), is kept, and the new rate applies to the
+    /// rest: at 1/s with one token missing, raising the rate to 100/s after 0.1 s serves the
+    /// waiter 9 ms later. Waiters re-read their deadline at once.
+    ///
+    /// On a warming-up limiter this is Guava's `setRate`: the idle time so far is stored at
+    /// the old rate, then the curve is rebuilt for the new one, keeping the stored permits'
+    /// share of the maximum.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Rate, RateLimiter};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(1), 1);
+    /// limiter.acquire(1).await;
+    /// let start = Instant::now();
+    /// let waiter = tokio::spawn({
+    ///     let limiter = limiter.clone();
+    ///     async move { limiter.acquire(1).await }
+    /// });
+    /// tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    /// limiter.set_rate(Rate::per_second(100));
+    /// waiter.await.unwrap();
+    /// assert_eq!(start.elapsed().as_millis(), 109);
+    /// # }
+    /// ```
+    pub fn set_rate(&self, rate: Rate) {
+        self.shared.update(|limit, now| match limit {
+            Limit::Bucket(b) => b.set_rate(now, rate.tokens(), rate.per().as_nanos()),
+            Limit::WarmingUp(w) => w.set_rate(now, rate.tokens(), rate.per().as_nanos()),
+        });
+    }
+
+    /// Holds at most `burst` tokens from now on, keeping the current level (capped at the new
+    /// `burst`). Waiters re-read their deadline at once. Has no effect on a warming-up limiter.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `burst` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(1), 2);
+    /// limiter.set_burst(5);
+    /// assert_eq!(limiter.available(), 2); // the level is kept
+    /// ```
+    #[track_caller]
+    pub fn set_burst(&self, burst: u64) {
+        assert!(
+            burst > 0,
+            "set_burst: `burst` is 0, so no request could ever pass; it must be at least 1"
+        );
+        self.shared.update(|limit, now| {
+            if let Limit::Bucket(b) = limit {
+                b.set_burst(now, burst);
+            }
+        });
+    }
+
+    /// A snapshot of the limiter's counters: granted, rejected, waiting now, total wait.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(1), 1);
+    /// limiter.try_acquire(1).unwrap();
+    /// assert_eq!(limiter.stats().granted, 1);
+    /// ```
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        self.shared.stats()
+    }
+}
+
+impl std::fmt::Debug for RateLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let limit = self.shared.lock().rule.clone();
+        f.debug_struct("RateLimiter")
+            .field("limit", &limit)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}

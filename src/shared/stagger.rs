@@ -1,0 +1,215 @@
+//! `Stagger`: the sliding window of `staggered_start`, shared by handle.
+
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{NotUntil, Shared, Stats, Waiter};
+use crate::core::{Nanos, Window};
+
+/// At most `k` acquisitions in any window of length `period`, shared by handle: the sliding
+/// window of [`staggered_start`](crate::PaceExt::staggered_start) for many tasks and streams
+/// (the cats-effect stagger).
+///
+/// Acquisition `i` is granted no earlier than acquisition `i - k` plus `period`: a semaphore of
+/// `k` permits, each coming back `period` after it was taken. Waiters are served in arrival
+/// order, only the first of them sleeps on a timer, and a dropped waiter gives its place to
+/// the next. Cloning is cheap; every clone is the same window.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use pacer::Stagger;
+/// use tokio::time::Instant;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // A thousand consumers, at most 100 starting in any second.
+/// let stagger = Stagger::new(100, Duration::from_secs(1));
+/// let start = Instant::now();
+/// let consumers: Vec<_> = (0..1000)
+///     .map(|_| {
+///         let stagger = stagger.clone();
+///         tokio::spawn(async move {
+///             stagger.acquire().await;
+///             start.elapsed().as_secs()
+///         })
+///     })
+///     .collect();
+/// let mut per_second = [0; 10];
+/// for consumer in consumers {
+///     per_second[consumer.await.unwrap() as usize] += 1;
+/// }
+/// assert_eq!(per_second, [100; 10]);
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Stagger {
+    pub(crate) shared: Arc<Shared<Window>>,
+}
+
+impl Stagger {
+    /// At most `k` acquisitions in any window of `period`. A zero `period` never binds.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `k` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let stagger = pacer::Stagger::new(3, Duration::from_secs(1));
+    /// assert_eq!(stagger.available_tokens(), 3);
+    /// ```
+    #[track_caller]
+    #[must_use]
+    pub fn new(k: usize, period: Duration) -> Stagger {
+        assert!(
+            k > 0,
+            "Stagger: `k` is 0, so nothing could ever start; it must be at least 1"
+        );
+        let window = Window::new(k, Nanos::from_duration(period));
+        Stagger {
+            shared: Arc::new(Shared::new(window)),
+        }
+    }
+
+    /// Waits for a token, in arrival order (cats-effect's `getRatedToken`). Dropping the
+    /// future gives its place to the next waiter.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::Stagger;
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let stagger = Stagger::new(2, Duration::from_secs(1));
+    /// let start = Instant::now();
+    /// for _ in 0..5 {
+    ///     stagger.acquire().await;
+    /// }
+    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
+    /// # }
+    /// ```
+    pub async fn acquire(&self) {
+        let mut waiter = pin!(Waiter::new(&*self.shared));
+        let _ = poll_fn(|cx| waiter.as_mut().poll_acquire(cx, 1, None)).await;
+    }
+
+    /// Takes a token if one is free now and nobody is waiting; never waits.
+    ///
+    /// # Errors
+    ///
+    /// [`NotUntil`] with how long until a token would be free (after those already waiting).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let stagger = pacer::Stagger::new(1, Duration::from_secs(60));
+    /// assert!(stagger.try_acquire().is_ok());
+    /// assert!(stagger.try_acquire().unwrap_err().retry_after() <= Duration::from_secs(60));
+    /// ```
+    pub fn try_acquire(&self) -> Result<(), NotUntil> {
+        self.shared.try_acquire(self.shared.now(), 1)
+    }
+
+    /// How many tokens could be taken now: `k` minus the acquisitions in the last `period`,
+    /// ignoring anyone waiting.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let stagger = pacer::Stagger::new(3, Duration::from_secs(60));
+    /// stagger.try_acquire().unwrap();
+    /// assert_eq!(stagger.available_tokens(), 2);
+    /// ```
+    #[must_use]
+    pub fn available_tokens(&self) -> usize {
+        let now = self.shared.now();
+        self.shared.lock().rule.available(now)
+    }
+
+    /// Waits for a token, then runs `future` and returns its output.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let stagger = pacer::Stagger::new(1, Duration::from_secs(1));
+    /// let answer = stagger.run_when_token_available(async { 6 * 7 }).await;
+    /// assert_eq!(answer, 42);
+    /// # }
+    /// ```
+    pub async fn run_when_token_available<F: Future>(&self, future: F) -> F::Output {
+        self.acquire().await;
+        future.await
+    }
+
+    /// At most `k` per `period` from now on. Past acquisitions still count against the new
+    /// limit (those older than the previous `period` may already be forgotten); waiters
+    /// re-read their deadline at once.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `k` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let stagger = pacer::Stagger::new(1, Duration::from_secs(60));
+    /// stagger.try_acquire().unwrap();
+    /// stagger.set_limit(3, Duration::from_secs(60));
+    /// assert_eq!(stagger.available_tokens(), 2);
+    /// ```
+    #[track_caller]
+    pub fn set_limit(&self, k: usize, period: Duration) {
+        assert!(
+            k > 0,
+            "Stagger::set_limit: `k` is 0, so nothing could ever start; it must be at least 1"
+        );
+        let period = Nanos::from_duration(period);
+        self.shared.update(|window, _| window.set_limit(k, period));
+    }
+
+    /// A snapshot of the counters: granted, rejected, waiting now, total wait.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let stagger = pacer::Stagger::new(1, Duration::from_secs(1));
+    /// stagger.try_acquire().unwrap();
+    /// assert_eq!(stagger.stats().granted, 1);
+    /// ```
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        self.shared.stats()
+    }
+}
+
+impl std::fmt::Debug for Stagger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let window = self.shared.lock().rule.clone();
+        f.debug_struct("Stagger")
+            .field("window", &window)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}

@@ -1,0 +1,86 @@
+//! `staggered_start_with`: `staggered_start` drawing on a shared [`Stagger`].
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_core::stream::FusedStream;
+use futures_core::Stream;
+use pin_project_lite::pin_project;
+
+use super::shared_paced::SharedPaced;
+use crate::core::Window;
+use crate::Stagger;
+
+pin_project! {
+    /// Stream for [`staggered_start_with`](crate::PaceExt::staggered_start_with): items let
+    /// through by a shared [`Stagger`], at most `k` per window among all its users.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures_util::StreamExt;
+    /// use pacer::{PaceExt, Stagger, StaggeredStartWith};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let stagger = Stagger::new(2, Duration::from_secs(1));
+    /// let a: StaggeredStartWith<_> = futures_util::stream::iter(0..3).staggered_start_with(&stagger);
+    /// let b = futures_util::stream::iter(3..6).staggered_start_with(&stagger);
+    /// let start = tokio::time::Instant::now();
+    /// let (a, b) = tokio::join!(a.count(), b.count());
+    /// assert_eq!(a + b, 6);
+    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
+    /// # }
+    /// ```
+    #[must_use = "streams do nothing unless polled"]
+    pub struct StaggeredStartWith<S: Stream> {
+        #[pin]
+        inner: SharedPaced<S, Window>,
+    }
+}
+
+impl<S: Stream> StaggeredStartWith<S> {
+    pub(crate) fn new(stream: S, stagger: &Stagger) -> Self {
+        StaggeredStartWith {
+            inner: SharedPaced::new(stream, stagger.shared.clone()),
+        }
+    }
+}
+
+accessors!(
+    StaggeredStartWith [S: Stream] [S],
+    inner,
+    "futures_util::stream::iter([1, 2, 3]).staggered_start_with(&pacer::Stagger::new(1, Duration::from_secs(1)))"
+);
+
+impl<S: Stream> Stream for StaggeredStartWith<S> {
+    type Item = S::Item;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        self.project().inner.poll_granted(cx, |_| 1)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+impl<S: Stream> FusedStream for StaggeredStartWith<S> {
+    fn is_terminated(&self) -> bool {
+        self.inner.is_terminated()
+    }
+}
+
+impl<S> fmt::Debug for StaggeredStartWith<S>
+where
+    S: Stream + fmt::Debug,
+    S::Item: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StaggeredStartWith")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}

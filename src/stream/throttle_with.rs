@@ -1,0 +1,134 @@
+//! `throttle_with`: `throttle` drawing on a shared [`RateLimiter`].
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_core::stream::FusedStream;
+use futures_core::Stream;
+use pin_project_lite::pin_project;
+
+use super::shared_paced::SharedPaced;
+use super::{Enforcing, RateExceeded, Shaping};
+use crate::shared::Limit;
+use crate::RateLimiter;
+
+pin_project! {
+    /// Stream for [`throttle_with`](crate::PaceExt::throttle_with): items paced by a shared
+    /// [`RateLimiter`], each costing `cost(&item)` tokens.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use pacer::{PaceExt, Rate, RateLimiter, Shaping, ThrottleWith};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    /// let a: ThrottleWith<_, _, Shaping> =
+    ///     futures_util::stream::iter(0..5).throttle_with(&limiter, |_| 1, Shaping);
+    /// let b = futures_util::stream::iter(5..10).throttle_with(&limiter, |_| 1, Shaping);
+    /// let start = tokio::time::Instant::now();
+    /// let (a, b) = tokio::join!(a.count(), b.count());
+    /// assert_eq!(a + b, 10);
+    /// // Ten items between both streams, one per 100 ms.
+    /// assert_eq!(start.elapsed().as_millis(), 900);
+    /// # }
+    /// ```
+    #[must_use = "streams do nothing unless polled"]
+    pub struct ThrottleWith<S: Stream, F, M> {
+        #[pin]
+        inner: SharedPaced<S, Limit>,
+        cost: F,
+        mode: M,
+    }
+}
+
+impl<S: Stream, F, M> ThrottleWith<S, F, M> {
+    pub(crate) fn new(stream: S, limiter: &RateLimiter, cost: F, mode: M) -> Self {
+        ThrottleWith {
+            inner: SharedPaced::new(stream, limiter.shared.clone()),
+            cost,
+            mode,
+        }
+    }
+}
+
+accessors!(
+    ThrottleWith [S: Stream, F, M] [S, F, M],
+    inner,
+    "futures_util::stream::iter([1, 2, 3]).throttle_with(&pacer::RateLimiter::new(Rate::per_second(1), 1), |_| 1, Shaping)"
+);
+
+impl<S, F> Stream for ThrottleWith<S, F, Shaping>
+where
+    S: Stream,
+    F: FnMut(&S::Item) -> u64,
+{
+    type Item = S::Item;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        let me = self.project();
+        me.inner.poll_granted(cx, me.cost)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+impl<S, F> Stream for ThrottleWith<S, F, Enforcing>
+where
+    S: Stream,
+    F: FnMut(&S::Item) -> u64,
+{
+    type Item = Result<S::Item, RateExceeded<S::Item>>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let me = self.project();
+        me.inner.poll_checked(cx, me.cost).map(|next| {
+            next.map(|checked| {
+                checked.map_err(|(item, wait)| RateExceeded::new(item, wait.to_duration()))
+            })
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+impl<S, F> FusedStream for ThrottleWith<S, F, Shaping>
+where
+    S: Stream,
+    F: FnMut(&S::Item) -> u64,
+{
+    fn is_terminated(&self) -> bool {
+        self.inner.is_terminated()
+    }
+}
+
+impl<S, F> FusedStream for ThrottleWith<S, F, Enforcing>
+where
+    S: Stream,
+    F: FnMut(&S::Item) -> u64,
+{
+    fn is_terminated(&self) -> bool {
+        self.inner.is_terminated()
+    }
+}
+
+impl<S, F, M> fmt::Debug for ThrottleWith<S, F, M>
+where
+    S: Stream + fmt::Debug,
+    S::Item: fmt::Debug,
+    M: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThrottleWith")
+            .field("inner", &self.inner)
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
