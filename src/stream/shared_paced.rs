@@ -9,6 +9,7 @@ use std::task::{ready, Context, Poll};
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
+use super::paced::Checked;
 use crate::core::Nanos;
 use crate::shared::{Rule, Shared, Waiter};
 
@@ -104,7 +105,7 @@ impl<S: Stream, R: Rule> SharedPaced<S, R> {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         cost: impl FnOnce(&S::Item) -> u64,
-    ) -> Poll<Option<Result<S::Item, (S::Item, Nanos)>>> {
+    ) -> Poll<Option<Checked<S::Item>>> {
         let Some(item) = ready!(self.as_mut().poll_upstream(cx)) else {
             return Poll::Ready(None);
         };
