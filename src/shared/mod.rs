@@ -30,8 +30,8 @@ pub use stagger::Stagger;
 pub(crate) trait Rule: Clone {
     /// When a request of `cost` that has been at the head of the queue since `since` may go.
     fn earliest(&self, since: Nanos, cost: u64) -> Nanos;
-    /// Charges a request of `cost` granted at `now`.
-    fn commit(&mut self, now: Nanos, cost: u64);
+    /// Charges a request of `cost` granted at `now`, which has headed the queue since `since`.
+    fn commit(&mut self, now: Nanos, since: Nanos, cost: u64);
     /// Whether a request of `cost` can only ever be had by waiting, so that asking without
     /// waiting is pointless.
     fn needs_wait(&self, cost: u64) -> bool;
@@ -41,7 +41,7 @@ impl Rule for Bucket {
     fn earliest(&self, since: Nanos, cost: u64) -> Nanos {
         Bucket::earliest(self, since, cost)
     }
-    fn commit(&mut self, now: Nanos, cost: u64) {
+    fn commit(&mut self, now: Nanos, _: Nanos, cost: u64) {
         Bucket::commit(self, now, cost);
     }
     fn needs_wait(&self, cost: u64) -> bool {
@@ -53,8 +53,11 @@ impl Rule for WarmingUp {
     fn earliest(&self, _: Nanos, _: u64) -> Nanos {
         WarmingUp::earliest(self)
     }
-    fn commit(&mut self, now: Nanos, cost: u64) {
-        WarmingUp::commit(self, now, cost);
+    fn commit(&mut self, now: Nanos, since: Nanos, cost: u64) {
+        // Guava reserves on arrival: a request that waited is charged as of the moment its
+        // turn came, not as of the (up to a tick late) wake-up, so lateness does not add up.
+        let due = since.max(WarmingUp::earliest(self)).min(now);
+        WarmingUp::commit(self, due, cost);
     }
     fn needs_wait(&self, _: u64) -> bool {
         false
@@ -65,7 +68,7 @@ impl Rule for Window {
     fn earliest(&self, since: Nanos, _: u64) -> Nanos {
         Window::earliest(self, since)
     }
-    fn commit(&mut self, now: Nanos, _: u64) {
+    fn commit(&mut self, now: Nanos, _: Nanos, _: u64) {
         Window::commit(self, now);
     }
     fn needs_wait(&self, _: u64) -> bool {
@@ -242,7 +245,7 @@ impl<R: Rule> Shared<R> {
         } else {
             match st.rule.earliest(now, cost) {
                 at if at <= now => {
-                    st.rule.commit(now, cost);
+                    st.rule.commit(now, now, cost);
                     st.granted += 1;
                     return Ok(());
                 }
@@ -299,11 +302,12 @@ impl<R: Rule> Shared<R> {
             }
             return Step::Wait(at);
         }
+        let since = head.since;
         if let Some(entry) = st.queue.pop_front() {
             st.waited += u128::from(now.saturating_sub(entry.enqueued).0);
         }
         *ticket = None;
-        st.rule.commit(now, cost);
+        st.rule.commit(now, since, cost);
         st.granted += 1;
         let next = st.promote(now);
         drop(st);
@@ -327,7 +331,7 @@ impl<R: Rule> Shared<R> {
         let step = if st.queue.is_empty() {
             let at = st.rule.earliest(now, cost);
             if at <= now {
-                st.rule.commit(now, cost);
+                st.rule.commit(now, now, cost);
                 st.granted += 1;
                 return Ok(Step::Granted);
             }
@@ -406,7 +410,7 @@ impl<R: Rule> State<R> {
         for (i, entry) in self.queue.iter().enumerate() {
             let since = if i == 0 { entry.since } else { t };
             t = t.max(rule.earliest(since, entry.cost));
-            rule.commit(t, entry.cost);
+            rule.commit(t, since, entry.cost);
         }
         t.max(rule.earliest(t, cost))
     }

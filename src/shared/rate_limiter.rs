@@ -23,10 +23,10 @@ impl Rule for Limit {
             Limit::WarmingUp(w) => Rule::earliest(w, since, cost),
         }
     }
-    fn commit(&mut self, now: Nanos, cost: u64) {
+    fn commit(&mut self, now: Nanos, since: Nanos, cost: u64) {
         match self {
-            Limit::Bucket(b) => Rule::commit(b, now, cost),
-            Limit::WarmingUp(w) => Rule::commit(w, now, cost),
+            Limit::Bucket(b) => Rule::commit(b, now, since, cost),
+            Limit::WarmingUp(w) => Rule::commit(w, now, since, cost),
         }
     }
     fn needs_wait(&self, cost: u64) -> bool {

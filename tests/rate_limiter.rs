@@ -1,0 +1,348 @@
+//! `RateLimiter`: the scenarios and edge cases, under paused time unless marked.
+
+mod common;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{nanos_since, MS};
+use pacer::{Rate, RateLimiter};
+use tokio::time::{sleep, Instant};
+
+/// Spawns one task per cost, in order and each a moment after the previous one, so that they
+/// queue in that order; returns (index, grant time in ms) in grant order.
+async fn grants(limiter: &RateLimiter, costs: &[u64]) -> Vec<(usize, u64)> {
+    let start = Instant::now();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (i, &cost) in costs.iter().enumerate() {
+        let limiter = limiter.clone();
+        let log = log.clone();
+        tasks.push(tokio::spawn(async move {
+            limiter.acquire(cost).await;
+            log.lock().unwrap().push((i, nanos_since(start) / MS));
+        }));
+        tokio::task::yield_now().await;
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let log = log.lock().unwrap().clone();
+    log
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_are_served_in_arrival_order() {
+    let limiter = RateLimiter::new(Rate::per_second(10), 2);
+    let got = grants(&limiter, &[1; 6]).await;
+    assert_eq!(
+        got,
+        [(0, 0), (1, 0), (2, 100), (3, 200), (4, 300), (5, 400)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_large_request_is_not_starved_by_small_ones() {
+    // The cost-4 request queues second; the small ones behind it wait for it, even though
+    // each of them alone would fit earlier.
+    let limiter = RateLimiter::new(Rate::per_second(10), 4);
+    let got = grants(&limiter, &[4, 4, 1, 1, 1]).await;
+    assert_eq!(got, [(0, 0), (1, 400), (2, 500), (3, 600), (4, 700)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cost_above_burst_pays_its_debt_and_zero_cost_passes() {
+    let limiter = RateLimiter::new(Rate::per_second(10), 5);
+    let got = grants(&limiter, &[5, 10, 1]).await;
+    assert_eq!(got, [(0, 0), (1, 1000), (2, 1100)]);
+    // Cost 0 goes at once, even with others waiting.
+    let waiting = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.acquire(1).await }
+    });
+    tokio::task::yield_now().await;
+    assert_eq!(limiter.stats().waiting, 1);
+    let start = Instant::now();
+    limiter.acquire(0).await;
+    assert_eq!(limiter.try_acquire(0), Ok(()));
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    waiting.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn try_acquire_never_jumps_the_queue() {
+    let limiter = RateLimiter::new(Rate::per_second(10), 3);
+    limiter.try_acquire(2).unwrap();
+    // One token left; a request for 3 queues.
+    let big = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.acquire(3).await }
+    });
+    tokio::task::yield_now().await;
+    // A cost of 1 would fit now, but someone is waiting.
+    let refused = limiter.try_acquire(1).unwrap_err();
+    // The big one leaves at 200 ms and empties the bucket; one more token at 300 ms.
+    assert_eq!(refused.retry_after(), Duration::from_millis(300));
+    big.await.unwrap();
+    assert_eq!(Instant::now().elapsed(), Duration::ZERO);
+    assert_eq!(limiter.stats().rejected, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn try_acquire_above_burst_is_never_possible() {
+    let limiter = RateLimiter::new(Rate::per_second(10), 5);
+    assert_eq!(
+        limiter.try_acquire(6).unwrap_err().retry_after(),
+        Duration::MAX
+    );
+    assert_eq!(limiter.available(), 5, "a refusal takes nothing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn acquire_timeout_takes_nothing_when_it_gives_up() {
+    let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    limiter.acquire(1).await;
+    let start = Instant::now();
+    let refused = limiter.acquire_timeout(1, Duration::from_millis(99)).await;
+    assert_eq!(
+        refused.unwrap_err().retry_after(),
+        Duration::from_millis(100)
+    );
+    assert_eq!(start.elapsed(), Duration::ZERO, "refused at once");
+    assert!(limiter
+        .acquire_timeout(1, Duration::from_millis(100))
+        .await
+        .is_ok());
+    assert_eq!(start.elapsed(), Duration::from_millis(100));
+    // With someone queued, the projection counts them.
+    let queued = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.acquire(1).await }
+    });
+    tokio::task::yield_now().await;
+    let refused = limiter.acquire_timeout(1, Duration::from_millis(150)).await;
+    assert_eq!(
+        refused.unwrap_err().retry_after(),
+        Duration::from_millis(200)
+    );
+    queued.await.unwrap();
+    assert_eq!(limiter.stats().waiting, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_waiter_gives_its_place_back() {
+    // 1/s: A takes the token at 0; B and C queue. B is cancelled at 500 ms: C is served at
+    // 1 s, as if B had never been there.
+    let limiter = RateLimiter::new(Rate::per_second(1), 1);
+    let start = Instant::now();
+    limiter.acquire(1).await;
+    let b = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.acquire(1).await }
+    });
+    tokio::task::yield_now().await;
+    let c = tokio::spawn({
+        let limiter = limiter.clone();
+        async move {
+            limiter.acquire(1).await;
+            start.elapsed()
+        }
+    });
+    tokio::task::yield_now().await;
+    assert_eq!(limiter.stats().waiting, 2);
+    sleep(Duration::from_millis(500)).await;
+    b.abort();
+    assert!(b.await.unwrap_err().is_cancelled());
+    assert_eq!(c.await.unwrap(), Duration::from_secs(1));
+    assert_eq!(limiter.stats().waiting, 0);
+    assert_eq!(limiter.stats().granted, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn raising_the_rate_serves_a_waiter_early() {
+    let limiter = RateLimiter::new(Rate::per_second(1), 1);
+    limiter.acquire(1).await;
+    let start = Instant::now();
+    let waiter = tokio::spawn({
+        let limiter = limiter.clone();
+        async move {
+            limiter.acquire(1).await;
+            start.elapsed()
+        }
+    });
+    sleep(Duration::from_millis(100)).await;
+    limiter.set_rate(Rate::per_second(100));
+    assert_eq!(waiter.await.unwrap(), Duration::from_millis(109));
+}
+
+#[tokio::test(start_paused = true)]
+async fn halving_the_rate_halves_the_observed_rate() {
+    let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    let start = Instant::now();
+    let mut times = Vec::new();
+    for i in 0..20 {
+        if i == 10 {
+            limiter.set_rate(Rate::per_second(5));
+        }
+        limiter.acquire(1).await;
+        times.push(start.elapsed().as_millis());
+    }
+    let gaps: Vec<u128> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps[..9].iter().all(|&g| g == 100), "{times:?}");
+    assert!(gaps[10..].iter().all(|&g| g == 200), "{times:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn set_burst_keeps_the_level_and_wakes_waiters() {
+    let limiter = RateLimiter::new(Rate::per_second(10), 2);
+    limiter.acquire(2).await;
+    let start = Instant::now();
+    let big = tokio::spawn({
+        let limiter = limiter.clone();
+        async move {
+            limiter.acquire(4).await;
+            start.elapsed()
+        }
+    });
+    tokio::task::yield_now().await;
+    // A cost of 4 above a burst of 2 pays its debt: full at 200 ms, then 2 more: 400 ms.
+    // With a burst of 4 it waits for 4 tokens: 400 ms too, but now within the bucket.
+    limiter.set_burst(4);
+    assert_eq!(big.await.unwrap(), Duration::from_millis(400));
+    assert_eq!(limiter.available(), 0);
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(limiter.available(), 4);
+}
+
+/// Counts how often the wrapped future is polled.
+struct Polls<F> {
+    inner: std::pin::Pin<Box<F>>,
+    polls: Arc<AtomicUsize>,
+}
+
+impl<F: Future> Future for Polls<F> {
+    type Output = F::Output;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_wakes_only_the_next_waiter() {
+    let limiter = RateLimiter::new(Rate::per_second(100), 1);
+    limiter.acquire(1).await;
+    let polls = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..100 {
+        let limiter = limiter.clone();
+        let fut = async move { limiter.acquire(1).await };
+        tasks.push(tokio::spawn(Polls {
+            inner: Box::pin(fut),
+            polls: polls.clone(),
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // Each waiter is polled when spawned, when it becomes the head, and when its timer
+    // fires: three times at most, never once per grant of another.
+    let polls = polls.load(Ordering::Relaxed);
+    assert!(
+        polls <= 300,
+        "{polls} polls for 100 waiters: a thundering herd"
+    );
+    assert_eq!(limiter.stats().granted, 101);
+}
+
+#[tokio::test(start_paused = true)]
+async fn guava_warm_up_schedule() {
+    // Guava's RateLimiterTest.testWarmUp, acquire by acquire.
+    let limiter = RateLimiter::warming_up(Rate::per_second(2), Duration::from_secs(4), 3.0);
+    async fn eight(limiter: &RateLimiter) -> Vec<u128> {
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            let start = Instant::now();
+            limiter.acquire(1).await;
+            waits.push(start.elapsed().as_millis());
+        }
+        waits
+    }
+    let cold = [0, 1375, 1125, 875, 625, 500, 500, 500];
+    assert_eq!(eight(&limiter).await, cold);
+    sleep(Duration::from_millis(500 + 4_000)).await;
+    assert_eq!(eight(&limiter).await, cold);
+    sleep(Duration::from_millis(500 + 2_000)).await;
+    assert_eq!(
+        eight(&limiter).await,
+        [0, 500, 500, 500, 500, 500, 500, 500]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn guava_warm_up_with_another_cold_factor() {
+    // testWarmUpWithColdFactor: 5/s, 4 s, cold factor 10 (cool-down 293 ms, not 200 ms).
+    // Guava's waits (0.00, 1.75, 1.26, 0.76, 0.30, 0.20...) are 1752.5 ms, 1257.5 ms, ...:
+    // not whole milliseconds, so each grant comes out on the next tick, and the next wait
+    // is measured from there.
+    let limiter = RateLimiter::warming_up(Rate::per_second(5), Duration::from_secs(4), 10.0);
+    let guava_ms = [0.0, 1752.5, 1257.5, 762.5, 300.1, 200.0, 200.0, 200.0];
+    let start = Instant::now();
+    let mut ideal = 0.0;
+    for expected in guava_ms {
+        limiter.acquire(1).await;
+        ideal += expected;
+        let at = start.elapsed().as_secs_f64() * 1e3;
+        assert!(
+            at >= ideal - 0.01 && at <= ideal + 1.0,
+            "granted at {at} ms, Guava's schedule says {ideal} ms"
+        );
+    }
+}
+
+#[test]
+fn bad_configuration_is_a_typed_error() {
+    use pacer::ConfigError;
+    let rate = Rate::per_second(1);
+    assert_eq!(
+        RateLimiter::try_new(rate, 0).err(),
+        Some(ConfigError::ZeroBurst)
+    );
+    let four = Duration::from_secs(4);
+    for bad in [0.0, 0.99, f64::NAN, f64::INFINITY, -3.0] {
+        let err = RateLimiter::try_warming_up(rate, four, bad).err();
+        assert_eq!(err, Some(ConfigError::ColdFactor), "{bad}");
+    }
+    let err = RateLimiter::try_warming_up(rate, Duration::ZERO, 3.0).err();
+    assert_eq!(err, Some(ConfigError::ZeroWarmup));
+    assert!(ConfigError::ColdFactor.to_string().contains("cold_factor"));
+}
+
+#[test]
+#[should_panic(expected = "`cold_factor` must be a finite number of at least 1")]
+fn warming_up_panics_on_a_bad_cold_factor() {
+    let _ = RateLimiter::warming_up(Rate::per_second(1), Duration::from_secs(1), 0.5);
+}
+
+#[test]
+#[should_panic(expected = "`burst` is 0")]
+fn new_panics_on_zero_burst() {
+    let _ = RateLimiter::new(Rate::per_second(1), 0);
+}
+
+#[test]
+fn handles_are_send_sync_and_cheap_to_clone() {
+    fn send_sync<T: Send + Sync + Clone + 'static>() {}
+    send_sync::<RateLimiter>();
+    send_sync::<pacer::Stagger>();
+    fn send<T: Send>(_: T) {}
+    let limiter = RateLimiter::new(Rate::per_second(1), 1);
+    send(limiter.acquire(1));
+    send(limiter.acquire_timeout(1, Duration::ZERO));
+    assert!(format!("{limiter:?}").starts_with("RateLimiter"));
+}
