@@ -5,7 +5,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{collect_timed, nanos_since, timeline, MS};
+use common::{collect_timed, nanos_since, timeline, within_an_hour, MS};
 use futures_util::{stream, StreamExt};
 use pacer::{Enforcing, PaceExt, Rate, RateLimiter, Shaping, Stagger};
 use tokio::time::{sleep, Instant};
@@ -38,7 +38,7 @@ async fn ten_thousand_tasks_at_a_hundred_per_second() {
         .collect();
     let mut starts = Vec::with_capacity(10_000);
     for task in tasks {
-        starts.push(task.await.unwrap());
+        starts.push(within_an_hour(task).await.unwrap());
     }
     starts.sort_unstable();
     assert_eq!(starts.len(), 10_000, "every task starts");
@@ -50,9 +50,10 @@ async fn ten_thousand_tasks_at_a_hundred_per_second() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_tasks_at_a_thousand_per_second_in_real_time() {
-    // Real time: 10 per 10 ms. A start is recorded just after its grant, a few microseconds
-    // late at most, so windows are checked 1 ms narrower than the period.
-    let stagger = Stagger::new(10, Duration::from_millis(10));
+    // Real time: 100 per 100 ms. A start is recorded just after its grant, which on a loaded
+    // machine can be a few milliseconds late, so windows are checked 10 ms narrower than
+    // the period.
+    let stagger = Stagger::new(100, Duration::from_millis(100));
     let start = std::time::Instant::now();
     let tasks: Vec<_> = (0..1_000)
         .map(|_| {
@@ -65,14 +66,15 @@ async fn a_thousand_tasks_at_a_thousand_per_second_in_real_time() {
         .collect();
     let mut starts = Vec::new();
     for task in tasks {
-        starts.push(task.await.unwrap());
+        starts.push(within_an_hour(task).await.unwrap());
     }
     starts.sort_unstable();
     assert_eq!(starts.len(), 1_000);
-    let most = most_in_window(&starts, 9 * MS);
-    assert!(most <= 10, "{most} starts within 9 ms");
-    // 1,000 starts at 10 per 10 ms take at least 990 ms.
-    assert!(*starts.last().unwrap() >= 990 * MS);
+    let most = most_in_window(&starts, 90 * MS);
+    assert!(most <= 100, "{most} starts within 90 ms");
+    // 1,000 starts at 100 per 100 ms take at least 900 ms.
+    assert!(*starts.last().unwrap() >= 900 * MS);
+    assert_eq!(stagger.stats().granted, 1_000);
 }
 
 #[tokio::test(start_paused = true)]
@@ -96,7 +98,7 @@ async fn try_acquire_and_available_tokens() {
     tokio::task::yield_now().await;
     sleep(Duration::from_secs(1)).await;
     // At 2 s both permits came back; the waiter takes one, one is free, no one waits.
-    waiter.await.unwrap();
+    within_an_hour(waiter).await.unwrap();
     assert_eq!(stagger.available_tokens(), 1);
     assert_eq!(stagger.stats().rejected, 1);
 }
@@ -116,7 +118,10 @@ async fn set_limit_applies_at_once_and_keeps_past_grants() {
     sleep(Duration::from_secs(1)).await;
     // Two per 10 s: the grant at 0 s still counts, and there is room for one more now.
     stagger.set_limit(2, Duration::from_secs(10));
-    assert_eq!(waiter.await.unwrap(), Duration::from_secs(1));
+    assert_eq!(
+        within_an_hour(waiter).await.unwrap(),
+        Duration::from_secs(1)
+    );
     assert_eq!(stagger.available_tokens(), 0);
     stagger.set_limit(1, Duration::from_secs(2));
     // Only the most recent grant (1 s) counts now: next at 3 s.
@@ -145,7 +150,7 @@ async fn run_when_token_available_runs_in_turn() {
         .collect();
     let mut outputs = Vec::new();
     for task in tasks {
-        outputs.push(task.await.unwrap());
+        outputs.push(within_an_hour(task).await.unwrap());
     }
     assert_eq!(outputs, [0, 10, 20]);
     assert_eq!(*order.lock().unwrap(), [(0, 0), (1, 100), (2, 200)]);

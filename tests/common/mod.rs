@@ -128,3 +128,11 @@ impl NaiveBucket {
         self.at = u128::from(at);
     }
 }
+
+/// Awaits `f`, failing the test (instead of hanging it) if it takes longer than an hour of
+/// paused time: under paused time a lost wake-up would otherwise park the runtime forever.
+pub async fn within_an_hour<F: Future>(f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(3600), f)
+        .await
+        .expect("still pending after an hour: a lost wake-up?")
+}
