@@ -6,6 +6,8 @@
 //! charged when it is granted, never before, so a waiter that gives up (a dropped future, a
 //! dropped stream) has taken nothing and leaves nothing behind but its place in the queue.
 
+#[cfg(all(test, pacer_loom))]
+mod loom;
 mod rate_limiter;
 mod stagger;
 
