@@ -97,7 +97,7 @@ proptest! {
             let start = Instant::now();
             let log = Arc::new(Mutex::new(Vec::new()));
             let mut tasks = Vec::new();
-            for (s, items) in streams.iter().enumerate() {
+            for items in &streams {
                 let mut at = 0;
                 let schedule: Vec<(u64, (usize, u64))> = items
                     .iter()

@@ -18,7 +18,7 @@ const LATER: Nanos = Nanos(1_000_000);
 /// Polls a request at `now` until it is granted or queued; returns whether it was granted.
 fn ask<R: super::Rule>(shared: &Shared<R>, ticket: &mut Option<u64>, now: Nanos) -> bool {
     matches!(
-        shared.poll(now, ticket, 1, Waker::noop(), None),
+        shared.poll_at(now, ticket, 1, Waker::noop()),
         Ok(Step::Granted)
     )
 }
@@ -31,7 +31,7 @@ fn grants_never_exceed_the_burst_and_cancel_leaves_nothing() {
 
         let trier = {
             let shared = shared.clone();
-            thread::spawn(move || usize::from(shared.try_acquire(AT_ONCE, 1).is_ok()))
+            thread::spawn(move || usize::from(shared.try_acquire_at(AT_ONCE, 1).is_ok()))
         };
         let quitter = {
             let shared = shared.clone();
@@ -39,7 +39,7 @@ fn grants_never_exceed_the_burst_and_cancel_leaves_nothing() {
                 let mut ticket = None;
                 let granted = ask(&shared, &mut ticket, AT_ONCE);
                 if let Some(ticket) = ticket.take() {
-                    shared.cancel(AT_ONCE, ticket);
+                    shared.cancel(ticket);
                 }
                 usize::from(granted)
             })
@@ -75,7 +75,7 @@ fn a_cancelled_head_hands_over_to_the_next() {
     loom::model(|| {
         let shared = Arc::new(Shared::new(Window::new(1, LATER)));
         // Take the only permit, so that both requests below must queue.
-        assert!(shared.try_acquire(AT_ONCE, 1).is_ok());
+        assert!(shared.try_acquire_at(AT_ONCE, 1).is_ok());
 
         let quitter = {
             let shared = shared.clone();
@@ -83,7 +83,7 @@ fn a_cancelled_head_hands_over_to_the_next() {
                 let mut ticket = None;
                 assert!(!ask(&shared, &mut ticket, AT_ONCE));
                 if let Some(ticket) = ticket {
-                    shared.cancel(AT_ONCE, ticket);
+                    shared.cancel(ticket);
                 }
             })
         };
@@ -96,7 +96,7 @@ fn a_cancelled_head_hands_over_to_the_next() {
         assert_eq!(shared.stats().granted, 2);
         assert_eq!(shared.stats().waiting, 0);
         assert_eq!(
-            shared.poll(LATER, &mut None, 1, Waker::noop(), None),
+            shared.poll_at(LATER, &mut None, 1, Waker::noop()),
             Ok(Step::Wait(Nanos(2 * LATER.0)))
         );
     });

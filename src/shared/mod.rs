@@ -233,9 +233,28 @@ impl<R: Rule> Shared<R> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Grants `cost` at `now` if that needs no waiting and nobody is queued.
-    pub(crate) fn try_acquire(&self, now: Nanos, cost: u64) -> Result<(), NotUntil> {
-        let mut st = self.lock();
+    /// Grants `cost` now if that needs no waiting and nobody is queued.
+    ///
+    /// The clock is read under the lock, so that grants are recorded in the order they
+    /// happen: a thread paused between reading the clock and taking the lock would otherwise
+    /// record its grant earlier than one already made.
+    pub(crate) fn try_acquire(&self, cost: u64) -> Result<(), NotUntil> {
+        let st = self.lock();
+        let now = self.now();
+        self.try_acquire_locked(st, now, cost)
+    }
+
+    #[cfg(all(test, pacer_loom))]
+    pub(crate) fn try_acquire_at(&self, now: Nanos, cost: u64) -> Result<(), NotUntil> {
+        self.try_acquire_locked(self.lock(), now, cost)
+    }
+
+    fn try_acquire_locked(
+        &self,
+        mut st: MutexGuard<'_, State<R>>,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<(), NotUntil> {
         if cost == 0 {
             st.granted += 1;
             return Ok(());
@@ -260,18 +279,42 @@ impl<R: Rule> Shared<R> {
         Err(NotUntil::new(refused))
     }
 
-    /// Advances the request behind `ticket` (`None`: not queued yet). A new request joins the
-    /// queue unless `limit` is given and it could not be granted by then, in which case it is
-    /// refused with the time it would have taken.
+    /// Advances the request behind `ticket` (`None`: not queued yet), reading the clock under
+    /// the lock. A new request joins the queue unless it could not be granted within
+    /// `timeout`, in which case it is refused with the time it would have taken.
     pub(crate) fn poll(
         &self,
+        ticket: &mut Option<u64>,
+        cost: u64,
+        waker: &Waker,
+        timeout: Option<Duration>,
+    ) -> Result<Step, NotUntil> {
+        let st = self.lock();
+        let now = self.now();
+        let limit = timeout.map(|t| now.saturating_add(Nanos::from_duration(t)));
+        self.poll_locked(st, now, ticket, cost, waker, limit)
+    }
+
+    #[cfg(all(test, pacer_loom))]
+    pub(crate) fn poll_at(
+        &self,
+        now: Nanos,
+        ticket: &mut Option<u64>,
+        cost: u64,
+        waker: &Waker,
+    ) -> Result<Step, NotUntil> {
+        self.poll_locked(self.lock(), now, ticket, cost, waker, None)
+    }
+
+    fn poll_locked(
+        &self,
+        mut st: MutexGuard<'_, State<R>>,
         now: Nanos,
         ticket: &mut Option<u64>,
         cost: u64,
         waker: &Waker,
         limit: Option<Nanos>,
     ) -> Result<Step, NotUntil> {
-        let mut st = self.lock();
         if let Some(mine) = *ticket {
             match st.queue.iter().position(|e| e.ticket == mine) {
                 Some(0) => return Ok(self.advance_head(st, now, ticket, cost, waker)),
@@ -371,8 +414,9 @@ impl<R: Rule> Shared<R> {
     }
 
     /// Takes the request behind `ticket` out of the queue, giving its place to the next.
-    pub(crate) fn cancel(&self, now: Nanos, ticket: u64) {
+    pub(crate) fn cancel(&self, ticket: u64) {
         let mut st = self.lock();
+        let now = self.now();
         let Some(i) = st.queue.iter().position(|e| e.ticket == ticket) else {
             return;
         };
@@ -384,8 +428,8 @@ impl<R: Rule> Shared<R> {
 
     /// Changes the rule at `now`; the head of the queue re-reads its deadline.
     pub(crate) fn update(&self, f: impl FnOnce(&mut R, Nanos)) {
-        let now = self.now();
         let mut st = self.lock();
+        let now = self.now();
         f(&mut st.rule, now);
         let head = st.queue.front_mut().and_then(|head| head.waker.take());
         drop(st);
@@ -485,8 +529,7 @@ pin_project! {
         fn drop(this: Pin<&mut Self>) {
             let me = this.project();
             if let Some(ticket) = me.ticket.take() {
-                let shared = me.handle.shared();
-                shared.cancel(shared.now(), ticket);
+                me.handle.shared().cancel(ticket);
             }
         }
     }
@@ -517,9 +560,7 @@ impl<H: Handle> Waiter<H> {
         let mut me = self.project();
         let shared = me.handle.shared();
         loop {
-            let now = shared.now();
-            let limit = timeout.map(|t| now.saturating_add(Nanos::from_duration(t)));
-            match shared.poll(now, me.ticket, cost, cx.waker(), limit)? {
+            match shared.poll(me.ticket, cost, cx.waker(), timeout)? {
                 Step::Granted => return Poll::Ready(Ok(())),
                 Step::Queued => return Poll::Pending,
                 Step::Wait(at) => {

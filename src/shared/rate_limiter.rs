@@ -276,7 +276,7 @@ impl RateLimiter {
     /// assert!(refused.retry_after() <= Duration::from_millis(250));
     /// ```
     pub fn try_acquire(&self, cost: u64) -> Result<(), NotUntil> {
-        self.shared.try_acquire(self.shared.now(), cost)
+        self.shared.try_acquire(cost)
     }
 
     /// Waits for `cost` tokens only if they can be had within `timeout` (after those already

@@ -119,7 +119,7 @@ impl Stagger {
     /// assert!(stagger.try_acquire().unwrap_err().retry_after() <= Duration::from_secs(60));
     /// ```
     pub fn try_acquire(&self) -> Result<(), NotUntil> {
-        self.shared.try_acquire(self.shared.now(), 1)
+        self.shared.try_acquire(1)
     }
 
     /// How many tokens could be taken now: `k` minus the acquisitions in the last `period`,

@@ -112,7 +112,7 @@ impl<S: Stream, R: Rule> SharedPaced<S, R> {
         let me = self.project();
         let shared: &Shared<R> = me.waiter.as_ref().get_ref().handle();
         let cost = cost(&item);
-        Poll::Ready(Some(match shared.try_acquire(shared.now(), cost) {
+        Poll::Ready(Some(match shared.try_acquire(cost) {
             Ok(()) => Ok(item),
             Err(refused) => Err((item, Nanos::from_duration(refused.retry_after()))),
         }))
