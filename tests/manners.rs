@@ -84,6 +84,49 @@ async fn idle_after_traffic_does_not_wake() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn batched_interval_idle_after_traffic_does_not_wake() {
+    // A batch that leaves at once must not leave a timer armed behind it.
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
+    let s = tokio_stream::wrappers::UnboundedReceiverStream::new(rx)
+        .batched_interval(3, Duration::from_millis(10));
+    let mut t = task::spawn(s);
+    tx.send(1).unwrap();
+    assert_ready_eq!(t.poll_next(), Some(vec![1]));
+    assert_pending!(t.poll_next());
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    assert!(!t.is_woken(), "woke up with nothing to do");
+    // And one that waited for its interval neither.
+    tx.send(2).unwrap();
+    tx.send(3).unwrap();
+    assert_ready_eq!(t.poll_next(), Some(vec![2, 3]));
+    tx.send(4).unwrap();
+    assert_pending!(t.poll_next());
+    tokio::time::advance(Duration::from_millis(10)).await;
+    assert_ready_eq!(t.poll_next(), Some(vec![4]));
+    assert_pending!(t.poll_next());
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    assert!(!t.is_woken(), "woke up with nothing to do");
+}
+
+#[tokio::test(start_paused = true)]
+async fn not_terminated_while_something_is_held() {
+    use futures_util::poll;
+    use std::task::Poll;
+    let mut b = Box::pin(src().batched_interval(3, Duration::from_secs(1)));
+    assert_eq!(poll!(b.next()), Poll::Ready(Some(vec![0, 1, 2])));
+    assert!(poll!(b.next()).is_pending()); // [3] held, upstream done
+    assert!(!b.is_terminated());
+    let mut m = Box::pin(stream::iter(0..2).min_interval(Duration::from_secs(1)));
+    assert_eq!(poll!(m.next()), Poll::Ready(Some(0)));
+    assert!(poll!(m.next()).is_pending()); // 1 held
+    assert!(!m.is_terminated());
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(poll!(m.next()), Poll::Ready(Some(1)));
+    assert_eq!(poll!(m.next()), Poll::Ready(None));
+    assert!(m.is_terminated());
+}
+
+#[tokio::test(start_paused = true)]
 async fn waiting_adapter_wakes_once_at_its_time() {
     let s = src().throttle(Rate::per_second(1), |_| 1, 1, Shaping);
     let mut t = task::spawn(s);

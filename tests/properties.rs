@@ -148,6 +148,33 @@ proptest! {
     }
 
     #[test]
+    fn throttle_bound_holds_in_every_window(
+        (tokens, per) in rate_strategy(),
+        burst in 1u64..8,
+        steps in steps(7),
+    ) {
+        // Costs never above the burst, so that the bound applies to every case.
+        let costs: Vec<u64> = steps.iter().map(|s| s.cost.min(burst)).collect();
+        let cost_of = costs.clone();
+        let seen = run(&steps, |src| {
+            src.throttle(Rate::new(tokens, per), move |&i| cost_of[i], burst, Shaping)
+        });
+        prop_assert_eq!(seen.len(), steps.len());
+        let per = per.as_nanos();
+        for i in 0..seen.len() {
+            let mut sum = 0u128;
+            for j in i..seen.len() {
+                sum += u128::from(costs[seen[j].out]);
+                let span = u128::from(seen[j].at - seen[i].at);
+                prop_assert!(
+                    sum * per <= u128::from(burst) * per + span * u128::from(tokens),
+                    "cost {} in {} ns from item {}", sum, span, i
+                );
+            }
+        }
+    }
+
+    #[test]
     fn throttle_enforcing_never_delays_and_refuses_exactly(
         (tokens, per) in rate_strategy(),
         burst in 1u64..8,

@@ -79,12 +79,16 @@ impl Bucket {
     /// is and says when an item of `cost` offered now could go (see [`Bucket::earliest`]).
     pub(crate) fn offer(&mut self, now: Nanos, cost: u64) -> Decision {
         let now_units = self.units(now);
-        if cost <= self.burst {
-            let charge = self.tokens(cost);
-            // Conforms when the level, burst - (tat - now) / token, is at least cost.
-            let capacity = self.tokens(self.burst);
-            if self.tat.saturating_add(charge) <= now_units.saturating_add(capacity) {
-                self.tat = self.tat.max(now_units).saturating_add(charge);
+        if let Some(spare) = self
+            .burst
+            .checked_sub(cost)
+            .filter(|_| !self.saturated(cost))
+        {
+            // Conforms when the level, burst - (tat - now) / token, is at least cost: when tat
+            // runs ahead of now by no more than the spare tokens. (Comparing differences, not
+            // sums, so that saturation cannot make both sides equal.)
+            if self.tat.saturating_sub(now_units) <= self.tokens(spare) {
+                self.tat = self.tat.max(now_units).saturating_add(self.tokens(cost));
                 return Decision::Go;
             }
         }
@@ -105,6 +109,9 @@ impl Bucket {
     /// tokens have flowed in, counting from the later of `now` and the moment it is full: it
     /// pays its debt before it passes.
     pub(crate) fn earliest(&self, now: Nanos, cost: u64) -> Nanos {
+        if self.saturated(cost) {
+            return Nanos::MAX;
+        }
         let now_units = self.units(now);
         let at = match self.burst.checked_sub(cost) {
             Some(spare) => self.tat.saturating_sub(self.tokens(spare)),
@@ -118,6 +125,13 @@ impl Bucket {
         } else {
             Nanos::ceil_div(at, self.scale)
         }
+    }
+
+    /// Whether `tat` has saturated: the bucket is then infinitely in arrears (its true `tat`
+    /// does not fit in 128 bits), so nothing but a zero cost ever conforms again. Without this,
+    /// a saturated tolerance could match the saturated `tat` and let everything through.
+    fn saturated(&self, cost: u64) -> bool {
+        self.tat == u128::MAX && cost > 0
     }
 
     /// Charges an item of `cost` emitted at `now`, which must be no earlier than
@@ -322,6 +336,27 @@ mod tests {
         let mut b = Bucket::new(u64::MAX, Duration::MAX.as_nanos(), u64::MAX);
         b.commit(Nanos::MAX, u64::MAX);
         assert_eq!(b.earliest(Nanos::MAX, u64::MAX), Nanos::MAX);
+    }
+
+    #[test]
+    fn offer_saturates_to_never_too() {
+        // burst * token overflows u128: a saturated sum on both sides must not read as "fits".
+        let mut b = Bucket::new(1, Duration::MAX.as_nanos(), u64::MAX);
+        assert_eq!(b.offer(Nanos::ZERO, u64::MAX), Decision::Go);
+        assert_eq!(
+            b.offer(Nanos::ZERO, u64::MAX),
+            Decision::NotUntil(Nanos::MAX)
+        );
+        assert_eq!(
+            b.offer(Nanos(1 << 60), 1 << 60),
+            Decision::NotUntil(Nanos::MAX)
+        );
+        let mut b = Bucket::new(1, u128::from(1u64 << 40) * SEC, 1 << 60);
+        assert_eq!(b.offer(Nanos::ZERO, 1 << 60), Decision::Go);
+        assert_eq!(
+            b.offer(Nanos::ZERO, 1 << 60),
+            Decision::NotUntil(Nanos::MAX)
+        );
     }
 
     use std::time::Duration;

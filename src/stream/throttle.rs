@@ -118,7 +118,8 @@ impl<T> RateExceeded<T> {
     }
 
     /// How long after the refusal the item would have conformed, if nothing else were taken
-    /// meanwhile; `Duration::MAX` if it costs more than the whole bucket and never can.
+    /// meanwhile; `Duration::MAX` if it costs more than the whole bucket and never can (or
+    /// could only after more than `u64::MAX` nanoseconds, about 584 years).
     ///
     /// # Examples
     ///
@@ -203,7 +204,8 @@ impl<T> fmt::Display for RateExceeded<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.retry_after == Duration::MAX {
             f.write_str(
-                "rate exceeded: the item costs more than the whole burst and never conforms",
+                "rate exceeded: the item never conforms (it costs more than the whole burst, \
+                 or would wait beyond about 584 years)",
             )
         } else {
             write!(f, "rate exceeded: retry after {:?}", self.retry_after)
