@@ -8,7 +8,7 @@ use crate::stream::{
     BatchedInterval, MinInterval, StaggeredStart, StaggeredStartWith, Throttle, ThrottleMode,
     ThrottleWith,
 };
-use crate::{Rate, RateLimiter, Stagger};
+use crate::{Quota, Rate, Stagger};
 
 /// Pacing operators for every [`Stream`], driven by tokio's timer.
 ///
@@ -224,8 +224,10 @@ pub trait PaceExt: Stream {
         StaggeredStart::new(self, k, period)
     }
 
-    /// Like [`throttle`](PaceExt::throttle), drawing on a shared [`RateLimiter`]: any number
-    /// of streams and tasks share its quota.
+    /// Like [`throttle`](PaceExt::throttle), drawing on a shared [`Quota`]: a
+    /// [`RateLimiter`](crate::RateLimiter), or with the `redis` feature a quota across
+    /// machines. Any number of
+    /// streams and tasks share it.
     ///
     /// The limiter's bound holds across all its users together. [`Shaping`](crate::Shaping)
     /// waits in the limiter's queue, in arrival order with every other user, and charges the
@@ -254,18 +256,14 @@ pub trait PaceExt: Stream {
     /// assert_eq!(start.elapsed().as_secs(), 2);
     /// # }
     /// ```
-    fn throttle_with<F, M>(
-        self,
-        limiter: &RateLimiter,
-        cost: F,
-        mode: M,
-    ) -> ThrottleWith<Self, F, M>
+    fn throttle_with<F, M, Q>(self, quota: &Q, cost: F, mode: M) -> ThrottleWith<Self, F, M, Q>
     where
         Self: Sized,
         F: FnMut(&Self::Item) -> u64,
         M: ThrottleMode,
+        Q: Quota,
     {
-        ThrottleWith::new(self, limiter, cost, mode)
+        ThrottleWith::new(self, quota, cost, mode)
     }
 
     /// Like [`staggered_start`](PaceExt::staggered_start), drawing on a shared [`Stagger`]: at

@@ -46,7 +46,7 @@ mod timer;
 
 pub use ext::PaceExt;
 pub use rate::{ConfigError, Rate};
-pub use shared::{NotUntil, RateLimiter, Stagger, Stats};
+pub use shared::{NotUntil, Quota, RateLimiter, Stagger, Stats};
 pub use stream::{
     BatchedInterval, Enforcing, MinInterval, RateExceeded, Shaping, StaggeredStart,
     StaggeredStartWith, Throttle, ThrottleMode, ThrottleWith,

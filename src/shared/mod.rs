@@ -8,6 +8,7 @@
 
 #[cfg(all(test, pacer_loom))]
 mod loom;
+mod quota;
 mod rate_limiter;
 mod stagger;
 
@@ -24,6 +25,7 @@ use crate::core::{Bucket, Nanos, WarmingUp, Window};
 use crate::sync::{Mutex, MutexGuard};
 use crate::timer::{self, Timer};
 
+pub use quota::Quota;
 pub(crate) use rate_limiter::Limit;
 pub use rate_limiter::RateLimiter;
 pub use stagger::Stagger;
@@ -543,10 +545,6 @@ impl<H: Handle> Waiter<H> {
             ticket: None,
             timer: Timer::with_origin(origin),
         }
-    }
-
-    pub(crate) fn handle(&self) -> &H {
-        &self.handle
     }
 
     /// Waits until `cost` is granted. With a `timeout`, a request that could not be granted

@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use futures_core::Stream;
@@ -11,26 +10,28 @@ use pin_project_lite::pin_project;
 
 use super::paced::Checked;
 use crate::core::Nanos;
-use crate::shared::{Rule, Shared, Waiter};
+use crate::Quota;
 
 pin_project! {
-    /// A stream whose items are granted by the shared limiter behind `R`, one held at a time.
-    pub(crate) struct SharedPaced<S: Stream, R: Rule> {
+    /// A stream whose items are granted by the shared quota `Q`, one held at a time.
+    pub(crate) struct SharedPaced<S: Stream, Q: Quota> {
         #[pin]
         stream: S,
         #[pin]
-        waiter: Waiter<Arc<Shared<R>>>,
+        permit: Q::Permit,
+        quota: Q,
         // The item pulled from upstream and its cost, while it waits for its grant.
         held: Option<(S::Item, u64)>,
         done: bool,
     }
 }
 
-impl<S: Stream, R: Rule> SharedPaced<S, R> {
-    pub(crate) fn new(stream: S, shared: Arc<Shared<R>>) -> Self {
+impl<S: Stream, Q: Quota> SharedPaced<S, Q> {
+    pub(crate) fn new(stream: S, quota: &Q) -> Self {
         SharedPaced {
             stream,
-            waiter: Waiter::new(shared),
+            permit: quota.permit(),
+            quota: quota.clone(),
             held: None,
             done: false,
         }
@@ -87,8 +88,7 @@ impl<S: Stream, R: Rule> SharedPaced<S, R> {
         loop {
             let me = self.as_mut().project();
             if let Some(&(_, cost)) = me.held.as_ref() {
-                // Without a timeout the limiter never refuses; it only makes us wait.
-                let _ = ready!(me.waiter.poll_acquire(cx, cost, None));
+                ready!(me.quota.poll_acquire(me.permit, cx, cost));
                 return Poll::Ready(me.held.take().map(|(item, _)| item));
             }
             let Some(item) = ready!(self.as_mut().poll_upstream(cx)) else {
@@ -99,31 +99,40 @@ impl<S: Stream, R: Rule> SharedPaced<S, R> {
         }
     }
 
-    /// Enforcing: every item leaves at once, `Ok` if the limiter grants it now (nobody
-    /// waiting, tokens there) and `Err((item, wait))` otherwise, taking nothing.
+    /// Enforcing: every item leaves as soon as the quota has answered, `Ok` if it granted the
+    /// item's cost without waiting (nobody queued, tokens there) and `Err((item, wait))`
+    /// otherwise, taking nothing.
     pub(crate) fn poll_checked(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        cost: impl FnOnce(&S::Item) -> u64,
+        mut cost: impl FnMut(&S::Item) -> u64,
     ) -> Poll<Option<Checked<S::Item>>> {
-        let Some(item) = ready!(self.as_mut().poll_upstream(cx)) else {
-            return Poll::Ready(None);
-        };
-        let me = self.project();
-        let shared: &Shared<R> = me.waiter.as_ref().get_ref().handle();
-        let cost = cost(&item);
-        Poll::Ready(Some(match shared.try_acquire(cost) {
-            Ok(()) => Ok(item),
-            Err(refused) => Err((item, Nanos::from_duration(refused.retry_after()))),
-        }))
+        loop {
+            let me = self.as_mut().project();
+            if let Some(&(_, cost)) = me.held.as_ref() {
+                let answer = ready!(me.quota.poll_try_acquire(me.permit, cx, cost));
+                let Some((item, _)) = me.held.take() else {
+                    return Poll::Ready(None);
+                };
+                return Poll::Ready(Some(match answer {
+                    Ok(()) => Ok(item),
+                    Err(refused) => Err((item, Nanos::from_duration(refused.retry_after()))),
+                }));
+            }
+            let Some(item) = ready!(self.as_mut().poll_upstream(cx)) else {
+                return Poll::Ready(None);
+            };
+            let cost = cost(&item);
+            *self.as_mut().project().held = Some((item, cost));
+        }
     }
 }
 
-impl<S, R> fmt::Debug for SharedPaced<S, R>
+impl<S, Q> fmt::Debug for SharedPaced<S, Q>
 where
     S: Stream + fmt::Debug,
     S::Item: fmt::Debug,
-    R: Rule,
+    Q: Quota,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SharedPaced")

@@ -9,7 +9,6 @@ use futures_core::Stream;
 use pin_project_lite::pin_project;
 
 use super::shared_paced::SharedPaced;
-use crate::core::Window;
 use crate::Stagger;
 
 pin_project! {
@@ -37,14 +36,14 @@ pin_project! {
     #[must_use = "streams do nothing unless polled"]
     pub struct StaggeredStartWith<S: Stream> {
         #[pin]
-        inner: SharedPaced<S, Window>,
+        inner: SharedPaced<S, Stagger>,
     }
 }
 
 impl<S: Stream> StaggeredStartWith<S> {
     pub(crate) fn new(stream: S, stagger: &Stagger) -> Self {
         StaggeredStartWith {
-            inner: SharedPaced::new(stream, stagger.shared.clone()),
+            inner: SharedPaced::new(stream, stagger),
         }
     }
 }

@@ -10,12 +10,11 @@ use pin_project_lite::pin_project;
 
 use super::shared_paced::SharedPaced;
 use super::{Enforcing, RateExceeded, Shaping};
-use crate::shared::Limit;
-use crate::RateLimiter;
+use crate::{Quota, RateLimiter};
 
 pin_project! {
     /// Stream for [`throttle_with`](crate::PaceExt::throttle_with): items paced by a shared
-    /// [`RateLimiter`], each costing `cost(&item)` tokens.
+    /// [`Quota`] (a [`RateLimiter`] unless said otherwise), each costing `cost(&item)` tokens.
     ///
     /// # Examples
     ///
@@ -37,18 +36,18 @@ pin_project! {
     /// # }
     /// ```
     #[must_use = "streams do nothing unless polled"]
-    pub struct ThrottleWith<S: Stream, F, M> {
+    pub struct ThrottleWith<S: Stream, F, M, Q: Quota = RateLimiter> {
         #[pin]
-        inner: SharedPaced<S, Limit>,
+        inner: SharedPaced<S, Q>,
         cost: F,
         mode: M,
     }
 }
 
-impl<S: Stream, F, M> ThrottleWith<S, F, M> {
-    pub(crate) fn new(stream: S, limiter: &RateLimiter, cost: F, mode: M) -> Self {
+impl<S: Stream, F, M, Q: Quota> ThrottleWith<S, F, M, Q> {
+    pub(crate) fn new(stream: S, quota: &Q, cost: F, mode: M) -> Self {
         ThrottleWith {
-            inner: SharedPaced::new(stream, limiter.shared.clone()),
+            inner: SharedPaced::new(stream, quota),
             cost,
             mode,
         }
@@ -56,15 +55,16 @@ impl<S: Stream, F, M> ThrottleWith<S, F, M> {
 }
 
 accessors!(
-    ThrottleWith [S: Stream, F, M] [S, F, M],
+    ThrottleWith [S: Stream, F, M, Q: Quota] [S, F, M, Q],
     inner,
     "futures_util::stream::iter([1, 2, 3]).throttle_with(&pacer::RateLimiter::new(Rate::per_second(1), 1), |_| 1, Shaping)"
 );
 
-impl<S, F> Stream for ThrottleWith<S, F, Shaping>
+impl<S, F, Q> Stream for ThrottleWith<S, F, Shaping, Q>
 where
     S: Stream,
     F: FnMut(&S::Item) -> u64,
+    Q: Quota,
 {
     type Item = S::Item;
 
@@ -78,10 +78,11 @@ where
     }
 }
 
-impl<S, F> Stream for ThrottleWith<S, F, Enforcing>
+impl<S, F, Q> Stream for ThrottleWith<S, F, Enforcing, Q>
 where
     S: Stream,
     F: FnMut(&S::Item) -> u64,
+    Q: Quota,
 {
     type Item = Result<S::Item, RateExceeded<S::Item>>;
 
@@ -99,31 +100,34 @@ where
     }
 }
 
-impl<S, F> FusedStream for ThrottleWith<S, F, Shaping>
+impl<S, F, Q> FusedStream for ThrottleWith<S, F, Shaping, Q>
 where
     S: Stream,
     F: FnMut(&S::Item) -> u64,
+    Q: Quota,
 {
     fn is_terminated(&self) -> bool {
         self.inner.is_terminated()
     }
 }
 
-impl<S, F> FusedStream for ThrottleWith<S, F, Enforcing>
+impl<S, F, Q> FusedStream for ThrottleWith<S, F, Enforcing, Q>
 where
     S: Stream,
     F: FnMut(&S::Item) -> u64,
+    Q: Quota,
 {
     fn is_terminated(&self) -> bool {
         self.inner.is_terminated()
     }
 }
 
-impl<S, F, M> fmt::Debug for ThrottleWith<S, F, M>
+impl<S, F, M, Q> fmt::Debug for ThrottleWith<S, F, M, Q>
 where
     S: Stream + fmt::Debug,
     S::Item: fmt::Debug,
     M: fmt::Debug,
+    Q: Quota,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThrottleWith")

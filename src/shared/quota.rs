@@ -1,0 +1,151 @@
+//! [`Quota`]: what `throttle_with` draws on, whether the quota lives in this process or
+//! elsewhere.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use pin_project_lite::pin_project;
+
+use super::{Limit, NotUntil, Shared, Waiter};
+use crate::core::Window;
+use crate::{RateLimiter, Stagger};
+
+pub(crate) mod sealed {
+    pub trait Sealed {}
+}
+
+/// A quota shared by handle that streams can draw on: [`RateLimiter`], [`Stagger`] and, with
+/// the `redis` feature, `RedisRateLimiter`.
+///
+/// It is a trait rather than an enum so that each quota keeps its own waiting machinery
+/// without boxing or dispatch on the local hot path, and so that a stream's type says which
+/// quota it uses. It is sealed: the adapters rely on the exact semantics of these quotas.
+///
+/// # Examples
+///
+/// ```
+/// use futures_util::Stream;
+/// use pacer::{PaceExt, Quota, Rate, RateLimiter, Shaping};
+///
+/// // One function for a local quota or (with the `redis` feature) one across machines.
+/// fn paced<S: Stream, Q: Quota>(s: S, quota: &Q) -> impl Stream<Item = S::Item> {
+///     s.throttle_with(quota, |_| 1, Shaping)
+/// }
+/// let _ = paced(futures_util::stream::iter([1, 2]), &RateLimiter::new(Rate::per_second(1), 1));
+/// ```
+pub trait Quota: sealed::Sealed + Clone + Send + Sync + 'static {
+    /// The state of one request in flight, kept pinned in the stream that waits.
+    #[doc(hidden)]
+    type Permit;
+
+    /// A fresh, idle request state.
+    #[doc(hidden)]
+    fn permit(&self) -> Self::Permit;
+
+    /// Waits until `cost` is granted. Never refuses.
+    #[doc(hidden)]
+    fn poll_acquire(
+        &self,
+        permit: Pin<&mut Self::Permit>,
+        cx: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<()>;
+
+    /// Grants `cost` if it can be had without waiting, or says how long until it could.
+    #[doc(hidden)]
+    fn poll_try_acquire(
+        &self,
+        permit: Pin<&mut Self::Permit>,
+        cx: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<Result<(), NotUntil>>;
+}
+
+pin_project! {
+    /// A stream's place in a [`RateLimiter`]'s queue.
+    #[derive(Debug)]
+    pub struct LimiterPermit {
+        #[pin]
+        waiter: Waiter<Arc<Shared<Limit>>>,
+    }
+}
+
+pin_project! {
+    /// A stream's place in a [`Stagger`]'s queue.
+    #[derive(Debug)]
+    pub struct StaggerPermit {
+        #[pin]
+        waiter: Waiter<Arc<Shared<Window>>>,
+    }
+}
+
+impl sealed::Sealed for RateLimiter {}
+
+impl Quota for RateLimiter {
+    type Permit = LimiterPermit;
+
+    fn permit(&self) -> Self::Permit {
+        LimiterPermit {
+            waiter: Waiter::new(self.shared.clone()),
+        }
+    }
+
+    fn poll_acquire(
+        &self,
+        permit: Pin<&mut Self::Permit>,
+        cx: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<()> {
+        // Without a timeout the limiter never refuses; it only makes us wait.
+        permit
+            .project()
+            .waiter
+            .poll_acquire(cx, cost, None)
+            .map(|_| ())
+    }
+
+    fn poll_try_acquire(
+        &self,
+        _: Pin<&mut Self::Permit>,
+        _: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<Result<(), NotUntil>> {
+        Poll::Ready(self.shared.try_acquire(cost))
+    }
+}
+
+impl sealed::Sealed for Stagger {}
+
+/// Every item takes one token, whatever its cost.
+impl Quota for Stagger {
+    type Permit = StaggerPermit;
+
+    fn permit(&self) -> Self::Permit {
+        StaggerPermit {
+            waiter: Waiter::new(self.shared.clone()),
+        }
+    }
+
+    fn poll_acquire(
+        &self,
+        permit: Pin<&mut Self::Permit>,
+        cx: &mut Context<'_>,
+        _: u64,
+    ) -> Poll<()> {
+        permit
+            .project()
+            .waiter
+            .poll_acquire(cx, 1, None)
+            .map(|_| ())
+    }
+
+    fn poll_try_acquire(
+        &self,
+        _: Pin<&mut Self::Permit>,
+        _: &mut Context<'_>,
+        _: u64,
+    ) -> Poll<Result<(), NotUntil>> {
+        Poll::Ready(self.shared.try_acquire(1))
+    }
+}
