@@ -39,6 +39,8 @@
 mod core;
 mod ext;
 mod rate;
+#[cfg(feature = "redis")]
+mod redis;
 mod shared;
 mod stream;
 mod sync;
@@ -46,6 +48,11 @@ mod timer;
 
 pub use ext::PaceExt;
 pub use rate::{ConfigError, Rate};
+#[cfg(feature = "redis")]
+pub use redis::{
+    FailurePolicy, RedisPermit, RedisQuotaError, RedisRateLimiter, RedisRateLimiterBuilder,
+    RedisStats,
+};
 pub use shared::{NotUntil, Quota, RateLimiter, Stagger, Stats};
 pub use stream::{
     BatchedInterval, Enforcing, MinInterval, RateExceeded, Shaping, StaggeredStart,

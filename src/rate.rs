@@ -161,6 +161,10 @@ pub enum ConfigError {
     ZeroWarmup,
     /// A warming-up limiter whose cold factor is not a finite number of at least 1.
     ColdFactor,
+    /// A Redis limiter whose lease is zero tokens.
+    ZeroLease,
+    /// A fail-open share outside `(0, 1]`.
+    Share,
 }
 
 impl fmt::Display for ConfigError {
@@ -177,6 +181,12 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::ZeroWarmup => {
                 "invalid warm-up: the warm-up period is zero; it must be a positive duration"
+            }
+            ConfigError::ZeroLease => {
+                "invalid lease: 0 tokens per lease; lease at least 1 token, or leave leases off"
+            }
+            ConfigError::Share => {
+                "invalid fail-open share: it must be a fraction of the rate in (0, 1]"
             }
             ConfigError::ColdFactor => {
                 "invalid warm-up: `cold_factor` must be a finite number of at least 1 (3 is Guava's default)"

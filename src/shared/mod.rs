@@ -8,7 +8,7 @@
 
 #[cfg(all(test, pacer_loom))]
 mod loom;
-mod quota;
+pub(crate) mod quota;
 mod rate_limiter;
 mod stagger;
 
@@ -103,6 +103,18 @@ impl NotUntil {
     fn new(wait: Nanos) -> NotUntil {
         NotUntil {
             retry_after: wait.to_duration(),
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    pub(crate) fn after(retry_after: Duration) -> NotUntil {
+        NotUntil { retry_after }
+    }
+
+    #[cfg(feature = "redis")]
+    pub(crate) fn never() -> NotUntil {
+        NotUntil {
+            retry_after: Duration::MAX,
         }
     }
 

@@ -1,0 +1,332 @@
+//! `RedisRateLimiter` against a real, private `redis-server` that each test starts on a free
+//! loopback port, without persistence, and stops at the end. Real time: Redis does not run
+//! on tokio's paused clock.
+#![cfg(feature = "redis")]
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use pacer::{FailurePolicy, PaceExt, Rate, RedisRateLimiter, Shaping};
+
+/// A private redis-server.
+struct Server {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Server {
+    fn start() -> Server {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut server = Server { port, child: None };
+        server.restart();
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Starts (again) on the same port, and waits until it answers.
+    fn restart(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed for `cargo test --features redis`");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let client = redis::Client::open(self.url()).expect("url");
+            if let Ok(mut conn) = client.get_connection() {
+                if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "redis-server did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The most grants whose windows could overlap: sorted by when they were *received*, grants
+/// i..=j happened on Redis within [sent_i, received_j], so count them against that span.
+fn check_bound(grants: &[(u128, u128)], rate: f64, burst: u64) -> Result<(), String> {
+    let mut sorted = grants.to_vec();
+    sorted.sort_by_key(|&(_, received)| received);
+    let round_trip = sorted.iter().map(|&(s, r)| r - s).max().unwrap_or(0);
+    for i in 0..sorted.len() {
+        for j in i..sorted.len() {
+            let count = (j - i + 1) as f64;
+            // Grant i happened no earlier than it was sent, grant j no later than received.
+            let span = sorted[j].1.saturating_sub(sorted[i].1) as f64 / 1e9;
+            let slack = round_trip as f64 / 1e9;
+            let allowed = burst as f64 + (span + slack) * rate;
+            if count > allowed + 1e-9 {
+                return Err(format!(
+                    "{count} grants within {span:.6} s (allowed {allowed:.2})"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn worker_binary() -> std::path::PathBuf {
+    // target/<profile>/deps/redis-<hash> -> target/<profile>/examples/redis_worker
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let worker = dir.join("examples").join("redis_worker");
+    assert!(
+        worker.exists(),
+        "{} missing: build it with `cargo test --features redis` (it builds the examples)",
+        worker.display()
+    );
+    worker
+}
+
+#[test]
+fn four_processes_share_one_quota() {
+    let server = Server::start();
+    let workers: Vec<Child> = (0..4)
+        .map(|_| {
+            Command::new(worker_binary())
+                .args([&server.url(), "four", "3", "200", "20"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn a worker")
+        })
+        .collect();
+    let mut grants = Vec::new();
+    let mut per_process = Vec::new();
+    for worker in workers {
+        let out = worker.wait_with_output().expect("worker output");
+        assert!(out.status.success(), "a worker failed: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut mine = 0;
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.first() == Some(&"grant") {
+                grants.push((fields[1].parse().unwrap(), fields[2].parse().unwrap()));
+                mine += 1;
+            }
+        }
+        per_process.push(mine);
+    }
+    // The merged timeline keeps the bound in every window, to within one round trip.
+    check_bound(&grants, 200.0, 20).unwrap();
+    // And the quota is used: rate × time + burst, within 2 %.
+    let first = grants.iter().map(|g| g.1).min().unwrap();
+    let last = grants.iter().map(|g| g.1).max().unwrap();
+    let expected = 20.0 + 200.0 * (last - first) as f64 / 1e9;
+    let total = grants.len() as f64;
+    assert!(
+        (total - expected).abs() <= 0.02 * expected,
+        "{total} grants, expected {expected:.0} ± 2 % ({per_process:?} per process)"
+    );
+    assert!(
+        per_process.iter().all(|&n| n > 0),
+        "a process starved: {per_process:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_semantics_as_the_local_bucket() {
+    let server = Server::start();
+    let quota = RedisRateLimiter::builder(server.url(), "local", Rate::per_second(10), 5)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let mut times = Vec::new();
+    for _ in 0..8 {
+        quota.acquire(1).await.unwrap();
+        times.push(start.elapsed());
+    }
+    // Five at once (the burst), then one per 100 ms.
+    assert!(times[4] < Duration::from_millis(50), "{times:?}");
+    for (i, t) in times.iter().enumerate().skip(5) {
+        let due = Duration::from_millis(100 * (i as u64 - 4));
+        assert!(
+            *t >= due - Duration::from_millis(5),
+            "item {i} at {t:?}, due {due:?}"
+        );
+        assert!(
+            *t <= due + Duration::from_millis(60),
+            "item {i} at {t:?}, due {due:?}"
+        );
+    }
+    // try_acquire never waits; a cost above the burst can never be had without waiting.
+    assert!(quota.try_acquire(1).await.is_err());
+    assert_eq!(
+        quota.try_acquire(6).await.unwrap_err().retry_after(),
+        Duration::MAX
+    );
+    assert!(quota.try_acquire(0).await.is_ok());
+    // A cost above the burst pays its debt: full bucket (500 ms) + 5 more tokens (500 ms).
+    let start = Instant::now();
+    quota.acquire(10).await.unwrap();
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(950), "{took:?}");
+    assert!(took <= Duration::from_millis(1_150), "{took:?}");
+}
+
+/// Runs 60 items through a stream on `quota` while Redis is killed after 300 ms and
+/// restarted a second later; returns each item with when it came out.
+async fn through_an_outage(server: Server, quota: RedisRateLimiter) -> Vec<(u32, Duration)> {
+    let server = Arc::new(Mutex::new(server));
+    let outage = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            server.lock().unwrap().kill();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let server = server.clone();
+            tokio::task::spawn_blocking(move || server.lock().unwrap().restart())
+                .await
+                .unwrap();
+        })
+    };
+    let start = Instant::now();
+    let out: Vec<(u32, Duration)> = futures_util::stream::iter(0..60u32)
+        .throttle_with(&quota, |_| 1, Shaping)
+        .map(|i| (i, start.elapsed()))
+        .collect()
+        .await;
+    outage.await.unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_closed_waits_out_an_outage_and_loses_nothing() {
+    let server = Server::start();
+    let quota = RedisRateLimiter::builder(server.url(), "closed", Rate::per_second(30), 5)
+        .failure_policy(FailurePolicy::FailClosed {
+            max_backoff: Duration::from_millis(200),
+            deadline: Duration::from_secs(30),
+        })
+        .build()
+        .unwrap();
+    let out = through_an_outage(server, quota.clone()).await;
+    let items: Vec<u32> = out.iter().map(|&(i, _)| i).collect();
+    assert_eq!(
+        items,
+        (0..60).collect::<Vec<_>>(),
+        "lost, duplicated or reordered"
+    );
+    // Nothing was granted while Redis was down: a gap of most of the outage.
+    let gap = out.windows(2).map(|w| w[1].1 - w[0].1).max().unwrap();
+    assert!(gap >= Duration::from_millis(800), "largest gap {gap:?}");
+    assert!(quota.stats().errors > 0);
+    assert_eq!(quota.stats().fallback, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_keeps_going_at_its_share_and_loses_nothing() {
+    let server = Server::start();
+    let quota = RedisRateLimiter::builder(server.url(), "open", Rate::per_second(30), 5)
+        .failure_policy(FailurePolicy::FailOpen { share: 0.5 })
+        .build()
+        .unwrap();
+    let out = through_an_outage(server, quota.clone()).await;
+    let items: Vec<u32> = out.iter().map(|&(i, _)| i).collect();
+    assert_eq!(
+        items,
+        (0..60).collect::<Vec<_>>(),
+        "lost, duplicated or reordered"
+    );
+    // The local fallback at 15/s kept items flowing through the outage.
+    let gap = out.windows(2).map(|w| w[1].1 - w[0].1).max().unwrap();
+    assert!(gap < Duration::from_millis(400), "largest gap {gap:?}");
+    let stats = quota.stats();
+    assert!(stats.fallback > 0, "{stats:?}");
+    // ...at its share: 15/s with a burst of 2 while Redis is surely down (0.4 s to 1.25 s).
+    let during = out
+        .iter()
+        .filter(|&&(_, at)| at >= Duration::from_millis(400) && at <= Duration::from_millis(1_250))
+        .count();
+    assert!(
+        (5..=2 + 13 + 1).contains(&during),
+        "{during} items in 0.85 s of outage"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_closed_acquire_gives_up_after_its_deadline() {
+    let mut server = Server::start();
+    let quota = RedisRateLimiter::builder(server.url(), "deadline", Rate::per_second(10), 1)
+        .failure_policy(FailurePolicy::FailClosed {
+            max_backoff: Duration::from_millis(50),
+            deadline: Duration::from_millis(300),
+        })
+        .build()
+        .unwrap();
+    quota.acquire(1).await.unwrap();
+    server.kill();
+    let start = Instant::now();
+    let err = quota.acquire(1).await.unwrap_err();
+    assert!(
+        matches!(err, pacer::RedisQuotaError::Unavailable(_)),
+        "{err}"
+    );
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    assert!(start.elapsed() < Duration::from_secs(3));
+}
+
+/// Drains 1,000 items through `quota` as fast as it allows; returns the grants (sent,
+/// received) in epoch-free nanoseconds.
+async fn thousand(quota: &RedisRateLimiter) -> Vec<(u128, u128)> {
+    let start = Instant::now();
+    let mut grants = Vec::new();
+    for _ in 0..1_000 {
+        let sent = start.elapsed().as_nanos();
+        quota.acquire(1).await.unwrap();
+        grants.push((sent, start.elapsed().as_nanos()));
+    }
+    grants
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_cut_round_trips_tenfold_and_keep_the_bound() {
+    let server = Server::start();
+    let rate = Rate::per_second(20_000);
+    let plain = RedisRateLimiter::builder(server.url(), "plain", rate, 100)
+        .build()
+        .unwrap();
+    let grants = thousand(&plain).await;
+    check_bound(&grants, 20_000.0, 100).unwrap();
+    let without = plain.stats().round_trips;
+
+    let max_age = Duration::from_millis(5);
+    let leased = RedisRateLimiter::builder(server.url(), "leased", rate, 100)
+        .lease(50, max_age)
+        .build()
+        .unwrap();
+    let grants = thousand(&leased).await;
+    // A leased token is charged when leased and may be spent up to `max_age` later.
+    let slack_tokens = (20_000.0 * max_age.as_secs_f64()).ceil() as u64;
+    check_bound(&grants, 20_000.0, 100 + slack_tokens).unwrap();
+    let with = leased.stats().round_trips;
+    assert!(
+        with * 10 <= without,
+        "{with} round trips with leases, {without} without"
+    );
+}
