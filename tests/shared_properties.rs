@@ -195,3 +195,70 @@ proptest! {
         check_fifo_promptness(&grants, &gave_up, tokens, per).map_err(TestCaseError::fail)?;
     }
 }
+
+/// The scale: 1,000 streams with pseudo-random arrivals and costs share one limiter.
+#[test]
+fn a_thousand_streams_share_one_limiter() {
+    let (tokens, per, burst) = (50u64, Duration::from_secs(1), 10u64);
+    // A small LCG: reproducible, and no dependency.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |bound: u64| {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        (seed >> 33) % bound
+    };
+    let streams: Vec<Vec<(u64, u64)>> = (0..1_000)
+        .map(|_| {
+            (0..1 + next(3))
+                .map(|_| (next(5_000), 1 + next(3)))
+                .collect()
+        })
+        .collect();
+    let grants = paused(async {
+        let limiter = RateLimiter::new(Rate::new(tokens, per), burst);
+        let start = Instant::now();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let tasks: Vec<_> = streams
+            .iter()
+            .map(|items| {
+                let mut at = 0;
+                let schedule: Vec<(u64, (usize, u64))> = items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(gap, cost))| {
+                        at += gap;
+                        (at, (i, cost))
+                    })
+                    .collect();
+                let (limiter, log) = (limiter.clone(), log.clone());
+                tokio::spawn(async move {
+                    let asked = Arc::new(Mutex::new(0u64));
+                    let stamp = asked.clone();
+                    let source = arriving(start, &schedule).map(move |item| {
+                        *stamp.lock().unwrap() = nanos_since(start);
+                        item
+                    });
+                    let s = source.throttle_with(&limiter, |&(_, cost)| cost, Shaping);
+                    let mut s = std::pin::pin!(s);
+                    let mut order = Vec::new();
+                    while let Some((i, cost)) = s.next().await {
+                        let queued = *asked.lock().unwrap();
+                        let at = nanos_since(start);
+                        log.lock().unwrap().push(Grant { queued, at, cost });
+                        order.push(i);
+                    }
+                    order
+                })
+            })
+            .collect();
+        for (task, items) in tasks.into_iter().zip(&streams) {
+            let order = common::within_an_hour(task).await.unwrap();
+            assert_eq!(order, (0..items.len()).collect::<Vec<_>>(), "order or loss");
+        }
+        let grants = log.lock().unwrap().clone();
+        grants
+    });
+    let total: usize = streams.iter().map(Vec::len).sum();
+    assert_eq!(grants.len(), total);
+    check_bound(&grants, tokens, per, burst).unwrap();
+    check_fifo_promptness(&grants, &[], tokens, per).unwrap();
+}
