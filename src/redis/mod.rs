@@ -175,6 +175,9 @@ struct Inner {
     lease_age: Duration,
     policy: FailurePolicy,
     local: Mutex<Local>,
+    /// With leases, one task at a time refills the lease; the others wait for it rather than
+    /// each asking Redis for a whole lease of its own.
+    refill: tokio::sync::Mutex<()>,
     counters: Counters,
 }
 
@@ -311,6 +314,7 @@ impl RedisRateLimiterBuilder {
                 lease_age,
                 policy: self.policy,
                 local: Mutex::new(Local::default()),
+                refill: tokio::sync::Mutex::new(()),
                 counters: Counters::default(),
             }),
         })
@@ -471,6 +475,19 @@ impl RedisRateLimiter {
                 bump(&self.inner.counters.fallback);
                 return Ok(());
             }
+            // Held until this attempt is over, its sleep included: while one task waits for the
+            // next lease, the others queue here instead of asking Redis themselves.
+            let _refilling = if self.inner.lease_tokens > 0 {
+                let guard = self.inner.refill.lock().await;
+                // Another task may have refilled the lease while this one queued.
+                if self.spend_lease(cost) {
+                    bump(&self.inner.counters.granted);
+                    return Ok(());
+                }
+                Some(guard)
+            } else {
+                None
+            };
             match self.round_trip(cost).await {
                 Ok(Answer::Granted { wait, .. }) => {
                     self.recovered();
