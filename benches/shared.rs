@@ -14,9 +14,12 @@
 //!   were granted than `burst + rate * elapsed`, over the whole run and over every window.
 //!
 //! The contended groups report acquisitions per second (wall time, from the barrier's release
-//! to the last task's end). Afterwards, outside criterion, each contended case runs again for a
-//! while and prints its CPU time (the process's threads, from `/proc/self/task/*/schedstat`)
-//! beside its wall time, since the two cores may not both be free.
+//! to the last task's end). Afterwards, outside criterion, each contended case runs again for at
+//! least a second of such wall time and prints the CPU time spent meanwhile (every thread but the
+//! main one, from `/proc/self/task/*/schedstat`), since the two cores may not both be free.
+//!
+//! A run that does not finish within `HANG` fails the benchmark, except for leaky-bucket, which
+//! now and then leaves its waiters asleep for good: that run is reported and retried.
 //!
 //! Run: `cargo bench --bench shared -- --warm-up-time 1 --measurement-time 2`
 
@@ -36,6 +39,7 @@ use governor::{DefaultDirectRateLimiter, Quota};
 use pacer::{Rate, Stagger};
 use tokio::runtime::Runtime;
 use tokio::sync::Barrier;
+use tokio::task::JoinHandle;
 
 /// Untimed calls before an uncontended benchmark.
 const PRE_RUN: u64 = 1_000_000;
@@ -128,14 +132,14 @@ fn uncontended(c: &mut Criterion) {
 // The limiters, never binding and binding
 
 /// governor: a direct limiter with the largest burst, refilled at u32::MAX per second.
-fn governor_free() -> Arc<DefaultDirectRateLimiter> {
+fn governor_free() -> Governor {
     let quota = Quota::per_second(NonZeroU32::MAX).allow_burst(NonZeroU32::MAX);
     Arc::new(governor::RateLimiter::direct(quota))
 }
 
 /// leaky-bucket: the largest balance it supports (`isize::MAX`), full, refilled by as much
 /// every 1 ms. Fair (its default) or not: a fair limiter skips the lock-free fast path.
-fn leaky_free(fair: bool) -> Arc<leaky_bucket::RateLimiter> {
+fn leaky_free(fair: bool) -> Leaky {
     Arc::new(
         leaky_bucket::RateLimiter::builder()
             .max(usize::MAX / 2)
@@ -155,7 +159,7 @@ fn pacer_bind() -> pacer::RateLimiter {
     pacer::RateLimiter::new(Rate::per_second(BIND_RATE), BIND_BURST)
 }
 
-fn governor_bind() -> Arc<DefaultDirectRateLimiter> {
+fn governor_bind() -> Governor {
     let rate = NonZeroU32::new(BIND_RATE as u32).expect("non-zero rate");
     let burst = NonZeroU32::new(BIND_BURST as u32).expect("non-zero burst");
     Arc::new(governor::RateLimiter::direct(
@@ -165,7 +169,7 @@ fn governor_bind() -> Arc<DefaultDirectRateLimiter> {
 
 /// leaky-bucket refills in steps of its interval, so `BIND_RATE` is `BIND_RATE / 1000` tokens
 /// every 1 ms (its finest interval).
-fn leaky_bind(fair: bool) -> Arc<leaky_bucket::RateLimiter> {
+fn leaky_bind(fair: bool) -> Leaky {
     Arc::new(
         leaky_bucket::RateLimiter::builder()
             .max(BIND_BURST as usize)
@@ -180,30 +184,104 @@ fn leaky_bind(fair: bool) -> Arc<leaky_bucket::RateLimiter> {
 /// A limiter shared by handle; `acquire_one` waits for one unit.
 trait Limiter: Clone + Send + Sync + 'static {
     fn acquire_one(&self) -> impl Future<Output = ()> + Send + '_;
+    /// What to print about a limiter whose run hung.
+    fn describe(&self) -> String;
+    /// Checks the limiter's own counters, if it keeps any, after a checked run of `total`
+    /// acquisitions.
+    fn check_counters(&self, _total: u64, _binding: bool) {}
 }
 
 impl Limiter for pacer::RateLimiter {
     fn acquire_one(&self) -> impl Future<Output = ()> + Send + '_ {
         self.acquire(1)
     }
+    fn describe(&self) -> String {
+        format!("{self:?}")
+    }
+    fn check_counters(&self, total: u64, binding: bool) {
+        let stats = self.stats();
+        assert_eq!(
+            (stats.granted, stats.rejected, stats.waiting),
+            (total, 0, 0),
+            "pacer: counters after the checked run"
+        );
+        assert_eq!(
+            stats.total_wait > Duration::ZERO,
+            binding,
+            "pacer: waited {:?} in the checked run",
+            stats.total_wait
+        );
+    }
 }
 
-impl Limiter for Arc<DefaultDirectRateLimiter> {
+impl Limiter for Governor {
     fn acquire_one(&self) -> impl Future<Output = ()> + Send + '_ {
         self.until_ready()
     }
+    fn describe(&self) -> String {
+        format!("{self:?}")
+    }
 }
 
-impl Limiter for Arc<leaky_bucket::RateLimiter> {
+impl Limiter for Leaky {
     fn acquire_one(&self) -> impl Future<Output = ()> + Send + '_ {
         self.acquire(1)
     }
+    fn describe(&self) -> String {
+        format!("balance {}", self.balance())
+    }
 }
+
+/// The binding limit, for the checks: at most `burst + rate * w` grants in any window of
+/// length `w`, give or take `slack`.
+#[derive(Clone, Copy)]
+struct Bound {
+    rate: u64,
+    burst: u64,
+    slack: u64,
+}
+
+const BINDING: Bound = Bound {
+    rate: BIND_RATE,
+    burst: BIND_BURST,
+    slack: 0,
+};
+
+/// leaky-bucket adds `BIND_RATE / 1000` tokens at each 1 ms step, so it may grant up to one
+/// step more than the continuous bound; pacer and governor are GCRAs and get no slack.
+const LEAKY_BINDING: Bound = Bound {
+    slack: BIND_RATE / 1000,
+    ..BINDING
+};
+
+/// One contended case: `TASKS` tasks, each awaiting `per_task` acquisitions on a limiter from
+/// `make`, which never binds (`bound: None`) or binds as `bound` says.
+struct Case<L> {
+    name: &'static str,
+    make: fn() -> L,
+    per_task: u64,
+    bound: Option<Bound>,
+    /// leaky-bucket 1.1.2 now and then never wakes its waiters again (every thread parked, no
+    /// timer armed): such a run is reported and retried with a fresh limiter. For the others a
+    /// hang fails the run.
+    may_hang: bool,
+}
+
+impl<L> Case<L> {
+    fn total(&self) -> u64 {
+        TASKS as u64 * self.per_task
+    }
+}
+
+/// How long a run may take before it counts as hung (a run normally takes under 100 ms).
+const HANG: Duration = Duration::from_secs(5);
 
 /// What one contended run saw.
 struct Run {
     /// From the barrier's release to the end of the last task.
     wall: Duration,
+    /// CPU time of every thread but the main one over `wall`, if asked for and available.
+    cpu: Option<Duration>,
     /// Polls of the acquisition futures (probed runs only).
     polls: u64,
     /// When each grant was seen, sorted (probed runs only).
@@ -212,67 +290,108 @@ struct Run {
 
 /// `TASKS` tasks released together, each awaiting `per_task` acquisitions on `limiter`. A probed
 /// run counts the polls of every acquisition and stamps every grant.
-async fn run<L: Limiter>(limiter: &L, per_task: u64, probe: bool) -> Run {
+async fn run<L: Limiter>(limiter: &L, per_task: u64, probe: bool, cpu: bool) -> Run {
     let barrier = Arc::new(Barrier::new(TASKS + 1));
     let ready = Arc::new(AtomicUsize::new(0));
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|_| {
-            let (limiter, barrier, ready) = (limiter.clone(), barrier.clone(), ready.clone());
-            tokio::spawn(async move {
-                let mut polls = 0u64;
-                let mut stamps = Vec::new();
+    let mut tasks = AbortOnDrop(Vec::with_capacity(TASKS));
+    tasks.0.extend((0..TASKS).map(|_| {
+        let (limiter, barrier, ready) = (limiter.clone(), barrier.clone(), ready.clone());
+        tokio::spawn(async move {
+            let mut polls = 0u64;
+            let mut stamps = Vec::new();
+            if probe {
+                stamps.reserve(per_task as usize);
+            }
+            ready.fetch_add(1, Ordering::Release);
+            barrier.wait().await;
+            for _ in 0..per_task {
                 if probe {
-                    stamps.reserve(per_task as usize);
+                    let mut acquire = pin!(limiter.acquire_one());
+                    poll_fn(|cx| {
+                        polls += 1;
+                        acquire.as_mut().poll(cx)
+                    })
+                    .await;
+                    stamps.push(Instant::now());
+                } else {
+                    limiter.acquire_one().await;
                 }
-                ready.fetch_add(1, Ordering::Release);
-                barrier.wait().await;
-                for _ in 0..per_task {
-                    if probe {
-                        let mut acquire = pin!(limiter.acquire_one());
-                        poll_fn(|cx| {
-                            polls += 1;
-                            acquire.as_mut().poll(cx)
-                        })
-                        .await;
-                        stamps.push(Instant::now());
-                    } else {
-                        limiter.acquire_one().await;
-                    }
-                }
-                (polls, stamps)
-            })
+            }
+            (polls, stamps)
         })
-        .collect();
+    }));
     // Arrive last, so that the clock starts at the release.
     while ready.load(Ordering::Acquire) < TASKS {
         tokio::task::yield_now().await;
     }
+    let cpu_before = if cpu { workers_cpu() } else { None };
     let start = Instant::now();
     barrier.wait().await;
     let mut polls = 0;
     let mut stamps = Vec::new();
-    for task in tasks {
+    for task in &mut tasks.0 {
         let (p, s) = task.await.expect("task panicked");
         polls += p;
         stamps.extend(s);
     }
     let wall = start.elapsed();
+    let cpu = match (cpu_before, cpu.then(workers_cpu).flatten()) {
+        (Some(before), Some(after)) => Some(after.saturating_sub(before)),
+        _ => None,
+    };
     stamps.sort_unstable();
     Run {
         wall,
+        cpu,
         polls,
         stamps,
+    }
+}
+
+/// The tasks of a run, aborted if the run is given up (a hung run's tasks would otherwise stay
+/// in the runtime for good).
+struct AbortOnDrop<T>(Vec<JoinHandle<T>>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// A run on a fresh limiter that finishes within `HANG`, retrying (and saying so) if the case
+/// may hang; returns the limiter too.
+fn guarded<L: Limiter>(rt: &Runtime, case: &Case<L>, probe: bool, cpu: bool) -> (L, Run) {
+    loop {
+        let limiter = rt.block_on(async { (case.make)() });
+        let outcome = rt.block_on(async {
+            tokio::time::timeout(HANG, run(&limiter, case.per_task, probe, cpu)).await
+        });
+        match outcome {
+            Ok(r) => return (limiter, r),
+            Err(_) => {
+                let what = format!(
+                    "{}: a run of {} acquisitions hung for {HANG:?}, every waiter asleep; {}",
+                    case.name,
+                    case.total(),
+                    limiter.describe()
+                );
+                assert!(case.may_hang, "{what}");
+                println!("note {what}; retrying with a fresh limiter");
+            }
+        }
     }
 }
 
 /// The most grants seen in any window `[t_i, t_j]` beyond `burst + rate * (t_j - t_i)`, from
 /// the sorted stamps. A stamp is read after its grant, so a grant can look later than it was:
 /// at most one per task at any moment, hence up to `TASKS` grants of apparent excess.
-fn window_excess(stamps: &[Instant], rate: u64, burst: u64) -> f64 {
+fn window_excess(stamps: &[Instant], bound: Bound) -> f64 {
     let Some(&t0) = stamps.first() else {
         return 0.0;
     };
-    let per_ns = rate as f64 / 1e9;
+    let per_ns = bound.rate as f64 / 1e9;
     let at = |t: Instant| per_ns * t.duration_since(t0).as_nanos() as f64;
     // Grants in [t_i, t_j] = j - i + 1; the excess is max over i <= j of
     // (j + 1 - at(t_j)) - (i - at(t_i)) - burst.
@@ -282,24 +401,19 @@ fn window_excess(stamps: &[Instant], rate: u64, burst: u64) -> f64 {
         min_start = min_start.min(j as f64 - at(t));
         excess = excess.max((j + 1) as f64 - at(t) - min_start);
     }
-    excess - burst as f64
+    excess - bound.burst as f64
 }
 
-/// Runs one probed untimed run and checks it: every acquisition granted, and, when `bound` is
-/// given as `(rate, burst, slack)`, no more than `burst + rate * elapsed (+ slack)` granted;
-/// without `bound`, no acquisition ever pending. Prints what it saw.
-fn check<L: Limiter>(
-    rt: &Runtime,
-    name: &str,
-    limiter: &L,
-    per_task: u64,
-    bound: Option<(u64, u64, u64)>,
-) -> Run {
-    let r = rt.block_on(run(limiter, per_task, true));
-    let total = TASKS as u64 * per_task;
+/// One probed, untimed run, checked: every acquisition granted, and, for a binding case, no
+/// more than `burst + rate * elapsed (+ slack)` granted over the run and in any window; for a
+/// non-binding case, no acquisition ever pending; pacer's counters agree. Prints what it saw.
+fn check<L: Limiter>(rt: &Runtime, case: &Case<L>) {
+    let (limiter, r) = guarded(rt, case, true, false);
+    let (name, total) = (case.name, case.total());
     assert_eq!(r.stamps.len() as u64, total, "{name}: grants missing");
+    limiter.check_counters(total, case.bound.is_some());
     let polls_per = r.polls as f64 / total as f64;
-    match bound {
+    match case.bound {
         None => {
             assert_eq!(
                 r.polls, total,
@@ -311,30 +425,30 @@ fn check<L: Limiter>(
                 r.wall
             );
         }
-        Some((rate, burst, slack)) => {
-            let allowed = burst as f64 + rate as f64 * r.wall.as_secs_f64();
+        Some(bound) => {
+            let allowed = bound.burst as f64 + bound.rate as f64 * r.wall.as_secs_f64();
             assert!(
-                total as f64 <= allowed + slack as f64,
+                total as f64 <= allowed + bound.slack as f64,
                 "{name}: {total} granted in {:?}, more than burst + rate * elapsed = {allowed:.0}",
                 r.wall
             );
-            let excess = window_excess(&r.stamps, rate, burst);
+            let excess = window_excess(&r.stamps, bound);
             assert!(
-                excess <= (TASKS as u64 + slack) as f64,
+                excess <= (TASKS as u64 + bound.slack) as f64,
                 "{name}: {excess:.0} grants beyond burst + rate * window in some window"
             );
-            let min_wall = (total - burst) as f64 / rate as f64;
+            let min_wall = (total - bound.burst) as f64 / bound.rate as f64;
             println!(
-                "check {name}: {total} granted in {:?} (bound allows >= {:.1} ms; {:.0}/s), \
+                "check {name}: {total} granted in {:?} (the bound needs >= {:.1} ms; {:.0}/s), \
                  {polls_per:.2} polls per acquisition, worst window excess {excess:.0} \
-                 (stamping slack {TASKS})",
+                 (stamping slack {TASKS}, allowed slack {})",
                 r.wall,
                 min_wall * 1e3,
                 total as f64 / r.wall.as_secs_f64(),
+                bound.slack,
             );
         }
     }
-    r
 }
 
 /// Checks a contended case once, then times it: `iter_custom` with a fresh limiter per
@@ -342,225 +456,193 @@ fn check<L: Limiter>(
 fn bench_contended<L: Limiter>(
     group: &mut BenchmarkGroup<'_, WallTime>,
     rt: &Runtime,
-    name: &str,
-    make: impl Fn() -> L,
-    per_task: u64,
-    bound: Option<(u64, u64, u64)>,
+    case: &Case<L>,
 ) {
-    let limiter = rt.block_on(async { make() });
-    check(rt, name, &limiter, per_task, bound);
-    group.bench_function(name, |b| {
+    check(rt, case);
+    group.bench_function(case.name, |b| {
         b.iter_custom(|iters| {
-            let mut wall = Duration::ZERO;
-            for _ in 0..iters {
-                let limiter = rt.block_on(async { make() });
-                wall += rt.block_on(run(&limiter, per_task, false)).wall;
-            }
-            wall
+            (0..iters)
+                .map(|_| guarded(rt, case, false, false).1.wall)
+                .sum()
         });
     });
 }
 
-/// leaky-bucket adds `BIND_RATE / 1000` tokens at each 1 ms step, so it may grant up to one
-/// step more than the continuous bound; pacer and governor are GCRAs and get no slack.
-const LEAKY_SLACK: u64 = BIND_RATE / 1000;
+type Governor = Arc<DefaultDirectRateLimiter>;
+type Leaky = Arc<leaky_bucket::RateLimiter>;
+
+/// Every limiter in one setting.
+struct Cases {
+    pacer: Case<pacer::RateLimiter>,
+    governor: Case<Governor>,
+    leaky: [Case<Leaky>; 2],
+}
+
+impl Cases {
+    fn nonbinding() -> Cases {
+        let per_task = PER_TASK_FREE;
+        Cases {
+            pacer: Case {
+                name: "pacer/acquire",
+                make: pacer_free,
+                per_task,
+                bound: None,
+                may_hang: false,
+            },
+            governor: Case {
+                name: "governor/until_ready",
+                make: governor_free,
+                per_task,
+                bound: None,
+                may_hang: false,
+            },
+            leaky: [
+                Case {
+                    name: "leaky_bucket/acquire_fair",
+                    make: || leaky_free(true),
+                    per_task,
+                    bound: None,
+                    may_hang: true,
+                },
+                Case {
+                    name: "leaky_bucket/acquire_unfair",
+                    make: || leaky_free(false),
+                    per_task,
+                    bound: None,
+                    may_hang: true,
+                },
+            ],
+        }
+    }
+
+    fn binding() -> Cases {
+        let per_task = PER_TASK_BIND;
+        Cases {
+            pacer: Case {
+                name: "pacer/acquire",
+                make: pacer_bind,
+                per_task,
+                bound: Some(BINDING),
+                may_hang: false,
+            },
+            governor: Case {
+                name: "governor/until_ready",
+                make: governor_bind,
+                per_task,
+                bound: Some(BINDING),
+                may_hang: false,
+            },
+            leaky: [
+                Case {
+                    name: "leaky_bucket/acquire_fair",
+                    make: || leaky_bind(true),
+                    per_task,
+                    bound: Some(LEAKY_BINDING),
+                    may_hang: true,
+                },
+                Case {
+                    name: "leaky_bucket/acquire_unfair",
+                    make: || leaky_bind(false),
+                    per_task,
+                    bound: Some(LEAKY_BINDING),
+                    may_hang: true,
+                },
+            ],
+        }
+    }
+
+    /// Times every case in `group`.
+    fn bench(&self, group: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime) {
+        bench_contended(group, rt, &self.pacer);
+        bench_contended(group, rt, &self.governor);
+        for case in &self.leaky {
+            bench_contended(group, rt, case);
+        }
+    }
+
+    /// Prints every case's CPU time.
+    fn cpu_notes(&self, rt: &Runtime, group: &str, at_least: Duration) {
+        cpu_note(rt, group, &self.pacer, at_least);
+        cpu_note(rt, group, &self.governor, at_least);
+        for case in &self.leaky {
+            cpu_note(rt, group, case, at_least);
+        }
+    }
+}
 
 fn contended(c: &mut Criterion) {
     let rt = two_workers();
 
+    let cases = Cases::nonbinding();
     let mut group = c.benchmark_group("contended_nonbinding");
-    group.throughput(Throughput::Elements(TASKS as u64 * PER_TASK_FREE));
+    group.throughput(Throughput::Elements(cases.pacer.total()));
     group.sampling_mode(SamplingMode::Flat).sample_size(20);
-    let pacer_checked = rt.block_on(async { pacer_free() });
-    check(&rt, "pacer", &pacer_checked, PER_TASK_FREE, None);
-    let stats = pacer_checked.stats();
-    assert_eq!(
-        (stats.rejected, stats.waiting, stats.total_wait),
-        (0, 0, Duration::ZERO),
-        "pacer: non-binding run waited"
-    );
-    bench_contended(
-        &mut group,
-        &rt,
-        "pacer/acquire",
-        pacer_free,
-        PER_TASK_FREE,
-        None,
-    );
-    bench_contended(
-        &mut group,
-        &rt,
-        "governor/until_ready",
-        governor_free,
-        PER_TASK_FREE,
-        None,
-    );
-    bench_contended(
-        &mut group,
-        &rt,
-        "leaky_bucket/acquire_fair",
-        || leaky_free(true),
-        PER_TASK_FREE,
-        None,
-    );
-    bench_contended(
-        &mut group,
-        &rt,
-        "leaky_bucket/acquire_unfair",
-        || leaky_free(false),
-        PER_TASK_FREE,
-        None,
-    );
+    cases.bench(&mut group, &rt);
     group.finish();
 
+    let cases = Cases::binding();
     let mut group = c.benchmark_group("contended_binding_1e6ps_burst1000");
-    group.throughput(Throughput::Elements(TASKS as u64 * PER_TASK_BIND));
+    group.throughput(Throughput::Elements(cases.pacer.total()));
     group.sampling_mode(SamplingMode::Flat).sample_size(10);
-    let pacer_checked = rt.block_on(async { pacer_bind() });
-    check(
-        &rt,
-        "pacer (binding)",
-        &pacer_checked,
-        PER_TASK_BIND,
-        Some((BIND_RATE, BIND_BURST, 0)),
-    );
-    let stats = pacer_checked.stats();
-    assert_eq!(
-        (stats.granted, stats.rejected, stats.waiting),
-        (TASKS as u64 * PER_TASK_BIND, 0, 0),
-        "pacer: counters after the binding run"
-    );
-    assert!(stats.total_wait > Duration::ZERO, "pacer: nobody waited");
-    bench_contended(
-        &mut group,
-        &rt,
-        "pacer/acquire",
-        pacer_bind,
-        PER_TASK_BIND,
-        Some((BIND_RATE, BIND_BURST, 0)),
-    );
-    bench_contended(
-        &mut group,
-        &rt,
-        "governor/until_ready",
-        governor_bind,
-        PER_TASK_BIND,
-        Some((BIND_RATE, BIND_BURST, 0)),
-    );
-    bench_contended(
-        &mut group,
-        &rt,
-        "leaky_bucket/acquire_fair",
-        || leaky_bind(true),
-        PER_TASK_BIND,
-        Some((BIND_RATE, BIND_BURST, LEAKY_SLACK)),
-    );
-    bench_contended(
-        &mut group,
-        &rt,
-        "leaky_bucket/acquire_unfair",
-        || leaky_bind(false),
-        PER_TASK_BIND,
-        Some((BIND_RATE, BIND_BURST, LEAKY_SLACK)),
-    );
+    cases.bench(&mut group, &rt);
     group.finish();
 }
 
 // ---------------------------------------------------------------------------------------------
 // CPU time beside wall time, outside criterion
 
-/// CPU time of all the process's threads so far, from `/proc/self/task/*/schedstat` (its first
-/// field is nanoseconds on a CPU); `None` where that is not available.
-fn cpu_time() -> Option<Duration> {
+/// CPU time so far of every thread of the process but the main one (which only waits for the
+/// tasks, and reads these files), from `/proc/self/task/*/schedstat`, whose first field is
+/// nanoseconds on a CPU. `None` where that is not available.
+fn workers_cpu() -> Option<Duration> {
+    let main = std::process::id().to_string();
     let mut total = 0u64;
     for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let path = task.ok()?.path().join("schedstat");
-        let text = std::fs::read_to_string(path).ok()?;
+        let task = task.ok()?;
+        if task.file_name().to_str() == Some(main.as_str()) {
+            continue;
+        }
+        // A thread may end between the listing and the read.
+        let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
         total += text.split_whitespace().next()?.parse::<u64>().ok()?;
     }
     Some(Duration::from_nanos(total))
 }
 
-/// Runs a contended case repeatedly for at least `at_least`, then prints acquisitions per
-/// second of wall time and the CPU time spent beside it.
-fn cpu_note<L: Limiter>(
-    rt: &Runtime,
-    name: &str,
-    make: impl Fn() -> L,
-    per_task: u64,
-    at_least: Duration,
-) {
-    let total = TASKS as u64 * per_task;
-    let mut runs = 0u64;
-    let mut wall = Duration::ZERO;
-    let cpu_before = cpu_time();
-    let start = Instant::now();
-    while start.elapsed() < at_least {
-        let limiter = rt.block_on(async { make() });
-        wall += rt.block_on(run(&limiter, per_task, false)).wall;
+/// Runs a contended case for at least `at_least` of wall time, then prints acquisitions per
+/// second of wall time and the CPU time the other threads spent meanwhile.
+fn cpu_note<L: Limiter>(rt: &Runtime, group: &str, case: &Case<L>, at_least: Duration) {
+    let (mut runs, mut wall, mut cpu) = (0u64, Duration::ZERO, Some(Duration::ZERO));
+    while wall < at_least {
+        let (_, r) = guarded(rt, case, false, true);
+        wall += r.wall;
+        cpu = cpu.zip(r.cpu).map(|(a, b)| a + b);
         runs += 1;
     }
-    let outer = start.elapsed();
-    let acquisitions = runs * total;
+    let acquisitions = runs * case.total();
+    let name = format!("{group}/{}", case.name);
     let per_s = acquisitions as f64 / wall.as_secs_f64();
-    match (cpu_before, cpu_time()) {
-        (Some(before), Some(after)) => {
-            let cpu = after.saturating_sub(before);
-            println!(
-                "cpu {name:<46} {per_s:>12.0} acq/s wall, {:>7.1} ns CPU per acquisition, \
-                 {:.2} cores busy ({runs} runs, wall {outer:.2?}, CPU {cpu:.2?})",
-                cpu.as_nanos() as f64 / acquisitions as f64,
-                cpu.as_secs_f64() / outer.as_secs_f64(),
-            );
-        }
-        _ => println!("cpu {name:<46} {per_s:>12.0} acq/s wall, CPU time not available"),
+    match cpu {
+        Some(cpu) => println!(
+            "cpu {name:<48} {per_s:>11.0} acq/s, {:>7.1} ns CPU per acquisition, \
+             {:.2} cores busy ({runs} runs: wall {wall:.2?}, CPU {cpu:.2?})",
+            cpu.as_nanos() as f64 / acquisitions as f64,
+            cpu.as_secs_f64() / wall.as_secs_f64(),
+        ),
+        None => println!("cpu {name:<48} {per_s:>11.0} acq/s, CPU time not available"),
     }
 }
 
 fn cpu_notes(_: &mut Criterion) {
     let rt = two_workers();
-    let long = Duration::from_secs(1);
-    println!("CPU beside wall time, {TASKS} tasks on 2 worker threads:");
-    let free = PER_TASK_FREE;
-    cpu_note(&rt, "contended_nonbinding/pacer", pacer_free, free, long);
-    cpu_note(
-        &rt,
-        "contended_nonbinding/governor",
-        governor_free,
-        free,
-        long,
+    let at_least = Duration::from_secs(1);
+    println!(
+        "CPU beside wall time over the timed part of each run, {TASKS} tasks on 2 worker threads:"
     );
-    cpu_note(
-        &rt,
-        "contended_nonbinding/leaky_bucket_fair",
-        || leaky_free(true),
-        free,
-        long,
-    );
-    cpu_note(
-        &rt,
-        "contended_nonbinding/leaky_bucket_unfair",
-        || leaky_free(false),
-        free,
-        long,
-    );
-    let bind = PER_TASK_BIND;
-    cpu_note(&rt, "contended_binding/pacer", pacer_bind, bind, long);
-    cpu_note(&rt, "contended_binding/governor", governor_bind, bind, long);
-    cpu_note(
-        &rt,
-        "contended_binding/leaky_bucket_fair",
-        || leaky_bind(true),
-        bind,
-        long,
-    );
-    cpu_note(
-        &rt,
-        "contended_binding/leaky_bucket_unfair",
-        || leaky_bind(false),
-        bind,
-        long,
-    );
+    Cases::nonbinding().cpu_notes(&rt, "contended_nonbinding", at_least);
+    Cases::binding().cpu_notes(&rt, "contended_binding", at_least);
 }
 
 criterion_group!(benches, uncontended, contended, cpu_notes);
