@@ -91,6 +91,7 @@ mod staggered_start;
 mod staggered_start_with;
 mod throttle;
 mod throttle_with;
+mod upstream;
 
 pub use batched_interval::BatchedInterval;
 pub use min_interval::MinInterval;

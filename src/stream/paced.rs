@@ -8,6 +8,7 @@ use std::task::{ready, Context, Poll};
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
+use super::upstream::Upstream;
 use crate::core::{Bucket, Decision, Nanos, Window};
 use crate::timer::Timer;
 
@@ -99,68 +100,44 @@ pin_project! {
     /// A stream paced by the rule `P`, holding at most one upstream item.
     pub(crate) struct Paced<S: Stream, P> {
         #[pin]
-        stream: S,
+        upstream: Upstream<S, Held<S::Item>>,
         #[pin]
         timer: Timer,
         pub(crate) pace: P,
-        held: Option<Held<S::Item>>,
-        // Upstream has returned `None` and is never polled again.
-        done: bool,
     }
 }
 
 impl<S: Stream, P> Paced<S, P> {
     pub(crate) const fn new(stream: S, pace: P) -> Self {
         Paced {
-            stream,
+            upstream: Upstream::new(stream),
             timer: Timer::new(),
             pace,
-            held: None,
-            done: false,
         }
     }
 
     pub(crate) fn get_ref(&self) -> &S {
-        &self.stream
+        self.upstream.get_ref()
     }
 
     pub(crate) fn get_mut(&mut self) -> &mut S {
-        &mut self.stream
+        self.upstream.get_mut()
     }
 
     pub(crate) fn get_pin_mut(self: Pin<&mut Self>) -> Pin<&mut S> {
-        self.project().stream
+        self.project().upstream.get_pin_mut()
     }
 
     pub(crate) fn into_inner(self) -> S {
-        self.stream
+        self.upstream.into_inner()
     }
 
     pub(crate) fn is_terminated(&self) -> bool {
-        self.done && self.held.is_none()
+        self.upstream.is_terminated()
     }
 
     pub(crate) fn size_hint(&self) -> (usize, Option<usize>) {
-        let held = usize::from(self.held.is_some());
-        if self.done {
-            return (held, Some(held));
-        }
-        let (lower, upper) = self.stream.size_hint();
-        (
-            lower.saturating_add(held),
-            upper.and_then(|u| u.checked_add(held)),
-        )
-    }
-
-    /// The next upstream item, or `None` once upstream has ended (and on every later call).
-    fn poll_upstream(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
-        let me = self.project();
-        if *me.done {
-            return Poll::Ready(None);
-        }
-        let item = ready!(me.stream.poll_next(cx));
-        *me.done = item.is_none();
-        Poll::Ready(item)
+        self.upstream.size_hint()
     }
 
     /// Shaping: every item leaves, as soon as the rule allows.
@@ -172,27 +149,27 @@ impl<S: Stream, P> Paced<S, P> {
         P: Pace<S::Item>,
     {
         loop {
-            let me = self.as_mut().project();
-            if let Some(deadline) = me.held.as_ref().map(|held| held.deadline) {
-                let now = ready!(me.timer.poll_until(cx, deadline));
-                if let Some(held) = me.held.take() {
+            let mut me = self.as_mut().project();
+            let held = me.upstream.as_mut().held();
+            if let Some(deadline) = held.as_ref().map(|held| held.deadline) {
+                let now = ready!(me.timer.as_mut().poll_until(cx, deadline));
+                if let Some(held) = me.upstream.as_mut().held().take() {
                     me.pace.commit(now, held.cost);
                     return Poll::Ready(Some(held.item));
                 }
             }
-            let Some(item) = ready!(self.as_mut().poll_upstream(cx)) else {
+            let Some(item) = ready!(me.upstream.as_mut().poll_next(cx)) else {
                 return Poll::Ready(None);
             };
-            let me = self.as_mut().project();
             if me.pace.is_unlimited() {
                 return Poll::Ready(Some(item));
             }
             let cost = me.pace.cost(&item);
-            let now = me.timer.now();
+            let now = me.timer.as_mut().now();
             let Decision::NotUntil(deadline) = me.pace.offer(now, cost) else {
                 return Poll::Ready(Some(item));
             };
-            *me.held = Some(Held {
+            *me.upstream.held() = Some(Held {
                 item,
                 cost,
                 deadline,
@@ -204,17 +181,17 @@ impl<S: Stream, P> Paced<S, P> {
     /// `Err((item, wait))` otherwise, with how long until it would have been allowed
     /// (`Nanos::MAX` if never). A refused item is not charged.
     pub(crate) fn poll_checked(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         never: impl FnOnce(&P, u64) -> bool,
     ) -> Poll<Option<Checked<S::Item>>>
     where
         P: Pace<S::Item>,
     {
-        let Some(item) = ready!(self.as_mut().poll_upstream(cx)) else {
+        let me = self.project();
+        let Some(item) = ready!(me.upstream.poll_next(cx)) else {
             return Poll::Ready(None);
         };
-        let me = self.project();
         let cost = me.pace.cost(&item);
         if never(me.pace, cost) {
             return Poll::Ready(Some(Err((item, Nanos::MAX))));
@@ -236,10 +213,8 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Paced")
-            .field("stream", &self.stream)
+            .field("upstream", &self.upstream)
             .field("pace", &self.pace)
-            .field("held", &self.held.as_ref().map(|held| &held.item))
-            .field("done", &self.done)
             .finish()
     }
 }

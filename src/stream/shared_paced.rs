@@ -9,74 +9,53 @@ use futures_core::Stream;
 use pin_project_lite::pin_project;
 
 use super::paced::Checked;
+use super::upstream::Upstream;
 use crate::core::Nanos;
 use crate::Quota;
 
 pin_project! {
     /// A stream whose items are granted by the shared quota `Q`, one held at a time.
     pub(crate) struct SharedPaced<S: Stream, Q: Quota> {
+        // The item pulled from upstream is held with its cost while it waits for its grant.
         #[pin]
-        stream: S,
+        upstream: Upstream<S, (S::Item, u64)>,
         #[pin]
         permit: Q::Permit,
         quota: Q,
-        // The item pulled from upstream and its cost, while it waits for its grant.
-        held: Option<(S::Item, u64)>,
-        done: bool,
     }
 }
 
 impl<S: Stream, Q: Quota> SharedPaced<S, Q> {
     pub(crate) fn new(stream: S, quota: &Q) -> Self {
         SharedPaced {
-            stream,
+            upstream: Upstream::new(stream),
             permit: quota.permit(),
             quota: quota.clone(),
-            held: None,
-            done: false,
         }
     }
 
     pub(crate) fn get_ref(&self) -> &S {
-        &self.stream
+        self.upstream.get_ref()
     }
 
     pub(crate) fn get_mut(&mut self) -> &mut S {
-        &mut self.stream
+        self.upstream.get_mut()
     }
 
     pub(crate) fn get_pin_mut(self: Pin<&mut Self>) -> Pin<&mut S> {
-        self.project().stream
+        self.project().upstream.get_pin_mut()
     }
 
     pub(crate) fn into_inner(self) -> S {
-        self.stream
+        self.upstream.into_inner()
     }
 
     pub(crate) fn is_terminated(&self) -> bool {
-        self.done && self.held.is_none()
+        self.upstream.is_terminated()
     }
 
     pub(crate) fn size_hint(&self) -> (usize, Option<usize>) {
-        let held = usize::from(self.held.is_some());
-        if self.done {
-            return (held, Some(held));
-        }
-        let (lower, upper) = self.stream.size_hint();
-        (
-            lower.saturating_add(held),
-            upper.and_then(|u| u.checked_add(held)),
-        )
-    }
-
-    fn poll_upstream(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
-        let me = self.project();
-        if *me.done {
-            return Poll::Ready(None);
-        }
-        let item = ready!(me.stream.poll_next(cx));
-        *me.done = item.is_none();
-        Poll::Ready(item)
+        self.upstream.size_hint()
     }
 
     /// Shaping: every item leaves once the limiter grants its cost, in queue order.
@@ -86,16 +65,16 @@ impl<S: Stream, Q: Quota> SharedPaced<S, Q> {
         mut cost: impl FnMut(&S::Item) -> u64,
     ) -> Poll<Option<S::Item>> {
         loop {
-            let me = self.as_mut().project();
-            if let Some(&(_, cost)) = me.held.as_ref() {
+            let mut me = self.as_mut().project();
+            if let Some(&(_, cost)) = me.upstream.as_mut().held().as_ref() {
                 ready!(me.quota.poll_acquire(me.permit, cx, cost));
-                return Poll::Ready(me.held.take().map(|(item, _)| item));
+                return Poll::Ready(me.upstream.held().take().map(|(item, _)| item));
             }
-            let Some(item) = ready!(self.as_mut().poll_upstream(cx)) else {
+            let Some(item) = ready!(me.upstream.as_mut().poll_next(cx)) else {
                 return Poll::Ready(None);
             };
             let cost = cost(&item);
-            *self.as_mut().project().held = Some((item, cost));
+            *me.upstream.held() = Some((item, cost));
         }
     }
 
@@ -108,10 +87,10 @@ impl<S: Stream, Q: Quota> SharedPaced<S, Q> {
         mut cost: impl FnMut(&S::Item) -> u64,
     ) -> Poll<Option<Checked<S::Item>>> {
         loop {
-            let me = self.as_mut().project();
-            if let Some(&(_, cost)) = me.held.as_ref() {
+            let mut me = self.as_mut().project();
+            if let Some(&(_, cost)) = me.upstream.as_mut().held().as_ref() {
                 let answer = ready!(me.quota.poll_try_acquire(me.permit, cx, cost));
-                let Some((item, _)) = me.held.take() else {
+                let Some((item, _)) = me.upstream.held().take() else {
                     return Poll::Ready(None);
                 };
                 return Poll::Ready(Some(match answer {
@@ -119,11 +98,11 @@ impl<S: Stream, Q: Quota> SharedPaced<S, Q> {
                     Err(refused) => Err((item, Nanos::from_duration(refused.retry_after()))),
                 }));
             }
-            let Some(item) = ready!(self.as_mut().poll_upstream(cx)) else {
+            let Some(item) = ready!(me.upstream.as_mut().poll_next(cx)) else {
                 return Poll::Ready(None);
             };
             let cost = cost(&item);
-            *self.as_mut().project().held = Some((item, cost));
+            *me.upstream.held() = Some((item, cost));
         }
     }
 }
@@ -136,9 +115,7 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SharedPaced")
-            .field("stream", &self.stream)
-            .field("held", &self.held.as_ref().map(|(item, _)| item))
-            .field("done", &self.done)
+            .field("upstream", &self.upstream)
             .finish_non_exhaustive()
     }
 }
