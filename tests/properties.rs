@@ -89,6 +89,33 @@ where
     })
 }
 
+/// The throttle's bound, by its definition: the cost emitted in [t_i, t_j] is at most
+/// burst + (t_j - t_i) * rate, for every pair of emissions, in exact integers.
+fn check_bound(
+    seen: &[Seen<usize>],
+    costs: &[u64],
+    tokens: u64,
+    per: Duration,
+    burst: u64,
+) -> Result<(), TestCaseError> {
+    let per = per.as_nanos();
+    for i in 0..seen.len() {
+        let mut sum = 0u128;
+        for j in i..seen.len() {
+            sum += u128::from(costs[seen[j].out]);
+            let span = u128::from(seen[j].at - seen[i].at);
+            prop_assert!(
+                sum * per <= u128::from(burst) * per + span * u128::from(tokens),
+                "cost {} in {} ns from item {}",
+                sum,
+                span,
+                i
+            );
+        }
+    }
+    Ok(())
+}
+
 fn rate_strategy() -> impl Strategy<Value = (u64, Duration)> {
     // Whole and fractional per-token intervals, from sub-millisecond to seconds.
     (1u64..20, 1u64..2_000, 0u64..1_000_000)
@@ -132,18 +159,7 @@ proptest! {
 
         // The bound, directly: cost in [t_i, t_j] <= burst + (t_j - t_i) * rate.
         if costs.iter().all(|&c| c <= burst) {
-            let per = per.as_nanos();
-            for i in 0..seen.len() {
-                let mut sum = 0u128;
-                for j in i..seen.len() {
-                    sum += u128::from(costs[seen[j].out]);
-                    let span = u128::from(seen[j].at - seen[i].at);
-                    prop_assert!(
-                        sum * per <= u128::from(burst) * per + span * u128::from(tokens),
-                        "cost {} in {} ns from item {}", sum, span, i
-                    );
-                }
-            }
+            check_bound(&seen, &costs, tokens, per, burst)?;
         }
     }
 
@@ -160,18 +176,7 @@ proptest! {
             src.throttle(Rate::new(tokens, per), move |&i| cost_of[i], burst, Shaping)
         });
         prop_assert_eq!(seen.len(), steps.len());
-        let per = per.as_nanos();
-        for i in 0..seen.len() {
-            let mut sum = 0u128;
-            for j in i..seen.len() {
-                sum += u128::from(costs[seen[j].out]);
-                let span = u128::from(seen[j].at - seen[i].at);
-                prop_assert!(
-                    sum * per <= u128::from(burst) * per + span * u128::from(tokens),
-                    "cost {} in {} ns from item {}", sum, span, i
-                );
-            }
-        }
+        check_bound(&seen, &costs, tokens, per, burst)?;
     }
 
     #[test]
