@@ -330,3 +330,24 @@ async fn leases_cut_round_trips_tenfold_and_keep_the_bound() {
         "{with} round trips with leases, {without} without"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_quota_vanishes_from_redis() {
+    let server = Server::start();
+    let quota = RedisRateLimiter::builder(server.url(), "idle", Rate::per_second(20), 4)
+        .build()
+        .unwrap();
+    quota.acquire(2).await.unwrap();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    // Two tokens short: the key lives as long as the bucket takes to refill, 100 ms.
+    let ttl: i64 = redis::cmd("PTTL").arg("idle").query(&mut conn).unwrap();
+    assert!((1..=102).contains(&ttl), "PTTL {ttl}");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let exists: bool = redis::cmd("EXISTS").arg("idle").query(&mut conn).unwrap();
+    assert!(!exists, "an idle, full quota stayed in Redis");
+    // And a full bucket is what comes back: the burst at once.
+    let start = Instant::now();
+    quota.acquire(4).await.unwrap();
+    assert!(start.elapsed() < Duration::from_millis(50));
+}
