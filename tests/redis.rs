@@ -351,3 +351,140 @@ async fn an_idle_quota_vanishes_from_redis() {
     quota.acquire(4).await.unwrap();
     assert!(start.elapsed() < Duration::from_millis(50));
 }
+
+/// A URL where nothing listens: Redis is down from the start.
+fn nowhere() -> String {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    format!("redis://127.0.0.1:{port}/")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_fallback_keeps_its_exact_share_across_probes() {
+    // 1/s with a share of 0.1 is one per 10 s (not 1/s rounded up), burst 1; and probing Redis
+    // every second must not hand out a fresh, full fallback each time.
+    let quota = RedisRateLimiter::builder(nowhere(), "down", Rate::per_second(1), 10)
+        .failure_policy(FailurePolicy::FailOpen { share: 0.1 })
+        .build()
+        .unwrap();
+    let granted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = granted.clone();
+    let run = tokio::spawn(async move {
+        loop {
+            quota.acquire(1).await.unwrap();
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    run.abort();
+    let granted = granted.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        granted, 1,
+        "the fallback's burst of 1, and nothing more in 3.5 s"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_outage_gets_its_own_deadline() {
+    let mut server = Server::start();
+    let quota = RedisRateLimiter::builder(server.url(), "twice", Rate::per_second(100), 5)
+        .failure_policy(FailurePolicy::FailClosed {
+            max_backoff: Duration::from_millis(50),
+            deadline: Duration::from_millis(500),
+        })
+        .build()
+        .unwrap();
+    quota.acquire(1).await.unwrap();
+    server.kill();
+    assert!(quota.try_acquire(1).await.is_err(), "a refusal while down");
+    server.restart();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    server.kill();
+    let start = Instant::now();
+    assert!(quota.acquire(1).await.is_err());
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(500),
+        "gave up after {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(1_500),
+        "gave up after {waited:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_acquire_with_leases_takes_what_is_there() {
+    let server = Server::start();
+    let rate = Rate::new(1, Duration::from_secs(60));
+    let plain = RedisRateLimiter::builder(server.url(), "shared", rate, 10)
+        .build()
+        .unwrap();
+    let leased = RedisRateLimiter::builder(server.url(), "shared", rate, 10)
+        .lease(5, Duration::from_secs(1))
+        .build()
+        .unwrap();
+    for _ in 0..6 {
+        plain.try_acquire(1).await.unwrap();
+    }
+    // Four tokens left: less than a lease, enough for one.
+    assert!(leased.try_acquire(1).await.is_ok());
+    assert!(plain.try_acquire(3).await.is_ok());
+    assert!(plain.try_acquire(1).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_requests_are_not_starved_and_waiters_cost_one_round_trip() {
+    let server = Server::start();
+    let quota = RedisRateLimiter::builder(server.url(), "fair", Rate::per_second(50), 5)
+        .build()
+        .unwrap();
+    let stop = Instant::now() + Duration::from_secs(2);
+    let small: Vec<_> = (0..3)
+        .map(|_| {
+            let quota = quota.clone();
+            tokio::spawn(async move {
+                while Instant::now() < stop {
+                    quota.acquire(1).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let start = Instant::now();
+    quota.acquire(8).await.unwrap();
+    // Eight tokens at 50/s behind whatever the small ones had reserved: well under a second.
+    assert!(
+        start.elapsed() < Duration::from_millis(700),
+        "{:?}",
+        start.elapsed()
+    );
+    for task in small {
+        task.await.unwrap();
+    }
+    let stats = quota.stats();
+    // A reservation never asks twice.
+    assert_eq!(stats.round_trips, stats.granted, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_before_its_turn_gives_its_tokens_back() {
+    let server = Server::start();
+    let quota = RedisRateLimiter::builder(server.url(), "drop", Rate::per_second(10), 1)
+        .build()
+        .unwrap();
+    quota.acquire(1).await.unwrap();
+    // Reserves 5 tokens (half a second of debt), then is dropped.
+    let dropped = tokio::time::timeout(Duration::from_millis(50), quota.acquire(5)).await;
+    assert!(dropped.is_err());
+    // The next request returns them: it waits for its own token, not behind the 5.
+    let start = Instant::now();
+    quota.acquire(1).await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_millis(200),
+        "{:?}",
+        start.elapsed()
+    );
+}

@@ -8,12 +8,16 @@
 -- ARGV[3]  cost: the least to take
 -- ARGV[4]  want: the most to take (a lease), at least `cost`; a lease is granted only whole
 --          (or the whole burst, if smaller)
--- ARGV[5]  tokens to give back first (an unused lease)
+-- ARGV[5]  tokens to give back first (an unused lease, a cancelled reservation)
+-- ARGV[6]  "reserve": always grant, with how long to wait before use, charging now so that
+--          later requests queue behind this one (across processes, in arrival order at Redis);
+--          "try": grant `cost` only if it is there now, otherwise refuse and take nothing
 --
 -- Returns { taken, wait_us }:
---   taken > 0   granted `taken` tokens; wait_us > 0 only for a cost above the burst, which took
---               the full bucket and pays the rest of its debt by waiting that long before use;
---   taken = 0   refused; the tokens asked for will be there in wait_us.
+--   taken > 0   granted `taken` tokens, usable after wait_us (0: at once). A reservation that
+--               must wait takes the whole lease (or the cost) and leaves the level negative:
+--               its debt, which later requests wait behind.
+--   taken = 0   ("try" only) refused; `cost` will be there in wait_us.
 --
 -- The level is kept rather than an absolute "full at" time: times near Redis's clock (about
 -- 1.8e15 us) are exact as whole microseconds in a double but not as fractions of one, while a
@@ -25,6 +29,7 @@ local burst = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 local want = tonumber(ARGV[4])
 local back = tonumber(ARGV[5])
+local reserve = ARGV[6] == 'reserve'
 
 local level = burst
 local state = redis.call('GET', KEYS[1])
@@ -41,6 +46,8 @@ if back > 0 then
 end
 
 local function store(held)
+  -- Negative while reservations wait: the key lives until the debt is paid and the bucket
+  -- refilled.
   if held >= burst then
     redis.call('DEL', KEYS[1])
   else
@@ -54,24 +61,23 @@ if want == 0 then
   return { 0, 0 }
 end
 
-if cost > burst then
-  if level < burst then
-    store(level)
-    return { 0, math.ceil((burst - level) * interval) }
-  end
-  -- Full: take all of it and charge the whole cost, as if the item left once its debt is
-  -- paid (in wait_us), with the bucket empty then.
-  store(burst - cost)
-  return { cost, math.ceil((cost - burst) * interval) }
+-- A reservation with a lease waits for the whole lease (or the whole burst, if smaller), so that
+-- each round trip brings one back; a plain request or a try needs just its cost.
+local need = cost
+if reserve then
+  need = math.max(cost, math.min(want, burst))
 end
-
--- A plain request takes `cost` as soon as it is there; a lease waits until the whole lease
--- is there, so that each round trip brings back a full one.
-local need = math.max(cost, math.min(want, burst))
 if level >= need then
   local take = math.max(need, math.min(want, math.floor(level)))
   store(level - take)
   return { take, 0 }
 end
-store(level)
-return { 0, math.ceil((need - level) * interval) }
+if not reserve then
+  store(level)
+  return { 0, math.ceil((cost - level) * interval) }
+end
+-- Reserve: charge now, use once the level would have reached what is taken. For a cost above
+-- the burst this is "full, then the rest", as in the local bucket.
+local take = math.max(cost, want)
+store(level - take)
+return { take, math.ceil((take - level) * interval) }

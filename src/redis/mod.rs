@@ -154,13 +154,13 @@ struct Lease {
 #[derive(Default)]
 struct Local {
     lease: Option<Lease>,
-    /// Unused lease tokens to give back with the next round trip.
+    /// Tokens to give back with the next round trip: an expired or replaced lease, a
+    /// reservation whose waiter went away.
     to_return: u64,
-    /// While Redis is unreachable under `FailOpen`: the local limiter and when to try Redis
-    /// again.
-    fallback: Option<(RateLimiter, Instant)>,
-    /// When the current outage began.
-    down_since: Option<Instant>,
+    /// Under `FailOpen`, during an outage: the local limiter (kept for the whole outage, so
+    /// that probing Redis again does not refill it) and, while it is in charge, until when.
+    fallback: Option<RateLimiter>,
+    fallback_until: Option<Instant>,
 }
 
 struct Inner {
@@ -189,11 +189,14 @@ struct Inner {
 /// at once. The state lives in Redis under the key you name and is updated atomically by one
 /// Lua script on Redis's clock; the key expires once the bucket is full, so idle quotas vanish.
 ///
-/// Differences from the local limiter, by nature of a remote quota: waiting is a loop of "ask,
-/// sleep the `retry_after` Redis returned, ask again", so waiters across processes are not
-/// served in strict arrival order; and every grant costs a round trip, unless leases are on
-/// ([`RedisRateLimiterBuilder::lease`]). The bound `burst + w * rate` holds across all
-/// processes to within one round trip (and the lease age, with leases).
+/// Waiting is a reservation, as in Go's `rate.Limiter::Wait`: a request that cannot be granted
+/// at once is charged in Redis at once (the level goes negative, a debt that later requests
+/// queue behind) and told how long to wait before use. So each acquisition is one round trip,
+/// waiters across processes are served in the order their requests reached Redis, and a large
+/// request is not starved by small ones. A waiter dropped before its turn gives its tokens back
+/// with the next round trip. Leases ([`RedisRateLimiterBuilder::lease`]) make most grants local.
+/// The bound `burst + w * rate` holds across all processes to within one round trip (and the
+/// lease age, with leases).
 ///
 /// Redis faults follow the [`FailurePolicy`]. The connection reconnects by itself; nothing
 /// panics; a stream never loses or duplicates an item.
@@ -321,11 +324,23 @@ impl RedisRateLimiterBuilder {
     }
 }
 
+/// A grant not used yet: given back (with the next round trip) if its waiter goes away.
+struct Reserved<'a> {
+    quota: &'a RedisRateLimiter,
+    tokens: u64,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.quota.local().to_return += self.tokens;
+    }
+}
+
 /// What one round trip answered.
 enum Answer {
-    /// Granted (a lease's surplus is kept locally); use it after `wait` (a cost above the
-    /// burst paying its debt).
-    Granted { wait: Duration },
+    /// `taken` tokens granted, usable after `wait`: a reservation queued behind earlier ones,
+    /// or a cost above the burst paying its debt.
+    Granted { taken: u64, wait: Duration },
     /// Refused; ask again in `wait`.
     Refused { wait: Duration },
 }
@@ -391,10 +406,15 @@ impl RedisRateLimiter {
         true
     }
 
-    /// One script call: take at least `cost`, up to a lease.
-    async fn round_trip(&self, cost: u64) -> Result<Answer, redis::RedisError> {
+    /// One script call: take at least `cost`, up to `want`, reserving (granted with a wait)
+    /// or only trying.
+    async fn round_trip(
+        &self,
+        cost: u64,
+        want: u64,
+        reserve: bool,
+    ) -> Result<Answer, redis::RedisError> {
         let inner = &self.inner;
-        let want = cost.max(inner.lease_tokens);
         let back = std::mem::take(&mut self.local().to_return);
         bump(&inner.counters.round_trips);
         let mut conn = inner.conn.clone();
@@ -406,28 +426,44 @@ impl RedisRateLimiter {
             .arg(cost)
             .arg(want)
             .arg(back)
+            .arg(if reserve { "reserve" } else { "try" })
             .invoke_async(&mut conn)
             .await;
-        let (taken, wait_us) = match reply {
-            Ok(reply) => reply,
+        match reply {
+            Ok((0, wait_us)) => Ok(Answer::Refused {
+                wait: Duration::from_micros(wait_us),
+            }),
+            Ok((taken, wait_us)) => Ok(Answer::Granted {
+                taken,
+                wait: Duration::from_micros(wait_us),
+            }),
             Err(e) => {
-                // The tokens to give back were not given: keep them for the next call.
-                self.local().to_return += back;
+                // A call that timed out may still have run on Redis: the tokens it gave back
+                // are not offered again (that could return them twice), and whatever it took
+                // stays taken. Both err on the side of the quota.
                 bump(&inner.counters.errors);
-                return Err(e);
+                Err(e)
             }
-        };
-        let wait = Duration::from_micros(wait_us);
-        if taken == 0 {
-            return Ok(Answer::Refused { wait });
         }
-        if taken > cost {
-            let mut local = self.local();
-            let expires = Instant::now() + inner.lease_age;
-            let tokens = local.lease.take().map_or(0, |l| l.tokens) + (taken - cost);
-            local.lease = Some(Lease { tokens, expires });
+    }
+
+    /// Keeps the surplus of a grant as the local lease, usable until `max_age` from now; what
+    /// was left of an older lease is given back rather than kept past its age.
+    fn keep_lease(&self, surplus: u64) {
+        if surplus == 0 {
+            return;
         }
-        Ok(Answer::Granted { wait })
+        let now = Instant::now();
+        let expires = now
+            .checked_add(self.inner.lease_age)
+            .unwrap_or(now + Duration::from_secs(86_400));
+        let mut local = self.local();
+        if let Some(old) = local.lease.replace(Lease {
+            tokens: surplus,
+            expires,
+        }) {
+            local.to_return += old.tokens;
+        }
     }
 
     /// Waits until `cost` tokens are granted by the shared quota.
@@ -459,57 +495,68 @@ impl RedisRateLimiter {
     }
 
     async fn acquire_inner(&self, cost: u64, give_up: bool) -> Result<(), RedisQuotaError> {
+        let counters = &self.inner.counters;
         if cost == 0 {
-            bump(&self.inner.counters.granted);
+            bump(&counters.granted);
             return Ok(());
         }
         let mut backoff = Duration::from_millis(10);
+        // When this call first failed to reach Redis: the fail-closed deadline counts from here.
+        let mut failing_since: Option<Instant> = None;
         loop {
             if self.spend_lease(cost) {
-                bump(&self.inner.counters.granted);
+                bump(&counters.granted);
                 return Ok(());
             }
-            if let Some(fallback) = self.fallback() {
-                fallback.acquire(cost).await;
-                bump(&self.inner.counters.granted);
-                bump(&self.inner.counters.fallback);
-                return Ok(());
-            }
-            // Held until this attempt is over, its sleep included: while one task waits for the
-            // next lease, the others queue here instead of asking Redis themselves.
-            let _refilling = if self.inner.lease_tokens > 0 {
+            // With leases, one task at a time refills; the others queue here and take from
+            // the lease it brings back, instead of each asking Redis for a whole lease.
+            let refilling = if self.inner.lease_tokens > 0 {
                 let guard = self.inner.refill.lock().await;
-                // Another task may have refilled the lease while this one queued.
                 if self.spend_lease(cost) {
-                    bump(&self.inner.counters.granted);
+                    bump(&counters.granted);
                     return Ok(());
                 }
                 Some(guard)
             } else {
                 None
             };
-            match self.round_trip(cost).await {
-                Ok(Answer::Granted { wait, .. }) => {
+            if let Some(fallback) = self.fallback() {
+                drop(refilling);
+                fallback.acquire(cost).await;
+                bump(&counters.granted);
+                bump(&counters.fallback);
+                return Ok(());
+            }
+            let attempt = Instant::now();
+            let want = cost.max(self.inner.lease_tokens);
+            match self.round_trip(cost, want, true).await {
+                Ok(Answer::Granted { taken, wait }) => {
                     self.recovered();
+                    // Until it is used, the grant is given back if this future is dropped.
+                    let reserved = Reserved {
+                        quota: self,
+                        tokens: taken,
+                    };
                     if !wait.is_zero() {
                         tokio::time::sleep(wait).await;
                     }
-                    bump(&self.inner.counters.granted);
+                    std::mem::forget(reserved);
+                    self.keep_lease(taken.saturating_sub(cost));
+                    bump(&counters.granted);
                     return Ok(());
                 }
                 Ok(Answer::Refused { wait }) => {
-                    self.recovered();
-                    backoff = Duration::from_millis(10);
-                    tokio::time::sleep(wait.max(Duration::from_micros(100))).await;
+                    // A reservation is never refused; should the script say so, wait and ask again.
+                    tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
                 }
                 Err(e) => {
-                    let down_for = self.failed();
+                    let since = *failing_since.get_or_insert(attempt);
                     match self.inner.policy {
                         FailurePolicy::FailClosed {
                             max_backoff,
                             deadline,
                         } => {
-                            if give_up && down_for >= deadline {
+                            if give_up && since.elapsed() >= deadline {
                                 return Err(RedisQuotaError::Unavailable(e));
                             }
                             tokio::time::sleep(backoff).await;
@@ -559,7 +606,8 @@ impl RedisRateLimiter {
             });
             return answer;
         }
-        let answer = match self.round_trip(cost).await {
+        // A plain try: it takes `cost` if it is there, and never waits for a whole lease.
+        let answer = match self.round_trip(cost, cost, false).await {
             Ok(Answer::Granted { .. }) => {
                 self.recovered();
                 Ok(())
@@ -568,18 +616,13 @@ impl RedisRateLimiter {
                 self.recovered();
                 Err(NotUntil::after(wait))
             }
-            Err(_) => {
-                self.failed();
-                match self.inner.policy {
-                    FailurePolicy::FailOpen { share } => {
-                        self.open_fallback(share);
-                        return Box::pin(self.try_acquire(cost)).await;
-                    }
-                    FailurePolicy::FailClosed { .. } => {
-                        Err(NotUntil::after(Duration::from_millis(10)))
-                    }
+            Err(_) => match self.inner.policy {
+                FailurePolicy::FailOpen { share } => {
+                    self.open_fallback(share);
+                    return Box::pin(self.try_acquire(cost)).await;
                 }
-            }
+                FailurePolicy::FailClosed { .. } => Err(NotUntil::after(Duration::from_millis(10))),
+            },
         };
         bump(if answer.is_ok() {
             &counters.granted
@@ -592,41 +635,36 @@ impl RedisRateLimiter {
     /// The fail-open fallback, while it is in charge.
     fn fallback(&self) -> Option<RateLimiter> {
         let mut local = self.local();
-        match &local.fallback {
-            Some((limiter, until)) if Instant::now() < *until => Some(limiter.clone()),
+        match local.fallback_until {
+            Some(until) if Instant::now() < until => local.fallback.clone(),
             Some(_) => {
-                // Time to try Redis again; keep the fallback's state for a renewed outage.
-                local.fallback = None;
+                // Time to try Redis again; the fallback keeps its state in case it still fails.
+                local.fallback_until = None;
                 None
             }
             None => None,
         }
     }
 
+    /// Puts the fallback in charge for a second: `share` of the rate (by stretching the
+    /// period, so the share is exact) and of the burst (at least one token).
     fn open_fallback(&self, share: f64) {
         let rate = self.inner.rate;
-        let tokens = ((rate.tokens() as f64 * share).round() as u64).max(1);
-        let burst = ((self.inner.burst as f64 * share).floor() as u64).max(1);
-        let retry = Instant::now() + Duration::from_secs(1);
         let mut local = self.local();
-        let limiter = match local.fallback.take() {
-            Some((limiter, _)) => limiter,
-            None => RateLimiter::new(Rate::new(tokens, rate.per()), burst),
-        };
-        local.fallback = Some((limiter, retry));
+        if local.fallback.is_none() {
+            let per = Duration::try_from_secs_f64(rate.per().as_secs_f64() / share)
+                .unwrap_or(Duration::MAX);
+            let burst = ((self.inner.burst as f64 * share).floor() as u64).max(1);
+            local.fallback = Some(RateLimiter::new(Rate::new(rate.tokens(), per), burst));
+        }
+        local.fallback_until = Some(Instant::now() + Duration::from_secs(1));
     }
 
-    /// Notes a failed round trip; returns how long Redis has been unreachable.
-    fn failed(&self) -> Duration {
-        let mut local = self.local();
-        let since = *local.down_since.get_or_insert_with(Instant::now);
-        since.elapsed()
-    }
-
+    /// Redis answered: the outage, if any, is over.
     fn recovered(&self) {
         let mut local = self.local();
-        local.down_since = None;
         local.fallback = None;
+        local.fallback_until = None;
     }
 
     /// This process's counters.
@@ -681,11 +719,12 @@ impl RedisRateLimiter {
                 .arg(0)
                 .arg(0)
                 .arg(back)
+                .arg("try")
                 .invoke_async(&mut conn)
                 .await;
             if sent.is_err() {
+                // It may have run anyway; not offering the tokens again errs on the quota's side.
                 bump(&inner.counters.errors);
-                self.local().to_return += back;
             }
         }
     }
@@ -711,6 +750,7 @@ impl Drop for Inner {
                 .arg(0)
                 .arg(0)
                 .arg(back)
+                .arg("try")
                 .invoke_async(&mut conn)
                 .await;
         });
