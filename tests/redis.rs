@@ -429,10 +429,17 @@ async fn try_acquire_with_leases_takes_what_is_there() {
     for _ in 0..6 {
         plain.try_acquire(1).await.unwrap();
     }
-    // Four tokens left: less than a lease, enough for one.
+    // Four tokens left: less than a lease, enough for one. The try takes it, and the three
+    // others as a (partial) lease, without waiting for a whole one.
     assert!(leased.try_acquire(1).await.is_ok());
-    assert!(plain.try_acquire(3).await.is_ok());
-    assert!(plain.try_acquire(1).await.is_err());
+    assert_eq!(leased.stats().round_trips, 1);
+    assert!(leased.try_acquire(3).await.is_ok(), "served from the lease");
+    assert_eq!(leased.stats().round_trips, 1);
+    assert_eq!(leased.stats().from_lease, 1);
+    assert!(
+        plain.try_acquire(1).await.is_err(),
+        "the lease holds the rest"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -606,10 +606,13 @@ impl RedisRateLimiter {
             });
             return answer;
         }
-        // A plain try: it takes `cost` if it is there, and never waits for a whole lease.
-        let answer = match self.round_trip(cost, cost, false).await {
-            Ok(Answer::Granted { .. }) => {
+        // A try takes `cost` if it is there, and with leases whatever more is there, up to a
+        // lease; it never waits for a whole one.
+        let want = cost.max(self.inner.lease_tokens);
+        let answer = match self.round_trip(cost, want, false).await {
+            Ok(Answer::Granted { taken, .. }) => {
                 self.recovered();
+                self.keep_lease(taken.saturating_sub(cost));
                 Ok(())
             }
             Ok(Answer::Refused { wait }) => {
