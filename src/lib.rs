@@ -16,6 +16,13 @@
 //! Time is [`tokio::time::Instant`], so everything works under paused time: test your own
 //! code with `#[tokio::test(start_paused = true)]` and the schedule is exact and instant.
 //!
+//! A quota shared by many tasks and streams is a [`RateLimiter`] (a token bucket, optionally
+//! with Guava's warm-up) or a [`Stagger`] (the sliding window), cloned by handle, fair (FIFO) and
+//! changeable at run time; streams draw on one with
+//! [`throttle_with`](PaceExt::throttle_with) and
+//! [`staggered_start_with`](PaceExt::staggered_start_with). With the `redis` feature,
+//! `RedisRateLimiter` shares one quota across processes and machines.
+//!
 //! ```
 //! use std::time::Duration;
 //! use futures_util::StreamExt;
