@@ -345,6 +345,49 @@ enum Answer {
     Refused { wait: Duration },
 }
 
+/// One call of the script: take at least `cost`, up to `want`, after giving `back` back;
+/// `mode` is "reserve" or "try". The only place the script's arguments are spelled out.
+async fn call_script(
+    script: &redis::Script,
+    mut conn: ConnectionManager,
+    key: &str,
+    interval_us: f64,
+    burst: u64,
+    (cost, want, back): (u64, u64, u64),
+    mode: &str,
+) -> redis::RedisResult<(u64, u64)> {
+    script
+        .key(key)
+        .arg(interval_us)
+        .arg(burst)
+        .arg(cost)
+        .arg(want)
+        .arg(back)
+        .arg(mode)
+        .invoke_async(&mut conn)
+        .await
+}
+
+impl RedisRateLimiter {
+    /// The script with this limiter's key and bucket.
+    async fn call(&self, amounts: (u64, u64, u64), mode: &str) -> redis::RedisResult<(u64, u64)> {
+        let inner = &self.inner;
+        bump(&inner.counters.round_trips);
+        let conn = inner.conn.clone();
+        let (key, burst) = (inner.key.as_str(), inner.burst);
+        call_script(
+            &inner.script,
+            conn,
+            key,
+            inner.interval_us,
+            burst,
+            amounts,
+            mode,
+        )
+        .await
+    }
+}
+
 impl RedisRateLimiter {
     /// A builder for the quota named `key` on the Redis at `url`: `burst` tokens refilled at
     /// `rate`, without leases, failing closed.
@@ -414,21 +457,9 @@ impl RedisRateLimiter {
         want: u64,
         reserve: bool,
     ) -> Result<Answer, redis::RedisError> {
-        let inner = &self.inner;
         let back = std::mem::take(&mut self.local().to_return);
-        bump(&inner.counters.round_trips);
-        let mut conn = inner.conn.clone();
-        let reply: Result<(u64, u64), _> = inner
-            .script
-            .key(&inner.key)
-            .arg(inner.interval_us)
-            .arg(inner.burst)
-            .arg(cost)
-            .arg(want)
-            .arg(back)
-            .arg(if reserve { "reserve" } else { "try" })
-            .invoke_async(&mut conn)
-            .await;
+        let mode = if reserve { "reserve" } else { "try" };
+        let reply = self.call((cost, want, back), mode).await;
         match reply {
             Ok((0, wait_us)) => Ok(Answer::Refused {
                 wait: Duration::from_micros(wait_us),
@@ -441,7 +472,7 @@ impl RedisRateLimiter {
                 // A call that timed out may still have run on Redis: the tokens it gave back
                 // are not offered again (that could return them twice), and whatever it took
                 // stays taken. Both err on the side of the quota.
-                bump(&inner.counters.errors);
+                bump(&self.inner.counters.errors);
                 Err(e)
             }
         }
@@ -711,23 +742,10 @@ impl RedisRateLimiter {
             std::mem::take(&mut local.to_return) + unused
         };
         if back > 0 {
-            let inner = &self.inner;
-            let mut conn = inner.conn.clone();
-            bump(&inner.counters.round_trips);
-            let sent: Result<(u64, u64), _> = inner
-                .script
-                .key(&inner.key)
-                .arg(inner.interval_us)
-                .arg(inner.burst)
-                .arg(0)
-                .arg(0)
-                .arg(back)
-                .arg("try")
-                .invoke_async(&mut conn)
-                .await;
+            let sent = self.call((0, 0, back), "try").await;
             if sent.is_err() {
                 // It may have run anyway; not offering the tokens again errs on the quota's side.
-                bump(&inner.counters.errors);
+                bump(&self.inner.counters.errors);
             }
         }
     }
@@ -743,19 +761,11 @@ impl Drop for Inner {
         if back == 0 {
             return;
         }
-        let (mut conn, script) = (self.conn.clone(), redis::Script::new(SCRIPT));
+        let (conn, script) = (self.conn.clone(), self.script.clone());
         let (key, interval, burst) = (self.key.clone(), self.interval_us, self.burst);
         runtime.spawn(async move {
-            let _: Result<(u64, u64), _> = script
-                .key(key)
-                .arg(interval)
-                .arg(burst)
-                .arg(0)
-                .arg(0)
-                .arg(back)
-                .arg("try")
-                .invoke_async(&mut conn)
-                .await;
+            let amounts = (0, 0, back);
+            let _ = call_script(&script, conn, &key, interval, burst, amounts, "try").await;
         });
     }
 }
@@ -791,6 +801,24 @@ impl fmt::Debug for RedisPermit {
     }
 }
 
+/// Polls the request in flight in `slot`, starting it with `start` if there is none, and
+/// empties the slot once it has answered.
+fn poll_slot<T, F>(
+    slot: &mut Option<Pending<T>>,
+    cx: &mut Context<'_>,
+    start: impl FnOnce() -> F,
+) -> Poll<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+{
+    let fut = slot.get_or_insert_with(|| Box::pin(start()));
+    let done = fut.as_mut().poll(cx);
+    if done.is_ready() {
+        *slot = None;
+    }
+    done
+}
+
 impl sealed::Sealed for RedisRateLimiter {}
 
 /// A stream holds its item while the round trip is in flight: nothing is lost if it is
@@ -811,16 +839,10 @@ impl Quota for RedisRateLimiter {
         cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<()> {
-        let permit = permit.get_mut();
-        let fut = permit.acquire.get_or_insert_with(|| {
-            let quota = self.clone();
-            Box::pin(async move { quota.acquire_patiently(cost).await })
-        });
-        let done = fut.as_mut().poll(cx);
-        if done.is_ready() {
-            permit.acquire = None;
-        }
-        done
+        let quota = self.clone();
+        poll_slot(&mut permit.get_mut().acquire, cx, || async move {
+            quota.acquire_patiently(cost).await
+        })
     }
 
     fn poll_try_acquire(
@@ -829,15 +851,9 @@ impl Quota for RedisRateLimiter {
         cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<Result<(), NotUntil>> {
-        let permit = permit.get_mut();
-        let fut = permit.check.get_or_insert_with(|| {
-            let quota = self.clone();
-            Box::pin(async move { quota.try_acquire(cost).await })
-        });
-        let done = fut.as_mut().poll(cx);
-        if done.is_ready() {
-            permit.check = None;
-        }
-        done
+        let quota = self.clone();
+        poll_slot(&mut permit.get_mut().check, cx, || async move {
+            quota.try_acquire(cost).await
+        })
     }
 }
