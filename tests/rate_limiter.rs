@@ -352,3 +352,81 @@ fn handles_are_send_sync_and_cheap_to_clone() {
     send(limiter.acquire_timeout(1, Duration::ZERO));
     assert!(format!("{limiter:?}").starts_with("RateLimiter"));
 }
+
+#[test]
+fn rate_and_burst_say_what_is_in_force() {
+    let limiter = RateLimiter::new(Rate::new(3, Duration::from_secs(2)), 4);
+    assert_eq!(limiter.rate(), Rate::new(3, Duration::from_secs(2)));
+    assert_eq!(limiter.burst(), 4);
+    limiter.set_rate(Rate::per_second(50));
+    limiter.set_burst(9);
+    assert_eq!(limiter.rate(), Rate::per_second(50));
+    assert_eq!(limiter.burst(), 9);
+    let warming = RateLimiter::warming_up(Rate::per_second(2), Duration::from_secs(4), 3.0);
+    assert_eq!(warming.rate(), Rate::per_second(2));
+    assert_eq!(warming.burst(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn pause_for_holds_everyone_back_and_keeps_the_order() {
+    let limiter = RateLimiter::new(Rate::per_second(10), 3);
+    limiter.try_acquire(1).unwrap();
+    let start = Instant::now();
+    // Three waiters queue behind a pause of 500 ms (the bucket refills meanwhile: 3 tokens).
+    limiter.pause_for(Duration::from_millis(500));
+    assert_eq!(limiter.available(), 0);
+    let refused = limiter.try_acquire(1).unwrap_err();
+    assert_eq!(refused.retry_after(), Duration::from_millis(500));
+    let got = grants(&limiter, &[1, 2, 1]).await;
+    // 0 and 1 take the three tokens the pause let accumulate; 2 waits for the next one.
+    assert_eq!(got, [(0, 500), (1, 500), (2, 600)]);
+    assert_eq!(nanos_since(start) / MS, 600);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shorter_pause_does_not_shorten_a_longer_one() {
+    let limiter = RateLimiter::new(Rate::per_second(1000), 10);
+    let start = Instant::now();
+    limiter.pause_for(Duration::from_secs(2));
+    sleep(Duration::from_millis(100)).await;
+    limiter.pause_for(Duration::from_millis(10));
+    limiter.acquire(1).await;
+    assert_eq!(nanos_since(start), 2_000 * MS);
+    // A longer one extends it.
+    limiter.pause_for(Duration::from_secs(1));
+    limiter.pause_for(Duration::from_secs(3));
+    limiter.acquire(1).await;
+    assert_eq!(nanos_since(start), 5_000 * MS);
+}
+
+#[tokio::test(start_paused = true)]
+async fn pausing_wakes_nobody_early_and_a_waiter_already_asleep_rereads_its_deadline() {
+    let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    limiter.try_acquire(1).unwrap();
+    let start = Instant::now();
+    let waiter = tokio::spawn({
+        let limiter = limiter.clone();
+        async move {
+            limiter.acquire(1).await;
+            nanos_since(start) / MS
+        }
+    });
+    sleep(Duration::from_millis(50)).await;
+    // The waiter sleeps until 100 ms; the pause moves it to 50 + 300 ms.
+    limiter.pause_for(Duration::from_millis(300));
+    assert_eq!(within_an_hour(waiter).await.unwrap(), 350);
+}
+
+#[tokio::test(start_paused = true)]
+async fn pause_for_saturates() {
+    let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    limiter.pause_for(Duration::MAX);
+    assert_eq!(
+        limiter.try_acquire(1).unwrap_err().retry_after(),
+        Duration::MAX
+    );
+    // A waiter waits "forever" without hanging the runtime or panicking.
+    let waited = tokio::time::timeout(Duration::from_secs(3600), limiter.acquire(1)).await;
+    assert!(waited.is_err());
+    assert_eq!(limiter.stats().waiting, 0);
+}

@@ -5,34 +5,59 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{NotUntil, Rule, Shared, Stats, Waiter};
+use super::lane::Rule;
+use super::{NotUntil, Shared, Stats, Waiter};
 use crate::core::{Bucket, Nanos, WarmingUp};
 use crate::{ConfigError, Rate};
 
-/// The rule behind a [`RateLimiter`].
+/// The rule behind a [`RateLimiter`]: its curve, the rate it was given, and a pause.
 #[derive(Clone, Debug)]
-pub(crate) enum Limit {
+pub(crate) struct Limit {
+    pub(crate) curve: Curve,
+    rate: Rate,
+    /// Nothing is granted before this time ([`RateLimiter::pause_for`]).
+    paused_until: Nanos,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Curve {
     Bucket(Bucket),
     WarmingUp(WarmingUp),
 }
 
-impl Rule for Limit {
-    fn earliest(&self, since: Nanos, cost: u64) -> Nanos {
-        match self {
-            Limit::Bucket(b) => Rule::earliest(b, since, cost),
-            Limit::WarmingUp(w) => Rule::earliest(w, since, cost),
+impl Limit {
+    fn new(curve: Curve, rate: Rate) -> Limit {
+        Limit {
+            curve,
+            rate,
+            paused_until: Nanos::ZERO,
         }
     }
+
+    /// Whether a pause keeps everything back at `now`.
+    pub(crate) fn is_paused(&self, now: Nanos) -> bool {
+        now < self.paused_until
+    }
+}
+
+impl Rule for Limit {
+    fn earliest(&self, since: Nanos, cost: u64) -> Nanos {
+        let at = match &self.curve {
+            Curve::Bucket(b) => Rule::earliest(b, since, cost),
+            Curve::WarmingUp(w) => Rule::earliest(w, since, cost),
+        };
+        at.max(self.paused_until)
+    }
     fn commit(&mut self, now: Nanos, since: Nanos, cost: u64) {
-        match self {
-            Limit::Bucket(b) => Rule::commit(b, now, since, cost),
-            Limit::WarmingUp(w) => Rule::commit(w, now, since, cost),
+        match &mut self.curve {
+            Curve::Bucket(b) => Rule::commit(b, now, since, cost),
+            Curve::WarmingUp(w) => Rule::commit(w, now, since, cost),
         }
     }
     fn needs_wait(&self, cost: u64) -> bool {
-        match self {
-            Limit::Bucket(b) => Rule::needs_wait(b, cost),
-            Limit::WarmingUp(w) => Rule::needs_wait(w, cost),
+        match &self.curve {
+            Curve::Bucket(b) => Rule::needs_wait(b, cost),
+            Curve::WarmingUp(w) => Rule::needs_wait(w, cost),
         }
     }
 }
@@ -133,7 +158,10 @@ impl RateLimiter {
             return Err(ConfigError::ZeroBurst);
         }
         let bucket = Bucket::new(rate.tokens(), rate.per().as_nanos(), burst);
-        Ok(RateLimiter::from_limit(Limit::Bucket(bucket)))
+        Ok(RateLimiter::from_limit(Limit::new(
+            Curve::Bucket(bucket),
+            rate,
+        )))
     }
 
     /// A limiter that warms up after an idle spell, following Guava's `SmoothWarmingUp`.
@@ -219,7 +247,10 @@ impl RateLimiter {
             Nanos::from_duration(warmup),
             cold_factor,
         );
-        Ok(RateLimiter::from_limit(Limit::WarmingUp(curve)))
+        Ok(RateLimiter::from_limit(Limit::new(
+            Curve::WarmingUp(curve),
+            rate,
+        )))
     }
 
     fn from_limit(limit: Limit) -> RateLimiter {
@@ -326,11 +357,15 @@ impl RateLimiter {
     /// ```
     #[must_use]
     pub fn available(&self) -> u64 {
-        let now = self.shared.now();
-        match &self.shared.lock().rule {
-            Limit::Bucket(b) => b.available(now),
-            Limit::WarmingUp(w) => w.available(now),
-        }
+        self.shared.read(|limit, now| {
+            if limit.is_paused(now) {
+                return 0;
+            }
+            match &limit.curve {
+                Curve::Bucket(b) => b.available(now),
+                Curve::WarmingUp(w) => w.available(now),
+            }
+        })
     }
 
     /// Refills at `rate` from now on. The current level, counted in tokens (what the bucket
@@ -364,9 +399,13 @@ impl RateLimiter {
     /// # }
     /// ```
     pub fn set_rate(&self, rate: Rate) {
-        self.shared.update(|limit, now| match limit {
-            Limit::Bucket(b) => b.set_rate(now, rate.tokens(), rate.per().as_nanos()),
-            Limit::WarmingUp(w) => w.set_rate(now, rate.tokens(), rate.per().as_nanos()),
+        self.shared.update(|limit, now| {
+            let (tokens, per) = (rate.tokens(), rate.per().as_nanos());
+            match &mut limit.curve {
+                Curve::Bucket(b) => b.set_rate(now, tokens, per),
+                Curve::WarmingUp(w) => w.set_rate(now, tokens, per),
+            }
+            limit.rate = rate;
         });
     }
 
@@ -393,9 +432,80 @@ impl RateLimiter {
             "set_burst: `burst` is 0, so no request could ever pass; it must be at least 1"
         );
         self.shared.update(|limit, now| {
-            if let Limit::Bucket(b) = limit {
+            if let Curve::Bucket(b) = &mut limit.curve {
                 b.set_burst(now, burst);
             }
+        });
+    }
+
+    /// The rate in force now: the one given to [`new`](RateLimiter::new) or
+    /// [`warming_up`](RateLimiter::warming_up), or to the last [`set_rate`](RateLimiter::set_rate).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 5);
+    /// limiter.set_rate(Rate::per_second(20));
+    /// assert_eq!(limiter.rate(), Rate::per_second(20));
+    /// ```
+    #[must_use]
+    pub fn rate(&self) -> Rate {
+        self.shared.read(|limit, _| limit.rate)
+    }
+
+    /// The burst in force now: the most tokens the bucket holds. A warming-up limiter has no
+    /// burst (its stored permits play that part, see [`warming_up`](RateLimiter::warming_up))
+    /// and answers 1.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 5);
+    /// limiter.set_burst(2);
+    /// assert_eq!(limiter.burst(), 2);
+    /// ```
+    #[must_use]
+    pub fn burst(&self) -> u64 {
+        self.shared.read(|limit, _| match &limit.curve {
+            Curve::Bucket(b) => b.burst(),
+            Curve::WarmingUp(_) => 1,
+        })
+    }
+
+    /// Grants nothing, to anyone, before `d` from now: what a server's `Retry-After` asks for.
+    ///
+    /// Waiters keep their places and their order and are served from the end of the pause on,
+    /// as the bucket allows; [`try_acquire`](RateLimiter::try_acquire) is refused meanwhile
+    /// with the time left. The bucket keeps refilling during the pause (a pause takes no
+    /// tokens). A later pause that ends sooner does not shorten this one; one that ends later
+    /// extends it. A `d` too large to represent is a pause of about 584 years, never a panic.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{Rate, RateLimiter};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(100), 10);
+    /// let start = Instant::now();
+    /// limiter.pause_for(Duration::from_secs(2));
+    /// limiter.pause_for(Duration::from_secs(1)); // does not shorten the first
+    /// assert!(limiter.try_acquire(1).is_err());
+    /// limiter.acquire(1).await;
+    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
+    /// # }
+    /// ```
+    pub fn pause_for(&self, d: Duration) {
+        self.shared.update(|limit, now| {
+            let until = now.saturating_add(Nanos::from_duration(d));
+            limit.paused_until = limit.paused_until.max(until);
         });
     }
 
@@ -418,7 +528,7 @@ impl RateLimiter {
 
 impl std::fmt::Debug for RateLimiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let limit = self.shared.lock().rule.clone();
+        let limit = self.shared.read(|limit, _| limit.clone());
         f.debug_struct("RateLimiter")
             .field("limit", &limit)
             .field("stats", &self.stats())

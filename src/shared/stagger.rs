@@ -136,8 +136,7 @@ impl Stagger {
     /// ```
     #[must_use]
     pub fn available_tokens(&self) -> usize {
-        let now = self.shared.now();
-        self.shared.lock().rule.available(now)
+        self.shared.read(|window, now| window.available(now))
     }
 
     /// Waits for a token, then runs `future` and returns its output.
@@ -206,7 +205,7 @@ impl Stagger {
 
 impl std::fmt::Debug for Stagger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let window = self.shared.lock().rule.clone();
+        let window = self.shared.read(|window, _| window.clone());
         f.debug_struct("Stagger")
             .field("window", &window)
             .field("stats", &self.stats())
