@@ -188,6 +188,75 @@ impl Bucket {
     }
 }
 
+/// The bucket's arithmetic in 64 bits, over a `tat` kept elsewhere as one `u64` *word*: the
+/// lock-free path of a shared limiter, which swaps that word with one compare-and-swap.
+///
+/// A word is `tat` in time units plus `offset`, so that a limiter can change its rate (and
+/// with it the unit) and still hand out words that only ever grow: a compare-and-swap that
+/// read a word under the old rate can then never succeed under the new one. Every step is
+/// checked; whatever does not fit in 64 bits (or a cost above the burst, which must queue)
+/// answers `None`, and the caller asks the exact [`Bucket`] instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Packed {
+    pub(crate) token: u64,
+    pub(crate) scale: u64,
+    pub(crate) burst: u64,
+    pub(crate) offset: u64,
+}
+
+impl Packed {
+    /// The parameters of `bucket`, if its token fits in 64 bits, with words offset by `offset`.
+    pub(crate) fn of(bucket: &Bucket, offset: u64) -> Option<Packed> {
+        Some(Packed {
+            token: u64::try_from(bucket.token).ok()?,
+            scale: bucket.scale,
+            burst: bucket.burst,
+            offset,
+        })
+    }
+
+    /// The word of `bucket`'s `tat`, if it fits below `limit`.
+    pub(crate) fn word(&self, bucket: &Bucket, limit: u64) -> Option<u64> {
+        let word = bucket.tat.checked_add(u128::from(self.offset))?;
+        u64::try_from(word).ok().filter(|&w| w < limit)
+    }
+
+    /// The bucket's `tat` in time units, from a word made by [`Packed::word`] or
+    /// [`Packed::offer`].
+    pub(crate) fn tat(&self, word: u64) -> u128 {
+        u128::from(word.saturating_sub(self.offset))
+    }
+
+    /// Writes the `tat` a word holds back into `bucket`, whose parameters these are.
+    pub(crate) fn restore(&self, bucket: &mut Bucket, word: u64) {
+        debug_assert_eq!(Packed::of(bucket, self.offset), Some(*self));
+        bucket.tat = self.tat(word);
+    }
+
+    /// [`Bucket::offer`] on the word: `Some(Ok(new word))` if an item of `cost` conforms at
+    /// `now` (the new word is below `limit`), `Some(Err(at))` if it may not go before `at`,
+    /// `None` if the answer needs more than 64 bits or the item must queue (`cost > burst`).
+    pub(crate) fn offer(
+        &self,
+        word: u64,
+        now: Nanos,
+        cost: u64,
+        limit: u64,
+    ) -> Option<Result<u64, Nanos>> {
+        let spare = self.burst.checked_sub(cost)?;
+        let now = now.0.checked_mul(self.scale)?.checked_add(self.offset)?;
+        let tolerance = spare.checked_mul(self.token)?;
+        if word.saturating_sub(now) <= tolerance {
+            let charge = cost.checked_mul(self.token)?;
+            let next = word.max(now).checked_add(charge)?;
+            return (next < limit).then_some(Ok(next));
+        }
+        // `word - tolerance > now >= offset`: the time the bucket holds `cost` again.
+        let at = word - tolerance - self.offset;
+        Some(Err(Nanos(at.div_ceil(self.scale))))
+    }
+}
+
 /// `ceil(a * b / c)`, saturating; when `a * b` overflows, computed in two exact steps.
 fn mul_div_ceil(a: u128, b: u128, c: u128) -> u128 {
     match a.checked_mul(b) {
@@ -484,7 +553,64 @@ mod tests {
         assert_eq!(mul_div_ceil(u128::MAX, u128::MAX, 1), u128::MAX);
     }
 
+    #[test]
+    fn packed_declines_what_does_not_fit() {
+        let b = Bucket::new(1, u128::from(u64::MAX) + 1, 1);
+        assert_eq!(Packed::of(&b, 0), None);
+        let p = Packed::of(&Bucket::new(10, SEC, 5), 0).unwrap();
+        assert_eq!(p.offer(0, Nanos::ZERO, 6, u64::MAX), None);
+        assert_eq!(p.offer(0, Nanos(u64::MAX), 1, u64::MAX), None);
+        // The new word would reach the limit.
+        assert_eq!(p.offer(0, Nanos::ZERO, 1, 100 * MS), None);
+        assert_eq!(p.offer(0, Nanos::ZERO, 1, 100 * MS + 1), Some(Ok(100 * MS)));
+    }
+
+    #[test]
+    fn packed_words_carry_the_offset() {
+        let mut b = Bucket::new(3, SEC, 2);
+        b.commit(Nanos(5), 2);
+        let p = Packed::of(&b, 1_000).unwrap();
+        let word = p.word(&b, u64::MAX).unwrap();
+        assert_eq!(p.tat(word), b.tat);
+        assert_eq!(word, u64::try_from(b.tat).unwrap() + 1_000);
+        assert_eq!(p.word(&b, word), None);
+    }
+
     proptest! {
+        /// The 64-bit arithmetic agrees with the exact bucket wherever it answers, whatever
+        /// the offset.
+        #[test]
+        fn packed_agrees_with_the_bucket(
+            tokens in 1u64..1_000_000,
+            per in 1u128..5_000_000_000,
+            burst in 1u64..1_000,
+            offset in 0u64..1 << 40,
+            offers in prop::collection::vec((0u64..3_000_000_000, 0u64..40), 1..60),
+        ) {
+            let mut exact = Bucket::new(tokens, per, burst);
+            let packed = Packed::of(&exact, offset).unwrap();
+            let mut word = packed.word(&exact, u64::MAX).unwrap();
+            let mut now = 0u64;
+            for (gap, cost) in offers {
+                now += gap;
+                let expected = exact.offer(Nanos(now), cost);
+                match packed.offer(word, Nanos(now), cost, u64::MAX) {
+                    Some(Ok(next)) => {
+                        prop_assert_eq!(expected, Decision::Go);
+                        word = next;
+                    }
+                    Some(Err(at)) => prop_assert_eq!(expected, Decision::NotUntil(at)),
+                    None => prop_assert!(cost > burst, "declined a cost within the burst"),
+                }
+                if cost <= burst {
+                    prop_assert_eq!(packed.tat(word), exact.tat);
+                } else {
+                    // The exact bucket may have let a dear item through; follow it.
+                    word = packed.word(&exact, u64::MAX).unwrap();
+                }
+            }
+        }
+
         /// `offer` is `earliest` then `commit`, in one step.
         #[test]
         fn offer_agrees_with_earliest_and_commit(

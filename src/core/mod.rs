@@ -8,7 +8,7 @@ mod nanos;
 mod warmup;
 mod window;
 
-pub(crate) use bucket::{Bucket, Decision};
+pub(crate) use bucket::{Bucket, Decision, Packed};
 pub(crate) use nanos::Nanos;
 pub(crate) use warmup::WarmingUp;
 pub(crate) use window::Window;

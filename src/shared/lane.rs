@@ -21,6 +21,15 @@ pub(crate) trait Rule: Clone {
     /// Whether a request of `cost` can only ever be had by waiting, so that asking without
     /// waiting is pointless.
     fn needs_wait(&self, cost: u64) -> bool;
+    /// The rule's token bucket, if at `now` the rule is nothing but that bucket, so that a
+    /// lock-free path may decide for it (see `single`).
+    fn plain_bucket(&self, _now: Nanos) -> Option<&Bucket> {
+        None
+    }
+    /// The rule's token bucket, to write back the state the lock-free path kept.
+    fn bucket_mut(&mut self) -> Option<&mut Bucket> {
+        None
+    }
 }
 
 impl Rule for Bucket {
@@ -32,6 +41,12 @@ impl Rule for Bucket {
     }
     fn needs_wait(&self, cost: u64) -> bool {
         cost > self.burst()
+    }
+    fn plain_bucket(&self, _: Nanos) -> Option<&Bucket> {
+        Some(self)
+    }
+    fn bucket_mut(&mut self) -> Option<&mut Bucket> {
+        Some(self)
     }
 }
 

@@ -16,9 +16,9 @@ const AT_ONCE: Nanos = Nanos(0);
 const LATER: Nanos = Nanos(1_000_000);
 
 /// Polls a request at `now` until it is granted or queued; returns whether it was granted.
-fn ask<R: super::Rule>(shared: &Shared<R>, ticket: &mut Option<u64>, now: Nanos) -> bool {
+fn ask<R: super::lane::Rule>(shared: &Shared<R>, ticket: &mut Option<u64>, now: Nanos) -> bool {
     matches!(
-        shared.poll_at(now, ticket, 1, Waker::noop()),
+        shared.poll_at(Some(now), ticket, 1, Waker::noop(), None),
         Ok(Step::Granted)
     )
 }
@@ -31,7 +31,7 @@ fn grants_never_exceed_the_burst_and_cancel_leaves_nothing() {
 
         let trier = {
             let shared = shared.clone();
-            thread::spawn(move || usize::from(shared.try_acquire_at(AT_ONCE, 1).is_ok()))
+            thread::spawn(move || usize::from(shared.try_acquire_at(Some(AT_ONCE), 1).is_ok()))
         };
         let quitter = {
             let shared = shared.clone();
@@ -75,7 +75,7 @@ fn a_cancelled_head_hands_over_to_the_next() {
     loom::model(|| {
         let shared = Arc::new(Shared::new(Window::new(1, LATER)));
         // Take the only permit, so that both requests below must queue.
-        assert!(shared.try_acquire_at(AT_ONCE, 1).is_ok());
+        assert!(shared.try_acquire_at(Some(AT_ONCE), 1).is_ok());
 
         let quitter = {
             let shared = shared.clone();
@@ -96,8 +96,84 @@ fn a_cancelled_head_hands_over_to_the_next() {
         assert_eq!(shared.stats().granted, 2);
         assert_eq!(shared.stats().waiting, 0);
         assert_eq!(
-            shared.poll_at(LATER, &mut None, 1, Waker::noop()),
+            shared.poll_at(Some(LATER), &mut None, 1, Waker::noop(), None),
             Ok(Step::Wait(Nanos(2 * LATER.0)))
+        );
+    });
+}
+
+#[test]
+fn a_lock_free_grant_never_overtakes_a_waiter() {
+    loom::model(|| {
+        // One token, back after LATER.
+        let shared = Arc::new(Shared::new(Bucket::new(1, u128::from(LATER.0), 1)));
+        assert!(shared.try_acquire_at(Some(AT_ONCE), 1).is_ok());
+
+        let trier = {
+            let shared = shared.clone();
+            thread::spawn(move || shared.try_acquire_at(Some(LATER), 1).is_ok())
+        };
+        // Queues: the token is not back at AT_ONCE.
+        let mut ticket = None;
+        assert!(!ask(&shared, &mut ticket, AT_ONCE));
+        let tried = trier.join().unwrap();
+        // The token that comes back at LATER goes to exactly one of them: to the waiter if it
+        // queued first (a lock-free grant may not overtake it), else to the trier.
+        let waited = ask(&shared, &mut ticket, LATER);
+        assert!(tried != waited, "tried {tried}, waiter granted {waited}");
+        if !waited {
+            assert!(ask(&shared, &mut ticket, Nanos(2 * LATER.0)));
+        }
+        assert_eq!(shared.stats().granted, 2 + u64::from(tried));
+    });
+}
+
+#[test]
+fn a_rate_change_racing_lock_free_grants_keeps_the_level() {
+    loom::model(|| {
+        // Two tokens, one back per 1_000 ns.
+        let shared = Arc::new(Shared::new(Bucket::new(1, 1_000, 2)));
+
+        let trier = {
+            let shared = shared.clone();
+            thread::spawn(move || {
+                (0..2)
+                    .filter(|_| shared.try_acquire_at(Some(AT_ONCE), 1).is_ok())
+                    .count()
+            })
+        };
+        // Three tokens per 1_000 ns from now on: a new unit of time, and a new offset.
+        shared.update_at(Some(AT_ONCE), |b, now| b.set_rate(now, 3, 1_000));
+        let granted = trier.join().unwrap();
+        // Both tokens were there, whenever the change came: both grants went through, and
+        // the level (0 tokens) was kept across the change.
+        assert_eq!(granted, 2);
+        assert!(shared.try_acquire_at(Some(AT_ONCE), 1).is_err());
+        // At the new rate a token is back after 333.3 ns, rounded up, not after 1_000 ns.
+        assert!(shared.try_acquire_at(Some(Nanos(333)), 1).is_err());
+        assert!(shared.try_acquire_at(Some(Nanos(334)), 1).is_ok());
+        assert_eq!(shared.stats().granted, 3);
+    });
+}
+
+#[test]
+fn a_rate_change_racing_a_refusal_refuses_by_one_rate() {
+    loom::model(|| {
+        // Empty, one token back per 1_000 ns; the rate is raised to one per 10 ns.
+        let shared = Arc::new(Shared::new(Bucket::new(1, 1_000, 1)));
+        assert!(shared.try_acquire_at(Some(AT_ONCE), 1).is_ok());
+
+        let trier = {
+            let shared = shared.clone();
+            thread::spawn(move || shared.try_acquire_at(Some(AT_ONCE), 1))
+        };
+        shared.update_at(Some(AT_ONCE), |b, now| b.set_rate(now, 100, 1_000));
+        // Refused either way; the wait is the old rate's or the new one's, never a mix.
+        let refused = trier.join().unwrap().unwrap_err().retry_after();
+        assert!(
+            refused == std::time::Duration::from_nanos(1_000)
+                || refused == std::time::Duration::from_nanos(10),
+            "{refused:?}"
         );
     });
 }

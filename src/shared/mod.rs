@@ -14,6 +14,7 @@ pub(crate) mod quota;
 mod rate_limiter;
 pub(crate) mod single;
 mod stagger;
+mod striped;
 
 use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};

@@ -60,6 +60,18 @@ impl Rule for Limit {
             Curve::WarmingUp(w) => Rule::needs_wait(w, cost),
         }
     }
+    fn plain_bucket(&self, now: Nanos) -> Option<&Bucket> {
+        match &self.curve {
+            Curve::Bucket(b) if !self.is_paused(now) => Some(b),
+            _ => None,
+        }
+    }
+    fn bucket_mut(&mut self) -> Option<&mut Bucket> {
+        match &mut self.curve {
+            Curve::Bucket(b) => Some(b),
+            Curve::WarmingUp(_) => None,
+        }
+    }
 }
 
 /// A token bucket shared by handle: any number of tasks and streams draw on one quota.

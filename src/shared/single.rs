@@ -1,4 +1,22 @@
-//! One quota shared by handle: one [`Lane`] behind a mutex, with the clock's origin.
+//! One quota shared by handle: one [`Lane`] behind a mutex, and a lock-free path beside it.
+//!
+//! While nobody waits and the rule is a plain token bucket whose state fits in 63 bits, the
+//! bucket's `tat` lives in one atomic *word* and a request that conforms is granted with one
+//! compare-and-swap, without the lock ([`Packed`] is the arithmetic). Everything else goes
+//! through the mutex, which first *takes* the word (sets its `HELD` bit, moving `tat` into the
+//! lane's bucket) and gives it back when the queue is empty again. So:
+//!
+//! - **FIFO holds.** A request that queues takes the word first, and the word stays held
+//!   while anyone waits: no lock-free grant can overtake a waiter.
+//! - **Rate changes are safe.** The parameters the lock-free path reads (token, scale, burst,
+//!   offset) change only while the word is held, and a word given back under new parameters
+//!   is strictly greater than any word seen under the old ones (words only grow: the offset
+//!   absorbs a change of unit). A compare-and-swap computed from parameters that changed
+//!   meanwhile therefore always fails, and a refusal is confirmed by re-reading the word.
+//! - **The clock is read before the compare-and-swap**, not under a lock. That is sound: after
+//!   any grant the bucket's `tat` is past the grant's time, so a grant computed with an
+//!   earlier reading than one already recorded is judged as of that later time, only more
+//!   strictly (the GCRA's `max(tat, now)` is the same), and recorded there.
 
 use std::sync::Arc;
 use std::task::Waker;
@@ -7,41 +25,104 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::lane::{After, Lane, Rule, Step, Tally};
+use super::striped::Striped;
 use super::{Handle, NotUntil, Stats};
-use crate::core::Nanos;
-use crate::sync::{Mutex, MutexGuard};
+use crate::core::{Nanos, Packed};
+use crate::sync::{fence, AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::timer;
 
-/// What the mutex guards: the lane and the limiter's counters.
+/// The bit of the word that says the mutex side holds the bucket's state.
+const HELD: u64 = 1 << 63;
+
+/// What the mutex guards: the lane, the limiter's counters, and the word's bookkeeping.
 #[derive(Debug)]
 pub(crate) struct Locked<R> {
     pub(crate) lane: Lane<R>,
     pub(crate) tally: Tally,
+    /// Whether the mutex side holds the bucket's state (the word's `HELD` bit is set).
+    held: bool,
+    /// The word when it was last taken: a word given back must not be smaller.
+    taken: u64,
+    /// The parameters the lock-free path reads, as last published.
+    published: Option<Packed>,
+}
+
+/// The lock-free side: the word, on a cache line of its own that two cores contend for, and
+/// the parameters to read it with, on another that each core keeps a copy of.
+#[derive(Debug)]
+struct Fast {
+    word: Line,
+    token: AtomicU64,
+    scale: AtomicU64,
+    burst: AtomicU64,
+    offset: AtomicU64,
+}
+
+#[derive(Debug)]
+#[repr(align(64))]
+struct Line(AtomicU64);
+
+impl std::ops::Deref for Line {
+    type Target = AtomicU64;
+    fn deref(&self) -> &AtomicU64 {
+        &self.0
+    }
+}
+
+/// The lock-free path's answer.
+enum FastAnswer {
+    Granted,
+    /// Not before this time (nobody is queued, so this is the whole truth).
+    NotUntil(Nanos),
+    /// Ask under the lock.
+    Locked,
 }
 
 /// The state shared by every handle of one limiter.
 #[derive(Debug)]
 pub(crate) struct Shared<R> {
+    fast: Fast,
+    /// Grants and refusals on the lock-free path (those under the lock are in the tally).
+    granted: Striped,
+    rejected: AtomicU64,
     origin: Instant,
     state: Mutex<Locked<R>>,
 }
 
 impl<R: Rule> Shared<R> {
     pub(crate) fn new(rule: R) -> Shared<R> {
-        Shared {
+        let shared = Shared {
+            fast: Fast {
+                word: Line(AtomicU64::new(HELD)),
+                token: AtomicU64::new(0),
+                scale: AtomicU64::new(0),
+                burst: AtomicU64::new(0),
+                offset: AtomicU64::new(0),
+            },
+            granted: Striped::default(),
+            rejected: AtomicU64::new(0),
             origin: Instant::now(),
             state: Mutex::new(Locked {
                 lane: Lane::new(rule),
                 tally: Tally::default(),
+                held: true,
+                taken: 0,
+                published: None,
             }),
-        }
+        };
+        shared.release(&mut shared.lock(), Nanos::ZERO);
+        shared
     }
 
     pub(crate) fn now(&self) -> Nanos {
         timer::since(self.origin, Instant::now())
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Locked<R>> {
+    fn clock(&self, at: Option<Nanos>) -> Nanos {
+        at.unwrap_or_else(|| self.now())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Locked<R>> {
         // The state is consistent between any two statements that could panic, so a panic
         // elsewhere while it was held does not make it unusable.
         self.state
@@ -49,72 +130,181 @@ impl<R: Rule> Shared<R> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Grants `cost` without the lock if the word is free and the bucket holds it; the clock
+    /// is read only then.
+    fn try_fast(&self, at: Option<Nanos>, cost: u64) -> (FastAnswer, Nanos) {
+        let fast = &self.fast;
+        let word = fast.word.load(Ordering::Acquire);
+        if word & HELD != 0 {
+            return (FastAnswer::Locked, Nanos::ZERO);
+        }
+        let now = self.clock(at);
+        (self.try_fast_from(word, now, cost), now)
+    }
+
+    fn try_fast_from(&self, mut word: u64, now: Nanos, cost: u64) -> FastAnswer {
+        let fast = &self.fast;
+        loop {
+            if word & HELD != 0 {
+                return FastAnswer::Locked;
+            }
+            let packed = Packed {
+                token: fast.token.load(Ordering::Relaxed),
+                scale: fast.scale.load(Ordering::Relaxed),
+                burst: fast.burst.load(Ordering::Relaxed),
+                offset: fast.offset.load(Ordering::Relaxed),
+            };
+            // Pairs with the fence before the parameters are written: if any of the loads
+            // above saw a new value, the word read below shows the take that preceded it.
+            fence(Ordering::Acquire);
+            match packed.offer(word, now, cost, HELD) {
+                None => return FastAnswer::Locked,
+                Some(Ok(next)) => {
+                    match fast.word.compare_exchange_weak(
+                        word,
+                        next,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => {
+                            self.granted.increment();
+                            return FastAnswer::Granted;
+                        }
+                        Err(actual) => word = actual,
+                    }
+                }
+                Some(Err(at)) => {
+                    // The parameters were those of `word` if the word has not moved since.
+                    // (Acquire: if it has, the next round must see the new parameters.)
+                    let again = fast.word.load(Ordering::Acquire);
+                    if again == word {
+                        return FastAnswer::NotUntil(at);
+                    }
+                    word = again;
+                }
+            }
+        }
+    }
+
+    /// Takes the word: the lane's bucket becomes the truth until [`Shared::release`].
+    fn take(&self, st: &mut Locked<R>) {
+        if st.held {
+            return;
+        }
+        let word = self.fast.word.fetch_or(HELD, Ordering::AcqRel);
+        st.held = true;
+        st.taken = word;
+        if let (Some(packed), Some(bucket)) = (st.published, st.lane.rule.bucket_mut()) {
+            packed.restore(bucket, word);
+        }
+    }
+
+    /// Gives the word back if nobody waits and the rule is a plain bucket that fits.
+    fn release(&self, st: &mut Locked<R>, now: Nanos) {
+        if !st.held || st.lane.waiting() > 0 {
+            return;
+        }
+        let Some(bucket) = st.lane.rule.plain_bucket(now) else {
+            return;
+        };
+        let unchanged = st
+            .published
+            .filter(|p| Packed::of(bucket, p.offset) == Some(*p))
+            .and_then(|p| p.word(bucket, HELD))
+            .filter(|&word| word >= st.taken);
+        let word = match unchanged {
+            Some(word) => word,
+            None => {
+                // New parameters: an offset that puts the word above every word read under
+                // the old ones.
+                let Some(unit) = Packed::of(bucket, 0) else {
+                    return;
+                };
+                let Some(tat) = unit.word(bucket, HELD) else {
+                    return;
+                };
+                let packed = Packed {
+                    offset: (st.taken + 1).saturating_sub(tat),
+                    ..unit
+                };
+                let Some(word) = packed.word(bucket, HELD) else {
+                    return;
+                };
+                // Written only between taking and giving back the word; the fence makes a
+                // reader that sees any of them also see the word taken.
+                fence(Ordering::Release);
+                let fast = &self.fast;
+                fast.token.store(packed.token, Ordering::Relaxed);
+                fast.scale.store(packed.scale, Ordering::Relaxed);
+                fast.burst.store(packed.burst, Ordering::Relaxed);
+                fast.offset.store(packed.offset, Ordering::Relaxed);
+                st.published = Some(packed);
+                word
+            }
+        };
+        self.fast.word.store(word, Ordering::Release);
+        st.held = false;
+    }
+
     /// Grants `cost` now if that needs no waiting and nobody is queued.
-    ///
-    /// The clock is read under the lock, so that grants are recorded in the order they
-    /// happen: a thread paused between reading the clock and taking the lock would otherwise
-    /// record its grant earlier than one already made.
     pub(crate) fn try_acquire(&self, cost: u64) -> Result<(), NotUntil> {
-        let st = self.lock();
-        let now = self.now();
-        self.try_acquire_locked(st, now, cost)
+        self.try_acquire_at(None, cost)
     }
 
-    #[cfg(all(test, pacer_loom))]
-    pub(crate) fn try_acquire_at(&self, now: Nanos, cost: u64) -> Result<(), NotUntil> {
-        self.try_acquire_locked(self.lock(), now, cost)
-    }
-
-    fn try_acquire_locked(
-        &self,
-        mut st: MutexGuard<'_, Locked<R>>,
-        now: Nanos,
-        cost: u64,
-    ) -> Result<(), NotUntil> {
+    /// [`Shared::try_acquire`] at `at`, or at the clock's time if `None`.
+    pub(crate) fn try_acquire_at(&self, at: Option<Nanos>, cost: u64) -> Result<(), NotUntil> {
+        if cost == 0 {
+            self.granted.increment();
+            return Ok(());
+        }
+        match self.try_fast(at, cost) {
+            (FastAnswer::Granted, _) => return Ok(()),
+            (FastAnswer::NotUntil(when), now) => {
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                let wait = when.saturating_sub(now);
+                After {
+                    rejected: Some((cost, wait)),
+                    ..After::default()
+                }
+                .run();
+                return Err(NotUntil::new(wait));
+            }
+            (FastAnswer::Locked, _) => {}
+        }
+        let mut st = self.lock();
+        // Read again under the lock, so that grants made under it are recorded in order.
+        let now = self.clock(at);
+        self.take(&mut st);
         let mut after = After::default();
-        let Locked { lane, tally } = &mut *st;
+        let Locked { lane, tally, .. } = &mut *st;
         let result = lane.try_acquire(tally, now, cost, &mut after);
+        self.release(&mut st, now);
         unlock_then(st, after);
         result
     }
 
-    /// See [`Handle::poll`].
-    pub(crate) fn poll(
+    /// See [`Handle::poll`]; at `at`, or at the clock's time if `None`.
+    pub(crate) fn poll_at(
         &self,
+        at: Option<Nanos>,
         ticket: &mut Option<u64>,
         cost: u64,
         waker: &Waker,
         timeout: Option<Duration>,
     ) -> Result<Step, NotUntil> {
-        let st = self.lock();
-        let now = self.now();
+        if ticket.is_none() && cost > 0 {
+            if let (FastAnswer::Granted, _) = self.try_fast(at, cost) {
+                return Ok(Step::Granted);
+            }
+        }
+        let mut st = self.lock();
+        let now = self.clock(at);
         let limit = timeout.map(|t| now.saturating_add(Nanos::from_duration(t)));
-        self.poll_locked(st, now, ticket, cost, waker, limit)
-    }
-
-    #[cfg(all(test, pacer_loom))]
-    pub(crate) fn poll_at(
-        &self,
-        now: Nanos,
-        ticket: &mut Option<u64>,
-        cost: u64,
-        waker: &Waker,
-    ) -> Result<Step, NotUntil> {
-        self.poll_locked(self.lock(), now, ticket, cost, waker, None)
-    }
-
-    fn poll_locked(
-        &self,
-        mut st: MutexGuard<'_, Locked<R>>,
-        now: Nanos,
-        ticket: &mut Option<u64>,
-        cost: u64,
-        waker: &Waker,
-        limit: Option<Nanos>,
-    ) -> Result<Step, NotUntil> {
+        self.take(&mut st);
         let mut after = After::default();
-        let Locked { lane, tally } = &mut *st;
+        let Locked { lane, tally, .. } = &mut *st;
         let step = lane.poll(tally, now, ticket, cost, waker, limit, &mut after);
+        self.release(&mut st, now);
         unlock_then(st, after);
         step
     }
@@ -125,32 +315,46 @@ impl<R: Rule> Shared<R> {
         let now = self.now();
         let mut after = After::default();
         st.lane.cancel(now, ticket, &mut after);
+        self.release(&mut st, now);
         unlock_then(st, after);
     }
 
     /// Changes the rule at `now`; the head of the queue re-reads its deadline.
     pub(crate) fn update<T>(&self, f: impl FnOnce(&mut R, Nanos) -> T) -> T {
+        self.update_at(None, f)
+    }
+
+    /// [`Shared::update`] at `at`, or at the clock's time if `None`.
+    pub(crate) fn update_at<T>(&self, at: Option<Nanos>, f: impl FnOnce(&mut R, Nanos) -> T) -> T {
         let mut st = self.lock();
-        let now = self.now();
+        let now = self.clock(at);
+        self.take(&mut st);
         let out = f(&mut st.lane.rule, now);
         let after = After {
             wake: st.lane.head_waker(),
             ..After::default()
         };
+        self.release(&mut st, now);
         unlock_then(st, after);
         out
     }
 
     /// Reads the rule at `now`.
     pub(crate) fn read<T>(&self, f: impl FnOnce(&R, Nanos) -> T) -> T {
-        let st = self.lock();
+        let mut st = self.lock();
         let now = self.now();
-        f(&st.lane.rule, now)
+        self.take(&mut st);
+        let out = f(&st.lane.rule, now);
+        self.release(&mut st, now);
+        out
     }
 
     pub(crate) fn stats(&self) -> Stats {
         let st = self.lock();
-        Stats::new(&st.tally, st.lane.waiting())
+        let mut stats = Stats::new(&st.tally, st.lane.waiting());
+        stats.granted += self.granted.sum();
+        stats.rejected += self.rejected.load(Ordering::Relaxed);
+        stats
     }
 }
 
@@ -172,7 +376,7 @@ impl<R: Rule> Handle for &Shared<R> {
         waker: &Waker,
         timeout: Option<Duration>,
     ) -> Result<Step, NotUntil> {
-        Shared::poll(self, ticket, cost, waker, timeout)
+        Shared::poll_at(self, None, ticket, cost, waker, timeout)
     }
     fn cancel(&self, ticket: u64) {
         Shared::cancel(self, ticket);
@@ -190,9 +394,63 @@ impl<R: Rule> Handle for Arc<Shared<R>> {
         waker: &Waker,
         timeout: Option<Duration>,
     ) -> Result<Step, NotUntil> {
-        Shared::poll(self, ticket, cost, waker, timeout)
+        Shared::poll_at(self, None, ticket, cost, waker, timeout)
     }
     fn cancel(&self, ticket: u64) {
         Shared::cancel(self, ticket);
+    }
+}
+
+#[cfg(all(test, not(pacer_loom)))]
+mod tests {
+    use super::*;
+    use crate::core::Bucket;
+
+    fn is_lock_free<R: Rule>(shared: &Shared<R>) -> bool {
+        shared.fast.word.load(Ordering::Relaxed) & HELD == 0
+    }
+
+    #[test]
+    fn the_word_stays_lock_free_across_many_rate_changes() {
+        let shared = Shared::new(Bucket::new(1, 1_000, 2));
+        assert!(is_lock_free(&shared));
+        let at = Some(Nanos(5_000));
+        for i in 0..10_000u64 {
+            // Alternate between units of 1 and 7 per nanosecond.
+            let tokens = if i % 2 == 0 { 7 } else { 1 };
+            shared.update_at(at, |b, now| b.set_rate(now, tokens, 1_000));
+        }
+        assert!(is_lock_free(&shared));
+        // Still the bucket it should be: two tokens at once, then one per 1_000 ns.
+        assert!(shared.try_acquire_at(at, 2).is_ok());
+        assert_eq!(
+            shared.try_acquire_at(at, 1),
+            Err(NotUntil::new(Nanos(1_000)))
+        );
+        assert!(shared.try_acquire_at(Some(Nanos(6_000)), 1).is_ok());
+        assert_eq!(shared.stats().granted, 2);
+        assert_eq!(shared.stats().rejected, 1);
+    }
+
+    #[test]
+    fn a_queue_holds_the_word_and_an_empty_one_gives_it_back() {
+        let shared = Shared::new(Bucket::new(1, 1_000, 1));
+        assert!(shared.try_acquire_at(Some(Nanos::ZERO), 1).is_ok());
+        let mut ticket = None;
+        let waker = Waker::noop();
+        let step = shared.poll_at(Some(Nanos::ZERO), &mut ticket, 1, waker, None);
+        assert_eq!(step, Ok(Step::Wait(Nanos(1_000))));
+        assert!(!is_lock_free(&shared));
+        let step = shared.poll_at(Some(Nanos(1_000)), &mut ticket, 1, waker, None);
+        assert_eq!(step, Ok(Step::Granted));
+        assert!(is_lock_free(&shared));
+    }
+
+    #[test]
+    fn a_rule_that_is_not_a_plain_bucket_never_goes_lock_free() {
+        let shared = Shared::new(crate::core::Window::new(2, Nanos(1_000)));
+        assert!(!is_lock_free(&shared));
+        assert!(shared.try_acquire_at(Some(Nanos::ZERO), 1).is_ok());
+        assert!(!is_lock_free(&shared));
     }
 }

@@ -1,0 +1,47 @@
+//! A counter that threads add to on cache lines of their own, so that counting a grant on the
+//! lock-free path does not make two cores fight over one line (Java's `LongAdder`).
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// Lines per counter: threads are spread over them round-robin.
+const STRIPES: usize = 4;
+
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Stripe(AtomicU64);
+
+/// A sum of `STRIPES` padded atomics.
+#[derive(Debug, Default)]
+pub(crate) struct Striped {
+    stripes: [Stripe; STRIPES],
+}
+
+impl Striped {
+    /// Adds one on this thread's stripe.
+    pub(crate) fn increment(&self) {
+        self.stripes[stripe()].0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The sum: exact once the additions it should count have happened-before the call.
+    pub(crate) fn sum(&self) -> u64 {
+        self.stripes
+            .iter()
+            .fold(0u64, |sum, s| sum.wrapping_add(s.0.load(Ordering::Relaxed)))
+    }
+}
+
+#[cfg(not(pacer_loom))]
+fn stripe() -> usize {
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static STRIPE: usize = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % STRIPES;
+    }
+    STRIPE.with(|s| *s)
+}
+
+/// Under loom every thread counts on one stripe; the model checks the protocol, not the spread.
+#[cfg(pacer_loom)]
+fn stripe() -> usize {
+    0
+}
