@@ -1,14 +1,15 @@
 //! [`PaceExt`]: the pacing operators, as methods on every stream.
 
+use std::hash::Hash;
 use std::time::Duration;
 
 use futures_core::Stream;
 
 use crate::stream::{
-    BatchedInterval, MinInterval, StaggeredStart, StaggeredStartWith, Throttle, ThrottleMode,
-    ThrottleWith,
+    BatchedInterval, MinInterval, StaggeredStart, StaggeredStartWith, Throttle, ThrottleByKey,
+    ThrottleMode, ThrottleWith,
 };
-use crate::{Quota, Rate, Stagger};
+use crate::{KeyedRateLimiter, Quota, Rate, Stagger};
 
 /// Pacing operators for every [`Stream`], driven by tokio's timer.
 ///
@@ -293,6 +294,74 @@ pub trait PaceExt: Stream {
         Self: Sized,
     {
         StaggeredStartWith::new(self, stagger)
+    }
+
+    /// Paces items per key: each item costs `cost(&item)` tokens of the bucket that `limiter`
+    /// keeps for `key(&item)`, and no key holds up another.
+    ///
+    /// The adapter holds up to `capacity` items. An item whose key has nothing held and whose
+    /// bucket holds its cost leaves at once, even while items of other keys wait; the others
+    /// are held, in upstream order per key, and each leaves when its key allows (plus tokio's
+    /// 1 ms tick), never later because of another key. With `capacity` items held the adapter
+    /// pulls nothing more from upstream until one leaves, so memory is bounded by `capacity`.
+    /// After upstream ends, what is held still leaves, each at its time, then `None`.
+    ///
+    /// **Promises**, key by key, as [`throttle`](PaceExt::throttle): when no cost exceeds the
+    /// key's burst, the cost emitted for a key in any window `[t, t + w]` is at most
+    /// `burst + w * rate` (counting every stream and task that uses the limiter), a key's items
+    /// leave in their upstream order, and nothing is lost or duplicated. Tokens are charged
+    /// when an item leaves.
+    ///
+    /// **Sharing.** The limiter's buckets are shared by every stream and task that uses it.
+    /// The oldest held item of each key waits in the key's FIFO queue with the other users of
+    /// the key; the items behind it wait in the adapter and join the queue when they become
+    /// the oldest. One timer serves the whole adapter (the earliest deadline among the held
+    /// items), and it is armed only while something is held.
+    ///
+    /// The key type needs `Hash + Eq + Clone`; the key function and the cost function run
+    /// outside any lock, so a panic in either propagates and leaves the limiter usable.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `capacity` is 0: no item could ever be held.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use pacer::{KeyedRateLimiter, PaceExt, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // SMS providers: "a" takes 2 messages per second, "b" 5 per second, one at a time.
+    /// let providers = KeyedRateLimiter::new(Rate::per_second(2), 1);
+    /// providers.set_limit("b", Rate::per_second(5), 1);
+    /// let messages = futures_util::stream::iter([("a", 1), ("a", 2), ("a", 3), ("b", 4), ("b", 5)]);
+    /// let start = tokio::time::Instant::now();
+    /// let sent: Vec<_> = messages
+    ///     .throttle_by_key(&providers, |m| m.0, |_| 1, 64)
+    ///     .map(|m| (m.1, start.elapsed().as_millis()))
+    ///     .collect()
+    ///     .await;
+    /// // "b" is not held up by the backlog of "a".
+    /// assert_eq!(sent, [(1, 0), (4, 0), (5, 200), (2, 500), (3, 1000)]);
+    /// # }
+    /// ```
+    #[track_caller]
+    fn throttle_by_key<K, KF, F>(
+        self,
+        limiter: &KeyedRateLimiter<K>,
+        key: KF,
+        cost: F,
+        capacity: usize,
+    ) -> ThrottleByKey<Self, K, KF, F>
+    where
+        Self: Sized,
+        K: Hash + Eq + Clone,
+        KF: FnMut(&Self::Item) -> K,
+        F: FnMut(&Self::Item) -> u64,
+    {
+        ThrottleByKey::new(self, limiter, key, cost, capacity)
     }
 }
 

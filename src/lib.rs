@@ -60,10 +60,10 @@ pub use redis::{
     FailurePolicy, RedisPermit, RedisQuotaError, RedisRateLimiter, RedisRateLimiterBuilder,
     RedisStats,
 };
-pub use shared::{NotUntil, Quota, RateLimiter, Stagger, Stats};
+pub use shared::{KeyedRateLimiter, NotUntil, Quota, RateLimiter, Stagger, Stats};
 pub use stream::{
     BatchedInterval, Enforcing, MinInterval, RateExceeded, Shaping, StaggeredStart,
-    StaggeredStartWith, Throttle, ThrottleMode, ThrottleWith,
+    StaggeredStartWith, Throttle, ThrottleByKey, ThrottleMode, ThrottleWith,
 };
 
 /// The README's code blocks, compiled as doctests so they cannot rot.

@@ -82,6 +82,20 @@ impl Timer {
         }
     }
 
+    /// Stops a wait under way, so that its deadline no longer wakes the task: for an adapter
+    /// whose reason to wait went away before the deadline (an item that left early).
+    pub(crate) fn disarm(self: Pin<&mut Self>) {
+        let mut me = self.project();
+        if me.armed.take().is_none() {
+            return;
+        }
+        if let (Some(sleep), Some(origin)) = (me.sleep.as_mut().as_pin_mut(), *me.origin) {
+            // Far enough that it never fires; resetting does not allocate.
+            let now = since(origin, Instant::now());
+            sleep.reset(origin + now.saturating_add(FAR_FUTURE).to_duration());
+        }
+    }
+
     fn arm(self: Pin<&mut Self>, now: Nanos, deadline: Nanos) {
         let mut me = self.project();
         // `now` was read after `origin` was set, so the origin is there.

@@ -144,6 +144,12 @@ impl Bucket {
 }
 
 impl Bucket {
+    /// When the bucket is full again, if nothing more is taken: from then on it is
+    /// indistinguishable from a new one. `Nanos::MAX` for a saturated bucket (never).
+    pub(crate) fn full_at(&self) -> Nanos {
+        Nanos::ceil_div(self.tat, self.scale)
+    }
+
     /// The whole tokens the bucket holds at `now`.
     pub(crate) fn available(&self, now: Nanos) -> u64 {
         if self.token == 0 {
@@ -534,6 +540,21 @@ mod tests {
         b.set_burst(Nanos(700 * MS), 1); // level 0 stays 0
         assert_eq!(b.available(Nanos(700 * MS)), 0);
         assert_eq!(b.earliest(Nanos(700 * MS), 1), Nanos(800 * MS));
+    }
+
+    #[test]
+    fn full_at_is_when_the_bucket_is_full_again() {
+        let mut b = Bucket::new(3, SEC, 2);
+        assert_eq!(b.full_at(), Nanos::ZERO);
+        b.commit(Nanos(10), 1);
+        // One token of 333_333_333.3 ns owed from 10 ns on, rounded up.
+        assert_eq!(b.full_at(), Nanos(333_333_344));
+        assert_eq!(b.available(Nanos(333_333_343)), 1);
+        assert_eq!(b.available(b.full_at()), 2);
+        let mut saturated = Bucket::new(1, Duration::MAX.as_nanos(), u64::MAX);
+        saturated.commit(Nanos::ZERO, u64::MAX);
+        saturated.commit(Nanos::ZERO, u64::MAX);
+        assert_eq!(saturated.full_at(), Nanos::MAX);
     }
 
     #[test]

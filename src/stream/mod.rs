@@ -90,6 +90,7 @@ mod shared_paced;
 mod staggered_start;
 mod staggered_start_with;
 mod throttle;
+mod throttle_by_key;
 mod throttle_with;
 mod upstream;
 
@@ -98,4 +99,5 @@ pub use min_interval::MinInterval;
 pub use staggered_start::StaggeredStart;
 pub use staggered_start_with::StaggeredStartWith;
 pub use throttle::{Enforcing, RateExceeded, Shaping, Throttle, ThrottleMode};
+pub use throttle_by_key::ThrottleByKey;
 pub use throttle_with::ThrottleWith;
