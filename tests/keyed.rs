@@ -1,0 +1,338 @@
+//! `KeyedRateLimiter`: one bucket per key, under paused time unless marked.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{nanos_since, within_an_hour, NaiveBucket, MS};
+use pacer::{ConfigError, KeyedRateLimiter, Rate};
+use proptest::prelude::*;
+use tokio::time::{sleep, Instant};
+
+/// Spawns one task per `(key, cost)`, in order and each a moment after the previous one, so
+/// that they queue in that order; returns `key:index@ms` in grant order.
+async fn grants(limiter: &KeyedRateLimiter<&'static str>, asks: &[(&'static str, u64)]) -> String {
+    let start = Instant::now();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (i, &(key, cost)) in asks.iter().enumerate() {
+        let limiter = limiter.clone();
+        let log = log.clone();
+        tasks.push(tokio::spawn(async move {
+            limiter.acquire(&key, cost).await;
+            log.lock()
+                .unwrap()
+                .push(format!("{key}{i}@{}", nanos_since(start) / MS));
+        }));
+        tokio::task::yield_now().await;
+    }
+    for task in tasks {
+        within_an_hour(task).await.unwrap();
+    }
+    let log = log.lock().unwrap().join(" ");
+    log
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_key_has_its_own_bucket_and_queue() {
+    let limiter = KeyedRateLimiter::new(Rate::per_second(10), 1);
+    let got = grants(
+        &limiter,
+        &[("a", 1), ("a", 1), ("b", 1), ("a", 1), ("b", 1), ("c", 1)],
+    )
+    .await;
+    // b and c never wait for a's backlog; each key is FIFO on its own.
+    assert_eq!(got, "a0@0 b2@0 c5@0 a1@100 b4@100 a3@200");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_large_request_is_not_starved_within_its_key() {
+    let limiter = KeyedRateLimiter::new(Rate::per_second(10), 4);
+    let got = grants(&limiter, &[("a", 4), ("a", 4), ("a", 1), ("b", 4)]).await;
+    assert_eq!(got, "a0@0 b3@0 a1@400 a2@500");
+}
+
+#[tokio::test(start_paused = true)]
+async fn cost_above_burst_pays_its_debt_and_zero_passes() {
+    let limiter = KeyedRateLimiter::new(Rate::per_second(10), 5);
+    let got = grants(&limiter, &[("a", 5), ("a", 10), ("a", 1), ("a", 0)]).await;
+    // Cost 0 goes at once, even with others of its key waiting.
+    assert_eq!(got, "a0@0 a3@0 a1@1000 a2@1100");
+    assert_eq!(
+        limiter.try_acquire(&"a", 6).unwrap_err().retry_after(),
+        Duration::MAX
+    );
+    assert!(limiter.try_acquire(&"z", 0).is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn try_acquire_never_jumps_a_keys_queue() {
+    let limiter = KeyedRateLimiter::new(Rate::per_second(10), 1);
+    limiter.try_acquire(&"a", 1).unwrap();
+    let waiter = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.acquire(&"a", 1).await }
+    });
+    tokio::task::yield_now().await;
+    sleep(Duration::from_millis(150)).await; // the waiter took the token at 100 ms
+    within_an_hour(waiter).await.unwrap();
+    let refused = limiter.try_acquire(&"a", 1).unwrap_err();
+    assert_eq!(refused.retry_after(), Duration::from_millis(50));
+    // Queue a waiter, and try while it waits: refused even once the token is back.
+    let waiter = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.acquire(&"a", 1).await }
+    });
+    tokio::task::yield_now().await;
+    assert_eq!(
+        limiter.try_acquire(&"a", 1).unwrap_err().retry_after(),
+        Duration::from_millis(150)
+    );
+    assert!(limiter.try_acquire(&"b", 1).is_ok());
+    within_an_hour(waiter).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn acquire_timeout_refuses_at_once_and_takes_nothing() {
+    let limiter = KeyedRateLimiter::new(Rate::per_second(1), 1);
+    limiter.acquire(&1u8, 1).await;
+    let start = Instant::now();
+    let refused = limiter
+        .acquire_timeout(&1, 1, Duration::from_millis(999))
+        .await;
+    assert_eq!(refused.unwrap_err().retry_after(), Duration::from_secs(1));
+    assert_eq!(nanos_since(start), 0);
+    assert_eq!(limiter.stats().rejected, 1);
+    limiter
+        .acquire_timeout(&1, 1, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(nanos_since(start), 1_000 * MS);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_waiter_gives_its_place_back_and_takes_nothing() {
+    let limiter = KeyedRateLimiter::new(Rate::per_second(10), 1);
+    limiter.try_acquire(&"a", 1).unwrap();
+    let start = Instant::now();
+    let quitter = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.acquire(&"a", 5).await }
+    });
+    tokio::task::yield_now().await;
+    let stayer = tokio::spawn({
+        let limiter = limiter.clone();
+        async move {
+            limiter.acquire(&"a", 1).await;
+            nanos_since(start) / MS
+        }
+    });
+    tokio::task::yield_now().await;
+    assert_eq!(limiter.stats().waiting, 2);
+    sleep(Duration::from_millis(50)).await;
+    quitter.abort();
+    // The stayer moves up and is served when its token is back, at 100 ms, not after the
+    // quitter's five tokens.
+    assert_eq!(within_an_hour(stayer).await.unwrap(), 100);
+    assert_eq!(limiter.stats().waiting, 0);
+    assert_eq!(limiter.stats().granted, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn set_limit_takes_effect_at_once_for_waiters_and_keeps_the_level() {
+    let limiter = KeyedRateLimiter::new(Rate::per_second(1), 1);
+    limiter.acquire(&"p", 1).await;
+    let start = Instant::now();
+    let waiter = tokio::spawn({
+        let limiter = limiter.clone();
+        async move {
+            limiter.acquire(&"p", 1).await;
+            nanos_since(start) / MS
+        }
+    });
+    sleep(Duration::from_millis(100)).await;
+    // 0.9 token missing at 1/s; at 100/s that is 9 ms.
+    limiter.set_limit("p", Rate::per_second(100), 5);
+    assert_eq!(within_an_hour(waiter).await.unwrap(), 109);
+    assert_eq!(limiter.available(&"p"), 0);
+    sleep(Duration::from_millis(50)).await;
+    assert_eq!(limiter.available(&"p"), 5);
+    // Back to the default: the level (5) is capped at the default burst (1).
+    limiter.clear_limit(&"p");
+    assert_eq!(limiter.available(&"p"), 1);
+    limiter.try_acquire(&"p", 1).unwrap();
+    assert_eq!(
+        limiter.try_acquire(&"p", 1).unwrap_err().retry_after(),
+        Duration::from_secs(1)
+    );
+    // A limit set for a key with no state is used when the key first shows up.
+    limiter.set_limit("q", Rate::per_second(2), 3);
+    assert_eq!(limiter.available(&"q"), 3);
+    assert_eq!(limiter.tracked_keys(), 1); // only "p", which is not full
+}
+
+#[tokio::test(start_paused = true)]
+async fn full_idle_keys_are_forgotten_without_any_call() {
+    let limiter = KeyedRateLimiter::new(Rate::per_second(10), 2);
+    for key in 0..100_000u32 {
+        limiter.try_acquire(&key, 1).unwrap();
+    }
+    assert_eq!(limiter.tracked_keys(), 100_000);
+    // Half a token's time later nothing is full yet; a full refill period later all are.
+    sleep(Duration::from_millis(99)).await;
+    assert_eq!(limiter.tracked_keys(), 100_000);
+    sleep(Duration::from_millis(1)).await;
+    limiter.try_acquire(&7, 2).unwrap();
+    limiter.try_acquire(&7, 1).unwrap_err();
+    assert_eq!(limiter.tracked_keys(), 1);
+    // Forgotten keys behave exactly as new ones: a full bucket.
+    assert_eq!(limiter.available(&12_345), 2);
+    assert_eq!(limiter.stats().granted, 100_001);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_with_waiters_is_kept_even_when_its_bucket_would_be_full() {
+    let limiter = KeyedRateLimiter::new(Rate::per_second(10), 1);
+    // A cost above the burst waits for a full bucket plus the rest: 1.9 s from empty.
+    limiter.try_acquire(&"a", 1).unwrap();
+    let waiter = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.acquire(&"a", 20).await }
+    });
+    sleep(Duration::from_millis(500)).await;
+    assert_eq!(limiter.tracked_keys(), 1);
+    within_an_hour(waiter).await.unwrap();
+    sleep(Duration::from_millis(100)).await;
+    assert_eq!(limiter.tracked_keys(), 0);
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    assert_eq!(
+        KeyedRateLimiter::<u8>::try_new(Rate::per_second(1), 0).err(),
+        Some(ConfigError::ZeroBurst)
+    );
+    // Rate extremes are valid limits.
+    let slow = KeyedRateLimiter::new(Rate::new(1, Duration::MAX), 1);
+    slow.try_acquire(&1, 1).unwrap();
+    // Saturated: "about 584 years", never a panic.
+    let wait = slow.try_acquire(&1, 1).unwrap_err().retry_after();
+    assert!(wait > Duration::from_secs(500 * 365 * 86_400), "{wait:?}");
+    let fast = KeyedRateLimiter::new(Rate::new(u64::MAX, Duration::from_nanos(1)), u64::MAX);
+    fast.try_acquire(&1, u64::MAX).unwrap();
+    fast.try_acquire(&1, u64::MAX).unwrap();
+}
+
+#[test]
+#[should_panic(expected = "`burst` is 0")]
+fn new_panics_on_zero_burst() {
+    let _ = KeyedRateLimiter::<u8>::new(Rate::per_second(1), 0);
+}
+
+#[test]
+#[should_panic(expected = "`burst` is 0")]
+fn set_limit_panics_on_zero_burst() {
+    KeyedRateLimiter::new(Rate::per_second(1), 1).set_limit(1u8, Rate::per_second(1), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cost_of_u64_max_waits_without_panicking_or_hanging() {
+    let limiter = KeyedRateLimiter::new(Rate::per_second(1_000), 10);
+    let waited = tokio::time::timeout(Duration::from_secs(3600), limiter.acquire(&1u8, u64::MAX));
+    assert!(waited.await.is_err());
+    assert_eq!(limiter.stats().waiting, 0);
+    assert!(limiter.try_acquire(&1, 10).is_ok());
+}
+
+#[test]
+fn handles_are_send_sync_and_cheap_to_clone() {
+    fn send_sync<T: Send + Sync + Clone>() {}
+    send_sync::<KeyedRateLimiter<String>>();
+    assert_eq!(
+        std::mem::size_of::<KeyedRateLimiter<String>>(),
+        std::mem::size_of::<usize>()
+    );
+}
+
+/// Many tasks on a multi-thread runtime in real time: the per-key bound holds across all.
+#[test]
+fn many_tasks_in_real_time_keep_each_keys_bound() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let (rate, burst) = (400u64, 5u64);
+    let limiter = KeyedRateLimiter::new(Rate::per_second(rate), burst);
+    let start = std::time::Instant::now();
+    let counts = rt.block_on(async {
+        let tasks: Vec<_> = (0..16)
+            .map(|t| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    let key = t % 2;
+                    let mut n = 0u64;
+                    let deadline = tokio::time::Instant::now() + Duration::from_millis(300);
+                    while tokio::time::Instant::now() < deadline {
+                        limiter.acquire(&key, 1).await;
+                        n += 1;
+                    }
+                    (key, n)
+                })
+            })
+            .collect();
+        let mut counts = [0u64; 2];
+        for task in tasks {
+            let (key, n) = task.await.unwrap();
+            counts[key] += n;
+        }
+        counts
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+    for (key, &n) in counts.iter().enumerate() {
+        let allowed = burst as f64 + rate as f64 * elapsed;
+        assert!(n as f64 <= allowed, "key {key}: {n} > {allowed:.0}");
+        // And the quota was used: at least half of it.
+        assert!(n as f64 >= 0.5 * rate as f64 * 0.3, "key {key}: only {n}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A long random run: after every operation, the keys kept are at most those not full or
+    /// waited on (the issue allows twice that plus 64), and grants follow each key's bucket.
+    #[test]
+    fn tracked_keys_follow_the_keys_in_use(
+        ops in prop::collection::vec((0u64..40, 0u32..200, 0u64..4), 1..300),
+    ) {
+        common::paused(async move {
+            let (rate, burst) = (Rate::per_second(20), 3);
+            let limiter = KeyedRateLimiter::new(rate, burst);
+            let mut model: std::collections::HashMap<u32, NaiveBucket> = Default::default();
+            let start = Instant::now();
+            for (gap_ms, key, cost) in ops {
+                sleep(Duration::from_millis(gap_ms)).await;
+                let now = nanos_since(start);
+                let bucket = model
+                    .entry(key)
+                    .or_insert_with(|| NaiveBucket::new(20, Duration::from_secs(1), burst));
+                let conforms = bucket.earliest(now, cost) <= now;
+                let got = limiter.try_acquire(&key, cost);
+                prop_assert_eq!(got.is_ok(), conforms, "key {} cost {} at {}", key, cost, now);
+                if conforms {
+                    bucket.emit(now, cost);
+                }
+                let active = model
+                    .values()
+                    .filter(|b| b.earliest(now, burst) > now)
+                    .count();
+                let tracked = limiter.tracked_keys();
+                prop_assert!(tracked <= active, "{} tracked, {} not full", tracked, active);
+                prop_assert!(tracked <= 2 * active + 64);
+            }
+            Ok(())
+        })?;
+    }
+}
