@@ -20,7 +20,10 @@
 //! with Guava's warm-up) or a [`Stagger`] (the sliding window), cloned by handle, fair (FIFO) and
 //! changeable at run time; streams draw on one with
 //! [`throttle_with`](PaceExt::throttle_with) and
-//! [`staggered_start_with`](PaceExt::staggered_start_with). With the `redis` feature,
+//! [`staggered_start_with`](PaceExt::staggered_start_with). A limit per destination is a
+//! [`KeyedRateLimiter`] (one bucket per key, forgotten once full and idle), and
+//! [`throttle_by_key`](PaceExt::throttle_by_key) paces one stream by it with no head-of-line
+//! blocking between keys. With the `redis` feature,
 //! `RedisRateLimiter` shares one quota across processes and machines.
 //!
 //! ```
