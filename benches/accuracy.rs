@@ -26,6 +26,10 @@
 //!
 //! One extra row runs pacer at 1,000/s with a burst of 3 (one token above `rate × 2 ms`).
 //!
+//! Sub-millisecond rows: 10,000/s with a burst of 1, `throttle` and `min_interval(100 µs)`,
+//! plain and with `precise()`, beside governor and leaky-bucket with a burst of 1
+//! (`PACER_BENCH_ONLY=sub-ms` runs only these).
+//!
 //! `PACER_BENCH_VERBOSE=1` adds a table of timer wake-ups: emissions more than 200 µs after
 //! the previous one start a new wake-up; percentiles of the intervals between wake-ups.
 //!
@@ -158,6 +162,9 @@ fn main() {
         .iter()
         .map(|&rate| (rate, (rate * 2 / 1_000).max(1), false))
         .chain([(1_000, 3, true)]);
+    // `PACER_BENCH_ONLY=sub-ms` runs only the sub-millisecond rows below.
+    let only_sub_ms = std::env::var("PACER_BENCH_ONLY").is_ok_and(|v| v == "sub-ms");
+    let configs = configs.filter(|_| !only_sub_ms);
     for (rate, burst, pacer_only) in configs {
         let capacity = (rate as f64 * secs.as_secs_f64() * 1.25) as usize + burst as usize + 4096;
         let rate32 = NonZeroU32::new(u32::try_from(rate).expect("rate fits in u32")).expect("> 0");
@@ -203,6 +210,8 @@ fn main() {
         }));
     }
 
+    sub_millisecond(&mut rows, secs);
+
     println!();
     println!(
         "Accuracy: always-ready source, real time, {:.2} s per run, a current-thread runtime per run.",
@@ -245,6 +254,49 @@ fn main() {
     if std::env::var_os("PACER_BENCH_VERBOSE").is_some() {
         print_wake_ups(&rows, secs);
     }
+}
+
+/// Even pacing below tokio's 1 ms tick: 10,000/s with a burst of 1 (every item 100 µs after
+/// the previous one), `throttle` and `min_interval(100 µs)`, plain and `precise()`, beside
+/// governor and leaky-bucket with a burst of 1.
+fn sub_millisecond(rows: &mut Vec<Row>, secs: Duration) {
+    const RATE: u64 = 10_000;
+    let capacity = (RATE as f64 * secs.as_secs_f64() * 1.25) as usize + 4096;
+    let gap = Duration::from_micros(100);
+    let repeat = || futures_util::stream::repeat(());
+    rows.push(run("pacer throttle, burst 1", RATE, 1, async {
+        let stream = PaceExt::throttle(repeat(), Rate::per_second(RATE), |_| 1, 1, Shaping);
+        drive(stream, secs, capacity).await
+    }));
+    rows.push(run("pacer throttle, burst 1, precise()", RATE, 1, async {
+        let stream =
+            PaceExt::throttle(repeat(), Rate::per_second(RATE), |_| 1, 1, Shaping).precise();
+        drive(stream, secs, capacity).await
+    }));
+    rows.push(run("pacer min_interval(100 us)", RATE, 1, async {
+        drive(repeat().min_interval(gap), secs, capacity).await
+    }));
+    rows.push(run(
+        "pacer min_interval(100 us), precise()",
+        RATE,
+        1,
+        async { drive(repeat().min_interval(gap).precise(), secs, capacity).await },
+    ));
+    let one = NonZeroU32::MIN;
+    let rate32 = NonZeroU32::new(RATE as u32).expect("> 0");
+    let limiter = RateLimiter::direct(Quota::per_second(rate32).allow_burst(one));
+    rows.push(run("governor ratelimit_stream, burst 1", RATE, 1, async {
+        drive(repeat().ratelimit_stream(&limiter), secs, capacity).await
+    }));
+    rows.push(run("leaky-bucket acquire_one, burst 1", RATE, 1, async {
+        let bucket = leaky_bucket::RateLimiter::builder()
+            .max(1)
+            .initial(1)
+            .refill((RATE / 1_000) as usize)
+            .interval(Duration::from_millis(1))
+            .build();
+        drive(repeat().then(|()| bucket.acquire_one()), secs, capacity).await
+    }));
 }
 
 /// Emissions more than 200 µs after the previous one start a new wake-up.

@@ -14,6 +14,9 @@ use crate::core::Nanos;
 /// A timer that reaches it finds its deadline still ahead and is simply armed again.
 const FAR_FUTURE: Nanos = Nanos::from_duration(Duration::from_secs(86_400 * 365 * 30));
 
+/// tokio's timer tick: a `Sleep` fires on the first tick at or after its deadline.
+const TICK: Nanos = Nanos::from_duration(Duration::from_millis(1));
+
 pin_project! {
     /// A clock and a lazily created, reusable `Sleep`.
     ///
@@ -23,8 +26,16 @@ pin_project! {
     #[derive(Debug)]
     pub(crate) struct Timer {
         origin: Option<Instant>,
-        // The deadline `sleep` is armed for, if it is armed.
-        armed: Option<Nanos>,
+        // The deadline of the wait under way, if `armed`. (Flags beside a plain `Nanos`
+        // rather than options: the fields pack into 16 bytes, which keeps a waiting adapter
+        // inside tokio's 256-byte task step.)
+        deadline: Nanos,
+        armed: bool,
+        // Precise waiting (see `set_precise`): whether the wait under way has yielded, and
+        // the low 32 bits of the clock when it last did.
+        precise: bool,
+        spinning: bool,
+        spun: u32,
         #[pin]
         sleep: Option<Sleep>,
     }
@@ -34,7 +45,11 @@ impl Timer {
     pub(crate) const fn new() -> Timer {
         Timer {
             origin: None,
-            armed: None,
+            deadline: Nanos::ZERO,
+            armed: false,
+            precise: false,
+            spinning: false,
+            spun: 0,
             sleep: None,
         }
     }
@@ -43,14 +58,29 @@ impl Timer {
     pub(crate) const fn with_origin(origin: Instant) -> Timer {
         Timer {
             origin: Some(origin),
-            armed: None,
+            deadline: Nanos::ZERO,
+            armed: false,
+            precise: false,
+            spinning: false,
+            spun: 0,
             sleep: None,
         }
     }
 
+    /// Precise waiting: the part of a wait shorter than tokio's 1 ms tick is finished by
+    /// yielding to the scheduler and reading the clock again, instead of sleeping to the next
+    /// tick. The `Sleep` covers the wait up to one tick before the deadline.
+    ///
+    /// It keeps a core busy while an item is less than a tick from its time. Under paused time
+    /// the clock does not move across a yield, and a wait that finds the clock where it left
+    /// it goes back to the `Sleep`, so paused schedules are exactly those of a plain timer.
+    pub(crate) fn set_precise(&mut self, precise: bool) {
+        self.precise = precise;
+    }
+
     /// The deadline the timer is armed for, while a wait is under way.
     pub(crate) fn armed(&self) -> Option<Nanos> {
-        self.armed
+        self.armed.then_some(self.deadline)
     }
 
     /// The current time; the first call fixes the origin.
@@ -68,17 +98,43 @@ impl Timer {
         deadline: Nanos,
     ) -> Poll<Nanos> {
         loop {
-            if self.armed == Some(deadline) {
+            if self.armed && self.deadline == deadline {
                 if let Some(sleep) = self.as_mut().project().sleep.as_pin_mut() {
                     ready!(sleep.poll(cx));
                 }
             }
             let now = self.as_mut().now();
             if now >= deadline {
-                *self.as_mut().project().armed = None;
+                let me = self.as_mut().project();
+                *me.armed = false;
+                *me.spinning = false;
                 return Poll::Ready(now);
             }
-            self.as_mut().arm(now, deadline);
+            if !self.precise {
+                self.as_mut().arm(now, deadline, deadline);
+                continue;
+            }
+            let early = deadline.saturating_sub(TICK);
+            if now < early {
+                // Sleep up to a tick before the deadline (the tick rounds it up to at most
+                // the deadline), then finish below the tick.
+                self.as_mut().arm(now, deadline, early);
+                continue;
+            }
+            let me = self.as_mut().project();
+            // Truncated: a clock that moved by an exact multiple of 2^32 ns between two polls
+            // only sends this wait back to the `Sleep`.
+            let low = now.0 as u32;
+            if !*me.spinning || *me.spun != low {
+                // Real time: the clock moved since the last yield, so yield again.
+                *me.spinning = true;
+                *me.spun = low;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            // The clock stood still across a yield (paused time): sleep to the deadline, as
+            // a plain timer would. Its `Sleep` is pending until then.
+            self.as_mut().arm(now, deadline, deadline);
         }
     }
 
@@ -86,7 +142,8 @@ impl Timer {
     /// whose reason to wait went away before the deadline (an item that left early).
     pub(crate) fn disarm(self: Pin<&mut Self>) {
         let mut me = self.project();
-        if me.armed.take().is_none() {
+        *me.spinning = false;
+        if !std::mem::take(me.armed) {
             return;
         }
         if let (Some(sleep), Some(origin)) = (me.sleep.as_mut().as_pin_mut(), *me.origin) {
@@ -96,17 +153,19 @@ impl Timer {
         }
     }
 
-    fn arm(self: Pin<&mut Self>, now: Nanos, deadline: Nanos) {
+    /// Arms the `Sleep` for `target` (at most `deadline`), for a wait until `deadline`.
+    fn arm(self: Pin<&mut Self>, now: Nanos, deadline: Nanos, target: Nanos) {
         let mut me = self.project();
         // `now` was read after `origin` was set, so the origin is there.
         let origin = *me.origin.get_or_insert_with(Instant::now);
-        let horizon = deadline.min(now.saturating_add(FAR_FUTURE));
+        let horizon = target.min(now.saturating_add(FAR_FUTURE));
         let at = origin + horizon.to_duration();
         match me.sleep.as_mut().as_pin_mut() {
             Some(sleep) => sleep.reset(at),
             None => me.sleep.set(Some(tokio::time::sleep_until(at))),
         }
-        *me.armed = Some(deadline);
+        *me.deadline = deadline;
+        *me.armed = true;
     }
 }
 

@@ -50,6 +50,48 @@ impl<S: Stream> MinInterval<S> {
     }
 }
 
+impl<S: Stream> MinInterval<S> {
+    /// Waits below tokio's 1 ms tick precisely, at the price of CPU time while waiting.
+    ///
+    /// tokio's timer fires on 1 ms ticks, so an item that waits leaves up to a tick late, and
+    /// a stream that waits before every item tops out near 1,000 items per second. With
+    /// `precise`, the timer sleeps only until one tick before an item's time and the rest of
+    /// the wait is spent yielding to the scheduler and reading the clock again, so the item
+    /// leaves within microseconds of its time and sub-millisecond pacing keeps its rate.
+    ///
+    /// **This costs CPU**: while an item is less than a tick from its time, the task stays
+    /// busy (it yields, so other tasks on the runtime still run). At high rates with short
+    /// waits that is most of a core, as governor's timer thread costs. Without `precise`
+    /// nothing ever spins. Under paused time the clock does not move across a yield, so the
+    /// wait falls back to the timer and the schedule is exactly that of the plain operator.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures_util::StreamExt;
+    /// use pacer::PaceExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// // At least 100 µs apart, and not a tick more.
+    /// let start = std::time::Instant::now();
+    /// let n = futures_util::stream::repeat(())
+    ///     .take(101)
+    ///     .min_interval(Duration::from_micros(100))
+    ///     .precise()
+    ///     .count()
+    ///     .await;
+    /// assert_eq!(n, 101);
+    /// assert!(start.elapsed() >= Duration::from_millis(10));
+    /// # }
+    /// ```
+    pub fn precise(mut self) -> Self {
+        self.inner.set_precise();
+        self
+    }
+}
+
 accessors!(
     MinInterval [S: Stream] [S],
     inner,

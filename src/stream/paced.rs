@@ -116,6 +116,11 @@ impl<S: Stream, P> Paced<S, P> {
         }
     }
 
+    /// Finishes waits shorter than tokio's tick by yielding (see `Timer::set_precise`).
+    pub(crate) fn set_precise(&mut self) {
+        self.timer.set_precise(true);
+    }
+
     pub(crate) fn get_ref(&self) -> &S {
         self.upstream.get_ref()
     }
