@@ -84,6 +84,7 @@ impl Timer {
     }
 
     /// The current time; the first call fixes the origin.
+    #[inline]
     pub(crate) fn now(self: Pin<&mut Self>) -> Nanos {
         let now = Instant::now();
         let origin = *self.project().origin.get_or_insert(now);
@@ -170,6 +171,7 @@ impl Timer {
 }
 
 /// The time from `origin` to `now` in nanoseconds; zero if `now` is earlier.
+#[inline]
 pub(crate) fn since(origin: Instant, now: Instant) -> Nanos {
     Nanos::from_duration(now.saturating_duration_since(origin))
 }

@@ -55,6 +55,7 @@ impl Bucket {
     }
 
     /// Whether this bucket never delays anything (a zero period), so callers can skip the clock.
+    #[inline]
     pub(crate) fn is_unlimited(&self) -> bool {
         self.token == 0
     }
@@ -63,10 +64,12 @@ impl Bucket {
         self.burst
     }
 
+    #[inline]
     fn units(&self, at: Nanos) -> u128 {
         u128::from(at.0) * u128::from(self.scale)
     }
 
+    #[inline]
     fn tokens(&self, count: u64) -> u128 {
         match u64::try_from(self.token) {
             // The common case, and a widening multiplication that cannot overflow.
@@ -77,6 +80,7 @@ impl Bucket {
 
     /// Takes `cost` tokens if the bucket holds them at `now`; otherwise leaves the bucket as it
     /// is and says when an item of `cost` offered now could go (see [`Bucket::earliest`]).
+    #[inline]
     pub(crate) fn offer(&mut self, now: Nanos, cost: u64) -> Decision {
         let now_units = self.units(now);
         if let Some(spare) = self
@@ -130,6 +134,7 @@ impl Bucket {
     /// Whether `tat` has saturated: the bucket is then infinitely in arrears (its true `tat`
     /// does not fit in 128 bits), so nothing but a zero cost ever conforms again. Without this,
     /// a saturated tolerance could match the saturated `tat` and let everything through.
+    #[inline]
     fn saturated(&self, cost: u64) -> bool {
         self.tat == u128::MAX && cost > 0
     }
