@@ -49,6 +49,8 @@ mod rate;
 #[cfg(feature = "redis")]
 mod redis;
 mod shared;
+mod sink;
+mod sink_ext;
 mod stream;
 mod sync;
 mod timer;
@@ -61,6 +63,8 @@ pub use redis::{
     RedisStats,
 };
 pub use shared::{KeyedRateLimiter, NotUntil, Quota, RateLimiter, Stagger, Stats};
+pub use sink::{SinkMinInterval, SinkThrottle, SinkThrottleWith};
+pub use sink_ext::PaceSinkExt;
 pub use stream::{
     BatchedInterval, Enforcing, MinInterval, RateExceeded, Shaping, StaggeredStart,
     StaggeredStartWith, Throttle, ThrottleByKey, ThrottleMode, ThrottleWith,
