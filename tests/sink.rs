@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{nanos_since, paused, tick_ceil, timeline, within_an_hour, NaiveBucket, MS};
 use futures_util::{future, Sink, SinkExt, StreamExt};
-use pacer::{PaceExt, PaceSinkExt, Rate, RateLimiter, Shaping, Stagger};
+use pacer::{PaceExt, PaceSinkExt, Rate, RateLimiter, Shaping, SinkThrottleWith, Stagger};
 use proptest::prelude::*;
 use tokio::io::duplex;
 use tokio::time::{advance, sleep, sleep_until, Instant};
@@ -33,50 +33,63 @@ fn receive_timed<T: Send + 'static>(
     })
 }
 
-#[tokio::test(start_paused = true)]
-async fn poll_sender_burst_of_five_then_one_per_100ms() {
+/// Sends `items` one by one through `pace(PollSender)` into a tokio channel, then closes the
+/// sink; returns the timeline of the items as the channel's reader received them.
+async fn through_poll_sender<T, Si>(
+    items: impl IntoIterator<Item = T>,
+    pace: impl FnOnce(PollSender<T>) -> Si,
+) -> String
+where
+    T: Send + std::fmt::Debug + std::fmt::Display + 'static,
+    Si: Sink<T, Error = PollSendError<T>>,
+{
     let start = Instant::now();
     let (tx, rx) = tokio::sync::mpsc::channel(32);
     let received = receive_timed(start, rx);
-    let mut sink = pin!(PollSender::new(tx).throttle(Rate::per_second(10), |_| 1, 5));
-    for n in 0..12 {
-        within_an_hour(sink.send(n)).await.unwrap();
+    let mut sink = pin!(pace(PollSender::new(tx)));
+    for item in items {
+        within_an_hour(sink.send(item)).await.unwrap();
     }
     within_an_hour(sink.close()).await.unwrap();
-    assert_eq!(
-        timeline(&received.await.unwrap()),
-        "0ms:0 0ms:1 0ms:2 0ms:3 0ms:4 100ms:5 200ms:6 300ms:7 400ms:8 500ms:9 600ms:10 700ms:11"
-    );
+    timeline(&received.await.unwrap())
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_item_dearer_than_the_bucket_pays_its_debt_first() {
-    let start = Instant::now();
-    let (tx, rx) = tokio::sync::mpsc::channel(8);
-    let received = receive_timed(start, rx);
-    let mut sink = pin!(PollSender::new(tx).throttle(Rate::per_second(10), |&c| c, 5));
-    for cost in [5u64, 10, 1] {
-        within_an_hour(sink.send(cost)).await.unwrap();
-    }
-    within_an_hour(sink.close()).await.unwrap();
-    assert_eq!(
-        timeline(&received.await.unwrap()),
-        "0ms:5 1000ms:10 1100ms:1"
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn framed_write_min_interval_counts_from_the_last_line_written() {
-    let start = Instant::now();
-    let (ours, theirs) = duplex(1 << 16);
-    let reader = tokio::spawn(async move {
+/// Reads lines from the far end of an in-memory socket, stamping each with its arrival.
+fn read_lines_timed(
+    start: Instant,
+    theirs: tokio::io::DuplexStream,
+) -> tokio::task::JoinHandle<Vec<(String, u64)>> {
+    tokio::spawn(async move {
         let mut lines = FramedRead::new(theirs, LinesCodec::new());
         let mut got = Vec::new();
         while let Some(line) = lines.next().await {
             got.push((line.unwrap(), nanos_since(start)));
         }
         got
-    });
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn poll_sender_burst_of_five_then_one_per_100ms() {
+    let got = through_poll_sender(0..12, |tx| tx.throttle(Rate::per_second(10), |_| 1, 5)).await;
+    assert_eq!(
+        got,
+        "0ms:0 0ms:1 0ms:2 0ms:3 0ms:4 100ms:5 200ms:6 300ms:7 400ms:8 500ms:9 600ms:10 700ms:11"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_item_dearer_than_the_bucket_pays_its_debt_first() {
+    let costs = [5u64, 10, 1];
+    let got = through_poll_sender(costs, |tx| tx.throttle(Rate::per_second(10), |&c| c, 5)).await;
+    assert_eq!(got, "0ms:5 1000ms:10 1100ms:1");
+}
+
+#[tokio::test(start_paused = true)]
+async fn framed_write_min_interval_counts_from_the_last_line_written() {
+    let start = Instant::now();
+    let (ours, theirs) = duplex(1 << 16);
+    let reader = read_lines_timed(start, theirs);
     let framed = FramedWrite::new(ours, LinesCodec::new());
     let mut sink = pin!(framed.min_interval(Duration::from_millis(100)));
     for (at, line) in [(0, "a"), (10, "b"), (20, "c"), (500, "d"), (510, "e")] {
@@ -119,19 +132,10 @@ async fn futures_mpsc_sinks_share_one_limiter_in_arrival_order() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stagger_lets_k_items_per_period_into_the_sink() {
-    let start = Instant::now();
     let stagger = Stagger::new(2, Duration::from_secs(1));
-    let (tx, rx) = tokio::sync::mpsc::channel(8);
-    let received = receive_timed(start, rx);
-    let mut sink = pin!(PollSender::new(tx).throttle_with(&stagger, |_| 99));
-    for n in 0..5 {
-        within_an_hour(sink.send(n)).await.unwrap();
-    }
-    within_an_hour(sink.close()).await.unwrap();
-    assert_eq!(
-        timeline(&received.await.unwrap()),
-        "0ms:0 0ms:1 1000ms:2 1000ms:3 2000ms:4"
-    );
+    // Every item takes one place in the window, whatever its cost.
+    let got = through_poll_sender(0..5, |tx| tx.throttle_with(&stagger, |_| 99)).await;
+    assert_eq!(got, "0ms:0 0ms:1 1000ms:2 1000ms:3 2000ms:4");
 }
 
 #[tokio::test(start_paused = true)]
@@ -251,6 +255,19 @@ fn valve(start: Instant) -> (Valve, ValveSink) {
     (valve, sink)
 }
 
+type SharedValve = SinkThrottleWith<ValveSink, u32, fn(&u32) -> u64>;
+
+/// A valve paced by a `RateLimiter` of 1/s and burst 1, after item 0 went at 0 ms and item 1
+/// was given to `start_send`, held.
+async fn shared_valve_holding_one() -> (RateLimiter, Valve, Pin<Box<SharedValve>>) {
+    let limiter = RateLimiter::new(Rate::per_second(1), 1);
+    let (valve, inner) = valve(Instant::now());
+    let mut sink: Pin<Box<SharedValve>> = Box::pin(inner.throttle_with(&limiter, |_| 1));
+    within_an_hour(sink.send(0)).await.unwrap();
+    within_an_hour(sink.feed(1)).await.unwrap();
+    (limiter, valve, sink)
+}
+
 #[tokio::test(start_paused = true)]
 async fn poll_ready_is_pending_while_an_item_is_held() {
     let (_valve, inner) = valve(Instant::now());
@@ -290,12 +307,7 @@ async fn tokens_are_charged_at_hand_over_not_at_the_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn a_shared_quota_is_not_asked_while_the_inner_sink_is_not_ready() {
-    let start = Instant::now();
-    let limiter = RateLimiter::new(Rate::per_second(1), 1);
-    let (valve, inner) = valve(start);
-    let mut sink = pin!(inner.throttle_with(&limiter, |_| 1));
-    within_an_hour(sink.send(0)).await.unwrap();
-    within_an_hour(sink.feed(1)).await.unwrap();
+    let (limiter, valve, mut sink) = shared_valve_holding_one().await;
     valve.set_closed(true);
     let mut flush = task::spawn(());
     assert_pending!(flush.enter(|cx, _| sink.as_mut().poll_flush(cx)));
@@ -317,12 +329,7 @@ async fn a_shared_quota_is_not_asked_while_the_inner_sink_is_not_ready() {
 
 #[tokio::test(start_paused = true)]
 async fn an_inner_error_comes_out_unchanged_and_the_held_item_is_retried() {
-    let start = Instant::now();
-    let limiter = RateLimiter::new(Rate::per_second(1), 1);
-    let (valve, inner) = valve(start);
-    let mut sink = pin!(inner.throttle_with(&limiter, |_| 1));
-    within_an_hour(sink.send(0)).await.unwrap();
-    within_an_hour(sink.feed(1)).await.unwrap();
+    let (limiter, valve, mut sink) = shared_valve_holding_one().await;
     valve.fail_next("broken pipe");
     assert_eq!(within_an_hour(sink.flush()).await, Err("broken pipe"));
     // Not lost, not charged.
@@ -593,9 +600,10 @@ fn check_window_bound(
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// `throttle` into a tokio channel of random capacity whose reader dawdles: order, no
-    /// loss, each item exactly on time (never early, at most a tick late), charged when it is
-    /// handed on, and the window bound.
+    /// `throttle` into a tokio channel of random capacity whose reader dawdles, and the same
+    /// through a `RateLimiter` that this sink alone uses (which must give the same schedule):
+    /// order, no loss, each item exactly on time (never early, at most a tick late), charged
+    /// when it is handed on, and the window bound.
     #[test]
     fn throttle_into_poll_sender_is_exact(
         (tokens, per) in rate_strategy(),
@@ -603,39 +611,27 @@ proptest! {
         steps in steps(8),
         capacity in 1usize..4,
         think_ms in prop::collection::vec(prop_oneof![3 => Just(0u64), 1 => 0u64..400], 1..8),
+        shared in any::<bool>(),
     ) {
         let costs: Vec<u64> = steps.iter().map(|s| s.cost).collect();
         let cost_of = costs.clone();
-        let (order, traces) = run_poll_sender(&steps, capacity, &think_ms, |inner| {
-            inner.throttle(Rate::new(tokens, per), move |&i| cost_of[i], burst)
-        });
+        let cost = move |&i: &usize| cost_of[i];
+        let rate = Rate::new(tokens, per);
+        let limiter = RateLimiter::new(rate, burst);
+        let (order, traces) = if shared {
+            run_poll_sender(&steps, capacity, &think_ms, |inner| inner.throttle_with(&limiter, cost))
+        } else {
+            run_poll_sender(&steps, capacity, &think_ms, |inner| inner.throttle(rate, cost, burst))
+        };
         prop_assert_eq!(order, (0..steps.len()).collect::<Vec<_>>());
         check_bucket(&traces, &costs, tokens, per, burst)?;
         if costs.iter().all(|&c| c <= burst) {
             let handed: Vec<_> = traces.iter().zip(&costs).map(|(t, &c)| (t.handed, c)).collect();
             check_window_bound(&handed, tokens, per, burst)?;
         }
-    }
-
-    /// The same through a `RateLimiter` used by this sink alone: the same exact schedule.
-    #[test]
-    fn throttle_with_a_limiter_of_its_own_is_exact(
-        (tokens, per) in rate_strategy(),
-        burst in 1u64..6,
-        steps in steps(8),
-        capacity in 1usize..4,
-        think_ms in prop::collection::vec(prop_oneof![3 => Just(0u64), 1 => 0u64..400], 1..8),
-    ) {
-        let costs: Vec<u64> = steps.iter().map(|s| s.cost).collect();
-        let cost_of = costs.clone();
-        let limiter = RateLimiter::new(Rate::new(tokens, per), burst);
-        let (order, traces) = run_poll_sender(&steps, capacity, &think_ms, |inner| {
-            inner.throttle_with(&limiter, move |&i| cost_of[i])
-        });
-        prop_assert_eq!(order, (0..steps.len()).collect::<Vec<_>>());
-        check_bucket(&traces, &costs, tokens, per, burst)?;
         let stats = limiter.stats();
-        prop_assert_eq!((stats.granted, stats.waiting), (steps.len() as u64, 0));
+        let granted = if shared { steps.len() as u64 } else { 0 };
+        prop_assert_eq!((stats.granted, stats.waiting), (granted, 0));
     }
 
     /// Several `futures::channel::mpsc` senders share one limiter: the bound holds across all
@@ -712,14 +708,7 @@ proptest! {
         let (arrivals, got) = paused(async {
             let start = Instant::now();
             let (ours, theirs) = duplex(1 << 16);
-            let reader = tokio::spawn(async move {
-                let mut lines = FramedRead::new(theirs, LinesCodec::new());
-                let mut got = Vec::new();
-                while let Some(line) = lines.next().await {
-                    got.push((line.unwrap(), nanos_since(start)));
-                }
-                got
-            });
+            let reader = read_lines_timed(start, theirs);
             let mut sink = pin!(FramedWrite::new(ours, LinesCodec::new()).min_interval(interval));
             let mut arrivals = Vec::new();
             let mut at = 0;
