@@ -23,6 +23,10 @@
 //! [`staggered_start_with`](PaceExt::staggered_start_with). With the `redis` feature,
 //! `RedisRateLimiter` shares one quota across processes and machines.
 //!
+//! The same pacing applies where items are written: [`PaceSinkExt`] gives every
+//! [`Sink`](futures_sink::Sink) `throttle`, `throttle_with` and `min_interval`, holding an item
+//! until it conforms and charging it when it is handed to the inner sink.
+//!
 //! ```
 //! use std::time::Duration;
 //! use futures_util::StreamExt;
