@@ -38,6 +38,10 @@ use crate::{Quota, Rate};
 /// adapter (it is dropped, charged nothing). If the inner sink's `start_send` itself fails,
 /// the item was handed to it and is charged; what became of it is that sink's to say.
 ///
+/// **The `Sink` contract.** As for every sink, `start_send` may only follow a `poll_ready`
+/// that returned `Ready(Ok(()))`. Calling it while an item is still held panics, naming the
+/// mistake, rather than dropping or reordering an item.
+///
 /// **Names.** The methods have the names of their stream counterparts. A type that is both a
 /// `Stream` and a `Sink`, such as a framed socket, sees both with [`PaceExt`](crate::PaceExt)
 /// in scope too: call `PaceSinkExt::throttle(framed, ...)` (or `PaceExt::throttle` for the
@@ -113,7 +117,10 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
     /// The held item waits in the quota's queue, in arrival order with every other user
     /// (streams, tasks, other sinks), and is charged when it is granted, right before it is
     /// handed to the inner sink. The queue is joined when the sink is next polled after
-    /// `start_send` (`send` does so at once) and only while the inner sink is ready.
+    /// `start_send` (`send` does so at once) and only while the inner sink is ready. (A
+    /// `RedisRateLimiter`'s wait is a reservation: the tokens are taken in Redis when the item
+    /// starts waiting, still only once the inner sink is ready, and given back if the item is
+    /// dropped before its turn.)
     ///
     /// # Examples
     ///

@@ -104,6 +104,19 @@ async fn framed_write_min_interval_counts_from_the_last_line_written() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn close_hands_the_held_line_on_first_at_its_time() {
+    let start = Instant::now();
+    let (ours, theirs) = duplex(1 << 16);
+    let reader = read_lines_timed(start, theirs);
+    let framed = FramedWrite::new(ours, LinesCodec::new());
+    let mut sink = pin!(framed.min_interval(Duration::from_millis(100)));
+    within_an_hour(sink.send("a")).await.unwrap();
+    within_an_hour(sink.feed("b")).await.unwrap();
+    within_an_hour(sink.close()).await.unwrap();
+    assert_eq!(timeline(&reader.await.unwrap()), "0ms:a 100ms:b");
+}
+
+#[tokio::test(start_paused = true)]
 async fn futures_mpsc_sinks_share_one_limiter_in_arrival_order() {
     let start = Instant::now();
     let limiter = RateLimiter::new(Rate::per_second(10), 1);
@@ -422,6 +435,14 @@ async fn no_wake_ups_while_idle_nor_after_taking_the_held_item_back() {
     assert!(!taken.is_woken());
     let sent: Vec<u32> = valve.sent().iter().map(|&(item, _)| item).collect();
     assert_eq!(sent, [0, 1, 2]);
+}
+
+/// A quota across machines paces a sink like any other (compiled only: the Redis tests need
+/// a server).
+#[cfg(feature = "redis")]
+#[allow(dead_code)]
+fn a_redis_quota_paces_a_sink_too(quota: &pacer::RedisRateLimiter) -> impl Sink<u32> {
+    Vec::new().throttle_with(quota, |_| 1)
 }
 
 #[test]
