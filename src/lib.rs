@@ -26,6 +26,10 @@
 //! blocking between keys. With the `redis` feature,
 //! `RedisRateLimiter` shares one quota across processes and machines.
 //!
+//! The same pacing applies where items are written: [`PaceSinkExt`] gives every
+//! [`Sink`](futures_sink::Sink) `throttle`, `throttle_with` and `min_interval`, holding an item
+//! until it conforms and charging it when it is handed to the inner sink.
+//!
 //! ```
 //! use std::time::Duration;
 //! use futures_util::StreamExt;
@@ -52,6 +56,8 @@ mod rate;
 #[cfg(feature = "redis")]
 mod redis;
 mod shared;
+mod sink;
+mod sink_ext;
 mod stream;
 mod sync;
 mod timer;
@@ -64,6 +70,8 @@ pub use redis::{
     RedisStats,
 };
 pub use shared::{KeyedRateLimiter, NotUntil, Quota, RateLimiter, Stagger, Stats};
+pub use sink::{SinkMinInterval, SinkThrottle, SinkThrottleWith};
+pub use sink_ext::PaceSinkExt;
 pub use stream::{
     BatchedInterval, Enforcing, MinInterval, RateExceeded, Shaping, StaggeredStart,
     StaggeredStartWith, Throttle, ThrottleByKey, ThrottleMode, ThrottleWith,

@@ -96,6 +96,7 @@ mod upstream;
 
 pub use batched_interval::BatchedInterval;
 pub use min_interval::MinInterval;
+pub(crate) use paced::{Costed, Pace};
 pub use staggered_start::StaggeredStart;
 pub use staggered_start_with::StaggeredStartWith;
 pub use throttle::{Enforcing, RateExceeded, Shaping, Throttle, ThrottleMode};

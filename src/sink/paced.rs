@@ -1,0 +1,266 @@
+//! The engine behind every sink adapter: hold the one item given to `start_send` until its
+//! gate lets it through, then hand it to the inner sink.
+//!
+//! The order of the steps is the point. The inner sink must be ready *before* the gate is
+//! asked, because the gate charges the item when it lets it through: asking first could take
+//! tokens for an item the inner sink cannot accept yet, and a shared quota would count it as
+//! sent while it waits on a full channel or socket.
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use futures_core::Stream;
+use futures_sink::Sink;
+use pin_project_lite::pin_project;
+
+use crate::core::{Decision, Nanos};
+use crate::stream::Pace;
+use crate::timer::Timer;
+use crate::Quota;
+
+/// When a held item may go, charging it as it does.
+pub(crate) trait Gate<T> {
+    /// Offers `item`, with the inner sink ready: `None` if it may go at once, and it has been
+    /// charged; otherwise its cost, and it is held until [`Gate::poll_grant`] lets it go.
+    fn offer(self: Pin<&mut Self>, item: &T) -> Option<u64>;
+    /// Waits until the held item of `cost` may go, and charges it.
+    fn poll_grant(self: Pin<&mut Self>, cx: &mut Context<'_>, cost: u64) -> Poll<()>;
+    /// The held item will not be delivered: stop waiting for it, charging nothing.
+    fn cancel(self: Pin<&mut Self>);
+}
+
+pin_project! {
+    /// A gate over a rule of the clock-free core, kept by this sink alone: a bucket or an
+    /// interval, and the one timer that waits for the held item's deadline.
+    pub(crate) struct Local<P> {
+        #[pin]
+        timer: Timer,
+        pace: P,
+        // The held item's deadline, meaningful while one is held.
+        deadline: Nanos,
+    }
+}
+
+impl<P> Local<P> {
+    pub(crate) const fn new(pace: P) -> Self {
+        Local {
+            timer: Timer::new(),
+            pace,
+            deadline: Nanos(0),
+        }
+    }
+}
+
+impl<T, P: Pace<T>> Gate<T> for Local<P> {
+    fn offer(self: Pin<&mut Self>, item: &T) -> Option<u64> {
+        let me = self.project();
+        if me.pace.is_unlimited() {
+            return None;
+        }
+        let cost = me.pace.cost(item);
+        let now = me.timer.now();
+        match me.pace.offer(now, cost) {
+            Decision::Go => None,
+            Decision::NotUntil(deadline) => {
+                *me.deadline = deadline;
+                Some(cost)
+            }
+        }
+    }
+
+    fn poll_grant(self: Pin<&mut Self>, cx: &mut Context<'_>, cost: u64) -> Poll<()> {
+        let me = self.project();
+        let now = ready!(me.timer.poll_until(cx, *me.deadline));
+        Pace::<T>::commit(me.pace, now, cost);
+        Poll::Ready(())
+    }
+
+    fn cancel(self: Pin<&mut Self>) {
+        self.project().timer.disarm();
+    }
+}
+
+impl<P: fmt::Debug> fmt::Debug for Local<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Local")
+            .field("pace", &self.pace)
+            .field("timer", &self.timer)
+            .finish()
+    }
+}
+
+pin_project! {
+    /// A gate that waits in a shared quota's queue, with a cost per item.
+    pub(crate) struct Granted<Q: Quota, F> {
+        #[pin]
+        permit: Q::Permit,
+        quota: Q,
+        cost: F,
+    }
+}
+
+impl<Q: Quota, F> Granted<Q, F> {
+    pub(crate) fn new(quota: &Q, cost: F) -> Self {
+        Granted {
+            permit: quota.permit(),
+            quota: quota.clone(),
+            cost,
+        }
+    }
+}
+
+impl<T, Q: Quota, F: FnMut(&T) -> u64> Gate<T> for Granted<Q, F> {
+    fn offer(self: Pin<&mut Self>, item: &T) -> Option<u64> {
+        // Always held: the queue is joined on the next poll, which has a waker to be woken
+        // by; asking here without one would count as a refusal in the quota's statistics.
+        Some((self.project().cost)(item))
+    }
+
+    fn poll_grant(self: Pin<&mut Self>, cx: &mut Context<'_>, cost: u64) -> Poll<()> {
+        let me = self.project();
+        me.quota.poll_acquire(me.permit, cx, cost)
+    }
+
+    fn cancel(self: Pin<&mut Self>) {
+        let mut me = self.project();
+        // Dropping the permit in place leaves the queue, taking nothing.
+        me.permit.set(me.quota.permit());
+    }
+}
+
+impl<Q: Quota, F> fmt::Debug for Granted<Q, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Granted").finish_non_exhaustive()
+    }
+}
+
+pin_project! {
+    /// A sink that holds at most one item until its gate `G` lets it through.
+    pub(crate) struct PacedSink<Si, T, G> {
+        #[pin]
+        sink: Si,
+        #[pin]
+        pub(crate) gate: G,
+        // The item given to `start_send` that has not gone yet, with its cost.
+        held: Option<(T, u64)>,
+    }
+}
+
+impl<Si, T, G> PacedSink<Si, T, G> {
+    pub(crate) const fn new(sink: Si, gate: G) -> Self {
+        PacedSink {
+            sink,
+            gate,
+            held: None,
+        }
+    }
+
+    pub(crate) fn get_ref(&self) -> &Si {
+        &self.sink
+    }
+
+    pub(crate) fn get_mut(&mut self) -> &mut Si {
+        &mut self.sink
+    }
+
+    pub(crate) fn get_pin_mut(self: Pin<&mut Self>) -> Pin<&mut Si> {
+        self.project().sink
+    }
+
+    pub(crate) fn into_inner(self) -> Si {
+        self.sink
+    }
+
+    pub(crate) fn held(&self) -> Option<&T> {
+        self.held.as_ref().map(|(item, _)| item)
+    }
+
+    pub(crate) fn take_held(self: Pin<&mut Self>) -> Option<T>
+    where
+        G: Gate<T>,
+    {
+        let me = self.project();
+        let (item, _) = me.held.take()?;
+        me.gate.cancel();
+        Some(item)
+    }
+
+    /// Hands the held item, if any, to the inner sink once the sink is ready and the gate
+    /// lets it through. An error of the inner sink's `poll_ready` leaves the item held.
+    fn poll_deliver<E>(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), E>>
+    where
+        Si: Sink<T, Error = E>,
+        G: Gate<T>,
+    {
+        let mut me = self.project();
+        if let Some(&(_, cost)) = me.held.as_ref() {
+            ready!(me.sink.as_mut().poll_ready(cx))?;
+            ready!(me.gate.poll_grant(cx, cost));
+            if let Some((item, _)) = me.held.take() {
+                me.sink.start_send(item)?;
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    pub(crate) fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Si::Item>>
+    where
+        Si: Stream,
+    {
+        self.project().sink.poll_next(cx)
+    }
+
+    pub(crate) fn size_hint(&self) -> (usize, Option<usize>)
+    where
+        Si: Stream,
+    {
+        self.sink.size_hint()
+    }
+}
+
+impl<Si: Sink<T>, T, G: Gate<T>> Sink<T> for PacedSink<Si, T, G> {
+    type Error = Si::Error;
+
+    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Si::Error>> {
+        ready!(self.as_mut().poll_deliver(cx))?;
+        self.project().sink.poll_ready(cx)
+    }
+
+    fn start_send(self: Pin<&mut Self>, item: T) -> Result<(), Si::Error> {
+        let me = self.project();
+        assert!(
+            me.held.is_none(),
+            "start_send called on a paced sink that still holds an item: \
+             `poll_ready` must return `Ready(Ok(()))` before each `start_send`"
+        );
+        match me.gate.offer(&item) {
+            // Our `poll_ready` said ready only once the inner sink was.
+            None => me.sink.start_send(item),
+            Some(cost) => {
+                *me.held = Some((item, cost));
+                Ok(())
+            }
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Si::Error>> {
+        ready!(self.as_mut().poll_deliver(cx))?;
+        self.project().sink.poll_flush(cx)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Si::Error>> {
+        ready!(self.as_mut().poll_deliver(cx))?;
+        self.project().sink.poll_close(cx)
+    }
+}
+
+impl<Si: fmt::Debug, T: fmt::Debug, G: fmt::Debug> fmt::Debug for PacedSink<Si, T, G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PacedSink")
+            .field("sink", &self.sink)
+            .field("held", &self.held())
+            .field("gate", &self.gate)
+            .finish()
+    }
+}

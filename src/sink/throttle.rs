@@ -1,0 +1,57 @@
+//! `throttle` for a sink: a token bucket with a cost per item, delaying what does not conform.
+
+use pin_project_lite::pin_project;
+
+use super::paced::{Local, PacedSink};
+use crate::core::Bucket;
+use crate::stream::Costed;
+use crate::Rate;
+
+pin_project! {
+    /// Sink for [`throttle`](crate::PaceSinkExt::throttle): each item handed to the inner sink
+    /// once the token bucket holds its cost.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::SinkExt;
+    /// use pacer::{PaceSinkExt, Rate, SinkThrottle};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let sink = Vec::new().throttle(Rate::per_second(2), |_: &u32| 1, 1);
+    /// let mut sink = std::pin::pin!(sink);
+    /// let start = tokio::time::Instant::now();
+    /// for n in 0..3 {
+    ///     sink.send(n).await.unwrap();
+    /// }
+    /// assert_eq!(sink.get_ref(), &[0, 1, 2]);
+    /// assert_eq!(start.elapsed().as_millis(), 1000);
+    /// # }
+    /// ```
+    #[must_use = "sinks do nothing unless polled"]
+    pub struct SinkThrottle<Si, Item, F> {
+        #[pin]
+        inner: PacedSink<Si, Item, Local<Costed<F>>>,
+    }
+}
+
+impl<Si, Item, F> SinkThrottle<Si, Item, F> {
+    #[track_caller]
+    pub(crate) fn new(sink: Si, rate: Rate, cost: F, burst: u64) -> Self {
+        assert!(
+            burst > 0,
+            "throttle: `burst` is 0, so no item could ever pass; it must be at least 1"
+        );
+        let bucket = Bucket::new(rate.tokens(), rate.per().as_nanos(), burst);
+        SinkThrottle {
+            inner: PacedSink::new(sink, Local::new(Costed { bucket, cost })),
+        }
+    }
+}
+
+sink_adapter!(
+    SinkThrottle [Si, Item, F] [Si, Item, F],
+    where [F: FnMut(&Item) -> u64],
+    "Vec::<u32>::new().throttle(Rate::per_second(1), |_| 1, 1)"
+);
