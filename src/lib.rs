@@ -40,6 +40,7 @@
 //! assert_eq!(sent, [("a", 0), ("b", 1), ("c", 2)]);
 //! # }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]
 
@@ -52,10 +53,14 @@ mod shared;
 mod stream;
 mod sync;
 mod timer;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower;
 
 pub use ext::PaceExt;
 pub use rate::{ConfigError, Rate};
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::{
     FailurePolicy, RedisPermit, RedisQuotaError, RedisRateLimiter, RedisRateLimiterBuilder,
     RedisStats,
