@@ -23,6 +23,10 @@
 //! [`staggered_start_with`](PaceExt::staggered_start_with). With the `redis` feature,
 //! `RedisRateLimiter` shares one quota across processes and machines.
 //!
+//! With the `tower` feature, `pacer::tower::RateLimitLayer` puts the same shared quotas
+//! in front of any tower `Service`: a client that waits its turn, or a server that answers
+//! `429` with `Retry-After`, keyed by client if you like.
+//!
 //! ```
 //! use std::time::Duration;
 //! use futures_util::StreamExt;
@@ -40,6 +44,16 @@
 //! assert_eq!(sent, [("a", 0), ("b", 1), ("c", 2)]);
 //! # }
 //! ```
+//!
+//! # Cargo features
+//!
+//! None is on by default; the default build depends on tokio, futures-core and
+//! pin-project-lite only.
+//!
+//! - `tracing`: debug-level events when a shared limiter delays or refuses a request.
+//! - `redis`: `RedisRateLimiter`, one quota across processes and machines, kept in Redis.
+//! - `tower`: `pacer::tower`, a tower layer over a shared quota (shaping or enforcing, a cost
+//!   per request, keyed by client); adds `tower-service` and `tower-layer`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]
