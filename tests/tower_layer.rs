@@ -372,7 +372,7 @@ fn schedule() -> impl Strategy<Value = Vec<Arrival>> {
 /// `give_up_after`. Returns what `go` recorded in the log, and the limiter's counters.
 fn run_schedule<G, Fut>(
     schedule: &[Arrival],
-    setup: impl FnOnce(Instant, Log) -> (G, RateLimiter),
+    setup: impl FnOnce(Instant, Log) -> (G, Quota),
 ) -> (Vec<(u64, u64)>, pacer::Stats)
 where
     G: Fn(u64, u64) -> Fut,
@@ -401,8 +401,18 @@ where
             within_an_hour(t).await.unwrap();
         }
         let log = log.lock().unwrap().clone();
-        (log, quota.stats())
+        let stats = match quota {
+            Quota::Single(q) => q.stats(),
+            Quota::Keyed(q) => q.stats(),
+        };
+        (log, stats)
     })
+}
+
+/// The limiter a schedule ran on, for its counters.
+enum Quota {
+    Single(RateLimiter),
+    Keyed(KeyedRateLimiter<u64>),
 }
 
 /// A request carries its index and its cost: `index * COSTS + cost`.
@@ -430,7 +440,7 @@ proptest! {
                     call.await.unwrap();
                 }
             };
-            (go, quota)
+            (go, Quota::Single(quota))
         });
         let via_layer: Vec<_> = via_layer.iter().map(|&(req, at)| (req / COSTS, at)).collect();
         let (direct, direct_stats) = run_schedule(&schedule, |start, log| {
@@ -443,7 +453,7 @@ proptest! {
                     log.lock().unwrap().push((i, nanos_since(start)));
                 }
             };
-            (go, quota)
+            (go, Quota::Single(quota))
         });
         prop_assert_eq!(&via_layer, &direct);
         prop_assert_eq!(layer_stats.granted, via_layer.len() as u64);
@@ -456,6 +466,52 @@ proptest! {
         for (i, a) in schedule.iter().enumerate() {
             if a.give_up_after.is_none() {
                 prop_assert!(via_layer.iter().any(|&(j, _)| j == i as u64));
+            }
+        }
+    }
+
+    /// Keyed: through the layer, each request is granted exactly when acquiring its key
+    /// directly would grant it, given-up requests are never charged, and each key keeps its
+    /// own bound.
+    #[test]
+    fn keyed_shaping_grants_exactly_as_the_keyed_limiter_does(
+        tokens in 1..5u64, per_ms in 20..200u64, burst in 1..5u64, schedule in schedule(),
+    ) {
+        const KEYS: u64 = 3;
+        let rate = Rate::new(tokens, Duration::from_millis(per_ms));
+        let (via_layer, layer_stats) = run_schedule(&schedule, |start, log| {
+            let quota = KeyedRateLimiter::new(rate, burst);
+            let service = RateLimitLayer::keyed(&quota, |req: &u64| req / COSTS % KEYS)
+                .cost(|req: &u64| req % COSTS)
+                .layer(recorder(start, &log));
+            let go = move |i: u64, cost: u64| {
+                let call = service.clone().oneshot(i * COSTS + cost);
+                async move {
+                    call.await.unwrap();
+                }
+            };
+            (go, Quota::Keyed(quota))
+        });
+        let via_layer: Vec<_> = via_layer.iter().map(|&(req, at)| (req / COSTS, at)).collect();
+        let (direct, direct_stats) = run_schedule(&schedule, |start, log| {
+            let quota = KeyedRateLimiter::new(rate, burst);
+            let limiter = quota.clone();
+            let go = move |i: u64, cost: u64| {
+                let (limiter, log) = (limiter.clone(), log.clone());
+                async move {
+                    limiter.acquire(&(i % KEYS), cost).await;
+                    log.lock().unwrap().push((i, nanos_since(start)));
+                }
+            };
+            (go, Quota::Keyed(quota))
+        });
+        prop_assert_eq!(&via_layer, &direct);
+        prop_assert_eq!(layer_stats.granted, via_layer.len() as u64);
+        prop_assert_eq!(layer_stats.granted, direct_stats.granted);
+        for key in 0..KEYS {
+            let mut bucket = NaiveBucket::new(tokens, rate.per(), burst);
+            for &(i, at) in via_layer.iter().filter(|&&(i, _)| i % KEYS == key) {
+                bucket.emit(at, schedule[i as usize].cost);
             }
         }
     }
@@ -490,7 +546,7 @@ proptest! {
                     }
                 }
             };
-            (go, quota)
+            (go, Quota::Single(quota))
         });
         let via_layer: Vec<_> = via_layer.iter().map(|&(req, at)| (req / COSTS, at)).collect();
         let (direct, _) = run_schedule(&schedule, |start, log| {
@@ -507,7 +563,7 @@ proptest! {
                 log.lock().unwrap().push(entry);
                 async {}
             };
-            (go, quota)
+            (go, Quota::Single(quota))
         });
         // The direct run answers (and records) synchronously at each arrival: equal logs mean
         // the layer answered at the arrival instant too.
@@ -517,4 +573,15 @@ proptest! {
             bucket.emit(at, schedule[i as usize].cost);
         }
     }
+}
+
+/// The layer takes a `RedisRateLimiter` as it takes any quota (compiled, not run: the Redis
+/// tests need a server).
+#[cfg(feature = "redis")]
+#[allow(dead_code)]
+fn over_redis(quota: &pacer::RedisRateLimiter) {
+    fn is_service<S: Service<u64> + Clone + Send>(_: &S) {}
+    let inner = tower::service_fn(|n: u64| async move { Ok::<_, Infallible>(n) });
+    is_service(&RateLimitLayer::new(quota).layer(inner));
+    is_service(&RateLimitLayer::new(quota).enforcing().layer(inner));
 }
