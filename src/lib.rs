@@ -30,6 +30,10 @@
 //! [`Sink`](futures_sink::Sink) `throttle`, `throttle_with` and `min_interval`, holding an item
 //! until it conforms and charging it when it is handed to the inner sink.
 //!
+//! With the `tower` feature, `pacer::tower::RateLimitLayer` puts the same shared quotas
+//! in front of any tower `Service`: a client that waits its turn, or a server that answers
+//! `429` with `Retry-After`, keyed by client if you like.
+//!
 //! ```
 //! use std::time::Duration;
 //! use futures_util::StreamExt;
@@ -47,6 +51,17 @@
 //! assert_eq!(sent, [("a", 0), ("b", 1), ("c", 2)]);
 //! # }
 //! ```
+//!
+//! # Cargo features
+//!
+//! None is on by default; the default build depends on tokio, futures-core, futures-sink and
+//! pin-project-lite only.
+//!
+//! - `tracing`: debug-level events when a shared limiter delays or refuses a request.
+//! - `redis`: `RedisRateLimiter`, one quota across processes and machines, kept in Redis.
+//! - `tower`: `pacer::tower`, a tower layer over a shared quota (shaping or enforcing, a cost
+//!   per request, keyed by client); adds `tower-service` and `tower-layer`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]
 
@@ -61,10 +76,14 @@ mod sink_ext;
 mod stream;
 mod sync;
 mod timer;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower;
 
 pub use ext::PaceExt;
 pub use rate::{ConfigError, Rate};
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::{
     FailurePolicy, RedisPermit, RedisQuotaError, RedisRateLimiter, RedisRateLimiterBuilder,
     RedisStats,

@@ -276,6 +276,33 @@ impl<K: Hash + Eq + Clone> Handle for KeyRef<'_, K> {
     }
 }
 
+/// An owned way into one key's queue, for a request that outlives any borrow (a tower
+/// response future).
+#[cfg(feature = "tower")]
+pub(crate) struct KeyOwned<K> {
+    pub(crate) shared: Arc<KeyedShared<K>>,
+    pub(crate) key: K,
+}
+
+#[cfg(feature = "tower")]
+impl<K: Hash + Eq + Clone> Handle for KeyOwned<K> {
+    fn origin(&self) -> Instant {
+        self.shared.origin
+    }
+    fn poll(
+        &self,
+        ticket: &mut Option<u64>,
+        cost: u64,
+        waker: &Waker,
+        timeout: Option<Duration>,
+    ) -> Result<Step, NotUntil> {
+        self.shared.poll(&self.key, ticket, cost, waker, timeout)
+    }
+    fn cancel(&self, ticket: u64) {
+        self.shared.cancel(&self.key, ticket);
+    }
+}
+
 /// One token bucket per key, shared by handle: a limit per destination (an SMS provider, a
 /// tenant's API, a customer's endpoint), with the semantics of [`RateLimiter`] key by key.
 ///

@@ -193,6 +193,12 @@ impl<H: Handle> Waiter<H> {
         }
     }
 
+    /// The way into the queue this waiter uses.
+    #[cfg(feature = "tower")]
+    pub(crate) fn handle(&self) -> &H {
+        &self.handle
+    }
+
     /// Waits until `cost` is granted. With a `timeout`, a request that could not be granted
     /// within it is refused at once instead, taking nothing.
     pub(crate) fn poll_acquire(

@@ -1,0 +1,144 @@
+//! [`ResponseFuture`]: a request waiting for its tokens, then the inner service's answer.
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use super::{BoxError, RateLimited, RequestQuota};
+use crate::{Enforcing, Shaping};
+
+pin_project! {
+    /// Response future of [`RateLimit`](super::RateLimit): waits for the request's tokens
+    /// (shaping) or checks them (enforcing), then calls the inner service and resolves to its
+    /// answer.
+    ///
+    /// It takes its place in the quota's queue when first polled; dropped before its tokens
+    /// are granted, it gives its place to the next waiter and has been charged nothing. It
+    /// holds the clone of the inner service that `poll_ready` made ready, so the inner
+    /// service is called the moment the tokens are granted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use pacer::tower::{RateLimit, RateLimitLayer};
+    /// use pacer::{Rate, RateLimiter};
+    /// use tower::ServiceExt;
+    /// use tower_layer::Layer;
+    /// use tower_service::Service;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let quota = RateLimiter::new(Rate::per_second(1), 1);
+    /// let echo = tower::service_fn(|n: u32| async move { Ok::<_, Infallible>(n) });
+    /// let mut service = RateLimitLayer::new(&quota).layer(echo);
+    /// let first = service.ready().await.unwrap().call(1);
+    /// let second = service.ready().await.unwrap().call(2);
+    /// drop(second); // never polled, never charged
+    /// assert_eq!(first.await.unwrap(), 1);
+    /// assert_eq!(quota.stats().granted, 1);
+    /// # }
+    /// ```
+    #[must_use = "futures do nothing unless polled"]
+    pub struct ResponseFuture<S, Req, Q, M>
+    where
+        S: Service<Req>,
+        Q: RequestQuota<Req>,
+    {
+        #[pin]
+        permit: Q::Permit,
+        cost: u64,
+        // The ready inner service and the request, until the tokens are granted.
+        call: Option<(S, Req)>,
+        #[pin]
+        response: Option<S::Future>,
+        mode: PhantomData<fn() -> M>,
+    }
+}
+
+impl<S, Req, Q, M> ResponseFuture<S, Req, Q, M>
+where
+    S: Service<Req>,
+    Q: RequestQuota<Req>,
+{
+    pub(super) fn new(permit: Q::Permit, cost: u64, ready: S, req: Req) -> Self {
+        ResponseFuture {
+            permit,
+            cost,
+            call: Some((ready, req)),
+            response: None,
+            mode: PhantomData,
+        }
+    }
+
+    /// Calls the inner service with the request, now that its tokens are granted.
+    fn start(self: Pin<&mut Self>) {
+        let mut me = self.project();
+        let (mut service, req) = me
+            .call
+            .take()
+            .expect("pacer::tower::ResponseFuture polled after completion");
+        me.response.set(Some(service.call(req)));
+    }
+}
+
+impl<S, Req, Q> Future for ResponseFuture<S, Req, Q, Shaping>
+where
+    S: Service<Req>,
+    Q: RequestQuota<Req>,
+{
+    type Output = Result<S::Response, S::Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            let me = self.as_mut().project();
+            if let Some(response) = me.response.as_pin_mut() {
+                return response.poll(cx);
+            }
+            ready!(Q::poll_acquire(me.permit, cx, *me.cost));
+            self.as_mut().start();
+        }
+    }
+}
+
+impl<S, Req, Q> Future for ResponseFuture<S, Req, Q, Enforcing>
+where
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+    Q: RequestQuota<Req>,
+{
+    type Output = Result<S::Response, BoxError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            let me = self.as_mut().project();
+            if let Some(response) = me.response.as_pin_mut() {
+                return response.poll(cx).map_err(Into::into);
+            }
+            if let Err(refused) = ready!(Q::poll_try_acquire(me.permit, cx, *me.cost)) {
+                // Dropping the ready inner service gives back whatever its readiness reserved.
+                *me.call = None;
+                return Poll::Ready(Err(Box::new(RateLimited::new(refused.retry_after()))));
+            }
+            self.as_mut().start();
+        }
+    }
+}
+
+impl<S, Req, Q, M> fmt::Debug for ResponseFuture<S, Req, Q, M>
+where
+    S: Service<Req>,
+    Q: RequestQuota<Req>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("cost", &self.cost)
+            .field("waiting", &self.call.is_some())
+            .finish_non_exhaustive()
+    }
+}

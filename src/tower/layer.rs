@@ -1,0 +1,197 @@
+//! [`RateLimitLayer`]: wraps a service in a [`RateLimit`] over a shared quota.
+
+use std::hash::Hash;
+
+use tower_layer::Layer;
+
+use super::{ByKey, OnePerRequest, RateLimit};
+use crate::{Enforcing, KeyedRateLimiter, Quota, Shaping};
+
+/// A tower [`Layer`] that makes every request draw its cost from a quota shared by handle
+/// before it reaches the inner service.
+///
+/// - [`new(&quota)`](RateLimitLayer::new) draws on a [`RateLimiter`](crate::RateLimiter), a
+///   [`Stagger`](crate::Stagger) or a `RedisRateLimiter`;
+///   [`keyed(&limiter, key)`](RateLimitLayer::keyed) on one key's bucket of a
+///   [`KeyedRateLimiter`], the key computed from the request.
+/// - [`cost(|req| ..)`](RateLimitLayer::cost) sets what a request costs (default 1).
+/// - Shaping by default: a request waits for its tokens, FIFO with every other user of the
+///   quota (in the order the response futures are first polled), then is passed on.
+///   [`enforcing()`](RateLimitLayer::enforcing) refuses a request that does not conform at
+///   once with [`RateLimited`](super::RateLimited) instead.
+///
+/// A request is charged when it is granted; a response future dropped before that gives its
+/// place to the next waiter and is charged nothing. See [`RateLimit`] for how waiting and
+/// `poll_ready` interact.
+///
+/// # Examples
+///
+/// ```
+/// use std::convert::Infallible;
+/// use std::time::Duration;
+/// use pacer::tower::RateLimitLayer;
+/// use pacer::{Rate, RateLimiter};
+/// use tower::{ServiceBuilder, ServiceExt};
+/// use tokio::time::Instant;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // 100 bytes per second, bursts of 100; each request costs its length.
+/// let quota = RateLimiter::new(Rate::per_second(100), 100);
+/// let upload = ServiceBuilder::new()
+///     .layer(RateLimitLayer::new(&quota).cost(|body: &Vec<u8>| body.len() as u64))
+///     .service_fn(|body: Vec<u8>| async move { Ok::<_, Infallible>(body.len()) });
+/// let start = Instant::now();
+/// assert_eq!(upload.clone().oneshot(vec![0; 100]).await.unwrap(), 100);
+/// assert_eq!(upload.oneshot(vec![0; 50]).await.unwrap(), 50);
+/// assert_eq!(start.elapsed(), Duration::from_millis(500));
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a layer does nothing until it wraps a service"]
+pub struct RateLimitLayer<Q, C = OnePerRequest, M = Shaping> {
+    quota: Q,
+    cost: C,
+    mode: M,
+}
+
+impl<Q: Quota> RateLimitLayer<Q> {
+    /// A shaping layer over `quota`, one token per request.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::tower::RateLimitLayer;
+    /// use pacer::{Rate, Stagger};
+    /// use std::time::Duration;
+    ///
+    /// // At most 3 connections opened in any second.
+    /// let window = Stagger::new(3, Duration::from_secs(1));
+    /// let _layer = RateLimitLayer::new(&window);
+    /// ```
+    pub fn new(quota: &Q) -> Self {
+        RateLimitLayer {
+            quota: quota.clone(),
+            cost: OnePerRequest,
+            mode: Shaping,
+        }
+    }
+}
+
+impl<K, F> RateLimitLayer<ByKey<K, F>>
+where
+    K: Hash + Eq + Clone,
+{
+    /// A shaping layer over `limiter`, one bucket per key: `key(&req)` says whose bucket a
+    /// request draws on (a client's IP address or API key, a tenant, a destination host).
+    /// Requests of different keys never wait for each other.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use pacer::tower::RateLimitLayer;
+    /// use pacer::{KeyedRateLimiter, Rate};
+    /// use tower::{ServiceBuilder, ServiceExt};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// type Url = (&'static str, &'static str); // (host, path)
+    /// let per_host = KeyedRateLimiter::new(Rate::per_second(1), 1);
+    /// let fetch = ServiceBuilder::new()
+    ///     .layer(RateLimitLayer::keyed(&per_host, |url: &Url| url.0))
+    ///     .service_fn(|url: Url| async move { Ok::<_, Infallible>(url.1) });
+    /// let start = Instant::now();
+    /// fetch.clone().oneshot(("a.example", "/1")).await.unwrap();
+    /// fetch.clone().oneshot(("b.example", "/1")).await.unwrap(); // another bucket
+    /// assert_eq!(start.elapsed(), Duration::ZERO);
+    /// fetch.oneshot(("a.example", "/2")).await.unwrap();
+    /// assert_eq!(start.elapsed(), Duration::from_secs(1));
+    /// # }
+    /// ```
+    pub fn keyed(limiter: &KeyedRateLimiter<K>, key: F) -> Self {
+        RateLimitLayer {
+            quota: ByKey {
+                limiter: limiter.clone(),
+                key,
+            },
+            cost: OnePerRequest,
+            mode: Shaping,
+        }
+    }
+}
+
+impl<Q, C, M> RateLimitLayer<Q, C, M> {
+    /// Makes each request cost `cost(&req)` tokens instead of one. A cost of 0 passes at once;
+    /// a cost above the burst waits until it has paid its debt (shaping) or is refused with
+    /// `retry_after() == Duration::MAX` (enforcing). A [`Stagger`](crate::Stagger) counts one
+    /// per request whatever the cost.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::tower::RateLimitLayer;
+    /// use pacer::{Rate, RateLimiter};
+    ///
+    /// let quota = RateLimiter::new(Rate::per_second(1_000), 1_000);
+    /// // Batch requests cost one token per item.
+    /// let _layer = RateLimitLayer::new(&quota).cost(|batch: &Vec<String>| batch.len() as u64);
+    /// ```
+    pub fn cost<C2>(self, cost: C2) -> RateLimitLayer<Q, C2, M> {
+        RateLimitLayer {
+            quota: self.quota,
+            cost,
+            mode: self.mode,
+        }
+    }
+
+    /// The enforcing flavour, for servers: a request that does not conform when it arrives
+    /// (tokens there and nobody waiting) is refused at once with
+    /// [`RateLimited`](super::RateLimited), charged nothing, and the inner service is not
+    /// called. The service's error type becomes [`BoxError`](super::BoxError).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use pacer::tower::{RateLimitLayer, RateLimited};
+    /// use pacer::{KeyedRateLimiter, Rate};
+    /// use tower::{ServiceBuilder, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // Each API key: 1 request per second.
+    /// type Request = (u32, &'static str); // (API key, body)
+    /// let per_client = KeyedRateLimiter::new(Rate::per_second(1), 1);
+    /// let api = ServiceBuilder::new()
+    ///     .layer(RateLimitLayer::keyed(&per_client, |req: &Request| req.0).enforcing())
+    ///     .service_fn(|req: Request| async move { Ok::<_, Infallible>(req.1) });
+    /// assert_eq!(api.clone().oneshot((1, "hello")).await.unwrap(), "hello");
+    /// let err = api.clone().oneshot((1, "again")).await.unwrap_err();
+    /// assert!(err.is::<RateLimited>());
+    /// assert_eq!(api.oneshot((2, "other client")).await.unwrap(), "other client");
+    /// # }
+    /// ```
+    pub fn enforcing(self) -> RateLimitLayer<Q, C, Enforcing> {
+        RateLimitLayer {
+            quota: self.quota,
+            cost: self.cost,
+            mode: Enforcing,
+        }
+    }
+}
+
+impl<S, Q: Clone, C: Clone, M: Clone> Layer<S> for RateLimitLayer<Q, C, M> {
+    type Service = RateLimit<S, Q, C, M>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit::new(
+            inner,
+            self.quota.clone(),
+            self.cost.clone(),
+            self.mode.clone(),
+        )
+    }
+}

@@ -1,0 +1,182 @@
+//! [`RateLimit`]: the service a [`RateLimitLayer`](super::RateLimitLayer) wraps around another.
+
+use std::task::{Context, Poll};
+
+use tower_service::Service;
+
+use super::{BoxError, Cost, OnePerRequest, RequestQuota, ResponseFuture};
+use crate::{Enforcing, Shaping};
+
+/// A service whose requests draw their cost from a shared quota before they reach `S`: built
+/// by [`RateLimitLayer`](super::RateLimitLayer), which documents the two flavours.
+///
+/// **Readiness.** `poll_ready` is the inner service's `poll_ready`, nothing more: the quota is
+/// not consulted there, because a request's cost (and, for a keyed quota, its key) is only
+/// known in `call`, and because a token reserved in `poll_ready` by a caller that then never
+/// calls would be lost to everyone else. `call` moves the inner service that was just made
+/// ready into the [`ResponseFuture`] (leaving a fresh clone behind for the next caller, the
+/// usual tower pattern, hence `S: Clone`); the future waits for the tokens and calls it the
+/// moment they are granted. So the inner service is never called unready, and a request
+/// reaches it when it is charged, not later: the quota's bound holds at the inner service,
+/// even when it applies backpressure. The price is that a waiting request keeps whatever the
+/// inner service's readiness reserved (a `ConcurrencyLimit` slot, a `Buffer` slot) until its
+/// turn; dropping the future gives that back too.
+///
+/// **Clones share the limit.** Every clone holds a handle to the same quota, whatever the
+/// number of tasks it is cloned into.
+///
+/// **Errors.** Shaping never refuses, so its error type is `S::Error`, untouched. Enforcing
+/// boxes ([`BoxError`]): the inner error as it was, or a [`RateLimited`](super::RateLimited).
+///
+/// # Examples
+///
+/// ```
+/// use std::convert::Infallible;
+/// use std::time::Duration;
+/// use pacer::tower::{RateLimit, RateLimitLayer};
+/// use pacer::{Rate, RateLimiter};
+/// use tower::ServiceExt;
+/// use tower_layer::Layer;
+/// use tokio::time::Instant;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let quota = RateLimiter::new(Rate::per_second(4), 1);
+/// let echo = tower::service_fn(|n: u32| async move { Ok::<_, Infallible>(n) });
+/// let service: RateLimit<_, RateLimiter> = RateLimitLayer::new(&quota).layer(echo);
+/// let start = Instant::now();
+/// // Eight tasks, each with its own clone, one quota: eight requests take 7 × 250 ms.
+/// let tasks: Vec<_> = (0..8).map(|n| tokio::spawn(service.clone().oneshot(n))).collect();
+/// for task in tasks {
+///     task.await.unwrap().unwrap();
+/// }
+/// assert_eq!(start.elapsed(), Duration::from_millis(1750));
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RateLimit<S, Q, C = OnePerRequest, M = Shaping> {
+    inner: S,
+    quota: Q,
+    cost: C,
+    // The flavour is in the type (`Shaping` or `Enforcing`); the value is a unit.
+    _mode: M,
+}
+
+impl<S, Q, C, M> RateLimit<S, Q, C, M> {
+    pub(super) fn new(inner: S, quota: Q, cost: C, mode: M) -> Self {
+        RateLimit {
+            inner,
+            quota,
+            cost,
+            _mode: mode,
+        }
+    }
+
+    /// The inner service.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::tower::RateLimitLayer;
+    /// use pacer::{Rate, RateLimiter};
+    /// use tower_layer::Layer;
+    ///
+    /// let quota = RateLimiter::new(Rate::per_second(1), 1);
+    /// let service = RateLimitLayer::new(&quota).layer(7u8);
+    /// assert_eq!(*service.get_ref(), 7);
+    /// ```
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::tower::RateLimitLayer;
+    /// use pacer::{Rate, RateLimiter};
+    /// use tower_layer::Layer;
+    ///
+    /// let quota = RateLimiter::new(Rate::per_second(1), 1);
+    /// let mut service = RateLimitLayer::new(&quota).layer(7u8);
+    /// *service.get_mut() += 1;
+    /// assert_eq!(*service.get_ref(), 8);
+    /// ```
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, unwrapped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::tower::RateLimitLayer;
+    /// use pacer::{Rate, RateLimiter};
+    /// use tower_layer::Layer;
+    ///
+    /// let quota = RateLimiter::new(Rate::per_second(1), 1);
+    /// let service = RateLimitLayer::new(&quota).layer(7u8);
+    /// assert_eq!(service.into_inner(), 7);
+    /// ```
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, Q, C, M> RateLimit<S, Q, C, M> {
+    /// `call` for both flavours: the ready inner service goes into the future, a fresh clone
+    /// stays for the next caller.
+    fn start<Req>(&mut self, req: Req) -> ResponseFuture<S, Req, Q, M>
+    where
+        S: Service<Req> + Clone,
+        Q: RequestQuota<Req>,
+        C: Cost<Req>,
+    {
+        let fresh = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, fresh);
+        let permit = self.quota.permit(&req);
+        let cost = self.cost.cost(&req);
+        ResponseFuture::new(permit, cost, ready, req)
+    }
+}
+
+impl<S, Req, Q, C> Service<Req> for RateLimit<S, Q, C, Shaping>
+where
+    S: Service<Req> + Clone,
+    Q: RequestQuota<Req>,
+    C: Cost<Req>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, Req, Q, Shaping>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        self.start(req)
+    }
+}
+
+impl<S, Req, Q, C> Service<Req> for RateLimit<S, Q, C, Enforcing>
+where
+    S: Service<Req> + Clone,
+    S::Error: Into<BoxError>,
+    Q: RequestQuota<Req>,
+    C: Cost<Req>,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, Req, Q, Enforcing>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        self.start(req)
+    }
+}
