@@ -60,9 +60,9 @@ pub use redis::{
     FailurePolicy, RedisPermit, RedisQuotaError, RedisRateLimiter, RedisRateLimiterBuilder,
     RedisStats,
 };
-pub use shared::{Adaptive, AdaptiveStats};
 #[doc(hidden)]
 pub use shared::AdaptiveLaw;
+pub use shared::{Adaptive, AdaptiveStats};
 pub use shared::{KeyedRateLimiter, NotUntil, Quota, RateLimiter, Stagger, Stats};
 pub use stream::{
     BatchedInterval, Enforcing, MinInterval, RateExceeded, Shaping, StaggeredStart,

@@ -414,8 +414,8 @@ impl Inner {
             st.successes += 1;
         }
         measure(self.law, &mut st, now);
-        let current = self.limiter.rate();
-        if current != st.set {
+        let mut current = self.limiter.rate();
+        if below(current, st.set) || below(st.set, current) {
             // Set by hand: start over from there.
             Inner::restart(
                 &self.limiter,
@@ -426,6 +426,7 @@ impl Inner {
                 current,
                 now,
             );
+            current = st.set;
         }
         let st = &mut *st;
         if refused {
@@ -457,16 +458,17 @@ impl Inner {
             AdaptiveLaw::Aimd => AIMD_BETA,
             AdaptiveLaw::Cubic | AdaptiveLaw::AwsCubic => BETA,
         };
-        if std::env::var_os("ADAPTIVE_DEBUG").is_some() {
-            eprintln!("{now:.3} decrease: current {current:.1} measured {:.1} reports {}", st.measured, st.reports);
-        }
         st.w_max = reference;
         st.curve_start = now;
         st.decreased = true;
         st.decreases += 1;
         // The calls of this overload: those granted and not yet back, and those whose tokens
         // are already in the bucket.
-        let granted = self.limiter.stats().granted.saturating_sub(st.granted_before);
+        let granted = self
+            .limiter
+            .stats()
+            .granted
+            .saturating_sub(st.granted_before);
         let in_flight = granted.saturating_sub(st.reports);
         let waiting = self.limiter.available();
         st.overload_until_reports = st.reports.saturating_add(in_flight).saturating_add(waiting);
@@ -477,7 +479,8 @@ impl Inner {
     /// Sets `rate` (tokens per second), clamped, if it differs from the one in force.
     fn set(&self, st: &mut State, rate: f64) {
         let rate = clamp(self.min, self.max, rate);
-        if rate != st.set {
+        // The same rate in another representation (20/s is 20,000 per 1,000 s) is no change.
+        if below(rate, st.set) || below(st.set, rate) {
             st.set = rate;
             self.limiter.set_rate(rate);
         }
@@ -502,6 +505,8 @@ impl Inner {
         };
         st.w_max = per_second(clamped);
         st.curve_start = now - climb_secs(law, st.w_max);
+        st.decreased = false;
+        st.overload_until_secs = f64::NEG_INFINITY;
         st.set = clamped;
         if clamped != rate {
             limiter.set_rate(clamped);
@@ -558,8 +563,7 @@ fn curve(law: AdaptiveLaw, w_max: f64, dt: f64) -> f64 {
 /// The `Rate` for `rate` tokens per second: exactly `min` or `max` at or beyond them, else in
 /// thousandths of a token per second.
 fn clamp(min: Rate, max: Rate, rate: f64) -> Rate {
-    // `!(a > b)` also sends NaN to `min`.
-    if !(rate > per_second(min)) {
+    if rate.is_nan() || rate <= per_second(min) {
         return min;
     }
     if rate >= per_second(max) {

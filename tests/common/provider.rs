@@ -29,7 +29,10 @@ pub fn per_second(rate: Rate) -> f64 {
 
 /// A rate of `r` per second, in thousandths (as the controller keeps them).
 pub fn rate_of(r: f64) -> Rate {
-    Rate::new(((r * 1000.0).round() as u64).max(1), Duration::from_secs(1000))
+    Rate::new(
+        ((r * 1000.0).round() as u64).max(1),
+        Duration::from_secs(1000),
+    )
 }
 
 /// The provider's answer.
@@ -198,10 +201,7 @@ async fn call(provider: &Provider, adaptive: &Adaptive, record: &Mutex<Record>, 
         Answer::Refused(retry_after) => adaptive.on_throttled(retry_after),
     }
     let rate = per_second(adaptive.rate());
-    record
-        .lock()
-        .unwrap()
-        .note(answer == Answer::Ok, rate);
+    record.lock().unwrap().note(answer == Answer::Ok, rate);
 }
 
 /// Runs `scenario` on the current (paused) runtime, with the controller `adaptive` over a
