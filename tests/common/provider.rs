@@ -126,7 +126,8 @@ pub struct Scenario {
 
 impl Scenario {
     /// One stream, `max = 10 × L`, `min` = 0.1/s, the provider's burst 50 ms of its rate and
-    /// the client's 1 ms of `max` (both at least 2 and 1).
+    /// the client's 1 ms of `max` (both at least 2: with a burst of 1, tokio's 1 ms tick would
+    /// cost every grant that wakes late the time it was late).
     pub fn new(limit: f64, latency_ms: u64, concurrency: usize, retry_after: bool) -> Scenario {
         let max = rate_of(10.0 * limit);
         Scenario {
@@ -139,7 +140,7 @@ impl Scenario {
             tasks: 0,
             min: Rate::new(1, Duration::from_secs(10)),
             max,
-            client_burst: ((10.0 * limit / 1000.0).round() as u64).max(1),
+            client_burst: ((10.0 * limit / 1000.0).round() as u64).max(2),
             changes: Vec::new(),
             duration: Duration::from_secs(80),
             law: AdaptiveLaw::Cubic,
