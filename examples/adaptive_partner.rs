@@ -71,8 +71,8 @@ async fn main() {
     // The rate at these times (ms): the first second closely, then every few seconds, and
     // around the partner's change at 40 s.
     let times: [u64; 20] = [
-        0, 20, 40, 60, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 30_000, 39_900,
-        41_000, 42_000, 45_000, 50_000, 60_000, 79_000,
+        0, 20, 40, 60, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 30_000, 39_900, 41_000,
+        42_000, 45_000, 50_000, 60_000, 79_000,
     ];
     let mut rates = Vec::new();
     for &ms in &times {

@@ -21,7 +21,9 @@
 //! changeable at run time; streams draw on one with
 //! [`throttle_with`](PaceExt::throttle_with) and
 //! [`staggered_start_with`](PaceExt::staggered_start_with). With the `redis` feature,
-//! `RedisRateLimiter` shares one quota across processes and machines.
+//! `RedisRateLimiter` shares one quota across processes and machines. An [`Adaptive`] finds a
+//! destination's real limit from its answers (`429 Too Many Requests`, `Retry-After`) and keeps
+//! a `RateLimiter`'s rate there.
 //!
 //! ```
 //! use std::time::Duration;

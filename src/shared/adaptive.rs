@@ -2,24 +2,24 @@
 //! [`RateLimiter`]'s rate there.
 //!
 //! The control law is a CUBIC curve in the rate (the idea of TCP CUBIC and of AWS's adaptive
-//! client rate limiter), made scale-free: the time it takes to climb back is the same at 5 and
-//! at 5,000 calls per second, and never shorter than it takes to send a few dozen calls, so
-//! that one refusal per cycle is a small share of the calls. The benchmark
-//! (`benches/adaptive.rs`) compares it with a plain AIMD and with AWS's own constants.
+//! client rate limiter), made scale-free: the climb back to the rate of the last decrease takes
+//! 2 s at any rate, or longer where 2 s would hold fewer than 40 calls, so that the one refusal
+//! that ends a cycle is a small share of its calls. The benchmark (`benches/adaptive.rs`)
+//! compares it with a plain AIMD and with AWS's own constants.
 
-use std::sync::{Arc, PoisonError};
+// std's mutex even in loom builds: the controller is not part of the model-checked protocol.
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::sync::Mutex;
 use crate::{ConfigError, Rate, RateLimiter};
 
 /// The rates the controller sets are counted in thousandths of a token per second, so that a
 /// decrease of 30 % at 5 calls per second is not lost to rounding.
 const FINE_PER: Duration = Duration::from_secs(1000);
 
-/// A law's fraction of the reference rate kept after a refusal.
+/// The cubic laws' fraction of the reference rate kept after a refusal (AWS's value).
 const BETA: f64 = 0.7;
 /// The shortest time the scale-free curve takes to climb back to the rate of the last
 /// decrease.
@@ -36,6 +36,7 @@ const AIMD_CLIMB_SECS: f64 = 10.0;
 /// weighs `MEASURE_WEIGHT`), as in AWS's client rate limiter.
 const MEASURE_BUCKET_SECS: f64 = 0.5;
 const MEASURE_WEIGHT: f64 = 0.8;
+/// The default law's buckets also hold this many outcomes, unless they span this long.
 const MEASURE_MIN_CALLS: u64 = 10;
 const MEASURE_MAX_SECS: f64 = 5.0;
 /// How long the refusals after a decrease may still belong to the same overload when the
@@ -85,6 +86,10 @@ pub enum AdaptiveLaw {
 /// by hand, the next report takes the new rate (clamped) as its starting point, as if the
 /// controller had been created then. The rates it sets are kept in thousandths of a token per
 /// second (`Rate::new(millis, 1000 s)`), or are exactly `min` or `max`.
+///
+/// The controller sets the rate only; the limiter's burst stays yours. Give it at least 2 and
+/// at least `max` × 1 ms: tokio's timer ticks every millisecond, and with a burst of 1 a grant
+/// that wakes late loses the time it was late.
 ///
 /// Everything reads tokio's clock, so under paused time the rates are exact and repeatable.
 /// Cloning is cheap (an `Arc`); every clone is the same controller.
@@ -395,7 +400,7 @@ impl Adaptive {
 }
 
 impl Inner {
-    fn lock(&self) -> crate::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
