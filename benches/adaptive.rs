@@ -19,7 +19,6 @@
 //! Run: `cargo bench --bench adaptive` (a few seconds; everything runs in paused time).
 
 #[path = "../tests/common/provider.rs"]
-#[allow(dead_code)]
 mod provider;
 
 use std::time::Duration;

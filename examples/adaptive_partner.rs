@@ -13,7 +13,6 @@
 //! ```
 
 #[path = "../tests/common/provider.rs"]
-#[allow(dead_code)]
 mod provider;
 
 use std::sync::{Arc, Mutex};

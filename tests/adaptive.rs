@@ -128,9 +128,11 @@ fn probes_up_after_a_doubling_at_one_thousand_per_second() {
 }
 
 #[test]
-fn probes_up_after_a_doubling_at_five_per_second() {
+fn tracks_a_halving_and_a_doubling_at_five_per_second() {
     assert_holds(Scenario::new(5.0, 50, 1, true), Change::Doubled);
     assert_holds(Scenario::new(5.0, 20, 4, false), Change::Halved);
+    // Down to 2.5/s: a 10 s window holds 25 calls, so at most one may be refused.
+    assert_holds(Scenario::new(5.0, 10, 32, true), Change::Halved);
 }
 
 #[test]
@@ -217,6 +219,49 @@ proptest! {
         });
     }
 
+    /// The refusals of one overload count once: the calls in flight when the first refusal
+    /// comes back, and those whose tokens are already in the bucket, lower the rate once,
+    /// however many of them are refused and in whatever order; the next refused call after
+    /// them is a new overload.
+    #[test]
+    fn one_overload_lowers_the_rate_once(
+        burst in 1u64..10,
+        in_flight in 1usize..20,
+        outcomes in prop::collection::vec(any::<bool>(), 20),
+    ) {
+        paused(async move {
+            let limiter = RateLimiter::new(Rate::per_second(1000), burst);
+            let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(1000));
+            for _ in 0..in_flight {
+                adaptive.limiter().acquire(1).await;
+            }
+            let stored = adaptive.limiter().available();
+            adaptive.on_throttled(None);
+            assert_eq!(adaptive.stats().decreases, 1);
+            let after_first = adaptive.rate();
+            // The others in flight come back, refused or not.
+            for &refused in &outcomes[..in_flight - 1] {
+                if refused {
+                    adaptive.on_throttled(None);
+                } else {
+                    adaptive.on_success();
+                }
+            }
+            assert_eq!(adaptive.stats().decreases, 1);
+            // The calls on the tokens already stored are refused too: the same overload.
+            for _ in 0..stored {
+                adaptive.limiter().acquire(1).await;
+                adaptive.on_throttled(None);
+            }
+            assert_eq!(adaptive.stats().decreases, 1);
+            assert!(per_second(adaptive.rate()) <= per_second(after_first) * 1.01);
+            // A call that had to wait for a token sent at the new rate: a new overload.
+            adaptive.limiter().acquire(1).await;
+            adaptive.on_throttled(None);
+            assert_eq!(adaptive.stats().decreases, 2);
+        });
+    }
+
     /// After `on_throttled(Some(d))` at `t`, nothing is granted before `t + d` to any stream
     /// or task on the limiter; afterwards they go on.
     #[test]
@@ -251,7 +296,9 @@ proptest! {
             for _ in 0..tasks {
                 let (limiter, grants) = (adaptive.limiter().clone(), grants.clone());
                 handles.push(tokio::spawn(async move {
-                    while tokio::time::timeout_at(end, limiter.acquire(1)).await.is_ok() {
+                    while Instant::now() < end
+                        && tokio::time::timeout_at(end, limiter.acquire(1)).await.is_ok()
+                    {
                         grants.lock().unwrap().push(nanos_since(start));
                     }
                 }));
@@ -288,14 +335,14 @@ fn the_refusals_of_one_overload_count_once() {
         }
         let stats = adaptive.stats();
         assert_eq!((stats.refusals, stats.decreases), (5, 1));
-        assert_eq!(stats.rate, Rate::new(70_000, Duration::from_secs(1000)));
+        assert_eq!(stats.rate, Rate::new(80_000, Duration::from_secs(1000)));
         // A call granted after the first refusal came back is refused: a new overload.
         adaptive.limiter().acquire(1).await;
         adaptive.on_throttled(None);
         assert_eq!(adaptive.stats().decreases, 2);
         assert_eq!(
             adaptive.rate(),
-            Rate::new(49_000, Duration::from_secs(1000))
+            Rate::new(64_000, Duration::from_secs(1000))
         );
     });
 }
@@ -385,8 +432,8 @@ fn a_rate_set_by_hand_is_the_new_starting_point() {
         let limiter = RateLimiter::new(Rate::per_second(100), 10);
         let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(1000));
         adaptive.on_throttled(None);
-        assert_eq!(per_second(adaptive.rate()), 70.0);
-        // Set by hand to 20/s: the next report starts from there, not from the 70/s curve.
+        assert_eq!(per_second(adaptive.rate()), 80.0);
+        // Set by hand to 20/s: the next report starts from there, not from the 80/s curve.
         adaptive.limiter().set_rate(Rate::per_second(20));
         adaptive.on_success();
         assert_eq!(adaptive.rate(), Rate::per_second(20));
@@ -397,7 +444,7 @@ fn a_rate_set_by_hand_is_the_new_starting_point() {
         // A refusal decreases from it.
         adaptive.limiter().set_rate(Rate::per_second(40));
         adaptive.on_throttled(None);
-        assert_eq!(per_second(adaptive.rate()), 28.0);
+        assert_eq!(per_second(adaptive.rate()), 32.0);
         // Set by hand outside the range: clamped at the next report.
         adaptive.limiter().set_rate(Rate::per_second(5000));
         adaptive.on_success();

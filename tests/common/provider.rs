@@ -255,7 +255,9 @@ pub async fn simulate_with(scenario: &Scenario, adaptive: &Adaptive) -> Run {
     for _ in 0..scenario.tasks {
         let (provider, adaptive, record) = (provider.clone(), adaptive.clone(), record.clone());
         handles.push(tokio::spawn(async move {
-            loop {
+            // `timeout_at` returns what is ready at once even after its deadline: check the
+            // time too.
+            while Instant::now() < end {
                 let granted = tokio::time::timeout_at(end, adaptive.limiter().acquire(1)).await;
                 if granted.is_err() {
                     break;
@@ -284,11 +286,17 @@ pub async fn simulate_with(scenario: &Scenario, adaptive: &Adaptive) -> Run {
             }
         }));
     }
-    for handle in handles {
-        tokio::time::timeout(scenario.duration + Duration::from_secs(3600), handle)
-            .await
-            .expect("a client still running an hour after the end: a lost wake-up?")
-            .expect("client task panicked");
+    for (i, handle) in handles.into_iter().enumerate() {
+        let done =
+            tokio::time::timeout(scenario.duration + Duration::from_secs(3600), handle).await;
+        match done {
+            Ok(joined) => joined.expect("client task panicked"),
+            Err(_) => panic!(
+                "client {i} still running an hour after the end: a lost wake-up? {:?} {:?}",
+                adaptive,
+                adaptive.limiter()
+            ),
+        }
     }
     let mut run = std::mem::take(&mut record.lock().unwrap().run);
     run.stats = Some(adaptive.stats());
