@@ -2,10 +2,9 @@
 //! the test bed of `tests/adaptive.rs`, reused by `benches/adaptive.rs` and
 //! `examples/adaptive_partner.rs` (by `#[path]`).
 //!
-//! The provider is a token bucket of rate `L` and burst `B` on its own side. A call reaches it
-//! after half the round trip; if it finds a token it succeeds, otherwise it is refused, with
-//! `Retry-After` (the time until its next token, rounded up to a millisecond) or without. The
-//! answer comes back after the other half. Clients are streams paced by
+//! The provider is a token bucket of rate `L` and burst `B` on its own side. A call that finds
+//! a token succeeds, otherwise it is refused, with `Retry-After` (the time until its next
+//! token, rounded up to a millisecond) or without; the answer comes back after the round trip. Clients are streams paced by
 //! `throttle_with(adaptive.limiter(), |_| 1, Shaping)` with `buffer_unordered(c)`, and tasks
 //! that `acquire` one token per call; every outcome is reported to the `Adaptive`. A refused
 //! call is retried: it goes back through the limiter as the next call (all calls are alike, so
@@ -186,16 +185,13 @@ impl Record {
     }
 }
 
-/// One call: half the round trip there, the provider's decision, half back, the report.
+/// One call: the provider's decision, the round trip, the report. The provider decides as the
+/// call leaves: a fixed delay on the way there would only shift the provider's clock, and one
+/// timer per call instead of two keeps the simulation cheap.
 async fn call(provider: &Provider, adaptive: &Adaptive, record: &Mutex<Record>, latency: Duration) {
-    let there = latency / 2;
-    if !there.is_zero() {
-        tokio::time::sleep(there).await;
-    }
     let answer = provider.call();
-    let back = latency - there;
-    if !back.is_zero() {
-        tokio::time::sleep(back).await;
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
     }
     match answer {
         Answer::Ok => adaptive.on_success(),
