@@ -171,8 +171,9 @@ fn identical_runs_are_identical() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
 
-    /// Random limits, latencies, concurrency (wherever the client could reach twice the
-    /// limit), with and without `Retry-After`, steady, halved or doubled at 60 s.
+    /// Random limits, latencies, concurrency (wherever each stream could reach twice the
+    /// limit), one or two streams and up to two tasks, with and without `Retry-After`, steady,
+    /// halved or doubled at 60 s.
     #[test]
     fn converges_and_tracks(
         exponent in 0.0..2.0f64,
@@ -180,6 +181,8 @@ proptest! {
         latency_share in 0.0..=1.0f64,
         retry_after in any::<bool>(),
         change in 0..3u8,
+        streams in 1usize..3,
+        tasks in 0usize..3,
     ) {
         let limit = (5.0 * 10f64.powf(exponent)).round();
         // A doubled limit must still be reachable: c / latency >= 2 × the highest limit.
@@ -187,9 +190,13 @@ proptest! {
         let latency_max = (1000.0 * concurrency as f64 / (2.0 * highest)).floor().min(50.0);
         let latency_ms = (latency_share * latency_max).floor() as u64;
         let change = [Change::None, Change::Halved, Change::Doubled][usize::from(change)];
-        let s = Scenario::new(limit, latency_ms, concurrency, retry_after);
+        let mut s = Scenario::new(limit, latency_ms, concurrency, retry_after);
+        // Several streams and tasks on one account.
+        s.streams = streams;
+        s.tasks = tasks;
         let what = format!("{s:?} {change:?}");
-        prop_assert!(holds(s, change).is_ok(), "{}: {:?}", what, holds(Scenario::new(limit, latency_ms, concurrency, retry_after), change));
+        let result = holds(s, change);
+        prop_assert!(result.is_ok(), "{}: {:?}", what, result);
     }
 
     /// Whatever is reported, in whatever order and at whatever times, the rate stays within
