@@ -25,6 +25,8 @@
 //! [`throttle_by_key`](PaceExt::throttle_by_key) paces one stream by it with no head-of-line
 //! blocking between keys. With the `redis` feature,
 //! `RedisRateLimiter` shares one quota across processes and machines.
+//! An [`Adaptive`] finds a destination's real limit from its answers (`429 Too Many
+//! Requests`, `Retry-After`) and keeps a `RateLimiter`'s rate there.
 //!
 //! The same pacing applies where items are written: [`PaceSinkExt`] gives every
 //! [`Sink`](futures_sink::Sink) `throttle`, `throttle_with` and `min_interval`, holding an item
@@ -88,6 +90,9 @@ pub use redis::{
     FailurePolicy, RedisPermit, RedisQuotaError, RedisRateLimiter, RedisRateLimiterBuilder,
     RedisStats,
 };
+#[doc(hidden)]
+pub use shared::AdaptiveLaw;
+pub use shared::{Adaptive, AdaptiveStats};
 pub use shared::{KeyedRateLimiter, NotUntil, Quota, RateLimiter, Stagger, Stats};
 pub use sink::{SinkMinInterval, SinkThrottle, SinkThrottleWith};
 pub use sink_ext::PaceSinkExt;

@@ -165,6 +165,8 @@ pub enum ConfigError {
     ZeroLease,
     /// A fail-open share outside `(0, 1]`.
     Share,
+    /// An adaptive controller whose `min` rate is above its `max`.
+    MinAboveMax,
 }
 
 impl fmt::Display for ConfigError {
@@ -187,6 +189,9 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::Share => {
                 "invalid fail-open share: it must be a fraction of the rate in (0, 1]"
+            }
+            ConfigError::MinAboveMax => {
+                "invalid adaptive range: `min` is above `max`; it must be at most `max`"
             }
             ConfigError::ColdFactor => {
                 "invalid warm-up: `cold_factor` must be a finite number of at least 1 (3 is Guava's default)"

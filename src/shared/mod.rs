@@ -7,6 +7,7 @@
 //! charged when it is granted, never before, so a waiter that gives up (a dropped future, a
 //! dropped stream) has taken nothing and leaves nothing behind but its place in the queue.
 
+mod adaptive;
 pub(crate) mod keyed;
 pub(crate) mod lane;
 #[cfg(all(test, pacer_loom))]
@@ -27,6 +28,7 @@ use tokio::time::Instant;
 use crate::core::Nanos;
 use crate::timer::Timer;
 
+pub use adaptive::{Adaptive, AdaptiveLaw, AdaptiveStats};
 pub use keyed::KeyedRateLimiter;
 pub(crate) use lane::Step;
 pub use quota::Quota;

@@ -1,0 +1,609 @@
+//! `Adaptive`: a controller that finds a destination's real limit from its answers and keeps a
+//! [`RateLimiter`]'s rate there.
+//!
+//! The control law is a CUBIC curve in the rate (the idea of TCP CUBIC and of AWS's adaptive
+//! client rate limiter), made scale-free: the climb back to the rate of the last decrease takes
+//! 2 s at any rate, or longer where 2 s would hold fewer than 40 calls, so that the one refusal
+//! that ends a cycle is a small share of its calls. The benchmark (`benches/adaptive.rs`)
+//! compares it with a plain AIMD and with AWS's own constants.
+
+// std's mutex even in loom builds: the controller is not part of the model-checked protocol.
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::{ConfigError, Rate, RateLimiter};
+
+/// The rates the controller sets are counted in thousandths of a token per second, so that a
+/// decrease of 30 % at 5 calls per second is not lost to rounding.
+const FINE_PER: Duration = Duration::from_secs(1000);
+
+/// The fraction of the reference rate kept after a refusal: the default law's, and AWS's.
+const BETA: f64 = 0.8;
+const AWS_BETA: f64 = 0.7;
+/// The shortest time the scale-free curve takes to climb back to the rate of the last
+/// decrease.
+const CLIMB_MIN_SECS: f64 = 2.0;
+/// ... and the calls (at that rate) it spends climbing back at the least: a refusal per cycle
+/// is then at most a few per cent of the calls, even at 5 calls per second.
+const CLIMB_MIN_CALLS: f64 = 40.0;
+/// AWS's cubic scale constant (tokens per second per second cubed).
+const AWS_C: f64 = 0.4;
+/// The plain AIMD baseline keeps half the rate after a refusal (TCP Reno's choice).
+const AIMD_BETA: f64 = 0.5;
+/// The sending rate is measured in buckets of this many seconds, smoothed (the new bucket
+/// weighs `MEASURE_WEIGHT`), as in AWS's client rate limiter.
+const MEASURE_BUCKET_SECS: f64 = 0.5;
+const MEASURE_WEIGHT: f64 = 0.8;
+/// The default law's buckets also hold this many outcomes, unless they span this long.
+const MEASURE_MIN_CALLS: u64 = 10;
+const MEASURE_MAX_SECS: f64 = 5.0;
+/// How long the refusals after a decrease may still belong to the same overload when the
+/// calls in flight do not all come back (another user of the limiter that does not report).
+const OVERLOAD_MAX_SECS: f64 = 2.0;
+
+/// The control laws the benchmark compares. Not part of the stable API.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AdaptiveLaw {
+    /// The default: a scale-free cubic (see [`Adaptive`]).
+    Cubic,
+    /// AWS's constants: β = 0.7, cubic with C = 0.4 (so the climb takes longer at higher
+    /// rates), the measured sending rate as reference, never above twice that rate.
+    AwsCubic,
+    /// Halve the limiter's rate on a refusal, climb back linearly, and on beyond at the same
+    /// pace, reaching the old rate again in the default's climb time.
+    Aimd,
+}
+
+/// Finds the rate a destination accepts from its answers, and keeps a shared
+/// [`RateLimiter`] at it.
+///
+/// The stage that makes the call reports each outcome: [`on_success`](Adaptive::on_success),
+/// or [`on_throttled`](Adaptive::on_throttled) for a `429 Too Many Requests` or a
+/// `503 Slow Down`, with its `Retry-After` if it had one. Streams draw on
+/// [`limiter`](Adaptive::limiter) unchanged, with
+/// [`throttle_with`](crate::PaceExt::throttle_with); tasks with `acquire`.
+///
+/// **After a refusal** the rate drops to 80 % of the rate the calls were really sent at (the
+/// measured sending rate, if lower than the limiter's), and with a `Retry-After` the limiter
+/// grants nothing to anyone until it has passed. The refusals of one overload count once: the
+/// calls already in flight (and the tokens already in the bucket) when the first refusal came
+/// back were sent at the old rate, and their refusals do not lower the rate again. 80 % rather
+/// than AWS's 70 %: the rate spends each cycle climbing back, averaging `1 - (1 - β) / 4` of
+/// the rate found on the way (95 % rather than 92.5 %), and the measured reference already
+/// makes each cut land near the limit.
+///
+/// **Then it probes up** along a cubic curve: fast at first, flat as it approaches the rate of
+/// the last decrease (where the limit was found), and faster again beyond it, in case the limit
+/// has risen. The curve reaches the rate of the last decrease after
+/// `max(2 s, 40 calls at that rate)`: at 5,000/s in 2 s, at 5/s in 8 s. A fixed time at every
+/// scale (AWS's constant `C = 0.4` takes 15 s at 5,000/s and 1.5 s at 5/s) keeps large rates
+/// responsive; the 40 calls keep small ones from being refused more than a few per cent of the
+/// time, since every cycle ends with at least one refusal. The rate never climbs above twice
+/// the measured sending rate, so a client that cannot use its rate does not inflate it.
+///
+/// It starts from the limiter's rate, clamped into `[min, max]`, probes up from there if no
+/// refusal comes, and only ever sets rates within `[min, max]`. If the limiter's rate is changed
+/// by hand, the next report takes the new rate (clamped) as its starting point, as if the
+/// controller had been created then. The rates it sets are kept in thousandths of a token per
+/// second (`Rate::new(millis, 1000 s)`), or are exactly `min` or `max`.
+///
+/// The controller sets the rate only; the limiter's burst stays yours. Give it at least 2 and
+/// at least `max` × 1 ms: tokio's timer ticks every millisecond, and with a burst of 1 a grant
+/// that wakes late loses the time it was late.
+///
+/// Everything reads tokio's clock, so under paused time the rates are exact and repeatable.
+/// Cloning is cheap (an `Arc`); every clone is the same controller.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use pacer::{Adaptive, Rate, RateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let limiter = RateLimiter::new(Rate::per_second(100), 10);
+/// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(100));
+/// adaptive.limiter().acquire(1).await;
+/// // The partner answered 429 with `Retry-After: 1`.
+/// adaptive.on_throttled(Some(Duration::from_secs(1)));
+/// assert_eq!(adaptive.rate(), Rate::new(80_000, Duration::from_secs(1000))); // 80/s
+/// assert!(adaptive.limiter().try_acquire(1).is_err()); // paused for 1 s
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Adaptive {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    limiter: RateLimiter,
+    min: Rate,
+    max: Rate,
+    law: AdaptiveLaw,
+    origin: Instant,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// The rate the controller last set (or found): a different one on the limiter was set by
+    /// hand.
+    set: Rate,
+    /// The rate of the last decrease (or the starting point): the cubic's plateau.
+    w_max: f64,
+    /// When the curve started from `w_max` (seconds since `origin`; may be negative).
+    curve_start: f64,
+    /// Whether any decrease happened (the cap at twice the measured rate applies from then).
+    decreased: bool,
+    /// The current overload: the report count after which its calls are all back, and the
+    /// time after which a refusal is new in any case.
+    overload_until_reports: u64,
+    overload_until_secs: f64,
+    /// Grants of the limiter before the controller existed, and reports since.
+    granted_before: u64,
+    reports: u64,
+    /// The measured sending rate: outcomes per second, smoothed over buckets; the bucket
+    /// started at `bucket` seconds and holds `in_bucket` outcomes.
+    bucket: f64,
+    in_bucket: u64,
+    measured: f64,
+    successes: u64,
+    refusals: u64,
+    decreases: u64,
+}
+
+/// A snapshot of an [`Adaptive`]'s counters and its rate.
+///
+/// # Examples
+///
+/// ```
+/// use pacer::{Adaptive, Rate, RateLimiter};
+///
+/// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+/// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+/// adaptive.on_success();
+/// adaptive.on_throttled(None);
+/// adaptive.on_throttled(None); // the same overload: no second decrease
+/// let stats = adaptive.stats();
+/// assert_eq!((stats.successes, stats.refusals, stats.decreases), (1, 2, 1));
+/// assert_eq!(stats.rate, adaptive.rate());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AdaptiveStats {
+    /// Calls reported by [`on_success`](Adaptive::on_success).
+    pub successes: u64,
+    /// Calls reported by [`on_throttled`](Adaptive::on_throttled).
+    pub refusals: u64,
+    /// Times the rate was lowered: once per overload, however many refusals it caused.
+    pub decreases: u64,
+    /// The limiter's rate now.
+    pub rate: Rate,
+}
+
+/// Whether `a` is a slower rate than `b`, compared exactly as fractions.
+fn below(a: Rate, b: Rate) -> bool {
+    u128::from(a.tokens()) * b.per().as_nanos() < u128::from(b.tokens()) * a.per().as_nanos()
+}
+
+/// Tokens per second.
+fn per_second(rate: Rate) -> f64 {
+    rate.tokens() as f64 / rate.per().as_secs_f64()
+}
+
+impl Adaptive {
+    /// A controller over `limiter`, setting rates within `[min, max]`; it starts from the
+    /// limiter's rate, clamped into that range (and sets it if it was outside).
+    ///
+    /// # Panics
+    ///
+    /// Panics if `min` is above `max`, with the message of [`ConfigError::MinAboveMax`]. Use
+    /// [`Adaptive::try_new`] for values from configuration. (A zero `min` cannot be built: a
+    /// [`Rate`] is never zero.)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Adaptive, Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(500), 5);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(100));
+    /// assert_eq!(adaptive.rate(), Rate::per_second(100)); // clamped
+    /// ```
+    #[track_caller]
+    #[must_use]
+    pub fn new(limiter: RateLimiter, min: Rate, max: Rate) -> Adaptive {
+        match Adaptive::try_new(limiter, min, max) {
+            Ok(adaptive) => adaptive,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A controller (see [`Adaptive::new`]), or a [`ConfigError`].
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::MinAboveMax`] if `min` is above `max`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Adaptive, ConfigError, Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    /// let err = Adaptive::try_new(limiter, Rate::per_second(20), Rate::per_second(10)).err();
+    /// assert_eq!(err.map(|e| e.to_string()).as_deref(), Some(
+    ///     "invalid adaptive range: `min` is above `max`; it must be at most `max`"
+    /// ));
+    /// ```
+    pub fn try_new(limiter: RateLimiter, min: Rate, max: Rate) -> Result<Adaptive, ConfigError> {
+        Adaptive::try_with_law(limiter, min, max, AdaptiveLaw::Cubic)
+    }
+
+    /// A controller with another control law, for the benchmark. Not part of the stable API.
+    #[doc(hidden)]
+    pub fn try_with_law(
+        limiter: RateLimiter,
+        min: Rate,
+        max: Rate,
+        law: AdaptiveLaw,
+    ) -> Result<Adaptive, ConfigError> {
+        if below(max, min) {
+            return Err(ConfigError::MinAboveMax);
+        }
+        let origin = Instant::now();
+        let mut inner = Inner {
+            limiter,
+            min,
+            max,
+            law,
+            origin,
+            state: Mutex::new(State {
+                set: min,
+                w_max: 0.0,
+                curve_start: 0.0,
+                decreased: false,
+                overload_until_reports: 0,
+                overload_until_secs: f64::NEG_INFINITY,
+                granted_before: 0,
+                reports: 0,
+                bucket: 0.0,
+                in_bucket: 0,
+                measured: 0.0,
+                successes: 0,
+                refusals: 0,
+                decreases: 0,
+            }),
+        };
+        let granted_before = inner.limiter.stats().granted;
+        let state = inner
+            .state
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        state.granted_before = granted_before;
+        let start = inner.limiter.rate();
+        Inner::restart(&inner.limiter, min, max, law, state, start, 0.0);
+        Ok(Adaptive {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Reports a call that succeeded: the rate probes up along the curve.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Adaptive, Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+    /// adaptive.on_success();
+    /// assert_eq!(adaptive.stats().successes, 1);
+    /// ```
+    pub fn on_success(&self) {
+        self.inner.report(false, None);
+    }
+
+    /// Reports a call refused for going too fast (`429`, `503 Slow Down`), with the
+    /// destination's `Retry-After` if it sent one.
+    ///
+    /// The first refusal of an overload lowers the rate (see [`Adaptive`]); the refusals of
+    /// the calls that were already in flight then (or already had their tokens) do not lower
+    /// it again. With `Some(d)`, nothing is granted to anyone on the limiter before `d` from
+    /// now ([`RateLimiter::pause_for`]); `Duration::MAX` saturates to a pause of centuries.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+    /// let start = Instant::now();
+    /// adaptive.on_throttled(Some(Duration::from_millis(1500)));
+    /// adaptive.limiter().acquire(1).await;
+    /// assert_eq!(start.elapsed().as_millis(), 1500);
+    /// # }
+    /// ```
+    pub fn on_throttled(&self, retry_after: Option<Duration>) {
+        self.inner.report(true, retry_after);
+    }
+
+    /// The limiter's rate now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Adaptive, Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+    /// assert_eq!(adaptive.rate(), Rate::per_second(10));
+    /// ```
+    #[must_use]
+    pub fn rate(&self) -> Rate {
+        self.inner.limiter.rate()
+    }
+
+    /// The limiter the controller sets: draw on it with
+    /// [`throttle_with`](crate::PaceExt::throttle_with) or `acquire`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use pacer::{Adaptive, PaceExt, Rate, RateLimiter, Shaping};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+    /// let sent = futures_util::stream::iter(0..3)
+    ///     .throttle_with(adaptive.limiter(), |_| 1, Shaping)
+    ///     .count()
+    ///     .await;
+    /// assert_eq!(sent, 3);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn limiter(&self) -> &RateLimiter {
+        &self.inner.limiter
+    }
+
+    /// The counters (successes, refusals, decreases) and the rate now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Adaptive, Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+    /// adaptive.on_throttled(None);
+    /// assert_eq!(adaptive.stats().decreases, 1);
+    /// ```
+    #[must_use]
+    pub fn stats(&self) -> AdaptiveStats {
+        let st = self.inner.lock();
+        AdaptiveStats {
+            successes: st.successes,
+            refusals: st.refusals,
+            decreases: st.decreases,
+            rate: self.inner.limiter.rate(),
+        }
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn report(&self, refused: bool, retry_after: Option<Duration>) {
+        if let Some(d) = retry_after {
+            self.limiter.pause_for(d);
+        }
+        let now = Instant::now()
+            .saturating_duration_since(self.origin)
+            .as_secs_f64();
+        let mut st = self.lock();
+        st.reports += 1;
+        if refused {
+            st.refusals += 1;
+        } else {
+            st.successes += 1;
+        }
+        measure(self.law, &mut st, now);
+        let mut current = self.limiter.rate();
+        if below(current, st.set) || below(st.set, current) {
+            // Set by hand: start over from there.
+            Inner::restart(
+                &self.limiter,
+                self.min,
+                self.max,
+                self.law,
+                &mut st,
+                current,
+                now,
+            );
+            current = st.set;
+        }
+        let st = &mut *st;
+        if refused {
+            let same_overload =
+                st.reports <= st.overload_until_reports && now < st.overload_until_secs;
+            if same_overload {
+                return;
+            }
+            self.decrease(st, current, now);
+        } else {
+            let mut rate = curve(self.law, st.w_max, now - st.curve_start);
+            if st.decreased && st.measured > 0.0 {
+                rate = rate.min(2.0 * st.measured);
+            }
+            self.set(st, rate);
+        }
+    }
+
+    fn decrease(&self, st: &mut State, current: Rate, now: f64) {
+        let current = per_second(current);
+        let reference = match self.law {
+            AdaptiveLaw::Aimd => current,
+            AdaptiveLaw::Cubic | AdaptiveLaw::AwsCubic if st.measured > 0.0 => {
+                st.measured.min(current)
+            }
+            AdaptiveLaw::Cubic | AdaptiveLaw::AwsCubic => current,
+        };
+        let beta = match self.law {
+            AdaptiveLaw::Aimd => AIMD_BETA,
+            AdaptiveLaw::Cubic => BETA,
+            AdaptiveLaw::AwsCubic => AWS_BETA,
+        };
+        st.w_max = reference;
+        st.curve_start = now;
+        st.decreased = true;
+        st.decreases += 1;
+        // The calls of this overload: those granted and not yet back, and those whose tokens
+        // are already in the bucket.
+        let granted = self
+            .limiter
+            .stats()
+            .granted
+            .saturating_sub(st.granted_before);
+        let in_flight = granted.saturating_sub(st.reports);
+        let waiting = self.limiter.available();
+        st.overload_until_reports = st.reports.saturating_add(in_flight).saturating_add(waiting);
+        st.overload_until_secs = now + OVERLOAD_MAX_SECS;
+        self.set(st, beta * reference);
+    }
+
+    /// Sets `rate` (tokens per second), clamped, if it differs from the one in force.
+    fn set(&self, st: &mut State, rate: f64) {
+        let rate = clamp(self.min, self.max, rate);
+        // The same rate in another representation (20/s is 20,000 per 1,000 s) is no change.
+        if below(rate, st.set) || below(st.set, rate) {
+            st.set = rate;
+            self.limiter.set_rate(rate);
+        }
+    }
+
+    /// Starts the curve at `rate` (clamped), on its plateau: no decrease remembered.
+    fn restart(
+        limiter: &RateLimiter,
+        min: Rate,
+        max: Rate,
+        law: AdaptiveLaw,
+        st: &mut State,
+        rate: Rate,
+        now: f64,
+    ) {
+        let clamped = if below(rate, min) {
+            min
+        } else if below(max, rate) {
+            max
+        } else {
+            rate
+        };
+        st.w_max = per_second(clamped);
+        st.curve_start = now - climb_secs(law, st.w_max);
+        st.decreased = false;
+        st.overload_until_secs = f64::NEG_INFINITY;
+        st.set = clamped;
+        if clamped != rate {
+            limiter.set_rate(clamped);
+        }
+    }
+}
+
+/// Folds one outcome at `now` into the measured sending rate: outcomes per second over a
+/// bucket of at least half a second (AWS's buckets) and, for the default law, at least
+/// [`MEASURE_MIN_CALLS`] outcomes, so that at 5 calls per second one call more or less in a
+/// bucket does not read as a 20 % change; smoothed across buckets.
+fn measure(law: AdaptiveLaw, st: &mut State, now: f64) {
+    st.in_bucket += 1;
+    let elapsed = now - st.bucket;
+    let enough = match law {
+        AdaptiveLaw::Cubic => st.in_bucket >= MEASURE_MIN_CALLS,
+        AdaptiveLaw::AwsCubic | AdaptiveLaw::Aimd => true,
+    };
+    if elapsed >= MEASURE_BUCKET_SECS && (enough || elapsed >= MEASURE_MAX_SECS) {
+        let rate = st.in_bucket as f64 / elapsed;
+        st.measured = if st.measured > 0.0 {
+            MEASURE_WEIGHT * rate + (1.0 - MEASURE_WEIGHT) * st.measured
+        } else {
+            rate
+        };
+        st.in_bucket = 0;
+        st.bucket = now;
+    }
+}
+
+/// How long the curve takes to climb from a decrease back to `w_max`.
+fn climb_secs(law: AdaptiveLaw, w_max: f64) -> f64 {
+    match law {
+        // The baseline climbs back in the same time as the default, so that the two differ
+        // only in their curves (and in what they keep after a refusal).
+        AdaptiveLaw::Cubic | AdaptiveLaw::Aimd => CLIMB_MIN_SECS.max(CLIMB_MIN_CALLS / w_max),
+        AdaptiveLaw::AwsCubic => (w_max * (1.0 - AWS_BETA) / AWS_C).cbrt(),
+    }
+}
+
+/// The law's rate `dt` seconds after a decrease from `w_max`.
+fn curve(law: AdaptiveLaw, w_max: f64, dt: f64) -> f64 {
+    let k = climb_secs(law, w_max);
+    match law {
+        AdaptiveLaw::Cubic | AdaptiveLaw::AwsCubic => {
+            let beta = if law == AdaptiveLaw::Cubic {
+                BETA
+            } else {
+                AWS_BETA
+            };
+            // w_max + C (dt - K)^3 with C = w_max (1 - β) / K^3: β w_max at the decrease,
+            // flat at w_max after K, and growing again beyond.
+            let x = (dt - k) / k;
+            w_max * (1.0 + (1.0 - beta) * x * x * x)
+        }
+        AdaptiveLaw::Aimd => w_max * (AIMD_BETA + (1.0 - AIMD_BETA) * dt / k),
+    }
+}
+
+/// The `Rate` for `rate` tokens per second: exactly `min` or `max` at or beyond them, else in
+/// thousandths of a token per second.
+fn clamp(min: Rate, max: Rate, rate: f64) -> Rate {
+    if rate.is_nan() || rate <= per_second(min) {
+        return min;
+    }
+    if rate >= per_second(max) {
+        return max;
+    }
+    let millis = (rate * 1000.0).round();
+    // A float-to-int cast saturates; a rate that is not zero is at least one thousandth.
+    let fine = Rate::new((millis as u64).max(1), FINE_PER);
+    if per_second(fine) > per_second(max) {
+        max
+    } else if per_second(fine) < per_second(min) {
+        min
+    } else {
+        fine
+    }
+}
+
+impl std::fmt::Debug for Adaptive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adaptive")
+            .field("min", &self.inner.min)
+            .field("max", &self.inner.max)
+            .field("law", &self.inner.law)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
