@@ -28,6 +28,8 @@ const CLIMB_MIN_SECS: f64 = 2.0;
 /// ... and the calls (at that rate) it spends climbing back at the least: a refusal per cycle
 /// is then at most a few per cent of the calls, even at 5 calls per second.
 const CLIMB_MIN_CALLS: f64 = 40.0;
+/// The smallest step up the controller applies to the limiter (a fraction of the rate).
+const MIN_STEP_UP: f64 = 0.005;
 /// AWS's cubic scale constant (tokens per second per second cubed).
 const AWS_C: f64 = 0.4;
 /// The plain AIMD baseline keeps half the rate after a refusal (TCP Reno's choice).
@@ -450,7 +452,13 @@ impl Inner {
             if st.decreased && st.measured > 0.0 {
                 rate = rate.min(2.0 * st.measured);
             }
-            self.set(st, rate);
+            // Climbing, the curve moves with nearly every success; a change of the limiter's
+            // rate wakes its head waiter to re-read its deadline, so small steps up are
+            // gathered into steps of at least `MIN_STEP_UP` (or up to `max`).
+            let set = per_second(st.set);
+            if rate <= set || rate >= set * (1.0 + MIN_STEP_UP) || rate >= per_second(self.max) {
+                self.set(st, rate);
+            }
         }
     }
 
