@@ -26,7 +26,9 @@ fn providers() -> KeyedRateLimiter<char> {
 #[tokio::test(start_paused = true)]
 async fn a_slow_provider_does_not_hold_up_the_others() {
     let limiter = providers();
-    let messages = ["A1", "B1", "C1", "A2", "B2", "C2", "A3", "B3", "C3", "A4", "C4"];
+    let messages = [
+        "A1", "B1", "C1", "A2", "B2", "C2", "A3", "B3", "C3", "A4", "C4",
+    ];
     let start = Instant::now();
     let key = |m: &&str| m.chars().next().unwrap();
     let out = collect_timed(
@@ -259,7 +261,12 @@ async fn a_panicking_key_function_propagates_and_leaves_the_limiter_usable() {
         let limiter = limiter.clone();
         async move {
             stream::iter([1u8, 2, 3])
-                .throttle_by_key(&limiter, |n| if *n == 2 { panic!("bad key") } else { *n }, |_| 1, 8)
+                .throttle_by_key(
+                    &limiter,
+                    |n| if *n == 2 { panic!("bad key") } else { *n },
+                    |_| 1,
+                    8,
+                )
                 .count()
                 .await
         }
@@ -293,13 +300,18 @@ fn building_needs_no_runtime() {
 #[tokio::test(start_paused = true)]
 async fn extreme_costs_and_rates_neither_panic_nor_hang() {
     let limiter = KeyedRateLimiter::new(Rate::new(1, Duration::MAX), 1);
-    let mut paced = pin!(stream::iter([1u8, 1, 2]).throttle_by_key(&limiter, |n| *n, |&n| {
-        if n == 2 {
-            u64::MAX
-        } else {
-            1
-        }
-    }, 8));
+    let mut paced = pin!(stream::iter([1u8, 1, 2]).throttle_by_key(
+        &limiter,
+        |n| *n,
+        |&n| {
+            if n == 2 {
+                u64::MAX
+            } else {
+                1
+            }
+        },
+        8
+    ));
     assert_eq!(paced.next().await, Some(1));
     // Key 1's second item would wait about 584 years, and key 2's costs u64::MAX: both wait
     // without panicking, and auto-advance is not held up forever.
