@@ -95,9 +95,15 @@ impl<K> Ord for Due<K> {
     }
 }
 
+/// Entries the key table and the forget-heap keep room for when they shrink.
+const KEEP_CAPACITY: usize = 64;
+
 /// What the mutex guards.
 struct KeyedState<K> {
     default: KeyLimit,
+    /// A full bucket of the default limit, copied for every new key: building one reduces the
+    /// rate by a gcd in 128 bits, too dear to repeat each time a key comes back.
+    default_bucket: Bucket,
     /// Per-key limits: configuration, kept whether or not the key has state.
     limits: HashMap<K, KeyLimit>,
     lanes: HashMap<K, KeyLane>,
@@ -171,11 +177,15 @@ impl<K: Hash + Eq + Clone> KeyedState<K> {
 
     /// Gives memory back after many lanes were forgotten at once.
     fn shrink(&mut self) {
+        // Never below `KEEP_CAPACITY`, or keys that come and go one at a time would free and
+        // reallocate both tables on every operation.
         if self.lanes.len() < self.lanes.capacity() / 4 {
-            self.lanes.shrink_to(self.lanes.len() * 2);
+            self.lanes
+                .shrink_to((self.lanes.len() * 2).max(KEEP_CAPACITY));
         }
         if self.forget.len() < self.forget.capacity() / 4 {
-            self.forget.shrink_to(self.forget.len() * 2);
+            self.forget
+                .shrink_to((self.forget.len() * 2).max(KEEP_CAPACITY));
         }
     }
 
@@ -200,7 +210,10 @@ impl<K: Hash + Eq + Clone> KeyedState<K> {
             return out;
         }
         let mut entry = KeyLane {
-            lane: Lane::new(self.limit(key).bucket()),
+            lane: Lane::new(match self.limits.get(key) {
+                Some(limit) => limit.bucket(),
+                None => self.default_bucket.clone(),
+            }),
             due: None,
         };
         let out = f(&mut entry.lane, &mut self.tally);
@@ -431,6 +444,7 @@ impl<K: Hash + Eq + Clone> KeyedRateLimiter<K> {
                 origin: Instant::now(),
                 state: Mutex::new(KeyedState {
                     default: KeyLimit { rate, burst },
+                    default_bucket: KeyLimit { rate, burst }.bucket(),
                     limits: HashMap::new(),
                     lanes: HashMap::new(),
                     forget: BinaryHeap::new(),
