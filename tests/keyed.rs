@@ -192,6 +192,22 @@ async fn full_idle_keys_are_forgotten_without_any_call() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_new_key_that_takes_nothing_is_not_kept() {
+    let limiter = KeyedRateLimiter::new(Rate::per_second(10), 2);
+    limiter.try_acquire(&"zero", 0).unwrap();
+    let refused = limiter.try_acquire(&"dear", 3).unwrap_err();
+    assert_eq!(refused.retry_after(), Duration::MAX);
+    assert_eq!(limiter.tracked_keys(), 0);
+    // A key that took something is kept, and forgotten once full again.
+    limiter.try_acquire(&"one", 1).unwrap();
+    assert_eq!(limiter.tracked_keys(), 1);
+    sleep(Duration::from_millis(100)).await;
+    limiter.try_acquire(&"zero", 0).unwrap();
+    assert_eq!(limiter.tracked_keys(), 0);
+    assert_eq!(limiter.stats().granted, 3);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_key_with_waiters_is_kept_even_when_its_bucket_would_be_full() {
     let limiter = KeyedRateLimiter::new(Rate::per_second(10), 1);
     // A cost above the burst waits for a full bucket plus the rest: 1.9 s from empty.

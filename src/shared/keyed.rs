@@ -46,6 +46,32 @@ struct KeyLane {
     due: Option<Nanos>,
 }
 
+/// What is to become of a lane after an operation.
+enum Settled {
+    Keep,
+    /// Keep it, and forget it at this instant unless it is charged again.
+    Schedule(Nanos),
+    /// Full and idle: the same as a key never seen.
+    Forget,
+}
+
+impl KeyLane {
+    fn settle(&mut self, now: Nanos) -> Settled {
+        if self.lane.waiting() > 0 {
+            return Settled::Keep; // scheduled again when its queue empties
+        }
+        let full_at = self.lane.rule.full_at();
+        if full_at <= now {
+            return Settled::Forget;
+        }
+        if self.due.is_none_or(|due| full_at < due) {
+            self.due = Some(full_at);
+            return Settled::Schedule(full_at);
+        }
+        Settled::Keep
+    }
+}
+
 /// An idle lane's bucket is full at `at`: forget it then, unless charged again.
 struct Due<K> {
     at: Nanos,
@@ -69,9 +95,15 @@ impl<K> Ord for Due<K> {
     }
 }
 
+/// Entries the key table and the forget-heap keep room for when they shrink.
+const KEEP_CAPACITY: usize = 64;
+
 /// What the mutex guards.
 struct KeyedState<K> {
     default: KeyLimit,
+    /// A full bucket of the default limit, copied for every new key: building one reduces the
+    /// rate by a gcd in 128 bits, too dear to repeat each time a key comes back.
+    default_bucket: Bucket,
     /// Per-key limits: configuration, kept whether or not the key has state.
     limits: HashMap<K, KeyLimit>,
     lanes: HashMap<K, KeyLane>,
@@ -109,7 +141,7 @@ impl<K: Hash + Eq + Clone> KeyedState<K> {
                 continue; // a stale entry: the lane was re-scheduled or re-created
             }
             entry.due = None;
-            forgot |= self.settle(due.key, now);
+            forgot |= self.settle(&due.key, now);
         }
         if forgot {
             self.shrink();
@@ -119,49 +151,83 @@ impl<K: Hash + Eq + Clone> KeyedState<K> {
     /// After an operation on `key`'s lane at `now`: forgets it if it is full and idle, else
     /// makes sure an idle lane is scheduled no later than when it is full. Returns whether the
     /// lane was forgotten.
-    fn settle(&mut self, key: K, now: Nanos) -> bool {
-        let Some(entry) = self.lanes.get_mut(&key) else {
+    fn settle(&mut self, key: &K, now: Nanos) -> bool {
+        let Some(entry) = self.lanes.get_mut(key) else {
             return false;
         };
-        if entry.lane.waiting() > 0 {
-            return false; // scheduled again when its queue empties
+        match entry.settle(now) {
+            Settled::Keep => false,
+            Settled::Schedule(at) => {
+                self.schedule(at, key);
+                false
+            }
+            Settled::Forget => {
+                self.lanes.remove(key);
+                true
+            }
         }
-        let full_at = entry.lane.rule.full_at();
-        if full_at <= now {
-            self.lanes.remove(&key);
-            return true;
-        }
-        if entry.due.is_none_or(|due| full_at < due) {
-            entry.due = Some(full_at);
-            self.forget.push(Reverse(Due { at: full_at, key }));
-        }
-        false
+    }
+
+    fn schedule(&mut self, at: Nanos, key: &K) {
+        self.forget.push(Reverse(Due {
+            at,
+            key: key.clone(),
+        }));
     }
 
     /// Gives memory back after many lanes were forgotten at once.
     fn shrink(&mut self) {
+        // Never below `KEEP_CAPACITY`, or keys that come and go one at a time would free and
+        // reallocate both tables on every operation.
         if self.lanes.len() < self.lanes.capacity() / 4 {
-            self.lanes.shrink_to(self.lanes.len() * 2);
+            self.lanes
+                .shrink_to((self.lanes.len() * 2).max(KEEP_CAPACITY));
         }
         if self.forget.len() < self.forget.capacity() / 4 {
-            self.forget.shrink_to(self.forget.len() * 2);
+            self.forget
+                .shrink_to((self.forget.len() * 2).max(KEEP_CAPACITY));
         }
     }
 
-    /// `key`'s lane, created full if it has none, and the counters.
-    fn lane(&mut self, key: &K) -> (&mut Lane<Bucket>, &mut Tally) {
-        if !self.lanes.contains_key(key) {
-            let lane = KeyLane {
-                lane: Lane::new(self.limit(key).bucket()),
-                due: None,
-            };
-            self.lanes.insert(key.clone(), lane);
+    /// Runs `f` on `key`'s lane (a full one if the key has none) and the counters, then settles
+    /// the lane. The hot path: one hash look-up for a key that is there, and the key is cloned
+    /// only to be stored or scheduled; a new lane that `f` leaves full and idle is never stored.
+    fn on_lane<T>(
+        &mut self,
+        key: &K,
+        now: Nanos,
+        f: impl FnOnce(&mut Lane<Bucket>, &mut Tally) -> T,
+    ) -> T {
+        if let Some(entry) = self.lanes.get_mut(key) {
+            let out = f(&mut entry.lane, &mut self.tally);
+            match entry.settle(now) {
+                Settled::Keep => {}
+                Settled::Schedule(at) => self.schedule(at, key),
+                Settled::Forget => {
+                    self.lanes.remove(key);
+                }
+            }
+            return out;
         }
-        let entry = self
-            .lanes
-            .entry(key.clone())
-            .or_insert_with(|| unreachable!("inserted above"));
-        (&mut entry.lane, &mut self.tally)
+        let mut entry = KeyLane {
+            lane: Lane::new(match self.limits.get(key) {
+                Some(limit) => limit.bucket(),
+                None => self.default_bucket.clone(),
+            }),
+            due: None,
+        };
+        let out = f(&mut entry.lane, &mut self.tally);
+        match entry.settle(now) {
+            Settled::Forget => {}
+            Settled::Keep => {
+                self.lanes.insert(key.clone(), entry);
+            }
+            Settled::Schedule(at) => {
+                self.schedule(at, key);
+                self.lanes.insert(key.clone(), entry);
+            }
+        }
+        out
     }
 
     /// Applies `key`'s limit to its lane, if it has one, keeping the level; returns the head's
@@ -174,7 +240,7 @@ impl<K: Hash + Eq + Clone> KeyedState<K> {
         bucket.set_rate(now, limit.rate.tokens(), limit.rate.per().as_nanos());
         bucket.set_burst(now, limit.burst);
         let head = entry.lane.head_waker();
-        self.settle(key.clone(), now);
+        self.settle(key, now);
         head
     }
 }
@@ -209,10 +275,9 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
 
     pub(crate) fn try_acquire(&self, key: &K, cost: u64) -> Result<(), NotUntil> {
         self.with(|st, now, after| {
-            let (lane, tally) = st.lane(key);
-            let result = lane.try_acquire(tally, now, cost, after);
-            st.settle(key.clone(), now);
-            result
+            st.on_lane(key, now, |lane, tally| {
+                lane.try_acquire(tally, now, cost, after)
+            })
         })
     }
 
@@ -229,10 +294,9 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
             let limit = timeout.map(|t| now.saturating_add(Nanos::from_duration(t)));
             // A lane with a waiter is never forgotten, so a ticket's lane is there; were it not,
             // the lane would not know the ticket and take the request as a new arrival.
-            let (lane, tally) = st.lane(key);
-            let step = lane.poll(tally, now, ticket, cost, waker, limit, after);
-            st.settle(key.clone(), now);
-            step
+            st.on_lane(key, now, |lane, tally| {
+                lane.poll(tally, now, ticket, cost, waker, limit, after)
+            })
         })
     }
 
@@ -241,7 +305,7 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
         self.with(|st, now, after| {
             if let Some(entry) = st.lanes.get_mut(key) {
                 entry.lane.cancel(now, ticket, after);
-                st.settle(key.clone(), now);
+                st.settle(key, now);
             }
         });
     }
@@ -407,6 +471,7 @@ impl<K: Hash + Eq + Clone> KeyedRateLimiter<K> {
                 origin: Instant::now(),
                 state: Mutex::new(KeyedState {
                     default: KeyLimit { rate, burst },
+                    default_bucket: KeyLimit { rate, burst }.bucket(),
                     limits: HashMap::new(),
                     lanes: HashMap::new(),
                     forget: BinaryHeap::new(),
