@@ -352,3 +352,35 @@ proptest! {
         })?;
     }
 }
+
+/// Twenty thousand keys fall due at once, which a sweep handles in one pass over the table:
+/// exactly the keys still in use are kept and are forgotten in their turn.
+#[tokio::test(start_paused = true)]
+async fn a_mass_expiry_keeps_exactly_the_keys_in_use() {
+    let limiter = KeyedRateLimiter::new(Rate::per_second(10), 1);
+    for key in 0..20_000u32 {
+        limiter.try_acquire(&key, 1).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(90)).await;
+    for key in 100_000..100_010u32 {
+        limiter.try_acquire(&key, 1).unwrap();
+    }
+    limiter.try_acquire(&200_000, 1).unwrap();
+    let waiter = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.acquire(&200_000, 1).await }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // 110 ms: the twenty thousand are full again; ten keys are not, one has a waiter.
+    assert_eq!(limiter.tracked_keys(), 11);
+    assert_eq!(limiter.stats().waiting, 1);
+    tokio::time::timeout(Duration::from_secs(1), waiter)
+        .await
+        .expect("the waiter is served")
+        .unwrap();
+    // 190 ms: the ten are full again; the waiter's key was charged now.
+    assert_eq!(limiter.tracked_keys(), 1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(limiter.tracked_keys(), 0);
+    assert_eq!(limiter.available(&200_000), 1);
+}

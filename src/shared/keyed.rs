@@ -72,6 +72,10 @@ impl KeyLane {
     }
 }
 
+/// How many due lanes a sweep forgets one by one before it turns to one pass over the table
+/// (or an eighth of the table, if more).
+const BULK_SWEEP_AFTER: usize = 4096;
+
 /// An idle lane's bucket is full at `at`: forget it then, unless charged again.
 struct Due<K> {
     at: Nanos,
@@ -127,10 +131,19 @@ impl<K: Hash + Eq + Clone> KeyedState<K> {
     /// Forgets the idle lanes that are full by `now`; re-schedules those charged again since.
     fn sweep(&mut self, now: Nanos) {
         let mut forgot = false;
+        // One by one, each is a heap pop and a table look-up at a random place; when a large
+        // share of the table is due (a million keys touched once, then idle), one pass over
+        // the table is much cheaper.
+        let mut budget = BULK_SWEEP_AFTER.max(self.lanes.len() / 8);
         while let Some(Reverse(due)) = self.forget.peek() {
             if due.at > now {
                 break;
             }
+            if budget == 0 {
+                self.sweep_all(now);
+                return;
+            }
+            budget -= 1;
             let Some(Reverse(due)) = self.forget.pop() else {
                 break;
             };
@@ -146,6 +159,28 @@ impl<K: Hash + Eq + Clone> KeyedState<K> {
         if forgot {
             self.shrink();
         }
+    }
+
+    /// Forgets every idle lane that is full by `now` in one pass over the table, and
+    /// schedules the idle lanes kept afresh (a lane with waiters is scheduled when its queue
+    /// empties, as ever).
+    fn sweep_all(&mut self, now: Nanos) {
+        self.lanes
+            .retain(|_, entry| entry.lane.waiting() > 0 || entry.lane.rule.full_at() > now);
+        let mut dues = Vec::with_capacity(self.lanes.len());
+        for (key, entry) in &mut self.lanes {
+            entry.due = None;
+            if entry.lane.waiting() == 0 {
+                let at = entry.lane.rule.full_at();
+                entry.due = Some(at);
+                dues.push(Reverse(Due {
+                    at,
+                    key: key.clone(),
+                }));
+            }
+        }
+        self.forget = BinaryHeap::from(dues);
+        self.shrink();
     }
 
     /// After an operation on `key`'s lane at `now`: forgets it if it is full and idle, else
