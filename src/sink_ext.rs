@@ -15,7 +15,10 @@ use crate::{Quota, Rate};
 /// writer waits; `poll_ready` says ready only when nothing is held and the inner sink is ready.
 /// The held item is handed on by whichever of `poll_ready`, `poll_flush` or `poll_close` is
 /// polled at or after its time, and `poll_flush` and `poll_close` flush or close the inner sink
-/// only after it has gone: `SinkExt::send` and `send_all` do all of this for you.
+/// only after it has gone: `SinkExt::send` and `send_all` do all of this for you. While the
+/// held item waits for its time, the adapter flushes the inner sink, so what a buffering sink
+/// (a `FramedWrite`) already holds goes out at its time, also under `send_all`, which flushes
+/// only at the end.
 ///
 /// **Promises**, as for the stream operators of [`PaceExt`](crate::PaceExt): items reach the
 /// inner sink in order, none is lost or duplicated, the bound of each operator holds for the
@@ -29,7 +32,9 @@ use crate::{Quota, Rate};
 /// the bucket or the shared quota, so no tokens are taken for an item stuck behind a full
 /// channel or socket. An item that is never handed on (the adapter dropped, or the item taken
 /// back with `take_held`) is charged nothing, and with a shared quota its place in the queue
-/// goes to the next waiter.
+/// goes to the next waiter. If the inner sink stops being ready (or fails) while the held item
+/// waits in a shared quota's queue, the item gives up its place and joins again at the back
+/// once the sink is ready: a stuck sink does not hold up the quota's other users.
 ///
 /// **Errors.** An error of the inner sink comes out of `poll_ready`, `poll_flush` or
 /// `poll_close` unchanged. The held item is not lost: it stays held, and the next

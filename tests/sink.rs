@@ -756,3 +756,110 @@ proptest! {
         }
     }
 }
+
+/// `send_all` from an always-ready stream flushes only at the end; the paced sink flushes the
+/// inner sink while its held item waits, so a buffering `FramedWrite` puts each line on the
+/// socket at its time, not all of them at the end.
+#[tokio::test(start_paused = true)]
+async fn send_all_into_a_buffering_sink_reaches_the_socket_paced() {
+    let start = Instant::now();
+    let (ours, theirs) = duplex(1 << 16);
+    let reader = tokio::spawn(async move {
+        let mut lines = FramedRead::new(theirs, LinesCodec::new());
+        let mut got = Vec::new();
+        while let Some(line) = lines.next().await {
+            got.push((line.unwrap(), nanos_since(start)));
+        }
+        got
+    });
+    let mut sink =
+        pin!(FramedWrite::new(ours, LinesCodec::new()).min_interval(Duration::from_millis(100)));
+    let mut lines =
+        futures_util::stream::iter(["a", "b", "c", "d", "e"].map(|s| Ok(s.to_string())));
+    within_an_hour(sink.send_all(&mut lines)).await.unwrap();
+    within_an_hour(sink.close()).await.unwrap();
+    let got = within_an_hour(reader).await.unwrap();
+    assert_eq!(timeline(&got), "0ms:a 100ms:b 200ms:c 300ms:d 400ms:e");
+}
+
+/// An inner sink that is open or shut by hand, counting what it is given.
+#[derive(Clone, Default)]
+struct Sluice(Arc<Mutex<(bool, Option<Waker>, Vec<u32>)>>);
+
+impl Sluice {
+    fn shut(&self, shut: bool) {
+        let mut v = self.0.lock().unwrap();
+        v.0 = shut;
+        if let Some(waker) = v.1.take() {
+            waker.wake();
+        }
+    }
+}
+
+impl Sink<u32> for Sluice {
+    type Error = ();
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), ()>> {
+        let mut v = self.0.lock().unwrap();
+        if v.0 {
+            v.1 = Some(cx.waker().clone());
+            Poll::Pending
+        } else {
+            Poll::Ready(Ok(()))
+        }
+    }
+    fn start_send(self: Pin<&mut Self>, item: u32) -> Result<(), ()> {
+        self.0.lock().unwrap().2.push(item);
+        Ok(())
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), ()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), ()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// A sink whose inner sink stops taking items gives up its place in the shared queue, so the
+/// quota's other users go on; once the inner sink is ready again it joins at the back.
+#[tokio::test(start_paused = true)]
+async fn a_stuck_inner_sink_does_not_hold_up_the_quota() {
+    let start = Instant::now();
+    let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    let sluice = Sluice::default();
+    let mut sink = task::spawn(sluice.clone().throttle_with(&limiter, |_: &u32| 1));
+    assert_ready_ok!(sink.enter(|cx, s| s.poll_ready(cx)));
+    sink.enter(|_, s| s.start_send(0)).unwrap();
+    assert_ready_ok!(sink.enter(|cx, s| s.poll_flush(cx)));
+    assert_ready_ok!(sink.enter(|cx, s| s.poll_ready(cx)));
+    sink.enter(|_, s| s.start_send(1)).unwrap();
+    // Item 1 heads the queue, due at 100 ms.
+    assert_pending!(sink.enter(|cx, s| s.poll_flush(cx)));
+    assert_eq!(limiter.stats().waiting, 1);
+    sluice.shut(true);
+    let other = tokio::spawn({
+        let limiter = limiter.clone();
+        async move {
+            limiter.acquire(1).await;
+            nanos_since(start)
+        }
+    });
+    sleep(Duration::from_millis(50)).await;
+    // Polled with its inner sink shut: it leaves the queue, taking nothing.
+    assert_pending!(sink.enter(|cx, s| s.poll_flush(cx)));
+    let granted = within_an_hour(other).await.unwrap();
+    assert_eq!(
+        granted,
+        100 * MS,
+        "the other user waited only for the bucket"
+    );
+    sluice.shut(false);
+    assert!(sink.is_woken());
+    // Back at the end of the queue: 100 ms after the other user's grant.
+    assert_pending!(sink.enter(|cx, s| s.poll_flush(cx)));
+    sleep_until(start + Duration::from_millis(200)).await;
+    assert!(sink.is_woken());
+    assert_ready_ok!(sink.enter(|cx, s| s.poll_flush(cx)));
+    assert_eq!(nanos_since(start), 200 * MS);
+    assert_eq!(sluice.0.lock().unwrap().2, [0, 1]);
+    assert_eq!(limiter.stats().granted, 3);
+}

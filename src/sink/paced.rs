@@ -28,6 +28,11 @@ pub(crate) trait Gate<T> {
     fn poll_grant(self: Pin<&mut Self>, cx: &mut Context<'_>, cost: u64) -> Poll<()>;
     /// The held item will not be delivered: stop waiting for it, charging nothing.
     fn cancel(self: Pin<&mut Self>);
+    /// The inner sink cannot take the held item now: a gate with a place in a shared queue
+    /// gives it up (joining again at the back once the sink is ready), so that a stuck sink
+    /// does not hold up every other user of the quota. A gate of this sink's own keeps
+    /// waiting for its deadline.
+    fn step_aside(self: Pin<&mut Self>) {}
 }
 
 pin_project! {
@@ -127,6 +132,10 @@ impl<T, Q: Quota, F: FnMut(&T) -> u64> Gate<T> for Granted<Q, F> {
         // Dropping the permit in place leaves the queue, taking nothing.
         me.permit.set(me.quota.permit());
     }
+
+    fn step_aside(self: Pin<&mut Self>) {
+        Gate::<T>::cancel(self);
+    }
 }
 
 impl<Q: Quota, F> fmt::Debug for Granted<Q, F> {
@@ -195,8 +204,22 @@ impl<Si, T, G> PacedSink<Si, T, G> {
     {
         let mut me = self.project();
         if let Some(&(_, cost)) = me.held.as_ref() {
-            ready!(me.sink.as_mut().poll_ready(cx))?;
-            ready!(me.gate.poll_grant(cx, cost));
+            match me.sink.as_mut().poll_ready(cx) {
+                Poll::Ready(Ok(())) => {}
+                not_ready => {
+                    me.gate.step_aside();
+                    return not_ready;
+                }
+            }
+            if me.gate.as_mut().poll_grant(cx, cost).is_pending() {
+                // Until the held item's time, push what the inner sink already holds on its
+                // way: a caller such as `send_all` only flushes at the end, and a buffering
+                // sink (a `FramedWrite`) would otherwise keep the paced items until then.
+                if let Poll::Ready(Err(e)) = me.sink.as_mut().poll_flush(cx) {
+                    return Poll::Ready(Err(e));
+                }
+                return Poll::Pending;
+            }
             if let Some((item, _)) = me.held.take() {
                 me.sink.start_send(item)?;
             }
