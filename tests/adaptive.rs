@@ -415,6 +415,26 @@ fn bad_ranges_are_refused() {
     );
 }
 
+/// Rates at the ends of what `Rate` can hold compare exactly, without overflow.
+#[test]
+fn extreme_rates_compare_exactly() {
+    paused(async {
+        let slowest = Rate::new(1, Duration::MAX);
+        let fastest = Rate::new(u64::MAX, Duration::from_nanos(1));
+        let limiter = RateLimiter::new(Rate::per_second(10), 1);
+        assert_eq!(
+            Adaptive::try_new(limiter.clone(), fastest, slowest).err(),
+            Some(ConfigError::MinAboveMax)
+        );
+        let adaptive = Adaptive::new(limiter.clone(), slowest, fastest);
+        assert_eq!(adaptive.rate(), Rate::per_second(10));
+        adaptive.on_throttled(None);
+        adaptive.on_success();
+        let same = Rate::new(u64::MAX, Duration::MAX);
+        assert!(Adaptive::try_new(limiter, same, same).is_ok());
+    });
+}
+
 #[test]
 #[should_panic(expected = "invalid adaptive range: `min` is above `max`")]
 fn new_panics_on_min_above_max() {

@@ -188,9 +188,19 @@ pub struct AdaptiveStats {
     pub rate: Rate,
 }
 
-/// Whether `a` is a slower rate than `b`, compared exactly as fractions.
+/// Whether `a` is a slower rate than `b`, compared exactly as fractions (in 192 bits: a
+/// `u64` of tokens times a period of up to 2^94 ns does not fit in 128).
 fn below(a: Rate, b: Rate) -> bool {
-    u128::from(a.tokens()) * b.per().as_nanos() < u128::from(b.tokens()) * a.per().as_nanos()
+    wide_mul(a.tokens(), b.per().as_nanos()) < wide_mul(b.tokens(), a.per().as_nanos())
+}
+
+/// `x * y` as (high, low) 128-bit halves, which compare as the product does.
+fn wide_mul(x: u64, y: u128) -> (u128, u128) {
+    let x = u128::from(x);
+    let low = x * (y & u128::from(u64::MAX));
+    let high = x * (y >> 64);
+    let (sum, carry) = low.overflowing_add(high << 64);
+    ((high >> 64) + u128::from(carry), sum)
 }
 
 /// Tokens per second.
