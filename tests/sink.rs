@@ -784,7 +784,10 @@ async fn send_all_into_a_buffering_sink_reaches_the_socket_paced() {
 
 /// An inner sink that is open or shut by hand, counting what it is given.
 #[derive(Clone, Default)]
-struct Sluice(Arc<Mutex<(bool, Option<Waker>, Vec<u32>)>>);
+struct Sluice(Arc<Mutex<SluiceState>>);
+
+/// Shut or not, the waker of a writer waiting for it to open, and what it was given.
+type SluiceState = (bool, Option<Waker>, Vec<u32>);
 
 impl Sluice {
     fn shut(&self, shut: bool) {
