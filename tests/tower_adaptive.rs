@@ -442,3 +442,107 @@ async fn each_completed_response_is_classified_once() {
     assert_eq!(*classified.lock().unwrap(), 1);
     assert_eq!(adaptive.stats().successes, 1);
 }
+
+/// Real HTTP on 127.0.0.1, in real time (paused time does not apply to sockets): an axum
+/// server with a hidden limit of 100/s answering 429 with `Retry-After`, and a hyper-util
+/// client through `AdaptiveLayer` + `RateLimitLayer` started at 10 × that. Bounded to 2.5 s
+/// of requests; the assertions are ones a loaded machine cannot break: every response is
+/// reported, the rate came down from `max`, and from 1.5 s on refusals are a small share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_real_http_the_rate_comes_down_to_the_servers_limit() {
+    use axum::error_handling::HandleErrorLayer;
+    use axum::response::IntoResponse;
+    use axum::routing::get;
+    use axum::Router;
+    use http_body_util::Empty;
+    use hyper::body::Bytes;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    use pacer::tower::{BoxError, RateLimited};
+
+    const TASKS: usize = 16;
+    let hidden = RateLimiter::new(Rate::per_second(100), 10);
+    let app = Router::new().route("/", get(|| async { "ok" })).layer(
+        ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(|err: BoxError| async move {
+                match err.downcast_ref::<RateLimited>() {
+                    Some(refused) => (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        [(RETRY_AFTER, refused.retry_after_secs().to_string())],
+                    )
+                        .into_response(),
+                    None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                }
+            }))
+            .layer(RateLimitLayer::new(&hidden).enforcing()),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let max = Rate::per_second(1_000);
+    let adaptive = Adaptive::new(RateLimiter::new(max, 10), Rate::per_second(10), max);
+    let client = ServiceBuilder::new()
+        .layer(AdaptiveLayer::new(&adaptive, classify))
+        .layer(RateLimitLayer::new(adaptive.limiter()))
+        .service(Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>());
+    let start = std::time::Instant::now();
+    let deadline = start + Duration::from_millis(2_500);
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while std::time::Instant::now() < deadline {
+                    let request = http::Request::get(format!("http://{addr}/"))
+                        .body(Empty::new())
+                        .unwrap();
+                    // A request still waiting out a pause at the deadline is dropped: it
+                    // reports nothing and is not counted.
+                    let bound = tokio::time::Instant::from_std(deadline);
+                    match tokio::time::timeout_at(bound, client.clone().oneshot(request)).await {
+                        Ok(response) => seen.push((start.elapsed(), response.unwrap().status())),
+                        Err(_) => break,
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for task in tasks {
+        seen.extend(task.await.unwrap());
+    }
+    let count = |from: Duration, status: StatusCode| {
+        seen.iter()
+            .filter(|&&(at, s)| at >= from && s == status)
+            .count() as u64
+    };
+    let stats = adaptive.stats();
+    let (ok, refused) = (
+        count(Duration::ZERO, StatusCode::OK),
+        count(Duration::ZERO, StatusCode::TOO_MANY_REQUESTS),
+    );
+    let late = Duration::from_millis(1_500);
+    let (late_ok, late_refused) = (
+        count(late, StatusCode::OK),
+        count(late, StatusCode::TOO_MANY_REQUESTS),
+    );
+    println!(
+        "{ok} × 200, {refused} × 429 in {:?}; from 1.5 s: {late_ok} × 200, {late_refused} × 429; \
+         {stats:?}",
+        start.elapsed()
+    );
+    assert!(start.elapsed() < Duration::from_secs(3));
+    assert_eq!((stats.successes, stats.refusals), (ok, refused));
+    assert_eq!(ok + refused, seen.len() as u64, "only 200s and 429s");
+    // From 10 × the limit the first burst is refused, and the rate comes down.
+    assert!(refused >= 1 && stats.decreases >= 1, "{stats:?}");
+    assert!(per_second(stats.rate) < per_second(max), "{stats:?}");
+    // The overloads come at the start and right after the first pause (about 1 s, the
+    // server's `Retry-After` rounded up); half a second later refusals are a small share.
+    assert!(
+        late_refused * 4 <= (late_ok + late_refused).max(4),
+        "from 1.5 s: {late_ok} × 200, {late_refused} × 429"
+    );
+}
