@@ -361,6 +361,42 @@ proptest! {
     }
 }
 
+/// The figures in the README: what honouring a whole-second `Retry-After` costs. Run with
+/// `cargo test --release --features tower --test tower_adaptive -- --ignored --nocapture`.
+#[test]
+#[ignore = "prints figures; asserts nothing"]
+fn figures_with_and_without_retry_after() {
+    println!("| L/s | Retry-After | goodput / L | refused | paused |");
+    println!("|---:|---|---:|---:|---:|");
+    for limit in [5.0, 50.0, 200.0] {
+        for retry_after in [true, false] {
+            let run = paused(run_through_the_layer(
+                limit,
+                Duration::from_millis(10),
+                8,
+                retry_after,
+                60,
+            ));
+            let (ok, refused): (u64, u64) = (
+                run.ok[20..60].iter().sum(),
+                run.refused[20..60].iter().sum(),
+            );
+            let paused_for = paused_within(
+                &run.pauses,
+                Duration::from_secs(20),
+                Duration::from_secs(60),
+            );
+            println!(
+                "| {limit} | {} | {:.3} | {:.2} % | {:.0} % |",
+                if retry_after { "honoured" } else { "none" },
+                ok as f64 / 40.0 / limit,
+                100.0 * refused as f64 / (ok + refused).max(1) as f64,
+                100.0 * paused_for.as_secs_f64() / 40.0,
+            );
+        }
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn ignore_outcomes_change_nothing() {
     let limiter = RateLimiter::new(Rate::per_second(50), 5);
