@@ -62,7 +62,8 @@
 //! - `tracing`: debug-level events when a shared limiter delays or refuses a request.
 //! - `redis`: `RedisRateLimiter`, one quota across processes and machines, kept in Redis.
 //! - `tower`: `pacer::tower`, a tower layer over a shared quota (shaping or enforcing, a cost
-//!   per request, keyed by client); adds `tower-service` and `tower-layer`.
+//!   per request, keyed by client), and one that reports each response to an [`Adaptive`];
+//!   adds `tower-service` and `tower-layer`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]

@@ -492,3 +492,39 @@ fn it_is_a_cheap_shared_handle() {
     assert_eq!(a.rate(), b.rate());
     assert!(format!("{a:?}").contains("Adaptive"));
 }
+
+/// Time paused by a `Retry-After` is neither probing time nor sending time: a success right
+/// after a 1 s pause finds the curve where the refusal left it, and a bucket of calls spanning
+/// the pause measures the rate they were sent at, not a fraction of it.
+#[test]
+fn paused_time_counts_as_neither_probing_nor_sending() {
+    paused(async {
+        let limiter = RateLimiter::new(Rate::per_second(100), 10);
+        let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(100));
+        adaptive.on_throttled(Some(Duration::from_secs(1)));
+        assert_eq!(adaptive.rate(), rate_of(80.0));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        adaptive.on_success();
+        // Still at the bottom of the curve (it would be at 97.5/s had the pause counted).
+        assert_eq!(adaptive.rate(), rate_of(80.0));
+
+        // 30 calls at 40/s, a 3 s pause after the 11th, then an overload: the cut is from
+        // about the rate they were sent at (80 % of 40/s, or of the curve's rate if lower),
+        // not from 30 calls over 3.75 s (8/s, a cut to 6.4/s).
+        let limiter = RateLimiter::new(Rate::per_second(40), 10);
+        let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(100));
+        for i in 0..30 {
+            tokio::time::advance(Duration::from_millis(25)).await;
+            if i == 10 {
+                adaptive.on_throttled(Some(Duration::from_secs(3)));
+                tokio::time::advance(Duration::from_secs(3)).await;
+            } else {
+                adaptive.on_success();
+            }
+        }
+        tokio::time::advance(Duration::from_millis(25)).await;
+        adaptive.on_throttled(None);
+        let r = per_second(adaptive.rate());
+        assert!((25.6..=32.0).contains(&r), "cut to {r}/s");
+    });
+}

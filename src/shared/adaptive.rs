@@ -87,6 +87,11 @@ pub enum AdaptiveLaw {
 /// time, since every cycle ends with at least one refusal. The rate never climbs above twice
 /// the measured sending rate, so a client that cannot use its rate does not inflate it.
 ///
+/// **Time paused by a `Retry-After`** counts neither as probing time nor as sending time:
+/// HTTP's header has whole seconds, so a server asks for 1 s where 20 ms would do, and
+/// counting that second would let the curve climb back during the pause and make the calls
+/// around it read as sent at a fraction of their rate.
+///
 /// It starts from the limiter's rate, clamped into `[min, max]`, probes up from there if no
 /// refusal comes, and only ever sets rates within `[min, max]`. If the limiter's rate is changed
 /// by hand, the next report takes the new rate (clamped) as its starting point, as if the
@@ -140,6 +145,9 @@ struct State {
     w_max: f64,
     /// When the curve started from `w_max` (seconds since `origin`; may be negative).
     curve_start: f64,
+    /// The total time paused when the curve started: paused time does not count as probing
+    /// time either, or a 1 s `Retry-After` would let the curve climb back during the pause.
+    curve_paused: f64,
     /// Whether any decrease happened (the cap at twice the measured rate applies from then).
     decreased: bool,
     /// The current overload: the report count after which its calls are all back, and the
@@ -154,6 +162,14 @@ struct State {
     bucket: f64,
     in_bucket: u64,
     measured: f64,
+    /// The pauses this controller asked for (`Retry-After`), so that time in which nothing
+    /// could be sent does not count as time sent slowly: `[pause_start, pause_end)` is the
+    /// latest, `paused_before` the total of the earlier ones, and `bucket_paused` the total
+    /// paused when the bucket started.
+    pause_start: f64,
+    pause_end: f64,
+    paused_before: f64,
+    bucket_paused: f64,
     successes: u64,
     refusals: u64,
     decreases: u64,
@@ -279,6 +295,7 @@ impl Adaptive {
                 set: min,
                 w_max: 0.0,
                 curve_start: 0.0,
+                curve_paused: 0.0,
                 decreased: false,
                 overload_until_reports: 0,
                 overload_until_secs: f64::NEG_INFINITY,
@@ -287,6 +304,10 @@ impl Adaptive {
                 bucket: 0.0,
                 in_bucket: 0,
                 measured: 0.0,
+                pause_start: 0.0,
+                pause_end: 0.0,
+                paused_before: 0.0,
+                bucket_paused: 0.0,
                 successes: 0,
                 refusals: 0,
                 decreases: 0,
@@ -428,6 +449,9 @@ impl Inner {
             .saturating_duration_since(self.origin)
             .as_secs_f64();
         let mut st = self.lock();
+        if let Some(d) = retry_after {
+            note_pause(&mut st, now, d);
+        }
         st.reports += 1;
         if refused {
             st.refusals += 1;
@@ -458,7 +482,8 @@ impl Inner {
             }
             self.decrease(st, current, now);
         } else {
-            let mut rate = curve(self.law, st.w_max, now - st.curve_start);
+            let probing = now - st.curve_start - (paused_through(st, now) - st.curve_paused);
+            let mut rate = curve(self.law, st.w_max, probing);
             if st.decreased && st.measured > 0.0 {
                 rate = rate.min(2.0 * st.measured);
             }
@@ -488,6 +513,7 @@ impl Inner {
         };
         st.w_max = reference;
         st.curve_start = now;
+        st.curve_paused = paused_through(st, now);
         st.decreased = true;
         st.decreases += 1;
         // The calls of this overload: those granted and not yet back, and those whose tokens
@@ -533,6 +559,7 @@ impl Inner {
         };
         st.w_max = per_second(clamped);
         st.curve_start = now - climb_secs(law, st.w_max);
+        st.curve_paused = paused_through(st, now);
         st.decreased = false;
         st.overload_until_secs = f64::NEG_INFINITY;
         st.set = clamped;
@@ -546,9 +573,14 @@ impl Inner {
 /// bucket of at least half a second (AWS's buckets) and, for the default law, at least
 /// [`MEASURE_MIN_CALLS`] outcomes, so that at 5 calls per second one call more or less in a
 /// bucket does not read as a 20 % change; smoothed across buckets.
+///
+/// The time the limiter spent paused by a `Retry-After` is left out: with the whole seconds
+/// of HTTP's header, a bucket spanning a pause would otherwise read a fraction of the rate the
+/// calls were sent at, and the next decrease would land far below the limit.
 fn measure(law: AdaptiveLaw, st: &mut State, now: f64) {
     st.in_bucket += 1;
-    let elapsed = now - st.bucket;
+    let paused = paused_through(st, now);
+    let elapsed = (now - st.bucket) - (paused - st.bucket_paused);
     let enough = match law {
         AdaptiveLaw::Cubic => st.in_bucket >= MEASURE_MIN_CALLS,
         AdaptiveLaw::AwsCubic | AdaptiveLaw::Aimd => true,
@@ -562,7 +594,28 @@ fn measure(law: AdaptiveLaw, st: &mut State, now: f64) {
         };
         st.in_bucket = 0;
         st.bucket = now;
+        st.bucket_paused = paused;
     }
+}
+
+/// Records a pause of `d` from `now` (seconds since the origin), merged with the latest one.
+fn note_pause(st: &mut State, now: f64, d: Duration) {
+    let end = now + d.as_secs_f64();
+    if end <= st.pause_end {
+        return;
+    }
+    if now <= st.pause_end {
+        st.pause_end = end;
+    } else {
+        st.paused_before += st.pause_end - st.pause_start;
+        st.pause_start = now;
+        st.pause_end = end;
+    }
+}
+
+/// The total time paused up to `t` (seconds since the origin).
+fn paused_through(st: &State, t: f64) -> f64 {
+    st.paused_before + (t.min(st.pause_end) - st.pause_start).max(0.0)
 }
 
 /// How long the curve takes to climb from a decrease back to `w_max`.

@@ -18,6 +18,11 @@
 //! starts a fresh one (tower #794, axum #2634), every clone of a [`RateLimit`] holds a handle
 //! to the same quota: cloning a service into 64 tasks keeps one limit.
 //!
+//! [`AdaptiveLayer`] closes the loop with an [`Adaptive`](crate::Adaptive): it reports each
+//! response, as a classifier closure reads it ([`Outcome`]), so that a client finds a
+//! destination's real limit from its `429`s and `Retry-After`s, and a [`RateLimitLayer`] over
+//! [`adaptive.limiter()`](crate::Adaptive::limiter) paces the requests at it.
+//!
 //! # Examples
 //!
 //! ```
@@ -44,12 +49,14 @@
 //! # }
 //! ```
 
+mod adaptive;
 mod error;
 mod future;
 mod layer;
 mod quota;
 mod service;
 
+pub use adaptive::{AdaptiveFuture, AdaptiveLayer, AdaptiveService, Outcome};
 pub use error::{BoxError, RateLimited};
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;
