@@ -445,3 +445,30 @@ fn a_dawdling_consumer_keeps_the_bound() {
         assert_eq!(n, 40);
     });
 }
+
+/// A limit changed while items are held applies to them at once, keeping the level: the held
+/// item's deadline is asked again.
+#[tokio::test(start_paused = true)]
+async fn a_limit_changed_while_items_are_held_applies_at_once() {
+    let limiter = KeyedRateLimiter::new(Rate::per_second(1), 1);
+    let start = Instant::now();
+    let paced = stream::iter(["a1", "a2", "a3"]).throttle_by_key(
+        &limiter,
+        |m| m.chars().next().unwrap(),
+        |_| 1,
+        8,
+    );
+    let changer = tokio::spawn({
+        let limiter = limiter.clone();
+        async move {
+            sleep(Duration::from_millis(200)).await;
+            // a2 lacks 0.8 token, at 10/s that is 80 ms.
+            limiter.set_limit('a', Rate::per_second(10), 1);
+            sleep(Duration::from_millis(300)).await;
+            limiter.clear_limit(&'a');
+        }
+    });
+    let out = common::within_an_hour(collect_timed(start, paced)).await;
+    changer.await.unwrap();
+    assert_eq!(timeline(&out), "0ms:a1 280ms:a2 380ms:a3");
+}

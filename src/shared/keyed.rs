@@ -24,7 +24,7 @@ use super::lane::{After, Lane, Step, Tally};
 use super::single::unlock_then;
 use super::{Handle, NotUntil, Stats, Waiter};
 use crate::core::{Bucket, Nanos};
-use crate::sync::{Mutex, MutexGuard};
+use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering as AtomicOrdering};
 use crate::{timer, ConfigError, Rate};
 
 /// A rate and a burst: the limit of one key.
@@ -121,6 +121,9 @@ struct KeyedState<K> {
 pub(crate) struct KeyedShared<K> {
     origin: Instant,
     state: Mutex<KeyedState<K>>,
+    /// `KeyedState::epoch`, published after each change of a limit, so that a stream holding
+    /// items can tell whether to re-ask without taking the lock on every poll.
+    epoch: AtomicU64,
 }
 
 impl<K: Hash + Eq + Clone> KeyedState<K> {
@@ -347,7 +350,8 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
 
     /// The number the limits are at: it changes with every `set_limit` and `clear_limit`.
     pub(crate) fn epoch(&self) -> u64 {
-        self.lock().epoch
+        // Published before the lock is released, and before the head waiter is woken.
+        self.epoch.load(AtomicOrdering::Acquire)
     }
 }
 
@@ -513,6 +517,7 @@ impl<K: Hash + Eq + Clone> KeyedRateLimiter<K> {
                     tally: Tally::default(),
                     epoch: 0,
                 }),
+                epoch: AtomicU64::new(0),
             }),
         })
     }
@@ -542,9 +547,11 @@ impl<K: Hash + Eq + Clone> KeyedRateLimiter<K> {
             burst > 0,
             "KeyedRateLimiter::set_limit: `burst` is 0, so nothing could ever pass; it must be at least 1"
         );
+        let epoch = &self.shared.epoch;
         self.shared.with(|st, now, after| {
             st.limits.insert(key.clone(), KeyLimit { rate, burst });
             after.wake = st.apply_limit(&key, now);
+            epoch.store(st.epoch, AtomicOrdering::Release);
         });
     }
 
@@ -566,9 +573,11 @@ impl<K: Hash + Eq + Clone> KeyedRateLimiter<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        let epoch = &self.shared.epoch;
         self.shared.with(|st, now, after| {
             if let Some((key, _)) = st.limits.remove_entry(key) {
                 after.wake = st.apply_limit(&key, now);
+                epoch.store(st.epoch, AtomicOrdering::Release);
             }
         });
     }
