@@ -355,13 +355,25 @@ impl<K: Hash + Eq + Clone> KeyedShared<K> {
     }
 }
 
-/// A borrowed way into one key's queue, for a future.
-pub(crate) struct KeyRef<'a, K> {
-    pub(crate) shared: &'a KeyedShared<K>,
-    pub(crate) key: &'a K,
+/// A way into one key's queue: the limiter's state and the key, each borrowed or owned.
+pub(crate) struct KeyHandle<S, Q> {
+    pub(crate) shared: S,
+    pub(crate) key: Q,
 }
 
-impl<K: Hash + Eq + Clone> Handle for KeyRef<'_, K> {
+/// Borrowed, for a future of the limiter's own.
+pub(crate) type KeyRef<'a, K> = KeyHandle<&'a KeyedShared<K>, &'a K>;
+
+/// Owned, for a request that outlives any borrow (a tower response future).
+#[cfg(feature = "tower")]
+pub(crate) type KeyOwned<K> = KeyHandle<Arc<KeyedShared<K>>, K>;
+
+impl<K, S, Q> Handle for KeyHandle<S, Q>
+where
+    K: Hash + Eq + Clone,
+    S: std::ops::Deref<Target = KeyedShared<K>>,
+    Q: Borrow<K>,
+{
     fn origin(&self) -> Instant {
         self.shared.origin
     }
@@ -372,37 +384,11 @@ impl<K: Hash + Eq + Clone> Handle for KeyRef<'_, K> {
         waker: &Waker,
         timeout: Option<Duration>,
     ) -> Result<Step, NotUntil> {
-        self.shared.poll(self.key, ticket, cost, waker, timeout)
+        self.shared
+            .poll(self.key.borrow(), ticket, cost, waker, timeout)
     }
     fn cancel(&self, ticket: u64) {
-        self.shared.cancel(self.key, ticket);
-    }
-}
-
-/// An owned way into one key's queue, for a request that outlives any borrow (a tower
-/// response future).
-#[cfg(feature = "tower")]
-pub(crate) struct KeyOwned<K> {
-    pub(crate) shared: Arc<KeyedShared<K>>,
-    pub(crate) key: K,
-}
-
-#[cfg(feature = "tower")]
-impl<K: Hash + Eq + Clone> Handle for KeyOwned<K> {
-    fn origin(&self) -> Instant {
-        self.shared.origin
-    }
-    fn poll(
-        &self,
-        ticket: &mut Option<u64>,
-        cost: u64,
-        waker: &Waker,
-        timeout: Option<Duration>,
-    ) -> Result<Step, NotUntil> {
-        self.shared.poll(&self.key, ticket, cost, waker, timeout)
-    }
-    fn cancel(&self, ticket: u64) {
-        self.shared.cancel(&self.key, ticket);
+        self.shared.cancel(self.key.borrow(), ticket);
     }
 }
 
