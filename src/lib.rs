@@ -16,25 +16,24 @@
 //! Time is [`tokio::time::Instant`], so everything works under paused time: test your own
 //! code with `#[tokio::test(start_paused = true)]` and the schedule is exact and instant.
 //!
-//! A quota shared by many tasks and streams is a [`RateLimiter`] (a token bucket, optionally
-//! with Guava's warm-up) or a [`Stagger`] (the sliding window), cloned by handle, fair (FIFO) and
-//! changeable at run time; streams draw on one with
-//! [`throttle_with`](PaceExt::throttle_with) and
-//! [`staggered_start_with`](PaceExt::staggered_start_with). A limit per destination is a
-//! [`KeyedRateLimiter`] (one bucket per key, forgotten once full and idle), and
-//! [`throttle_by_key`](PaceExt::throttle_by_key) paces one stream by it with no head-of-line
-//! blocking between keys. With the `redis` feature,
-//! `RedisRateLimiter` shares one quota across processes and machines.
-//! An [`Adaptive`] finds a destination's real limit from its answers (`429 Too Many
-//! Requests`, `Retry-After`) and keeps a `RateLimiter`'s rate there.
+//! # Entry points
 //!
-//! The same pacing applies where items are written: [`PaceSinkExt`] gives every
-//! [`Sink`](futures_sink::Sink) `throttle`, `throttle_with` and `min_interval`, holding an item
-//! until it conforms and charging it when it is handed to the inner sink.
+//! Every entry point is a thin layer over one token-bucket core and one waiter engine: the
+//! same arithmetic and the same fair (FIFO) queue, wherever the items come from.
 //!
-//! With the `tower` feature, `pacer::tower::RateLimitLayer` puts the same shared quotas
-//! in front of any tower `Service`: a client that waits its turn, or a server that answers
-//! `429` with `Retry-After`, keyed by client if you like.
+//! | where the items are | use | |
+//! |---|---|---|
+//! | a stream | [`PaceExt`] | adapters in [`stream`] |
+//! | a Sink | [`PaceSinkExt`] | adapters in [`sink`] |
+//! | tasks sharing a quota | [`RateLimiter`] (optionally with Guava's warm-up), [`Stagger`] | streams draw on them with [`throttle_with`](PaceExt::throttle_with) |
+//! | one limit per destination | [`KeyedRateLimiter`] | [`throttle_by_key`](PaceExt::throttle_by_key) |
+//! | a limit learned from `429`s | [`Adaptive`] | |
+//! | a tower `Service` | `pacer::tower` (feature `tower`) | shaping clients, enforcing servers |
+//! | one quota across machines | `RedisRateLimiter` (feature `redis`) | details in `pacer::redis` |
+//!
+//! Every refusal is a [`NotUntil`]; every configuration value that cannot be is a
+//! [`ConfigError`], and every setter that takes one has a `try_` form. The [`guide`] explains
+//! each entry point at length, with its promises and its limits.
 //!
 //! ```
 //! use std::time::Duration;
@@ -56,51 +55,52 @@
 //!
 //! # Cargo features
 //!
-//! None is on by default; the default build depends on tokio, futures-core, futures-sink and
-//! pin-project-lite only.
+//! None is on by default; the default build depends on tokio, futures-core, futures-sink,
+//! pin-project-lite and hashbrown only.
 //!
 //! - `tracing`: debug-level events when a shared limiter delays or refuses a request.
 //! - `redis`: `RedisRateLimiter`, one quota across processes and machines, kept in Redis.
 //! - `tower`: `pacer::tower`, a tower layer over a shared quota (shaping or enforcing, a cost
 //!   per request, keyed by client), and one that reports each response to an [`Adaptive`];
 //!   adds `tower-service` and `tower-layer`.
+//! - `unstable-laws`: `AdaptiveLaw` and `Adaptive::try_with_law`, the control laws the
+//!   adaptive benchmark compares. Outside semver: they may change or go in any release.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod core;
-mod ext;
+mod engine;
+mod error;
+pub mod guide;
+mod limiter;
+mod mode;
 mod rate;
 #[cfg(feature = "redis")]
-mod redis;
-mod shared;
-mod sink;
-mod sink_ext;
-mod stream;
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
+pub mod sink;
+mod stats;
+pub mod stream;
 mod sync;
 mod timer;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 
-pub use ext::PaceExt;
-pub use rate::{ConfigError, Rate};
+pub use error::{ConfigError, NotUntil, RateExceeded};
+#[cfg(feature = "unstable-laws")]
+#[cfg_attr(docsrs, doc(cfg(feature = "unstable-laws")))]
+pub use limiter::AdaptiveLaw;
+pub use limiter::{Adaptive, AdaptiveStats, KeyedRateLimiter, Quota, RateLimiter, Stagger};
+pub use mode::{Enforcing, Shaping};
+pub use rate::Rate;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::{
-    FailurePolicy, RedisPermit, RedisQuotaError, RedisRateLimiter, RedisRateLimiterBuilder,
-    RedisStats,
-};
-#[doc(hidden)]
-pub use shared::AdaptiveLaw;
-pub use shared::{Adaptive, AdaptiveStats};
-pub use shared::{KeyedRateLimiter, NotUntil, Quota, RateLimiter, Stagger, Stats};
-pub use sink::{SinkMinInterval, SinkThrottle, SinkThrottleWith};
-pub use sink_ext::PaceSinkExt;
-pub use stream::{
-    BatchedInterval, Enforcing, MinInterval, RateExceeded, Shaping, StaggeredStart,
-    StaggeredStartWith, Throttle, ThrottleByKey, ThrottleMode, ThrottleWith,
-};
+pub use redis::RedisRateLimiter;
+pub use sink::PaceSinkExt;
+pub use stats::Stats;
+pub use stream::PaceExt;
 
 /// The README's code blocks, compiled as doctests so they cannot rot.
 #[doc = include_str!("../README.md")]

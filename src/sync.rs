@@ -9,3 +9,10 @@ pub(crate) use loom::sync::{Mutex, MutexGuard};
 pub(crate) use std::sync::atomic::{fence, AtomicU64, Ordering};
 #[cfg(not(pacer_loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
+
+/// Locks `mutex`, ignoring poisoning: every state behind the crate's mutexes is consistent
+/// between any two statements that could panic, so a panic elsewhere while it was held does
+/// not make it unusable.
+pub(crate) fn lock<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}

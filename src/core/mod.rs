@@ -5,10 +5,12 @@
 
 mod bucket;
 mod nanos;
+mod pace;
 mod warmup;
 mod window;
 
 pub(crate) use bucket::{Bucket, Decision, Packed};
+pub(crate) use pace::{Costed, Pace};
 pub(crate) use nanos::Nanos;
 pub(crate) use warmup::WarmingUp;
 pub(crate) use window::Window;

@@ -16,11 +16,12 @@ pin_project! {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::SinkExt;
-    /// use pacer::{PaceSinkExt, SinkMinInterval};
+    /// use pacer::sink::MinInterval;
+    /// use pacer::PaceSinkExt;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let mut sink: SinkMinInterval<Vec<&str>, &str> =
+    /// let mut sink: MinInterval<Vec<&str>, &str> =
     ///     Vec::new().min_interval(Duration::from_millis(200));
     /// let mut sink = std::pin::pin!(sink);
     /// let start = tokio::time::Instant::now();
@@ -31,25 +32,25 @@ pin_project! {
     /// # }
     /// ```
     #[must_use = "sinks do nothing unless polled"]
-    pub struct SinkMinInterval<Si, Item> {
+    pub struct MinInterval<Si, Item> {
         #[pin]
         inner: PacedSink<Si, Item, Local<Bucket>>,
     }
 }
 
-impl<Si, Item> SinkMinInterval<Si, Item> {
+impl<Si, Item> MinInterval<Si, Item> {
     pub(crate) fn new(sink: Si, interval: Duration) -> Self {
         // As for the stream: a bucket of one token, always empty right after an item went, so
         // the gap counts from the actual hand-over.
         let bucket = Bucket::interval(Nanos::from_duration(interval));
-        SinkMinInterval {
+        MinInterval {
             inner: PacedSink::new(sink, Local::new(bucket)),
         }
     }
 }
 
 sink_adapter!(
-    SinkMinInterval [Si, Item] [Si, Item],
+    MinInterval [Si, Item] [Si, Item],
     where [],
     "Vec::<u32>::new().min_interval(Duration::from_millis(10))"
 );

@@ -14,10 +14,9 @@ use futures_core::Stream;
 use futures_sink::Sink;
 use pin_project_lite::pin_project;
 
-use crate::core::{Decision, Nanos};
-use crate::stream::Pace;
+use crate::core::{Decision, Nanos, Pace};
+use crate::limiter::Quota;
 use crate::timer::Timer;
-use crate::Quota;
 
 /// When a held item may go, charging it as it does.
 pub(crate) trait Gate<T> {

@@ -3,9 +3,8 @@
 use pin_project_lite::pin_project;
 
 use super::paced::{Local, PacedSink};
-use crate::core::Bucket;
-use crate::stream::Costed;
-use crate::Rate;
+use crate::core::{Bucket, Costed};
+use crate::rate::Rate;
 
 pin_project! {
     /// Sink for [`throttle`](crate::PaceSinkExt::throttle): each item handed to the inner sink
@@ -15,7 +14,8 @@ pin_project! {
     ///
     /// ```
     /// use futures_util::SinkExt;
-    /// use pacer::{PaceSinkExt, Rate, SinkThrottle};
+    /// use pacer::sink::Throttle;
+    /// use pacer::{PaceSinkExt, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -30,13 +30,13 @@ pin_project! {
     /// # }
     /// ```
     #[must_use = "sinks do nothing unless polled"]
-    pub struct SinkThrottle<Si, Item, F> {
+    pub struct Throttle<Si, Item, F> {
         #[pin]
         inner: PacedSink<Si, Item, Local<Costed<F>>>,
     }
 }
 
-impl<Si, Item, F> SinkThrottle<Si, Item, F> {
+impl<Si, Item, F> Throttle<Si, Item, F> {
     #[track_caller]
     pub(crate) fn new(sink: Si, rate: Rate, cost: F, burst: u64) -> Self {
         assert!(
@@ -44,14 +44,14 @@ impl<Si, Item, F> SinkThrottle<Si, Item, F> {
             "throttle: `burst` is 0, so no item could ever pass; it must be at least 1"
         );
         let bucket = Bucket::new(rate.tokens(), rate.per().as_nanos(), burst);
-        SinkThrottle {
+        Throttle {
             inner: PacedSink::new(sink, Local::new(Costed { bucket, cost })),
         }
     }
 }
 
 sink_adapter!(
-    SinkThrottle [Si, Item, F] [Si, Item, F],
+    Throttle [Si, Item, F] [Si, Item, F],
     where [F: FnMut(&Item) -> u64],
     "Vec::<u32>::new().throttle(Rate::per_second(1), |_| 1, 1)"
 );

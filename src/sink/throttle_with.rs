@@ -3,7 +3,7 @@
 use pin_project_lite::pin_project;
 
 use super::paced::{Granted, PacedSink};
-use crate::{Quota, RateLimiter};
+use crate::limiter::{Quota, RateLimiter};
 
 pin_project! {
     /// Sink for [`throttle_with`](crate::PaceSinkExt::throttle_with): items handed to the
@@ -14,12 +14,13 @@ pin_project! {
     ///
     /// ```
     /// use futures_util::SinkExt;
-    /// use pacer::{PaceSinkExt, Rate, RateLimiter, SinkThrottleWith};
+    /// use pacer::sink::ThrottleWith;
+    /// use pacer::{PaceSinkExt, Rate, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
     /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
-    /// let a: SinkThrottleWith<Vec<u32>, u32, _> = Vec::new().throttle_with(&limiter, |_| 1);
+    /// let a: ThrottleWith<Vec<u32>, u32, _> = Vec::new().throttle_with(&limiter, |_| 1);
     /// let b = Vec::new().throttle_with(&limiter, |_: &u32| 1);
     /// let (mut a, mut b) = (Box::pin(a), Box::pin(b));
     /// let (mut to_a, mut to_b) = (
@@ -36,22 +37,22 @@ pin_project! {
     /// # }
     /// ```
     #[must_use = "sinks do nothing unless polled"]
-    pub struct SinkThrottleWith<Si, Item, F, Q: Quota = RateLimiter> {
+    pub struct ThrottleWith<Si, Item, F, Q: Quota = RateLimiter> {
         #[pin]
         inner: PacedSink<Si, Item, Granted<Q, F>>,
     }
 }
 
-impl<Si, Item, F, Q: Quota> SinkThrottleWith<Si, Item, F, Q> {
+impl<Si, Item, F, Q: Quota> ThrottleWith<Si, Item, F, Q> {
     pub(crate) fn new(sink: Si, quota: &Q, cost: F) -> Self {
-        SinkThrottleWith {
+        ThrottleWith {
             inner: PacedSink::new(sink, Granted::new(quota, cost)),
         }
     }
 }
 
 sink_adapter!(
-    SinkThrottleWith [Si, Item, F, Q: Quota] [Si, Item, F, Q],
+    ThrottleWith [Si, Item, F, Q: Quota] [Si, Item, F, Q],
     where [F: FnMut(&Item) -> u64],
     "Vec::<u32>::new().throttle_with(&pacer::RateLimiter::new(Rate::per_second(1), 1), |_| 1)"
 );

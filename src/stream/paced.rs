@@ -1,5 +1,5 @@
-//! The engine behind every adapter that holds one item until its time: pull, ask the pacing
-//! rule when the item may leave, wait on the timer if it must, emit, then charge the rule.
+//! The loop behind every stream adapter that holds one item until its time: pull, ask the
+//! pacing rule when the item may leave, wait on the timer if it must, emit, then charge the rule.
 
 use std::fmt;
 use std::pin::Pin;
@@ -9,81 +9,8 @@ use futures_core::Stream;
 use pin_project_lite::pin_project;
 
 use super::upstream::Upstream;
-use crate::core::{Bucket, Decision, Nanos, Window};
+use crate::core::{Decision, Nanos, Pace};
 use crate::timer::Timer;
-
-/// A pacing rule over the clock-free core.
-pub(crate) trait Pace<T> {
-    /// What `item` will be charged when it leaves.
-    fn cost(&mut self, item: &T) -> u64;
-    /// Whether the rule never delays anything, so the clock need not be read at all.
-    fn is_unlimited(&self) -> bool;
-    /// Charges an item of `cost` offered at `now` if it may leave now; otherwise says when.
-    fn offer(&mut self, now: Nanos, cost: u64) -> Decision;
-    /// Charges an item of `cost` that left at `now`, after waiting for its time.
-    fn commit(&mut self, now: Nanos, cost: u64);
-}
-
-/// Every item costs one token (`min_interval`).
-impl<T> Pace<T> for Bucket {
-    fn cost(&mut self, _: &T) -> u64 {
-        1
-    }
-    fn is_unlimited(&self) -> bool {
-        Bucket::is_unlimited(self)
-    }
-    fn offer(&mut self, now: Nanos, cost: u64) -> Decision {
-        Bucket::offer(self, now, cost)
-    }
-    fn commit(&mut self, now: Nanos, cost: u64) {
-        Bucket::commit(self, now, cost);
-    }
-}
-
-/// A bucket whose items cost what a closure says (`throttle`).
-pub(crate) struct Costed<F> {
-    pub(crate) bucket: Bucket,
-    pub(crate) cost: F,
-}
-
-impl<F> fmt::Debug for Costed<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Costed")
-            .field("bucket", &self.bucket)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<T, F: FnMut(&T) -> u64> Pace<T> for Costed<F> {
-    fn cost(&mut self, item: &T) -> u64 {
-        (self.cost)(item)
-    }
-    fn is_unlimited(&self) -> bool {
-        self.bucket.is_unlimited()
-    }
-    fn offer(&mut self, now: Nanos, cost: u64) -> Decision {
-        self.bucket.offer(now, cost)
-    }
-    fn commit(&mut self, now: Nanos, cost: u64) {
-        self.bucket.commit(now, cost);
-    }
-}
-
-/// At most k emissions per window (`staggered_start`); items carry no cost.
-impl<T> Pace<T> for Window {
-    fn cost(&mut self, _: &T) -> u64 {
-        1
-    }
-    fn is_unlimited(&self) -> bool {
-        Window::is_unlimited(self)
-    }
-    fn offer(&mut self, now: Nanos, _: u64) -> Decision {
-        Window::offer(self, now)
-    }
-    fn commit(&mut self, now: Nanos, _: u64) {
-        Window::commit(self, now);
-    }
-}
 
 /// An item let through, or refused with how long until it would have conformed.
 pub(crate) type Checked<T> = Result<T, (T, Nanos)>;

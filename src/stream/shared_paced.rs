@@ -8,10 +8,10 @@ use std::task::{ready, Context, Poll};
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
-use super::paced::Checked;
 use super::upstream::Upstream;
+use super::paced::Checked;
 use crate::core::Nanos;
-use crate::Quota;
+use crate::limiter::Quota;
 
 pin_project! {
     /// A stream whose items are granted by the shared quota `Q`, one held at a time.

@@ -9,7 +9,7 @@ use futures_core::Stream;
 use pin_project_lite::pin_project;
 
 use super::shared_paced::SharedPaced;
-use crate::Stagger;
+use crate::limiter::Stagger;
 
 pin_project! {
     /// Stream for [`staggered_start_with`](crate::PaceExt::staggered_start_with): items let

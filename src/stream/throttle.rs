@@ -3,217 +3,16 @@
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use futures_core::stream::FusedStream;
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
-use super::paced::{Costed, Paced};
-use crate::core::Bucket;
-use crate::Rate;
-
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for super::Shaping {}
-    impl Sealed for super::Enforcing {}
-}
-
-/// What [`throttle`](crate::PaceExt::throttle) does with an item that does not conform:
-/// [`Shaping`] delays it, [`Enforcing`] hands it back at once.
-///
-/// This trait is sealed: those two are the only modes.
-///
-/// # Examples
-///
-/// ```
-/// use pacer::{Enforcing, Shaping, ThrottleMode};
-///
-/// fn mode_name<M: ThrottleMode + std::fmt::Debug>(mode: M) -> String {
-///     format!("{mode:?}")
-/// }
-/// assert_eq!(mode_name(Shaping), "Shaping");
-/// assert_eq!(mode_name(Enforcing), "Enforcing");
-/// ```
-pub trait ThrottleMode: sealed::Sealed {}
-
-/// Delay each item until the bucket holds its cost; every item comes out, in order.
-///
-/// # Examples
-///
-/// ```
-/// use futures_util::StreamExt;
-/// use pacer::{PaceExt, Rate, Shaping};
-///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() {
-/// let start = tokio::time::Instant::now();
-/// let items: Vec<_> = futures_util::stream::iter(1..=3)
-///     .throttle(Rate::per_second(1), |_| 1, 1, Shaping)
-///     .collect()
-///     .await;
-/// assert_eq!(items, [1, 2, 3]);
-/// assert_eq!(start.elapsed().as_secs(), 2);
-/// # }
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Shaping;
-
-/// Never delay: an item that does not conform comes out at once as
-/// `Err(`[`RateExceeded`]`)`, which holds the item and says when it would have conformed.
-///
-/// # Examples
-///
-/// ```
-/// use futures_util::StreamExt;
-/// use pacer::{Enforcing, PaceExt, Rate};
-///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() {
-/// let out: Vec<_> = futures_util::stream::iter(["a", "b"])
-///     .throttle(Rate::per_second(1), |_| 1, 1, Enforcing)
-///     .collect()
-///     .await;
-/// assert_eq!(out[0].as_ref().ok(), Some(&"a"));
-/// let refused = out[1].as_ref().unwrap_err();
-/// assert_eq!(refused.get_ref(), &"b");
-/// assert_eq!(refused.retry_after().as_secs(), 1);
-/// # }
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Enforcing;
-
-impl ThrottleMode for Shaping {}
-impl ThrottleMode for Enforcing {}
-
-/// An item that an [`Enforcing`] throttle refused, handed back with how long until it would
-/// have conformed. Nothing is lost: [`into_inner`](RateExceeded::into_inner) returns the item.
-///
-/// # Examples
-///
-/// ```
-/// use futures_util::StreamExt;
-/// use pacer::{Enforcing, PaceExt, Rate};
-///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() {
-/// let mut s = std::pin::pin!(futures_util::stream::iter([10, 20])
-///     .throttle(Rate::per_second(2), |&n| n, 15, Enforcing));
-/// assert_eq!(s.next().await.unwrap().unwrap(), 10);
-/// let refused = s.next().await.unwrap().unwrap_err();
-/// // 20 can never fit in a bucket of 15.
-/// assert_eq!(refused.retry_after(), std::time::Duration::MAX);
-/// assert_eq!(refused.into_inner(), 20);
-/// # }
-/// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct RateExceeded<T> {
-    item: T,
-    retry_after: Duration,
-}
-
-impl<T> RateExceeded<T> {
-    pub(crate) fn new(item: T, retry_after: Duration) -> Self {
-        RateExceeded { item, retry_after }
-    }
-
-    /// How long after the refusal the item would have conformed, if nothing else were taken
-    /// meanwhile; `Duration::MAX` if it costs more than the whole bucket and never can (or
-    /// could only after more than `u64::MAX` nanoseconds, about 584 years).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use futures_util::StreamExt;
-    /// use pacer::{Enforcing, PaceExt, Rate};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let out: Vec<_> = futures_util::stream::iter([1, 2])
-    ///     .throttle(Rate::per_second(4), |_| 1, 1, Enforcing)
-    ///     .collect()
-    ///     .await;
-    /// assert_eq!(out[1].as_ref().unwrap_err().retry_after().as_millis(), 250);
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn retry_after(&self) -> Duration {
-        self.retry_after
-    }
-
-    /// A reference to the refused item.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use futures_util::StreamExt;
-    /// use pacer::{Enforcing, PaceExt, Rate};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let out: Vec<_> = futures_util::stream::iter(["x", "y"])
-    ///     .throttle(Rate::per_second(1), |_| 1, 1, Enforcing)
-    ///     .collect()
-    ///     .await;
-    /// assert_eq!(out[1].as_ref().unwrap_err().get_ref(), &"y");
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn get_ref(&self) -> &T {
-        &self.item
-    }
-
-    /// The refused item, to retry, reroute or drop as you choose.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use futures_util::StreamExt;
-    /// use pacer::{Enforcing, PaceExt, Rate};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let out: Vec<_> = futures_util::stream::iter([String::from("x"), String::from("y")])
-    ///     .throttle(Rate::per_second(1), |_| 1, 1, Enforcing)
-    ///     .collect()
-    ///     .await;
-    /// let mut out = out.into_iter();
-    /// assert_eq!(out.next().unwrap().unwrap(), "x");
-    /// assert_eq!(out.next().unwrap().unwrap_err().into_inner(), "y");
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn into_inner(self) -> T {
-        self.item
-    }
-}
-
-impl<T> fmt::Debug for RateExceeded<T>
-where
-    T: fmt::Debug,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateExceeded")
-            .field("item", &self.item)
-            .field("retry_after", &self.retry_after)
-            .finish()
-    }
-}
-
-impl<T> fmt::Display for RateExceeded<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.retry_after == Duration::MAX {
-            f.write_str(
-                "rate exceeded: the item never conforms (it costs more than the whole burst, \
-                 or would wait beyond about 584 years)",
-            )
-        } else {
-            write!(f, "rate exceeded: retry after {:?}", self.retry_after)
-        }
-    }
-}
-
-impl<T: fmt::Debug> std::error::Error for RateExceeded<T> {}
+use super::paced::Paced;
+use crate::core::{Bucket, Costed};
+use crate::error::{NotUntil, RateExceeded};
+use crate::mode::{Enforcing, Shaping};
+use crate::rate::Rate;
 
 pin_project! {
     /// Stream for [`throttle`](crate::PaceExt::throttle): a token bucket with a cost per item.
@@ -279,8 +78,7 @@ impl<S: Stream, F> Throttle<S, F, Shaping> {
     /// # Examples
     ///
     /// ```
-    /// use std::time::Duration;
-    /// use futures_util::StreamExt;
+    ///     /// use futures_util::StreamExt;
     /// use pacer::{PaceExt, Rate, Shaping};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
@@ -336,10 +134,7 @@ where
         let never = |pace: &Costed<F>, cost| cost > pace.bucket.burst();
         self.project().inner.poll_checked(cx, never).map(|next| {
             next.map(|checked| {
-                checked.map_err(|(item, wait)| RateExceeded {
-                    item,
-                    retry_after: wait.to_duration(),
-                })
+                checked.map_err(|(item, wait)| RateExceeded::new(item, NotUntil::new(wait)))
             })
         })
     }

@@ -1,220 +1,243 @@
 //! `throttle_by_key`: items paced by a [`KeyedRateLimiter`], one bucket per key, with no
 //! head-of-line blocking between keys.
 //!
-//! The adapter holds up to `capacity` items in a FIFO per key. Only the oldest held item of
-//! each key (its *front*) is in the limiter's queue for that key; the rest wait behind it in
-//! the adapter. A front is in one of three states: asked and told to wait until a time (kept
-//! in a min-heap, which arms the adapter's one timer), queued behind other users of the key
-//! (woken by the limiter), or to be asked (new, due, or woken). Each poll asks the fronts to be
-//! asked, oldest first, and emits the first one granted: an item is charged when it leaves.
+//! The adapter holds up to `capacity` items in a FIFO per key. The oldest held item of each
+//! key (its *front*) waits in the key's lane through an engine [`Waiter`], like any task's
+//! request: it sleeps on its own timer while it heads the key's queue, and is woken by the lane
+//! when it comes to head it. The items behind it wait in the adapter and take the waiter over
+//! when they become the front. Each front's waiter runs with a waker of its own, which records
+//! the front as woken before it wakes the task, so a poll asks only the fronts that were
+//! woken (oldest first) and never those still queued behind other users of their key. An item
+//! is charged when it leaves.
+//!
+//! The first item of a key that holds nothing is asked of the lane directly, with no waiter:
+//! when the limit does not bind, an item costs one hash, one lock and one bucket offer.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 
 use futures_core::stream::FusedStream;
 use futures_core::Stream;
+use hashbrown::HashTable;
 use pin_project_lite::pin_project;
 
-use crate::core::Nanos;
-use crate::shared::keyed::KeyedShared;
-use crate::shared::Step;
-use crate::timer::Timer;
-use crate::KeyedRateLimiter;
+use crate::engine::keyed::{KeyOwned, KeyedShared};
+use crate::engine::{Step, Waiter};
+use crate::limiter::KeyedRateLimiter;
+use crate::sync::{lock, Mutex};
 
-/// Where a key's front item stands with the limiter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Front {
-    /// Ask at the next poll: new, due, woken, or queued behind other users of the key.
-    Ask,
-    /// Heads the key's queue and may go at this time.
-    Wait(Nanos),
+/// The fronts woken since the adapter last looked, and the task to wake for them.
+#[derive(Debug, Default)]
+struct Woken {
+    slots: Vec<usize>,
+    task: Option<Waker>,
 }
 
-/// The held items of one key, oldest first, each with its arrival number and cost.
-struct KeyQueue<T> {
+/// The waker of one front (one slot): records the slot as woken, then wakes the task.
+struct FrontWake {
+    slot: usize,
+    woken: Arc<Mutex<Woken>>,
+}
+
+impl Wake for FrontWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let task = {
+            let mut woken = lock(&self.woken);
+            woken.slots.push(self.slot);
+            woken.task.take()
+        };
+        if let Some(task) = task {
+            task.wake();
+        }
+    }
+}
+
+/// The held items of one key, oldest first (arrival number, item, cost), and the front's
+/// place in the key's lane once it has had to wait.
+struct Front<K: Hash + Eq + Clone, S: BuildHasher, T> {
+    key: K,
+    hash: u64,
     items: VecDeque<(u64, T, u64)>,
-    ticket: Option<u64>,
-    front: Front,
+    waiter: Option<Pin<Box<Waiter<KeyOwned<K, S>>>>>,
 }
 
-/// A key filed under an order (an arrival number, or a deadline and one): compared by the
-/// order alone, so that keys need not be `Ord`.
-struct Filed<O, K>(O, K);
-
-impl<O: PartialEq, K> PartialEq for Filed<O, K> {
-    fn eq(&self, other: &Self) -> bool {
-        self.0 == other.0
-    }
-}
-impl<O: Eq, K> Eq for Filed<O, K> {}
-impl<O: Ord, K> PartialOrd for Filed<O, K> {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl<O: Ord, K> Ord for Filed<O, K> {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.cmp(&other.0)
-    }
+/// A place for one key's front, with the waker its waiter runs with (made once per slot).
+struct Slot<K: Hash + Eq + Clone, S: BuildHasher, T> {
+    waker: Waker,
+    front: Option<Front<K, S, T>>,
 }
 
-/// Everything the adapter holds, and its place in the limiter's queues.
-struct Held<K, T> {
-    limiter: Arc<KeyedShared<K>>,
-    /// `KeyedShared::cancel`, taken where `K`'s bounds are known, for `Drop`.
-    cancel: fn(&KeyedShared<K>, &K, u64),
-    queues: HashMap<K, KeyQueue<T>>,
-    /// The fronts to ask at the next poll, by arrival number (unique, so oldest first).
-    to_ask: BTreeSet<Filed<u64, K>>,
-    /// The fronts told to wait, by deadline; stale entries are skipped.
-    deadlines: BinaryHeap<Reverse<Filed<(Nanos, u64), K>>>,
+/// Everything the adapter holds, and its places in the limiter's queues.
+struct Held<K: Hash + Eq + Clone, S: BuildHasher, T> {
+    limiter: Arc<KeyedShared<K, S>>,
+    /// The key of each slot that holds items, by the key's hash (the limiter's hasher).
+    table: HashTable<(u64, usize)>,
+    slots: Vec<Slot<K, S, T>>,
+    free: Vec<usize>,
+    woken: Arc<Mutex<Woken>>,
+    /// The fronts to ask at this poll: (the front's arrival number, its slot), oldest first.
+    to_ask: BTreeSet<(u64, usize)>,
     count: usize,
     next_seq: u64,
-    /// The limiter's limits epoch when the fronts were last asked.
-    epoch: u64,
 }
 
-impl<K: Hash + Eq + Clone, T> Held<K, T> {
-    /// Offers an item pulled from upstream: returned at once if its key has nothing held and
-    /// the limiter grants it now, else held.
-    fn arrive(&mut self, key: K, item: T, cost: u64, waker: &Waker) -> Option<T> {
+impl<K: Hash + Eq + Clone, S: BuildHasher, T> Held<K, S, T> {
+    fn new(limiter: Arc<KeyedShared<K, S>>) -> Self {
+        Held {
+            limiter,
+            table: HashTable::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            woken: Arc::default(),
+            to_ask: BTreeSet::new(),
+            count: 0,
+            next_seq: 0,
+        }
+    }
+
+    /// A slot with no front.
+    fn free_slot(&mut self) -> usize {
+        if let Some(slot) = self.free.pop() {
+            return slot;
+        }
+        let slot = self.slots.len();
+        let waker = Waker::from(Arc::new(FrontWake {
+            slot,
+            woken: self.woken.clone(),
+        }));
+        self.slots.push(Slot { waker, front: None });
+        slot
+    }
+
+    /// Offers an item pulled from upstream: returned at once if its key holds nothing and the
+    /// limiter grants it now, else held.
+    fn arrive(&mut self, key: K, item: T, cost: u64) -> Option<T> {
         let seq = self.next_seq;
         self.next_seq += 1;
-        if let Some(queue) = self.queues.get_mut(&key) {
-            queue.items.push_back((seq, item, cost));
-            self.count += 1;
-            return None;
+        let hash = self.limiter.hash(&key);
+        let slots = &mut self.slots;
+        let found = self.table.find(hash, |&(h, s)| {
+            h == hash && slots[s].front.as_ref().is_some_and(|f| f.key == key)
+        });
+        if let Some(&(_, slot)) = found {
+            if let Some(front) = slots[slot].front.as_mut() {
+                front.items.push_back((seq, item, cost));
+                self.count += 1;
+                return None;
+            }
         }
+        let slot = self.free_slot();
         let mut ticket = None;
-        let front = match self.limiter.poll(&key, &mut ticket, cost, waker, None) {
+        let step = self.limiter.poll(
+            hash,
+            &key,
+            &mut ticket,
+            cost,
+            &self.slots[slot].waker,
+            None,
+        );
+        let step = match step {
             // Without a timeout the limiter never refuses.
-            Ok(Step::Granted) | Err(_) => return Some(item),
-            Ok(Step::Wait(at)) => Front::Wait(at),
-            Ok(Step::Queued) => Front::Ask,
+            Ok(Step::Granted) | Err(_) => {
+                self.free.push(slot);
+                return Some(item);
+            }
+            Ok(step) => step,
         };
-        self.hold(key.clone(), seq, front);
+        // It holds a place in the key's queue now: a waiter takes that place over.
+        let handle = KeyOwned::hashed(self.limiter.clone(), key.clone(), hash);
         let mut items = VecDeque::with_capacity(1);
         items.push_back((seq, item, cost));
-        self.queues.insert(
+        self.slots[slot].front = Some(Front {
             key,
-            KeyQueue {
-                items,
-                ticket,
-                front,
-            },
-        );
+            hash,
+            items,
+            waiter: Some(Box::pin(Waiter::queued(handle, ticket))),
+        });
+        self.table.insert_unique(hash, (hash, slot), |&(h, _)| h);
         self.count += 1;
+        if let Step::Wait(_) = step {
+            // It heads the key's queue: its waiter arms its timer when asked.
+            self.to_ask.insert((seq, slot));
+        }
         None
     }
 
-    /// Files a front under its state.
-    fn hold(&mut self, key: K, seq: u64, front: Front) {
-        match front {
-            Front::Ask => {
-                self.to_ask.insert(Filed(seq, key));
-            }
-            Front::Wait(at) => self.deadlines.push(Reverse(Filed((at, seq), key))),
-        }
-    }
-
-    /// Whether the heap entry `(at, seq, key)` still describes a waiting front.
-    fn is_current(&self, at: Nanos, seq: u64, key: &K) -> bool {
-        self.queues.get(key).is_some_and(|q| {
-            q.front == Front::Wait(at) && q.items.front().is_some_and(|f| f.0 == seq)
-        })
-    }
-
-    /// Moves the fronts whose time has come (all of them if `everyone`) to be asked.
-    fn collect_due(&mut self, now: Nanos, everyone: bool) {
-        while let Some(Reverse(Filed((at, _), _))) = self.deadlines.peek() {
-            if *at > now && !everyone {
-                break;
-            }
-            let Some(Reverse(Filed((at, seq), key))) = self.deadlines.pop() else {
-                break;
-            };
-            if self.is_current(at, seq, &key) {
-                if let Some(queue) = self.queues.get_mut(&key) {
-                    queue.front = Front::Ask;
-                }
-                self.to_ask.insert(Filed(seq, key));
+    /// Files the fronts woken since the last look to be asked.
+    fn collect_woken(&mut self) {
+        let woken = std::mem::take(&mut lock(&self.woken).slots);
+        for slot in woken {
+            let front = self.slots.get(slot).and_then(|s| s.front.as_ref());
+            if let Some(&(seq, _, _)) = front.and_then(|f| f.items.front()) {
+                self.to_ask.insert((seq, slot));
             }
         }
     }
 
     /// Asks the fronts to be asked, oldest first; emits the first one granted.
-    fn release(&mut self, waker: &Waker) -> Option<T> {
-        let mut asked = Vec::new();
-        let mut granted = None;
-        while let Some(Filed(seq, key)) = self.to_ask.pop_first() {
-            let Some(queue) = self.queues.get_mut(&key) else {
+    fn release(&mut self) -> Option<T> {
+        while let Some((seq, slot)) = self.to_ask.pop_first() {
+            let Slot { waker, front } = &mut self.slots[slot];
+            let Some(front) = front.as_mut() else {
                 continue;
             };
-            let Some(&(_, _, cost)) = queue.items.front() else {
+            let Some(&(first, _, cost)) = front.items.front() else {
                 continue;
             };
-            match self
-                .limiter
-                .poll(&key, &mut queue.ticket, cost, waker, None)
-            {
-                Ok(Step::Granted) | Err(_) => {
-                    granted = self.take_front(key);
-                    break;
-                }
-                Ok(Step::Wait(at)) => {
-                    queue.front = Front::Wait(at);
-                    self.deadlines.push(Reverse(Filed((at, seq), key)));
-                }
-                // Still behind other users of the key: ask again at the next poll.
-                Ok(Step::Queued) => asked.push(Filed(seq, key)),
+            if first != seq {
+                continue; // a stale entry: that item has left
+            }
+            let waiter = front.waiter.get_or_insert_with(|| {
+                let handle = KeyOwned::hashed(self.limiter.clone(), front.key.clone(), front.hash);
+                Box::pin(Waiter::new(handle))
+            });
+            let mut cx = Context::from_waker(waker);
+            // Pending: its lane or its timer wakes it through the slot's waker.
+            if waiter.as_mut().poll_acquire(&mut cx, cost, None).is_ready() {
+                return self.take_front(slot);
             }
         }
-        self.to_ask.extend(asked);
-        granted
+        None
     }
 
-    /// Removes the granted front of `key`; the key's next item becomes its front, to ask.
-    fn take_front(&mut self, key: K) -> Option<T> {
-        let queue = self.queues.get_mut(&key)?;
-        let (_, item, _) = queue.items.pop_front()?;
+    /// Removes the granted front of `slot`; the key's next item becomes its front, to ask.
+    fn take_front(&mut self, slot: usize) -> Option<T> {
+        let front = self.slots[slot].front.as_mut()?;
+        let (_, item, _) = front.items.pop_front()?;
         self.count -= 1;
-        match queue.items.front() {
-            Some(&(seq, _, _)) => {
-                queue.front = Front::Ask;
-                self.to_ask.insert(Filed(seq, key));
+        if let Some(&(seq, _, _)) = front.items.front() {
+            self.to_ask.insert((seq, slot));
+        } else {
+            let hash = front.hash;
+            if let Ok(entry) = self.table.find_entry(hash, |&(_, s)| s == slot) {
+                entry.remove();
             }
-            None => {
-                self.queues.remove(&key);
-            }
+            self.slots[slot].front = None;
+            self.free.push(slot);
         }
         Some(item)
     }
 
-    /// The earliest deadline among the waiting fronts, dropping stale heap entries.
-    fn next_deadline(&mut self) -> Option<Nanos> {
-        while let Some(Reverse(Filed((at, seq), key))) = self.deadlines.peek() {
-            if self.is_current(*at, *seq, key) {
-                return Some(*at);
-            }
-            self.deadlines.pop();
+    /// Registers the task to wake for the fronts; false if a front was woken meanwhile, so
+    /// that the caller looks again instead of waiting for a wake-up already spent.
+    fn register(&self, task: &Waker) -> bool {
+        let mut woken = lock(&self.woken);
+        if !woken.slots.is_empty() {
+            return false;
         }
-        None
-    }
-}
-
-impl<K, T> Drop for Held<K, T> {
-    fn drop(&mut self) {
-        // Gives every place in the limiter's queues back; nothing held was charged.
-        for (key, queue) in self.queues.drain() {
-            if let Some(ticket) = queue.ticket {
-                (self.cancel)(&self.limiter, &key, ticket);
-            }
+        match &woken.task {
+            Some(current) if current.will_wake(task) => {}
+            _ => woken.task = Some(task.clone()),
         }
+        true
     }
 }
 
@@ -226,7 +249,8 @@ pin_project! {
     ///
     /// ```
     /// use futures_util::StreamExt;
-    /// use pacer::{KeyedRateLimiter, PaceExt, Rate, ThrottleByKey};
+    /// use pacer::stream::ThrottleByKey;
+    /// use pacer::{KeyedRateLimiter, PaceExt, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -240,27 +264,29 @@ pin_project! {
     /// # }
     /// ```
     #[must_use = "streams do nothing unless polled"]
-    pub struct ThrottleByKey<S: Stream, K, KF, F> {
+    pub struct ThrottleByKey<S: Stream, K, KF, F, H = std::collections::hash_map::RandomState>
+    where
+        K: Hash,
+        K: Eq,
+        K: Clone,
+        H: BuildHasher,
+    {
         #[pin]
         stream: S,
-        #[pin]
-        timer: Timer,
-        held: Held<K, S::Item>,
+        held: Held<K, H, S::Item>,
         key: KF,
         cost: F,
         capacity: usize,
         // Upstream has returned `None` and is never polled again.
         done: bool,
-        // The waker the limiter's queues hold for the fronts; a new one means asking them all.
-        waker: Option<Waker>,
     }
 }
 
-impl<S: Stream, K: Hash + Eq + Clone, KF, F> ThrottleByKey<S, K, KF, F> {
+impl<S: Stream, K: Hash + Eq + Clone, KF, F, H: BuildHasher> ThrottleByKey<S, K, KF, F, H> {
     #[track_caller]
     pub(crate) fn new(
         stream: S,
-        limiter: &KeyedRateLimiter<K>,
+        limiter: &KeyedRateLimiter<K, H>,
         key: KF,
         cost: F,
         capacity: usize,
@@ -269,28 +295,18 @@ impl<S: Stream, K: Hash + Eq + Clone, KF, F> ThrottleByKey<S, K, KF, F> {
             capacity > 0,
             "throttle_by_key: `capacity` is 0, so no item could ever be held; it must be at least 1"
         );
-        let limiter = limiter.shared.clone();
         ThrottleByKey {
             stream,
-            timer: Timer::with_origin(limiter.origin()),
-            held: Held {
-                limiter,
-                cancel: |limiter, key, ticket| limiter.cancel(key, ticket),
-                queues: HashMap::new(),
-                to_ask: BTreeSet::new(),
-                deadlines: BinaryHeap::new(),
-                count: 0,
-                next_seq: 0,
-                epoch: 0,
-            },
+            held: Held::new(limiter.shared.clone()),
             key,
             cost,
             capacity,
             done: false,
-            waker: None,
         }
     }
+}
 
+impl<S: Stream, K: Hash + Eq + Clone, KF, F, H: BuildHasher> ThrottleByKey<S, K, KF, F, H> {
     /// How many items the adapter holds now, waiting for their keys.
     ///
     /// # Examples
@@ -315,38 +331,27 @@ impl<S: Stream, K: Hash + Eq + Clone, KF, F> ThrottleByKey<S, K, KF, F> {
 }
 
 accessors!(
-    ThrottleByKey [S: Stream, K, KF, F] [S, K, KF, F],
+    ThrottleByKey [S: Stream, K: Hash + Eq + Clone, KF, F, H: BuildHasher] [S, K, KF, F, H],
     stream (direct),
     "futures_util::stream::iter([1, 2, 3]).throttle_by_key(&pacer::KeyedRateLimiter::new(Rate::per_second(1), 1), |n| *n, |_| 1, 8)"
 );
 
-impl<S, K, KF, F> Stream for ThrottleByKey<S, K, KF, F>
+impl<S, K, KF, F, H> Stream for ThrottleByKey<S, K, KF, F, H>
 where
     S: Stream,
     K: Hash + Eq + Clone,
     KF: FnMut(&S::Item) -> K,
     F: FnMut(&S::Item) -> u64,
+    H: BuildHasher,
 {
     type Item = S::Item;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
         let mut me = self.project();
-        let waker = cx.waker();
-        // The fronts' places hold the waker they were last asked with: if the task's waker
-        // changed, ask them all, so that their wake-ups reach this task.
-        let mut everyone = !me.waker.as_ref().is_some_and(|w| w.will_wake(waker));
-        if everyone {
-            *me.waker = Some(waker.clone());
-        }
         loop {
             if me.held.count > 0 {
-                let epoch = me.held.limiter.epoch();
-                everyone |= epoch != me.held.epoch;
-                me.held.epoch = epoch;
-                let now = me.timer.as_mut().now();
-                me.held.collect_due(now, everyone);
-                everyone = false;
-                if let Some(item) = me.held.release(waker) {
+                me.held.collect_woken();
+                if let Some(item) = me.held.release() {
                     return Poll::Ready(Some(item));
                 }
             }
@@ -355,7 +360,7 @@ where
                     Poll::Ready(Some(item)) => {
                         let key = (me.key)(&item);
                         let cost = (me.cost)(&item);
-                        if let Some(item) = me.held.arrive(key, item, cost, waker) {
+                        if let Some(item) = me.held.arrive(key, item, cost) {
                             return Poll::Ready(Some(item));
                         }
                         continue;
@@ -365,24 +370,14 @@ where
                 }
             }
             if me.held.count == 0 {
-                me.timer.as_mut().disarm();
                 return if *me.done {
                     Poll::Ready(None)
                 } else {
                     Poll::Pending
                 };
             }
-            match me.held.next_deadline() {
-                Some(at) => {
-                    if me.timer.as_mut().poll_until(cx, at).is_pending() {
-                        return Poll::Pending;
-                    }
-                }
-                // Every front is queued behind other users of its key: they wake us.
-                None => {
-                    me.timer.as_mut().disarm();
-                    return Poll::Pending;
-                }
+            if me.held.to_ask.is_empty() && me.held.register(cx.waker()) {
+                return Poll::Pending;
             }
         }
     }
@@ -400,21 +395,24 @@ where
     }
 }
 
-impl<S, K, KF, F> FusedStream for ThrottleByKey<S, K, KF, F>
+impl<S, K, KF, F, H> FusedStream for ThrottleByKey<S, K, KF, F, H>
 where
     S: Stream,
     K: Hash + Eq + Clone,
     KF: FnMut(&S::Item) -> K,
     F: FnMut(&S::Item) -> u64,
+    H: BuildHasher,
 {
     fn is_terminated(&self) -> bool {
         self.done && self.held.count == 0
     }
 }
 
-impl<S, K, KF, F> fmt::Debug for ThrottleByKey<S, K, KF, F>
+impl<S, K, KF, F, H> fmt::Debug for ThrottleByKey<S, K, KF, F, H>
 where
     S: Stream + fmt::Debug,
+    K: Hash + Eq + Clone,
+    H: BuildHasher,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThrottleByKey")

@@ -9,8 +9,9 @@ use futures_core::Stream;
 use pin_project_lite::pin_project;
 
 use super::shared_paced::SharedPaced;
-use super::{Enforcing, RateExceeded, Shaping};
-use crate::{Quota, RateLimiter};
+use crate::error::{NotUntil, RateExceeded};
+use crate::limiter::{Quota, RateLimiter};
+use crate::mode::{Enforcing, Shaping};
 
 pin_project! {
     /// Stream for [`throttle_with`](crate::PaceExt::throttle_with): items paced by a shared
@@ -90,7 +91,7 @@ where
         let me = self.project();
         me.inner.poll_checked(cx, me.cost).map(|next| {
             next.map(|checked| {
-                checked.map_err(|(item, wait)| RateExceeded::new(item, wait.to_duration()))
+                checked.map_err(|(item, wait)| RateExceeded::new(item, NotUntil::new(wait)))
             })
         })
     }

@@ -11,7 +11,7 @@ use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::Adaptive;
+use crate::limiter::Adaptive;
 
 /// What a response says about the destination's limit: the classifier of an
 /// [`AdaptiveLayer`] turns each `Result` into one.

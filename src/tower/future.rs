@@ -9,8 +9,8 @@ use std::task::{ready, Context, Poll};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::{BoxError, RateLimited, RequestQuota};
-use crate::{Enforcing, Shaping};
+use super::{BoxError, RequestQuota};
+use crate::mode::{Enforcing, Shaping};
 
 pin_project! {
     /// Response future of [`RateLimit`](super::RateLimit): waits for the request's tokens
@@ -123,7 +123,7 @@ where
             if let Err(refused) = ready!(Q::poll_try_acquire(me.permit, cx, *me.cost)) {
                 // Dropping the ready inner service gives back whatever its readiness reserved.
                 *me.call = None;
-                return Poll::Ready(Err(Box::new(RateLimited::new(refused.retry_after()))));
+                return Poll::Ready(Err(Box::new(refused)));
             }
             self.as_mut().start();
         }

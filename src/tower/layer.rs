@@ -1,11 +1,12 @@
 //! [`RateLimitLayer`]: wraps a service in a [`RateLimit`] over a shared quota.
 
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 
 use tower_layer::Layer;
 
 use super::{ByKey, OnePerRequest, RateLimit};
-use crate::{Enforcing, KeyedRateLimiter, Quota, Shaping};
+use crate::limiter::{KeyedRateLimiter, Quota};
+use crate::mode::{Enforcing, Shaping};
 
 /// A tower [`Layer`] that makes every request draw its cost from a quota shared by handle
 /// before it reaches the inner service.
@@ -78,9 +79,10 @@ impl<Q: Quota> RateLimitLayer<Q> {
     }
 }
 
-impl<K, F> RateLimitLayer<ByKey<K, F>>
+impl<K, F, S> RateLimitLayer<ByKey<K, F, S>>
 where
     K: Hash + Eq + Clone,
+    S: BuildHasher,
 {
     /// A shaping layer over `limiter`, one bucket per key: `key(&req)` says whose bucket a
     /// request draws on (a client's IP address or API key, a tenant, a destination host).
@@ -111,7 +113,7 @@ where
     /// assert_eq!(start.elapsed(), Duration::from_secs(1));
     /// # }
     /// ```
-    pub fn keyed(limiter: &KeyedRateLimiter<K>, key: F) -> Self {
+    pub fn keyed(limiter: &KeyedRateLimiter<K, S>, key: F) -> Self {
         RateLimitLayer {
             quota: ByKey {
                 limiter: limiter.clone(),

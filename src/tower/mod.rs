@@ -60,5 +60,5 @@ pub use adaptive::{AdaptiveFuture, AdaptiveLayer, AdaptiveService, Outcome};
 pub use error::{BoxError, RateLimited};
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;
-pub use quota::{ByKey, Cost, KeyPermit, OnePerRequest, QuotaPermit, RequestQuota};
+pub use quota::{ByKey, Cost, OnePerRequest, RequestQuota};
 pub use service::RateLimit;

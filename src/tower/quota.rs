@@ -2,16 +2,49 @@
 //! what it costs.
 
 use std::fmt;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use crate::shared::keyed::KeyOwned;
-use crate::shared::quota::sealed::Sealed;
-use crate::shared::Waiter;
-use crate::{KeyedRateLimiter, NotUntil, Quota};
+use crate::engine::keyed::KeyOwned;
+use crate::engine::Waiter;
+use crate::error::NotUntil;
+use crate::limiter::quota::sealed::Sealed;
+use crate::limiter::{KeyedRateLimiter, Quota};
+
+pub(crate) mod sealed {
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use crate::error::NotUntil;
+
+    /// What a [`RequestQuota`](super::RequestQuota) does, out of users' reach.
+    pub trait RequestSealed<Req> {
+        /// The state of one request in flight, pinned in its response future.
+        type Permit;
+
+        /// A fresh, idle request state for `req`.
+        fn permit(&self, req: &Req) -> Self::Permit;
+
+        /// Waits until `cost` is granted. Never refuses.
+        fn poll_acquire(
+            permit: Pin<&mut Self::Permit>,
+            cx: &mut Context<'_>,
+            cost: u64,
+        ) -> Poll<()>;
+
+        /// Grants `cost` if it can be had without waiting, or says how long until it could.
+        fn poll_try_acquire(
+            permit: Pin<&mut Self::Permit>,
+            cx: &mut Context<'_>,
+            cost: u64,
+        ) -> Poll<Result<(), NotUntil>>;
+    }
+}
+
+use sealed::RequestSealed;
 
 /// The quota a [`RateLimit`](super::RateLimit) draws a request's tokens from: every
 /// [`Quota`] ([`RateLimiter`](crate::RateLimiter), [`Stagger`](crate::Stagger),
@@ -32,30 +65,20 @@ use crate::{KeyedRateLimiter, NotUntil, Quota};
 /// let per_user = KeyedRateLimiter::<u32>::new(Rate::per_second(1), 1);
 /// let _ = RateLimitLayer::keyed(&per_user, |user: &u32| *user);
 /// ```
-pub trait RequestQuota<Req>: Sealed + Clone {
-    /// The state of one request in flight, pinned in its response future.
-    #[doc(hidden)]
-    type Permit;
+pub trait RequestQuota<Req>: RequestSealed<Req> + Clone {}
 
-    /// A fresh, idle request state for `req`.
-    #[doc(hidden)]
-    fn permit(&self, req: &Req) -> Self::Permit;
+impl<Q: Quota, Req> RequestQuota<Req> for Q {}
 
-    /// Waits until `cost` is granted. Never refuses.
-    #[doc(hidden)]
-    fn poll_acquire(permit: Pin<&mut Self::Permit>, cx: &mut Context<'_>, cost: u64) -> Poll<()>;
-
-    /// Grants `cost` if it can be had without waiting, or says how long until it could.
-    #[doc(hidden)]
-    fn poll_try_acquire(
-        permit: Pin<&mut Self::Permit>,
-        cx: &mut Context<'_>,
-        cost: u64,
-    ) -> Poll<Result<(), NotUntil>>;
+impl<K, S, F, Req> RequestQuota<Req> for ByKey<K, F, S>
+where
+    K: Hash + Eq + Clone,
+    S: BuildHasher,
+    F: Fn(&Req) -> K + Clone,
+{
 }
 
 pin_project! {
-    /// A request's place in a [`Quota`]'s queue.
+    /// A request's place in a [`Quota`]'s queue (not nameable outside the crate).
     pub struct QuotaPermit<Q: Quota> {
         quota: Q,
         #[pin]
@@ -74,13 +97,13 @@ where
     }
 }
 
-impl<Q: Quota, Req> RequestQuota<Req> for Q {
+impl<Q: Quota, Req> RequestSealed<Req> for Q {
     type Permit = QuotaPermit<Q>;
 
     fn permit(&self, _: &Req) -> QuotaPermit<Q> {
         QuotaPermit {
             quota: self.clone(),
-            permit: self.permit(),
+            permit: Sealed::permit(self),
         }
     }
 
@@ -114,12 +137,12 @@ impl<Q: Quota, Req> RequestQuota<Req> for Q {
 /// let _layer: RateLimitLayer<ByKey<u32, _>> =
 ///     RateLimitLayer::keyed(&per_tenant, |(tenant, _body): &(u32, String)| *tenant);
 /// ```
-pub struct ByKey<K, F> {
-    pub(super) limiter: KeyedRateLimiter<K>,
+pub struct ByKey<K, F, S = std::collections::hash_map::RandomState> {
+    pub(super) limiter: KeyedRateLimiter<K, S>,
     pub(super) key: F,
 }
 
-impl<K, F: Clone> Clone for ByKey<K, F> {
+impl<K, F: Clone, S> Clone for ByKey<K, F, S> {
     fn clone(&self) -> Self {
         ByKey {
             limiter: self.limiter.clone(),
@@ -128,7 +151,7 @@ impl<K, F: Clone> Clone for ByKey<K, F> {
     }
 }
 
-impl<K, F> fmt::Debug for ByKey<K, F> {
+impl<K, F, S> fmt::Debug for ByKey<K, F, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ByKey")
             .field("limiter", &self.limiter)
@@ -136,46 +159,45 @@ impl<K, F> fmt::Debug for ByKey<K, F> {
     }
 }
 
-impl<K, F> Sealed for ByKey<K, F> {}
-
 pin_project! {
-    /// A request's place in its key's queue of a [`KeyedRateLimiter`].
-    pub struct KeyPermit<K>
+    /// A request's place in one key's queue (not nameable outside the crate).
+    pub struct KeyPermit<K, S>
     where
         K: Hash,
         K: Eq,
         K: Clone,
+        S: BuildHasher,
     {
         #[pin]
-        waiter: Waiter<KeyOwned<K>>,
+        waiter: Waiter<KeyOwned<K, S>>,
     }
 }
 
-impl<K: Hash + Eq + Clone> fmt::Debug for KeyPermit<K> {
+impl<K: Hash + Eq + Clone, S: BuildHasher> fmt::Debug for KeyPermit<K, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyPermit")
-            .field("waiter", &self.waiter)
-            .finish()
+        f.debug_struct("KeyPermit").finish_non_exhaustive()
     }
 }
 
-impl<K, F, Req> RequestQuota<Req> for ByKey<K, F>
+impl<K, S, F, Req> RequestSealed<Req> for ByKey<K, F, S>
 where
     K: Hash + Eq + Clone,
+    S: BuildHasher,
     F: Fn(&Req) -> K + Clone,
 {
-    type Permit = KeyPermit<K>;
+    type Permit = KeyPermit<K, S>;
 
-    fn permit(&self, req: &Req) -> KeyPermit<K> {
+    fn permit(&self, req: &Req) -> KeyPermit<K, S> {
         KeyPermit {
-            waiter: Waiter::new(KeyOwned {
-                shared: self.limiter.shared.clone(),
-                key: (self.key)(req),
-            }),
+            waiter: Waiter::new(KeyOwned::new(self.limiter.shared.clone(), (self.key)(req))),
         }
     }
 
-    fn poll_acquire(permit: Pin<&mut KeyPermit<K>>, cx: &mut Context<'_>, cost: u64) -> Poll<()> {
+    fn poll_acquire(
+        permit: Pin<&mut KeyPermit<K, S>>,
+        cx: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<()> {
         // Without a timeout the limiter never refuses; it only makes us wait.
         permit
             .project()
@@ -185,12 +207,11 @@ where
     }
 
     fn poll_try_acquire(
-        permit: Pin<&mut KeyPermit<K>>,
+        permit: Pin<&mut KeyPermit<K, S>>,
         _: &mut Context<'_>,
         cost: u64,
     ) -> Poll<Result<(), NotUntil>> {
-        let key = permit.waiter.handle();
-        Poll::Ready(key.shared.try_acquire(&key.key, cost))
+        Poll::Ready(permit.waiter.handle().try_acquire(cost))
     }
 }
 

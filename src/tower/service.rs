@@ -5,7 +5,7 @@ use std::task::{Context, Poll};
 use tower_service::Service;
 
 use super::{BoxError, Cost, OnePerRequest, RequestQuota, ResponseFuture};
-use crate::{Enforcing, Shaping};
+use crate::mode::{Enforcing, Shaping};
 
 /// A service whose requests draw their cost from a shared quota before they reach `S`: built
 /// by [`RateLimitLayer`](super::RateLimitLayer), which documents the two flavours.

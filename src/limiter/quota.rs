@@ -7,20 +7,54 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use super::{Limit, NotUntil, Shared, Waiter};
+use super::rate_limiter::{Limit, RateLimiter};
+use super::stagger::Stagger;
 use crate::core::Window;
-use crate::{RateLimiter, Stagger};
+use crate::engine::{Shared, Waiter};
+use crate::error::NotUntil;
 
 pub(crate) mod sealed {
-    pub trait Sealed {}
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use crate::error::NotUntil;
+
+    /// What a [`Quota`](super::Quota) does, out of users' reach: public in a private module,
+    /// so that the adapters can call it and nobody else can name it.
+    pub trait Sealed {
+        /// The state of one request in flight, kept pinned in the stream that waits.
+        type Permit;
+
+        /// A fresh, idle request state.
+        fn permit(&self) -> Self::Permit;
+
+        /// Waits until `cost` is granted. Never refuses.
+        fn poll_acquire(
+            &self,
+            permit: Pin<&mut Self::Permit>,
+            cx: &mut Context<'_>,
+            cost: u64,
+        ) -> Poll<()>;
+
+        /// Grants `cost` if it can be had without waiting, or says how long until it could.
+        fn poll_try_acquire(
+            &self,
+            permit: Pin<&mut Self::Permit>,
+            cx: &mut Context<'_>,
+            cost: u64,
+        ) -> Poll<Result<(), NotUntil>>;
+    }
 }
+
+use sealed::Sealed;
 
 /// A quota shared by handle that streams can draw on: [`RateLimiter`], [`Stagger`] and, with
 /// the `redis` feature, `RedisRateLimiter`.
 ///
 /// It is a trait rather than an enum so that each quota keeps its own waiting machinery
 /// without boxing or dispatch on the local hot path, and so that a stream's type says which
-/// quota it uses. It is sealed: the adapters rely on the exact semantics of these quotas.
+/// quota it uses. It is sealed, and its machinery is out of reach: the adapters rely on the
+/// exact semantics of these quotas.
 ///
 /// # Examples
 ///
@@ -34,33 +68,10 @@ pub(crate) mod sealed {
 /// }
 /// let _ = paced(futures_util::stream::iter([1, 2]), &RateLimiter::new(Rate::per_second(1), 1));
 /// ```
-pub trait Quota: sealed::Sealed + Clone + Send + Sync + 'static {
-    /// The state of one request in flight, kept pinned in the stream that waits.
-    #[doc(hidden)]
-    type Permit;
+pub trait Quota: Sealed + Clone + Send + Sync + 'static {}
 
-    /// A fresh, idle request state.
-    #[doc(hidden)]
-    fn permit(&self) -> Self::Permit;
-
-    /// Waits until `cost` is granted. Never refuses.
-    #[doc(hidden)]
-    fn poll_acquire(
-        &self,
-        permit: Pin<&mut Self::Permit>,
-        cx: &mut Context<'_>,
-        cost: u64,
-    ) -> Poll<()>;
-
-    /// Grants `cost` if it can be had without waiting, or says how long until it could.
-    #[doc(hidden)]
-    fn poll_try_acquire(
-        &self,
-        permit: Pin<&mut Self::Permit>,
-        cx: &mut Context<'_>,
-        cost: u64,
-    ) -> Poll<Result<(), NotUntil>>;
-}
+impl Quota for RateLimiter {}
+impl Quota for Stagger {}
 
 pin_project! {
     /// A stream's place in a [`RateLimiter`]'s queue.
@@ -80,9 +91,7 @@ pin_project! {
     }
 }
 
-impl sealed::Sealed for RateLimiter {}
-
-impl Quota for RateLimiter {
+impl Sealed for RateLimiter {
     type Permit = LimiterPermit;
 
     fn permit(&self) -> Self::Permit {
@@ -115,10 +124,8 @@ impl Quota for RateLimiter {
     }
 }
 
-impl sealed::Sealed for Stagger {}
-
 /// Every item takes one token, whatever its cost.
-impl Quota for Stagger {
+impl Sealed for Stagger {
     type Permit = StaggerPermit;
 
     fn permit(&self) -> Self::Permit {

@@ -7,13 +7,15 @@
 //! that ends a cycle is a small share of its calls. The benchmark (`benches/adaptive.rs`)
 //! compares it with a plain AIMD and with AWS's own constants.
 
-// std's mutex even in loom builds: the controller is not part of the model-checked protocol.
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{ConfigError, Rate, RateLimiter};
+use super::rate_limiter::RateLimiter;
+use crate::error::ConfigError;
+use crate::rate::Rate;
+use crate::sync::{lock, Mutex, MutexGuard};
 
 /// The rates the controller sets are counted in thousandths of a token per second, so that a
 /// decrease of 30 % at 5 calls per second is not lost to rounding.
@@ -285,7 +287,7 @@ impl Adaptive {
             return Err(ConfigError::MinAboveMax);
         }
         let origin = Instant::now();
-        let mut inner = Inner {
+        let inner = Inner {
             limiter,
             min,
             max,
@@ -314,13 +316,12 @@ impl Adaptive {
             }),
         };
         let granted_before = inner.limiter.stats().granted;
-        let state = inner
-            .state
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        state.granted_before = granted_before;
-        let start = inner.limiter.rate();
-        Inner::restart(&inner.limiter, min, max, law, state, start, 0.0);
+        {
+            let mut state = lock(&inner.state);
+            state.granted_before = granted_before;
+            let start = inner.limiter.rate();
+            Inner::restart(&inner.limiter, min, max, law, &mut state, start, 0.0);
+        }
         Ok(Adaptive {
             inner: Arc::new(inner),
         })
@@ -438,7 +439,7 @@ impl Adaptive {
 
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     fn report(&self, refused: bool, retry_after: Option<Duration>) {

@@ -5,8 +5,10 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{NotUntil, Shared, Stats, Waiter};
 use crate::core::{Nanos, Window};
+use crate::engine::{Shared, Waiter};
+use crate::error::NotUntil;
+use crate::stats::Stats;
 
 /// At most `k` acquisitions in any window of length `period`, shared by handle: the sliding
 /// window of [`staggered_start`](crate::PaceExt::staggered_start) for many tasks and streams

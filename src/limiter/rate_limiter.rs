@@ -5,10 +5,11 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::lane::Rule;
-use super::{NotUntil, Shared, Stats, Waiter};
 use crate::core::{Bucket, Nanos, WarmingUp};
-use crate::{ConfigError, Rate};
+use crate::engine::{Rule, Shared, Waiter};
+use crate::error::{ConfigError, NotUntil};
+use crate::rate::Rate;
+use crate::stats::Stats;
 
 /// The rule behind a [`RateLimiter`]: its curve, the rate it was given, and a pause.
 #[derive(Clone, Debug)]

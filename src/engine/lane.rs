@@ -9,8 +9,8 @@
 use std::collections::VecDeque;
 use std::task::Waker;
 
-use super::NotUntil;
 use crate::core::{Bucket, Nanos, WarmingUp, Window};
+use crate::error::NotUntil;
 
 /// A shared pacing rule: when may the head of the queue go, and what does granting cost.
 pub(crate) trait Rule: Clone {

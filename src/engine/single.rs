@@ -18,7 +18,7 @@
 //!   earlier reading than one already recorded is judged as of that later time, only more
 //!   strictly (the GCRA's `max(tat, now)` is the same), and recorded there.
 
-use std::sync::Arc;
+use std::ops::Deref;
 use std::task::Waker;
 use std::time::Duration;
 
@@ -26,9 +26,11 @@ use tokio::time::Instant;
 
 use super::lane::{After, Lane, Rule, Step, Tally};
 use super::striped::Striped;
-use super::{Handle, NotUntil, Stats};
+use super::waiter::Handle;
 use crate::core::{Nanos, Packed};
-use crate::sync::{fence, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::error::NotUntil;
+use crate::stats::Stats;
+use crate::sync::{fence, lock, AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::timer;
 
 /// The bit of the word that says the mutex side holds the bucket's state.
@@ -123,11 +125,7 @@ impl<R: Rule> Shared<R> {
     }
 
     fn lock(&self) -> MutexGuard<'_, Locked<R>> {
-        // The state is consistent between any two statements that could panic, so a panic
-        // elsewhere while it was held does not make it unusable.
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// Grants `cost` without the lock if the word is free and the bucket holds it; the clock
@@ -365,25 +363,9 @@ pub(crate) fn unlock_then<T>(guard: MutexGuard<'_, T>, after: After) {
     after.run();
 }
 
-impl<R: Rule> Handle for &Shared<R> {
-    fn origin(&self) -> Instant {
-        self.origin
-    }
-    fn poll(
-        &self,
-        ticket: &mut Option<u64>,
-        cost: u64,
-        waker: &Waker,
-        timeout: Option<Duration>,
-    ) -> Result<Step, NotUntil> {
-        Shared::poll_at(self, None, ticket, cost, waker, timeout)
-    }
-    fn cancel(&self, ticket: u64) {
-        Shared::cancel(self, ticket);
-    }
-}
-
-impl<R: Rule> Handle for Arc<Shared<R>> {
+/// Any way to a limiter's state is a way into its queue: borrowed (`&Shared`, for a future of
+/// the limiter's own) or owned (`Arc<Shared>`, for a stream or a tower future).
+impl<R: Rule, P: Deref<Target = Shared<R>>> Handle for P {
     fn origin(&self) -> Instant {
         self.origin
     }

@@ -1,0 +1,21 @@
+//! The one waiter engine: a [`Lane`] is a pacing rule with the FIFO queue of requests in front
+//! of it; [`single`] puts one lane behind a mutex (with a lock-free path beside it), [`keyed`]
+//! one lane per key; a [`Waiter`] is one request's async side, and every entry point that waits
+//! (tasks, streams, Sinks, tower, Redis reservations) waits through one.
+//!
+//! Every operation takes `now` and decides under the lock in a few arithmetic steps; the async
+//! layer only reads the clock and sleeps until the head's deadline. A request is charged when
+//! it is granted, never before, so a waiter that gives up (a dropped future, a dropped stream)
+//! has taken nothing and leaves nothing behind but its place in the queue.
+
+pub(crate) mod keyed;
+pub(crate) mod lane;
+#[cfg(all(test, pacer_loom))]
+mod loom;
+pub(crate) mod single;
+mod striped;
+pub(crate) mod waiter;
+
+pub(crate) use lane::{Rule, Step, Tally};
+pub(crate) use single::Shared;
+pub(crate) use waiter::Waiter;

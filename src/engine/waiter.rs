@@ -1,0 +1,104 @@
+//! The async side of the one waiter engine: a [`Waiter`] holds one request's place in a
+//! lane's queue (through a [`Handle`]), sleeps until its deadline when it heads the queue, and
+//! gives its place back if dropped.
+
+use std::pin::Pin;
+use std::task::{ready, Context, Poll, Waker};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+use tokio::time::Instant;
+
+use super::lane::Step;
+use crate::error::NotUntil;
+use crate::timer::Timer;
+
+/// A request's way into a limiter's queue: a borrowed handle for a future, an owned one for a
+/// stream; for a keyed limiter, the key too.
+pub(crate) trait Handle {
+    /// The instant the limiter's times count from.
+    fn origin(&self) -> Instant;
+    /// Advances the request behind `ticket` (`None`: not queued yet), reading the clock under
+    /// the lock. A new request joins the queue unless it could not be granted within
+    /// `timeout`, in which case it is refused with the time it would have taken.
+    fn poll(
+        &self,
+        ticket: &mut Option<u64>,
+        cost: u64,
+        waker: &Waker,
+        timeout: Option<Duration>,
+    ) -> Result<Step, NotUntil>;
+    /// Takes the request behind `ticket` out of the queue, giving its place to the next.
+    fn cancel(&self, ticket: u64);
+}
+
+pin_project! {
+    /// One request at a time on a shared limiter: queued, woken when it heads the queue,
+    /// sleeping until its deadline, and out of the queue again if dropped.
+    pub(crate) struct Waiter<H: Handle> {
+        handle: H,
+        ticket: Option<u64>,
+        #[pin]
+        timer: Timer,
+    }
+
+    impl<H: Handle> PinnedDrop for Waiter<H> {
+        fn drop(this: Pin<&mut Self>) {
+            let me = this.project();
+            if let Some(ticket) = me.ticket.take() {
+                me.handle.cancel(ticket);
+            }
+        }
+    }
+}
+
+impl<H: Handle> Waiter<H> {
+    pub(crate) fn new(handle: H) -> Self {
+        Waiter::queued(handle, None)
+    }
+
+    /// A waiter for a request that already holds `ticket`'s place in the queue (asked once
+    /// directly, and told to wait).
+    pub(crate) fn queued(handle: H, ticket: Option<u64>) -> Self {
+        let origin = handle.origin();
+        Waiter {
+            handle,
+            ticket,
+            timer: Timer::with_origin(origin),
+        }
+    }
+
+    /// The way into the queue this waiter uses.
+    #[cfg(feature = "tower")]
+    pub(crate) fn handle(&self) -> &H {
+        &self.handle
+    }
+
+    /// Waits until `cost` is granted. With a `timeout`, a request that could not be granted
+    /// within it is refused at once instead, taking nothing.
+    pub(crate) fn poll_acquire(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        cost: u64,
+        timeout: Option<Duration>,
+    ) -> Poll<Result<(), NotUntil>> {
+        let mut me = self.project();
+        loop {
+            match me.handle.poll(me.ticket, cost, cx.waker(), timeout)? {
+                Step::Granted => return Poll::Ready(Ok(())),
+                Step::Queued => return Poll::Pending,
+                Step::Wait(at) => {
+                    ready!(me.timer.as_mut().poll_until(cx, at));
+                }
+            }
+        }
+    }
+}
+
+impl<H: Handle> std::fmt::Debug for Waiter<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiter")
+            .field("queued", &self.ticket.is_some())
+            .finish_non_exhaustive()
+    }
+}

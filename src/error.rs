@@ -1,0 +1,308 @@
+//! The one "not now" ([`NotUntil`]), the item an enforcing stream hands back with it
+//! ([`RateExceeded`]), and the [`ConfigError`] for a limit that cannot be.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::core::Nanos;
+
+pub use crate::rate::ConfigError;
+
+/// A request could not be granted without waiting: the one refusal of every limiter, stream,
+/// Sink, tower layer and Redis limiter in this crate.
+///
+/// [`retry_after`](NotUntil::retry_after) says how long until the request could be granted,
+/// counting the requests queued before it, if nothing else were taken meanwhile.
+/// [`is_never`](NotUntil::is_never) says it can never be granted without waiting: its cost is
+/// above the burst, or the wait is longer than time can represent. A server answers it with
+/// `429 Too Many Requests` and `Retry-After:` [`retry_after_secs`](NotUntil::retry_after_secs).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use pacer::{Rate, RateLimiter};
+///
+/// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+/// assert!(limiter.try_acquire(1).is_ok());
+/// let refused = limiter.try_acquire(1).unwrap_err();
+/// assert_eq!(refused.retry_after(), Duration::from_millis(100));
+/// assert_eq!(refused.retry_after_secs(), 1);
+/// assert!(!refused.is_never());
+/// assert_eq!(refused.to_string(), "rate limited: retry after 100ms");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NotUntil {
+    /// `Duration::MAX` stands for "never".
+    retry_after: Duration,
+}
+
+impl NotUntil {
+    /// A refusal for a wait of `wait`; `Nanos::MAX` (reached only by saturation) is "never".
+    pub(crate) const fn new(wait: Nanos) -> NotUntil {
+        NotUntil {
+            retry_after: wait.to_duration(),
+        }
+    }
+
+    /// A refusal for a wait of `retry_after`; `Duration::MAX` is "never".
+    #[cfg(feature = "redis")]
+    pub(crate) const fn after(retry_after: Duration) -> NotUntil {
+        NotUntil { retry_after }
+    }
+
+    /// A request that can never be granted without waiting.
+    pub(crate) const NEVER: NotUntil = NotUntil {
+        retry_after: Duration::MAX,
+    };
+
+    /// How long until the request could be granted, counting the requests queued before it,
+    /// if nothing else were taken meanwhile. When [`is_never`](NotUntil::is_never) is true it
+    /// returns `Duration::MAX`, which is not a wait to sleep for: test `is_never` first.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(4), 1);
+    /// limiter.try_acquire(1).unwrap();
+    /// assert_eq!(limiter.try_acquire(1).unwrap_err().retry_after(), Duration::from_millis(250));
+    /// let dear = limiter.try_acquire(2).unwrap_err();
+    /// assert!(dear.is_never());
+    /// assert_eq!(dear.retry_after(), Duration::MAX);
+    /// ```
+    #[must_use]
+    pub const fn retry_after(&self) -> Duration {
+        self.retry_after
+    }
+
+    /// Whether the request can never be granted without waiting: its cost is above the burst
+    /// (it can still be had by waiting, with `acquire`, which makes it pay its debt), or the
+    /// wait is longer than time can represent (beyond about 584 years).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 5);
+    /// assert!(limiter.try_acquire(6).unwrap_err().is_never());
+    /// ```
+    #[must_use]
+    pub const fn is_never(&self) -> bool {
+        self.retry_after.as_secs() == Duration::MAX.as_secs()
+            && self.retry_after.subsec_nanos() == Duration::MAX.subsec_nanos()
+    }
+
+    /// [`retry_after`](NotUntil::retry_after) in whole seconds, rounded up, so that a client
+    /// that waits that long conforms: the value of a `Retry-After` header. `u64::MAX` when
+    /// [`is_never`](NotUntil::is_never).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::new(1, Duration::from_secs(60)), 1);
+    /// limiter.try_acquire(1).unwrap();
+    /// assert_eq!(limiter.try_acquire(1).unwrap_err().retry_after_secs(), 60);
+    /// ```
+    #[must_use]
+    pub const fn retry_after_secs(&self) -> u64 {
+        if self.is_never() {
+            return u64::MAX;
+        }
+        let secs = self.retry_after.as_secs();
+        if self.retry_after.subsec_nanos() > 0 {
+            secs.saturating_add(1)
+        } else {
+            secs
+        }
+    }
+}
+
+impl fmt::Display for NotUntil {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_never() {
+            f.write_str(
+                "rate limited: never without waiting (the cost is above the burst, \
+                 or the wait is beyond about 584 years)",
+            )
+        } else {
+            write!(f, "rate limited: retry after {:?}", self.retry_after)
+        }
+    }
+}
+
+impl std::error::Error for NotUntil {}
+
+/// An item that an [`Enforcing`](crate::Enforcing) stream refused, handed back with its
+/// [`NotUntil`]. Nothing is lost: [`into_inner`](RateExceeded::into_inner) returns the item.
+///
+/// # Examples
+///
+/// ```
+/// use futures_util::StreamExt;
+/// use pacer::{Enforcing, PaceExt, Rate};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let mut s = std::pin::pin!(futures_util::stream::iter([10, 20])
+///     .throttle(Rate::per_second(2), |&n| n, 15, Enforcing));
+/// assert_eq!(s.next().await.unwrap().unwrap(), 10);
+/// let refused = s.next().await.unwrap().unwrap_err();
+/// // 20 can never fit in a bucket of 15.
+/// assert!(refused.not_until().is_never());
+/// assert_eq!(refused.into_inner(), 20);
+/// # }
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct RateExceeded<T> {
+    item: T,
+    not_until: NotUntil,
+}
+
+impl<T> RateExceeded<T> {
+    pub(crate) const fn new(item: T, not_until: NotUntil) -> Self {
+        RateExceeded { item, not_until }
+    }
+
+    /// Why the item was refused: how long until it would have conformed, or that it never
+    /// does without waiting.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use pacer::{Enforcing, PaceExt, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let out: Vec<_> = futures_util::stream::iter([1, 2])
+    ///     .throttle(Rate::per_second(4), |_| 1, 1, Enforcing)
+    ///     .collect()
+    ///     .await;
+    /// let refused = out[1].as_ref().unwrap_err().not_until();
+    /// assert_eq!(refused.retry_after().as_millis(), 250);
+    /// assert_eq!(refused.retry_after_secs(), 1);
+    /// # }
+    /// ```
+    #[must_use]
+    pub const fn not_until(&self) -> NotUntil {
+        self.not_until
+    }
+
+    /// How long after the refusal the item would have conformed, if nothing else were taken
+    /// meanwhile: [`NotUntil::retry_after`] (`Duration::MAX` if it never conforms without
+    /// waiting).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use pacer::{Enforcing, PaceExt, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let out: Vec<_> = futures_util::stream::iter([1, 2])
+    ///     .throttle(Rate::per_second(4), |_| 1, 1, Enforcing)
+    ///     .collect()
+    ///     .await;
+    /// assert_eq!(out[1].as_ref().unwrap_err().retry_after().as_millis(), 250);
+    /// # }
+    /// ```
+    #[must_use]
+    pub const fn retry_after(&self) -> Duration {
+        self.not_until.retry_after()
+    }
+
+    /// A reference to the refused item.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use pacer::{Enforcing, PaceExt, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let out: Vec<_> = futures_util::stream::iter(["x", "y"])
+    ///     .throttle(Rate::per_second(1), |_| 1, 1, Enforcing)
+    ///     .collect()
+    ///     .await;
+    /// assert_eq!(out[1].as_ref().unwrap_err().get_ref(), &"y");
+    /// # }
+    /// ```
+    #[must_use]
+    pub const fn get_ref(&self) -> &T {
+        &self.item
+    }
+
+    /// The refused item, to retry, reroute or drop as you choose.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use pacer::{Enforcing, PaceExt, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let out: Vec<_> = futures_util::stream::iter([String::from("x"), String::from("y")])
+    ///     .throttle(Rate::per_second(1), |_| 1, 1, Enforcing)
+    ///     .collect()
+    ///     .await;
+    /// let mut out = out.into_iter();
+    /// assert_eq!(out.next().unwrap().unwrap(), "x");
+    /// assert_eq!(out.next().unwrap().unwrap_err().into_inner(), "y");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn into_inner(self) -> T {
+        self.item
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for RateExceeded<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateExceeded")
+            .field("item", &self.item)
+            .field("not_until", &self.not_until)
+            .finish()
+    }
+}
+
+/// The refusal's text: an item was refused for the same reason a request is.
+impl<T> fmt::Display for RateExceeded<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.not_until, f)
+    }
+}
+
+impl<T: fmt::Debug> std::error::Error for RateExceeded<T> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn never_is_only_the_saturated_wait() {
+        assert!(NotUntil::new(Nanos::MAX).is_never());
+        assert!(NotUntil::NEVER.is_never());
+        assert_eq!(NotUntil::NEVER.retry_after_secs(), u64::MAX);
+        let long = NotUntil::new(Nanos(u64::MAX - 1));
+        assert!(!long.is_never());
+        assert_eq!(long.retry_after_secs(), u64::MAX / 1_000_000_000 + 1);
+    }
+
+    #[test]
+    fn retry_after_secs_rounds_up() {
+        assert_eq!(NotUntil::new(Nanos(0)).retry_after_secs(), 0);
+        assert_eq!(NotUntil::new(Nanos(1)).retry_after_secs(), 1);
+        assert_eq!(NotUntil::new(Nanos(1_000_000_000)).retry_after_secs(), 1);
+        assert_eq!(NotUntil::new(Nanos(1_000_000_001)).retry_after_secs(), 2);
+    }
+}

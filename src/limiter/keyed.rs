@@ -1,0 +1,429 @@
+//! [`KeyedRateLimiter`]: one token bucket and one FIFO queue per key, over the engine's keyed
+//! table.
+
+use std::borrow::Borrow;
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::future::poll_fn;
+use std::hash::{BuildHasher, Hash};
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::keyed::{KeyHandle, KeyLimit, KeyRef, KeyedShared};
+use crate::engine::Waiter;
+use crate::error::{ConfigError, NotUntil};
+use crate::rate::Rate;
+use crate::stats::Stats;
+
+/// One token bucket per key, shared by handle: a limit per destination (an SMS provider, a
+/// tenant's API, a customer's endpoint), with the semantics of [`RateLimiter`] key by key.
+///
+/// Every key has its own bucket of `burst` tokens refilled at `rate` (the default limit given
+/// to [`new`](KeyedRateLimiter::new), or one set for that key with
+/// [`set_limit`](KeyedRateLimiter::set_limit)), the same exact GCRA as
+/// [`throttle`](crate::PaceExt::throttle), and its own FIFO queue: waiters of one key are
+/// served in arrival order and never wait for another key. A cost above the burst pays its
+/// debt, a cost of 0 passes at once, and a waiter that is dropped has taken nothing.
+///
+/// **Memory follows the keys in use.** A key whose bucket is full again and that nobody waits
+/// for is indistinguishable from a key never seen, so it is forgotten, without any call from
+/// you: after any operation, [`tracked_keys`](KeyedRateLimiter::tracked_keys) counts only the
+/// keys whose bucket is not full or that have waiters. (governor's keyed limiter keeps every
+/// key until `retain_recent()` is called.) Per-key limits are configuration and are kept.
+///
+/// Cloning is cheap (an `Arc`); every clone is the same limiter. All keys share one short
+/// mutex; a key is hashed before the mutex is taken, with `S` (std's `RandomState` unless
+/// you give another to [`with_hasher`](KeyedRateLimiter::with_hasher)). Every method that
+/// takes a key by reference takes any borrowed form of it: a `KeyedRateLimiter<String>` is
+/// asked with a `&str`, and a key that has state is found without allocating. Streams draw
+/// on it with [`throttle_by_key`](crate::PaceExt::throttle_by_key).
+///
+/// [`RateLimiter`]: crate::RateLimiter
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use pacer::{KeyedRateLimiter, Rate};
+/// use tokio::time::Instant;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // Every provider: 2 messages per second, one at a time; "fast" allows 10 per second.
+/// let providers = KeyedRateLimiter::new(Rate::per_second(2), 1);
+/// providers.set_limit("fast", Rate::per_second(10), 1);
+/// let start = Instant::now();
+/// for _ in 0..3 {
+///     providers.acquire(&"slow", 1).await;
+/// }
+/// assert_eq!(start.elapsed(), Duration::from_secs(1));
+/// // "fast" has its own bucket: it never waited for "slow".
+/// providers.acquire(&"fast", 1).await;
+/// assert_eq!(start.elapsed(), Duration::from_secs(1));
+/// # }
+/// ```
+pub struct KeyedRateLimiter<K, S = RandomState> {
+    pub(crate) shared: Arc<KeyedShared<K, S>>,
+}
+
+impl<K, S> Clone for KeyedRateLimiter<K, S> {
+    fn clone(&self) -> Self {
+        KeyedRateLimiter {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<K> KeyedRateLimiter<K> {
+    /// A keyed limiter whose keys each have `burst` tokens refilled at `rate`, unless
+    /// [`set_limit`](KeyedRateLimiter::set_limit) says otherwise for a key.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `burst` is 0. Use [`KeyedRateLimiter::try_new`] for values from
+    /// configuration.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{KeyedRateLimiter, Rate};
+    ///
+    /// let per_tenant = KeyedRateLimiter::<u32>::new(Rate::per_second(100), 10);
+    /// assert_eq!(per_tenant.available(&7), 10);
+    /// ```
+    #[track_caller]
+    #[must_use]
+    pub fn new(rate: Rate, burst: u64) -> KeyedRateLimiter<K> {
+        match KeyedRateLimiter::try_new(rate, burst) {
+            Ok(limiter) => limiter,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A keyed limiter (see [`new`](KeyedRateLimiter::new)), or a [`ConfigError`].
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroBurst`] if `burst` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{ConfigError, KeyedRateLimiter, Rate};
+    ///
+    /// let err = KeyedRateLimiter::<String>::try_new(Rate::per_second(1), 0).err();
+    /// assert_eq!(err, Some(ConfigError::ZeroBurst));
+    /// ```
+    pub fn try_new(rate: Rate, burst: u64) -> Result<KeyedRateLimiter<K>, ConfigError> {
+        KeyedRateLimiter::try_with_hasher(rate, burst, RandomState::new())
+    }
+}
+
+impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
+    /// A keyed limiter (see [`new`](KeyedRateLimiter::new)) that hashes keys with `hasher`:
+    /// a faster hasher for keys no adversary chooses, or a fixed one for repeatable runs.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `burst` is 0. Use [`KeyedRateLimiter::try_with_hasher`] for values from
+    /// configuration.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::hash::BuildHasherDefault;
+    /// use std::collections::hash_map::DefaultHasher;
+    /// use pacer::{KeyedRateLimiter, Rate};
+    ///
+    /// let hasher = BuildHasherDefault::<DefaultHasher>::default();
+    /// let limiter = KeyedRateLimiter::<u64, _>::with_hasher(Rate::per_second(5), 1, hasher);
+    /// assert!(limiter.try_acquire(&7, 1).is_ok());
+    /// ```
+    #[track_caller]
+    #[must_use]
+    pub fn with_hasher(rate: Rate, burst: u64, hasher: S) -> KeyedRateLimiter<K, S> {
+        match KeyedRateLimiter::try_with_hasher(rate, burst, hasher) {
+            Ok(limiter) => limiter,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A keyed limiter that hashes keys with `hasher` (see
+    /// [`with_hasher`](KeyedRateLimiter::with_hasher)), or a [`ConfigError`].
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroBurst`] if `burst` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::collections::hash_map::RandomState;
+    /// use pacer::{ConfigError, KeyedRateLimiter, Rate};
+    ///
+    /// let err = KeyedRateLimiter::<u64, _>::try_with_hasher(Rate::per_second(1), 0, RandomState::new());
+    /// assert_eq!(err.err(), Some(ConfigError::ZeroBurst));
+    /// ```
+    pub fn try_with_hasher(
+        rate: Rate,
+        burst: u64,
+        hasher: S,
+    ) -> Result<KeyedRateLimiter<K, S>, ConfigError> {
+        if burst == 0 {
+            return Err(ConfigError::ZeroBurst);
+        }
+        Ok(KeyedRateLimiter {
+            shared: Arc::new(KeyedShared::new(KeyLimit { rate, burst }, hasher)),
+        })
+    }
+
+    /// Gives `key` its own limit: `burst` tokens refilled at `rate` (a provider that allows
+    /// more, a tenant on a bigger plan). It takes effect at once, also for the key's waiters,
+    /// keeping the level in tokens as [`RateLimiter::set_rate`](crate::RateLimiter::set_rate)
+    /// does (what the bucket holds, or what a waiter lacks), capped at the new `burst`.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `burst` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{KeyedRateLimiter, Rate};
+    ///
+    /// let providers = KeyedRateLimiter::new(Rate::per_second(1), 1);
+    /// providers.set_limit("bulk", Rate::per_second(50), 5);
+    /// assert_eq!(providers.available(&"bulk"), 5);
+    /// assert_eq!(providers.available(&"other"), 1);
+    /// ```
+    #[track_caller]
+    pub fn set_limit(&self, key: K, rate: Rate, burst: u64)
+    where
+        K: Hash + Eq + Clone,
+    {
+        if let Err(e) = self.try_set_limit(key, rate, burst) {
+            panic!("KeyedRateLimiter::set_limit: {e}");
+        }
+    }
+
+    /// Gives `key` its own limit, as [`set_limit`](KeyedRateLimiter::set_limit) does, or
+    /// refuses a limit that cannot be and changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroBurst`] if `burst` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{ConfigError, KeyedRateLimiter, Rate};
+    ///
+    /// let providers = KeyedRateLimiter::new(Rate::per_second(1), 1);
+    /// assert_eq!(providers.try_set_limit("bulk", Rate::per_second(50), 0), Err(ConfigError::ZeroBurst));
+    /// assert_eq!(providers.available("bulk"), 1);
+    /// ```
+    pub fn try_set_limit(&self, key: K, rate: Rate, burst: u64) -> Result<(), ConfigError>
+    where
+        K: Hash + Eq + Clone,
+    {
+        if burst == 0 {
+            return Err(ConfigError::ZeroBurst);
+        }
+        self.shared.set_limit(&key, Some(KeyLimit { rate, burst }));
+        Ok(())
+    }
+
+    /// Gives `key` the default limit again, from now on, keeping its level as
+    /// [`set_limit`](KeyedRateLimiter::set_limit) does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{KeyedRateLimiter, Rate};
+    ///
+    /// let providers = KeyedRateLimiter::new(Rate::per_second(1), 1);
+    /// providers.set_limit("bulk".to_string(), Rate::per_second(50), 5);
+    /// providers.clear_limit("bulk");
+    /// assert_eq!(providers.available("bulk"), 1);
+    /// ```
+    pub fn clear_limit<Q>(&self, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.shared.set_limit(key, None);
+    }
+
+    /// Waits until `cost` tokens of `key` are granted, behind the key's earlier waiters only.
+    ///
+    /// As [`RateLimiter::acquire`](crate::RateLimiter::acquire), key by key: a cost above the
+    /// key's burst pays its debt, a cost of 0 passes at once, and dropping the future gives its
+    /// place to the next waiter of the key; it has taken nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{KeyedRateLimiter, Rate};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = KeyedRateLimiter::new(Rate::per_second(10), 1);
+    /// let start = Instant::now();
+    /// limiter.acquire(&"a", 1).await;
+    /// limiter.acquire(&"a", 1).await;
+    /// assert_eq!(start.elapsed().as_millis(), 100);
+    /// # }
+    /// ```
+    pub async fn acquire<Q>(&self, key: &Q, cost: u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let handle: KeyRef<'_, K, Q, S> = KeyHandle::new(&*self.shared, key);
+        let mut waiter = pin!(Waiter::new(handle));
+        // Without a timeout a request is never refused.
+        let _ = poll_fn(|cx| waiter.as_mut().poll_acquire(cx, cost, None)).await;
+    }
+
+    /// Takes `cost` tokens of `key` if they are there now and nobody waits for the key; never
+    /// waits.
+    ///
+    /// # Errors
+    ///
+    /// [`NotUntil`] with how long until the request could be granted (after the key's
+    /// waiters); `Duration::MAX` for a cost above the key's burst. A refusal takes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{KeyedRateLimiter, Rate};
+    ///
+    /// let limiter = KeyedRateLimiter::new(Rate::per_second(4), 1);
+    /// assert!(limiter.try_acquire(&"a", 1).is_ok());
+    /// let refused = limiter.try_acquire(&"a", 1).unwrap_err();
+    /// assert!(refused.retry_after() <= Duration::from_millis(250));
+    /// assert!(limiter.try_acquire(&"b", 1).is_ok()); // another key, another bucket
+    /// ```
+    pub fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), NotUntil>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.shared.try_acquire(self.shared.hash(key), key, cost)
+    }
+
+    /// Waits for `cost` tokens of `key` only if they can be had within `timeout` (after the
+    /// key's waiters); otherwise returns at once, taking nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`NotUntil`] with how long the request would have waited.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{KeyedRateLimiter, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = KeyedRateLimiter::new(Rate::per_second(1), 1);
+    /// limiter.acquire(&1, 1).await;
+    /// let refused = limiter.acquire_timeout(&1, 1, Duration::from_millis(500)).await;
+    /// assert_eq!(refused.unwrap_err().retry_after(), Duration::from_secs(1));
+    /// assert!(limiter.acquire_timeout(&1, 1, Duration::from_secs(1)).await.is_ok());
+    /// # }
+    /// ```
+    pub async fn acquire_timeout<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        timeout: Duration,
+    ) -> Result<(), NotUntil>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let handle: KeyRef<'_, K, Q, S> = KeyHandle::new(&*self.shared, key);
+        let mut waiter = pin!(Waiter::new(handle));
+        poll_fn(|cx| waiter.as_mut().poll_acquire(cx, cost, Some(timeout))).await
+    }
+
+    /// The whole tokens of `key` that could be taken now, ignoring its waiters: its burst for a
+    /// key with no state.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{KeyedRateLimiter, Rate};
+    ///
+    /// let limiter = KeyedRateLimiter::new(Rate::per_second(1), 3);
+    /// limiter.try_acquire(&"a", 2).unwrap();
+    /// assert_eq!(limiter.available(&"a"), 1);
+    /// assert_eq!(limiter.available(&"b"), 3);
+    /// ```
+    #[must_use]
+    pub fn available<Q>(&self, key: &Q) -> u64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.shared.available(key)
+    }
+
+    /// How many keys hold bucket state now: those whose bucket is not full, or that have
+    /// waiters. Per-key limits are configuration and are not counted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{KeyedRateLimiter, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = KeyedRateLimiter::new(Rate::per_second(10), 1);
+    /// for key in 0..1000 {
+    ///     limiter.try_acquire(&key, 1).unwrap();
+    /// }
+    /// assert_eq!(limiter.tracked_keys(), 1000);
+    /// tokio::time::sleep(Duration::from_millis(100)).await; // every bucket is full again
+    /// assert_eq!(limiter.tracked_keys(), 0);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn tracked_keys(&self) -> usize {
+        self.shared.tracked_keys()
+    }
+
+    /// A snapshot of the counters over all keys: granted, rejected, waiting now, total wait.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{KeyedRateLimiter, Rate};
+    ///
+    /// let limiter = KeyedRateLimiter::new(Rate::per_second(1), 1);
+    /// limiter.try_acquire(&"a", 1).unwrap();
+    /// limiter.try_acquire(&"a", 1).unwrap_err();
+    /// limiter.try_acquire(&"b", 1).unwrap();
+    /// let stats = limiter.stats();
+    /// assert_eq!((stats.granted, stats.rejected, stats.waiting), (2, 1, 0));
+    /// ```
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        self.shared.stats()
+    }
+}
+
+/// Shows the limiter's identity only: reading its state would take its lock.
+impl<K, S> fmt::Debug for KeyedRateLimiter<K, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedRateLimiter")
+            .field("id", &Arc::as_ptr(&self.shared))
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,16 @@
+//! The public handles over the engine: [`RateLimiter`], [`Stagger`], [`KeyedRateLimiter`],
+//! [`Adaptive`], and the [`Quota`] trait through which streams, Sinks and tower draw on them.
+
+mod adaptive;
+mod keyed;
+pub(crate) mod quota;
+mod rate_limiter;
+mod stagger;
+
+pub use adaptive::{Adaptive, AdaptiveStats};
+#[cfg(feature = "unstable-laws")]
+pub use adaptive::AdaptiveLaw;
+pub use keyed::KeyedRateLimiter;
+pub use quota::Quota;
+pub use rate_limiter::RateLimiter;
+pub use stagger::Stagger;

@@ -1,0 +1,861 @@
+//! [`RedisRateLimiter`]: one token bucket for many processes and machines, kept in Redis.
+//!
+//! The bucket is pacer's GCRA, evaluated by one Lua script on Redis's own clock (`TIME`), so
+//! the clocks of the client machines do not matter and every decision is atomic. The script is
+//! sent as `EVALSHA` and loaded once (again after a `NOSCRIPT`, e.g. when Redis restarted),
+//! through the `redis` crate's `Script`. The connection is a `ConnectionManager`, which
+//! reconnects by itself.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::time::Instant;
+
+use crate::error::{ConfigError, NotUntil};
+use crate::limiter::quota::sealed;
+use crate::limiter::{Quota, RateLimiter};
+use crate::rate::Rate;
+use crate::sync::{lock, Mutex};
+
+const SCRIPT: &str = include_str!("gcra.lua");
+
+/// What a [`RedisRateLimiter`] does while Redis cannot be reached.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use pacer::redis::FailurePolicy;
+///
+/// // Keep going at a tenth of the quota in every process until Redis is back.
+/// let open = FailurePolicy::FailOpen { share: 0.1 };
+/// // Wait for Redis, retrying every 10 ms up to every second; give up after 30 s.
+/// let closed = FailurePolicy::FailClosed {
+///     max_backoff: Duration::from_secs(1),
+///     deadline: Duration::from_secs(30),
+/// };
+/// # let _ = (open, closed);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Grant nothing without Redis: wait and retry, with exponential backoff from 10 ms up to
+    /// `max_backoff`. `acquire` gives up with [`RedisQuotaError::Unavailable`] once Redis has
+    /// been unreachable for `deadline`; a stream never gives up (it holds its item and keeps
+    /// retrying, so nothing is lost), and an enforcing stream hands items back meanwhile.
+    /// The quota is never exceeded; the price is a stall while Redis is down.
+    FailClosed {
+        /// The longest pause between two attempts.
+        max_backoff: Duration,
+        /// How long `acquire` waits for Redis before it returns an error.
+        deadline: Duration,
+    },
+    /// Keep going without Redis: each process falls back to a local limiter at `share` of the
+    /// rate and burst (at least one token), and tries Redis again every second. With `n`
+    /// processes the total may reach `n * share` of the quota while Redis is down; choose
+    /// `share` as about `1 / n` to stay within it. The price is that the quota is only
+    /// approximately kept during an outage.
+    FailOpen {
+        /// The fraction of the rate each process grants on its own, in `(0, 1]`.
+        share: f64,
+    },
+}
+
+impl Default for FailurePolicy {
+    /// `FailClosed` with a 1 s backoff cap and a 30 s deadline.
+    fn default() -> Self {
+        FailurePolicy::FailClosed {
+            max_backoff: Duration::from_secs(1),
+            deadline: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why a [`RedisRateLimiter`] could not be built or could not answer.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RedisQuotaError {
+    /// A limit that cannot be: a zero burst, a bad lease or share.
+    Config(ConfigError),
+    /// The Redis URL or client configuration was refused.
+    Client(redis::RedisError),
+    /// Redis could not be reached for longer than the `FailClosed` deadline.
+    Unavailable(redis::RedisError),
+}
+
+impl fmt::Display for RedisQuotaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RedisQuotaError::Config(e) => e.fmt(f),
+            RedisQuotaError::Client(e) => write!(f, "invalid Redis client configuration: {e}"),
+            RedisQuotaError::Unavailable(e) => {
+                write!(f, "Redis unreachable past the fail-closed deadline: {e}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RedisQuotaError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RedisQuotaError::Config(e) => Some(e),
+            RedisQuotaError::Client(e) | RedisQuotaError::Unavailable(e) => Some(e),
+        }
+    }
+}
+
+/// Counters of a [`RedisRateLimiter`] in this process.
+///
+/// # Examples
+///
+/// ```
+/// let stats = pacer::redis::RedisStats::default();
+/// assert_eq!(stats.round_trips, 0);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisStats {
+    /// Script calls sent to Redis (successful or not).
+    pub round_trips: u64,
+    /// Acquisitions granted, from Redis, from a lease, or from the fail-open fallback.
+    pub granted: u64,
+    /// Acquisitions served from a local lease, without a round trip.
+    pub from_lease: u64,
+    /// Acquisitions granted by the fail-open fallback while Redis was unreachable.
+    pub fallback: u64,
+    /// `try_acquire` calls refused.
+    pub rejected: u64,
+    /// Round trips that failed (Redis unreachable, slow or restarting).
+    pub errors: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    round_trips: AtomicU64,
+    granted: AtomicU64,
+    from_lease: AtomicU64,
+    fallback: AtomicU64,
+    rejected: AtomicU64,
+    errors: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Tokens taken from Redis ahead of use, spent locally.
+struct Lease {
+    tokens: u64,
+    expires: Instant,
+}
+
+#[derive(Default)]
+struct Local {
+    lease: Option<Lease>,
+    /// Tokens to give back with the next round trip: an expired or replaced lease, a
+    /// reservation whose waiter went away.
+    to_return: u64,
+    /// Under `FailOpen`, during an outage: the local limiter (kept for the whole outage, so
+    /// that probing Redis again does not refill it) and, while it is in charge, until when.
+    fallback: Option<RateLimiter>,
+    fallback_until: Option<Instant>,
+}
+
+struct Inner {
+    conn: ConnectionManager,
+    script: redis::Script,
+    key: String,
+    rate: Rate,
+    burst: u64,
+    /// Microseconds per token, the script's unit.
+    interval_us: f64,
+    lease_tokens: u64,
+    lease_age: Duration,
+    policy: FailurePolicy,
+    local: Mutex<Local>,
+    /// With leases, one task at a time refills the lease; the others wait for it rather than
+    /// each asking Redis for a whole lease of its own.
+    refill: tokio::sync::Mutex<()>,
+    counters: Counters,
+}
+
+/// A token bucket shared by every process that names the same Redis key: one quota across
+/// processes and machines (a consumer group on many hosts, one partner API key).
+///
+/// Same semantics as [`RateLimiter`]: capacity `burst`, starts full, refills at `rate`, a cost
+/// per acquisition; a cost above `burst` pays its debt before it is granted; a cost of 0 passes
+/// at once. The state lives in Redis under the key you name and is updated atomically by one
+/// Lua script on Redis's clock; the key expires once the bucket is full, so idle quotas vanish.
+///
+/// Waiting is a reservation, as in Go's `rate.Limiter::Wait`: a request that cannot be granted
+/// at once is charged in Redis at once (the level goes negative, a debt that later requests
+/// queue behind) and told how long to wait before use. So each acquisition is one round trip,
+/// waiters across processes are served in the order their requests reached Redis, and a large
+/// request is not starved by small ones. A waiter dropped before its turn gives its tokens back
+/// with the next round trip. Leases ([`RedisRateLimiterBuilder::lease`]) make most grants local.
+/// The bound `burst + w * rate` holds across all processes to within one round trip (and the
+/// lease age, with leases).
+///
+/// Redis faults follow the [`FailurePolicy`]. The connection reconnects by itself; nothing
+/// panics; a stream never loses or duplicates an item.
+///
+/// # Examples
+///
+/// ```no_run
+/// use futures_util::StreamExt;
+/// use pacer::{PaceExt, Rate, RedisRateLimiter, Shaping};
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let quota = RedisRateLimiter::builder("redis://127.0.0.1/", "partner-api", Rate::per_second(200), 20)
+///     .build()?;
+/// quota.acquire(1).await?;
+/// let calls = futures_util::stream::iter(0..10).throttle_with(&quota, |_| 1, Shaping);
+/// assert_eq!(calls.count().await, 10);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedisRateLimiter {
+    inner: Arc<Inner>,
+}
+
+/// Builds a [`RedisRateLimiter`]; see [`RedisRateLimiter::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use pacer::redis::FailurePolicy;
+/// use pacer::{Rate, RedisRateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let quota = RedisRateLimiter::builder("redis://127.0.0.1:6379/", "sms", Rate::per_second(100), 10)
+///     .lease(20, Duration::from_millis(5))
+///     .failure_policy(FailurePolicy::FailOpen { share: 0.25 })
+///     .build()
+///     .expect("a valid configuration");
+/// # let _ = quota;
+/// # }
+/// ```
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct RedisRateLimiterBuilder {
+    url: String,
+    key: String,
+    rate: Rate,
+    burst: u64,
+    lease: Option<(u64, Duration)>,
+    policy: FailurePolicy,
+    response_timeout: Duration,
+}
+
+impl RedisRateLimiterBuilder {
+    /// Takes up to `max_tokens` from Redis per round trip and spends them locally, so that a
+    /// high rate does not cost one round trip per item. Leased tokens unspent after `max_age`
+    /// (and any left when the last handle is dropped) are given back. The bound then holds to
+    /// within `max_age` of refill; while waiting, a process waits for a whole lease rather than
+    /// one token.
+    pub fn lease(mut self, max_tokens: u64, max_age: Duration) -> Self {
+        self.lease = Some((max_tokens, max_age));
+        self
+    }
+
+    /// What to do while Redis is unreachable (default: [`FailurePolicy::default`]).
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// How long one round trip may take before it counts as a failure (default 250 ms).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Builds the limiter. Nothing is sent to Redis until the first acquisition, so this
+    /// succeeds while Redis is down; it needs a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisQuotaError::Config`] for a zero burst, a zero lease or a `FailOpen` share outside
+    /// `(0, 1]`; [`RedisQuotaError::Client`] for an invalid URL.
+    pub fn build(self) -> Result<RedisRateLimiter, RedisQuotaError> {
+        if self.burst == 0 {
+            return Err(RedisQuotaError::Config(ConfigError::ZeroBurst));
+        }
+        if let Some((0, _)) = self.lease {
+            return Err(RedisQuotaError::Config(ConfigError::ZeroLease));
+        }
+        if let FailurePolicy::FailOpen { share } = self.policy {
+            if !(share > 0.0 && share <= 1.0) {
+                return Err(RedisQuotaError::Config(ConfigError::Share));
+            }
+        }
+        let client = redis::Client::open(self.url.as_str()).map_err(RedisQuotaError::Client)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.response_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_millis(500));
+        let conn = client
+            .get_connection_manager_lazy(config)
+            .map_err(RedisQuotaError::Client)?;
+        let per_us = self.rate.per().as_nanos() as f64 / 1_000.0;
+        let (lease_tokens, lease_age) = self.lease.unwrap_or((0, Duration::ZERO));
+        Ok(RedisRateLimiter {
+            inner: Arc::new(Inner {
+                conn,
+                script: redis::Script::new(SCRIPT),
+                key: self.key,
+                rate: self.rate,
+                burst: self.burst,
+                interval_us: per_us / self.rate.tokens() as f64,
+                lease_tokens,
+                lease_age,
+                policy: self.policy,
+                local: Mutex::new(Local::default()),
+                refill: tokio::sync::Mutex::new(()),
+                counters: Counters::default(),
+            }),
+        })
+    }
+}
+
+/// A grant not used yet: given back (with the next round trip) if its waiter goes away.
+struct Reserved<'a> {
+    quota: &'a RedisRateLimiter,
+    tokens: u64,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        let mut local = self.quota.local();
+        local.to_return = local.to_return.saturating_add(self.tokens);
+    }
+}
+
+/// What one round trip answered.
+enum Answer {
+    /// `taken` tokens granted, usable after `wait`: a reservation queued behind earlier ones,
+    /// or a cost above the burst paying its debt.
+    Granted { taken: u64, wait: Duration },
+    /// Refused; ask again in `wait`.
+    Refused { wait: Duration },
+}
+
+/// One call of the script: take at least `cost`, up to `want`, after giving `back` back;
+/// `mode` is "reserve" or "try". The only place the script's arguments are spelled out.
+async fn call_script(
+    script: &redis::Script,
+    mut conn: ConnectionManager,
+    key: &str,
+    interval_us: f64,
+    burst: u64,
+    (cost, want, back): (u64, u64, u64),
+    mode: &str,
+) -> redis::RedisResult<(u64, u64)> {
+    script
+        .key(key)
+        .arg(interval_us)
+        .arg(burst)
+        .arg(cost)
+        .arg(want)
+        .arg(back)
+        .arg(mode)
+        .invoke_async(&mut conn)
+        .await
+}
+
+impl RedisRateLimiter {
+    /// The script with this limiter's key and bucket.
+    async fn call(&self, amounts: (u64, u64, u64), mode: &str) -> redis::RedisResult<(u64, u64)> {
+        let inner = &self.inner;
+        bump(&inner.counters.round_trips);
+        let conn = inner.conn.clone();
+        let (key, burst) = (inner.key.as_str(), inner.burst);
+        call_script(
+            &inner.script,
+            conn,
+            key,
+            inner.interval_us,
+            burst,
+            amounts,
+            mode,
+        )
+        .await
+    }
+}
+
+impl RedisRateLimiter {
+    /// A builder for the quota named `key` on the Redis at `url`: `burst` tokens refilled at
+    /// `rate`, without leases, failing closed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Rate, RedisRateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let quota = RedisRateLimiter::builder("redis://127.0.0.1/", "api", Rate::per_second(5), 5)
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = quota;
+    /// # }
+    /// ```
+    pub fn builder(
+        url: impl Into<String>,
+        key: impl Into<String>,
+        rate: Rate,
+        burst: u64,
+    ) -> RedisRateLimiterBuilder {
+        RedisRateLimiterBuilder {
+            url: url.into(),
+            key: key.into(),
+            rate,
+            burst,
+            lease: None,
+            policy: FailurePolicy::default(),
+            response_timeout: Duration::from_millis(250),
+        }
+    }
+
+    fn local(&self) -> crate::sync::MutexGuard<'_, Local> {
+        lock(&self.inner.local)
+    }
+
+    /// Takes `cost` from the local lease, if it holds enough and has not expired.
+    fn spend_lease(&self, cost: u64) -> bool {
+        let mut local = self.local();
+        let Some(lease) = local.lease.as_mut() else {
+            return false;
+        };
+        if lease.expires <= Instant::now() {
+            let unused = lease.tokens;
+            local.lease = None;
+            local.to_return = local.to_return.saturating_add(unused);
+            return false;
+        }
+        if lease.tokens < cost {
+            return false;
+        }
+        lease.tokens -= cost;
+        bump(&self.inner.counters.from_lease);
+        true
+    }
+
+    /// One script call: take at least `cost`, up to `want`, reserving (granted with a wait)
+    /// or only trying.
+    async fn round_trip(
+        &self,
+        cost: u64,
+        want: u64,
+        reserve: bool,
+    ) -> Result<Answer, redis::RedisError> {
+        let back = std::mem::take(&mut self.local().to_return);
+        let mode = if reserve { "reserve" } else { "try" };
+        let reply = self.call((cost, want, back), mode).await;
+        match reply {
+            Ok((0, wait_us)) => Ok(Answer::Refused {
+                wait: Duration::from_micros(wait_us),
+            }),
+            Ok((taken, wait_us)) => Ok(Answer::Granted {
+                taken,
+                wait: Duration::from_micros(wait_us),
+            }),
+            Err(e) => {
+                // A call that timed out may still have run on Redis: the tokens it gave back
+                // are not offered again (that could return them twice), and whatever it took
+                // stays taken. Both err on the side of the quota.
+                bump(&self.inner.counters.errors);
+                Err(e)
+            }
+        }
+    }
+
+    /// Keeps the surplus of a grant as the local lease, usable until `max_age` from now; what
+    /// was left of an older lease is given back rather than kept past its age.
+    fn keep_lease(&self, surplus: u64) {
+        if surplus == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let expires = now
+            .checked_add(self.inner.lease_age)
+            .unwrap_or(now + Duration::from_secs(86_400));
+        let mut local = self.local();
+        if let Some(old) = local.lease.replace(Lease {
+            tokens: surplus,
+            expires,
+        }) {
+            local.to_return = local.to_return.saturating_add(old.tokens);
+        }
+    }
+
+    /// Waits until `cost` tokens are granted by the shared quota.
+    ///
+    /// Under [`FailurePolicy::FailOpen`] the local fallback grants while Redis is unreachable;
+    /// under [`FailurePolicy::FailClosed`] this waits for Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisQuotaError::Unavailable`] once Redis has been unreachable for the fail-closed
+    /// deadline. Nothing was taken.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(quota: pacer::RedisRateLimiter) -> Result<(), pacer::redis::RedisQuotaError> {
+    /// quota.acquire(1).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire(&self, cost: u64) -> Result<(), RedisQuotaError> {
+        self.acquire_inner(cost, true).await
+    }
+
+    /// Like `acquire`, but never gives up: what a stream does, holding its item.
+    async fn acquire_patiently(&self, cost: u64) {
+        // Without a deadline there is no error to return.
+        let _ = self.acquire_inner(cost, false).await;
+    }
+
+    async fn acquire_inner(&self, cost: u64, give_up: bool) -> Result<(), RedisQuotaError> {
+        let counters = &self.inner.counters;
+        if cost == 0 {
+            bump(&counters.granted);
+            return Ok(());
+        }
+        let mut backoff = Duration::from_millis(10);
+        // When this call first failed to reach Redis: the fail-closed deadline counts from here.
+        let mut failing_since: Option<Instant> = None;
+        loop {
+            if self.spend_lease(cost) {
+                bump(&counters.granted);
+                return Ok(());
+            }
+            // With leases, one task at a time refills; the others queue here and take from
+            // the lease it brings back, instead of each asking Redis for a whole lease.
+            let refilling = if self.inner.lease_tokens > 0 {
+                let guard = self.inner.refill.lock().await;
+                if self.spend_lease(cost) {
+                    bump(&counters.granted);
+                    return Ok(());
+                }
+                Some(guard)
+            } else {
+                None
+            };
+            if let Some(fallback) = self.fallback() {
+                drop(refilling);
+                fallback.acquire(cost).await;
+                bump(&counters.granted);
+                bump(&counters.fallback);
+                return Ok(());
+            }
+            let attempt = Instant::now();
+            let want = cost.max(self.inner.lease_tokens);
+            match self.round_trip(cost, want, true).await {
+                Ok(Answer::Granted { taken, wait }) => {
+                    self.recovered();
+                    // Until it is used, the grant is given back if this future is dropped.
+                    let reserved = Reserved {
+                        quota: self,
+                        tokens: taken,
+                    };
+                    if !wait.is_zero() {
+                        tokio::time::sleep(wait).await;
+                    }
+                    std::mem::forget(reserved);
+                    self.keep_lease(taken.saturating_sub(cost));
+                    bump(&counters.granted);
+                    return Ok(());
+                }
+                Ok(Answer::Refused { wait }) => {
+                    // A reservation is never refused; should the script say so, wait and ask again.
+                    tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
+                }
+                Err(e) => {
+                    let since = *failing_since.get_or_insert(attempt);
+                    match self.inner.policy {
+                        FailurePolicy::FailClosed {
+                            max_backoff,
+                            deadline,
+                        } => {
+                            if give_up && since.elapsed() >= deadline {
+                                return Err(RedisQuotaError::Unavailable(e));
+                            }
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(max_backoff.max(Duration::from_millis(1)));
+                        }
+                        FailurePolicy::FailOpen { share } => self.open_fallback(share),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Grants `cost` if the shared quota holds it now; one round trip unless a lease holds it.
+    ///
+    /// # Errors
+    ///
+    /// [`NotUntil`] with how long until it could be granted (`Duration::MAX` for a cost above
+    /// the burst, which needs waiting); while Redis is unreachable, under `FailClosed` a
+    /// refusal with the retry backoff, under `FailOpen` the fallback's answer.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(quota: pacer::RedisRateLimiter) {
+    /// match quota.try_acquire(1).await {
+    ///     Ok(()) => println!("go"),
+    ///     Err(refused) => println!("retry in {:?}", refused.retry_after()),
+    /// }
+    /// # }
+    /// ```
+    pub async fn try_acquire(&self, cost: u64) -> Result<(), NotUntil> {
+        let counters = &self.inner.counters;
+        if cost == 0 || self.spend_lease(cost) {
+            bump(&counters.granted);
+            return Ok(());
+        }
+        if cost > self.inner.burst {
+            bump(&counters.rejected);
+            return Err(NotUntil::NEVER);
+        }
+        if let Some(fallback) = self.fallback() {
+            let answer = fallback.try_acquire(cost);
+            bump(if answer.is_ok() {
+                &counters.granted
+            } else {
+                &counters.rejected
+            });
+            return answer;
+        }
+        // A try takes `cost` if it is there, and with leases whatever more is there, up to a
+        // lease; it never waits for a whole one.
+        let want = cost.max(self.inner.lease_tokens);
+        let answer = match self.round_trip(cost, want, false).await {
+            Ok(Answer::Granted { taken, .. }) => {
+                self.recovered();
+                self.keep_lease(taken.saturating_sub(cost));
+                Ok(())
+            }
+            Ok(Answer::Refused { wait }) => {
+                self.recovered();
+                Err(NotUntil::after(wait))
+            }
+            Err(_) => match self.inner.policy {
+                FailurePolicy::FailOpen { share } => {
+                    self.open_fallback(share);
+                    return Box::pin(self.try_acquire(cost)).await;
+                }
+                FailurePolicy::FailClosed { .. } => Err(NotUntil::after(Duration::from_millis(10))),
+            },
+        };
+        bump(if answer.is_ok() {
+            &counters.granted
+        } else {
+            &counters.rejected
+        });
+        answer
+    }
+
+    /// The fail-open fallback, while it is in charge.
+    fn fallback(&self) -> Option<RateLimiter> {
+        let mut local = self.local();
+        match local.fallback_until {
+            Some(until) if Instant::now() < until => local.fallback.clone(),
+            Some(_) => {
+                // Time to try Redis again; the fallback keeps its state in case it still fails.
+                local.fallback_until = None;
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Puts the fallback in charge for a second: `share` of the rate (by stretching the
+    /// period, so the share is exact) and of the burst (at least one token).
+    fn open_fallback(&self, share: f64) {
+        let rate = self.inner.rate;
+        let mut local = self.local();
+        if local.fallback.is_none() {
+            let per = Duration::try_from_secs_f64(rate.per().as_secs_f64() / share)
+                .unwrap_or(Duration::MAX);
+            let burst = ((self.inner.burst as f64 * share).floor() as u64).max(1);
+            local.fallback = Some(RateLimiter::new(Rate::new(rate.tokens(), per), burst));
+        }
+        local.fallback_until = Some(Instant::now() + Duration::from_secs(1));
+    }
+
+    /// Redis answered: the outage, if any, is over.
+    fn recovered(&self) {
+        let mut local = self.local();
+        local.fallback = None;
+        local.fallback_until = None;
+    }
+
+    /// This process's counters.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(quota: pacer::RedisRateLimiter) {
+    /// let stats = quota.stats();
+    /// println!("{} grants in {} round trips", stats.granted, stats.round_trips);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn stats(&self) -> RedisStats {
+        let c = &self.inner.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RedisStats {
+            round_trips: get(&c.round_trips),
+            granted: get(&c.granted),
+            from_lease: get(&c.from_lease),
+            fallback: get(&c.fallback),
+            rejected: get(&c.rejected),
+            errors: get(&c.errors),
+        }
+    }
+
+    /// Gives back the unused tokens of the local lease now (also done when the last handle is
+    /// dropped, in the background).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(quota: pacer::RedisRateLimiter) {
+    /// quota.return_lease().await;
+    /// # }
+    /// ```
+    pub async fn return_lease(&self) {
+        let back = {
+            let mut local = self.local();
+            let unused = local.lease.take().map_or(0, |l| l.tokens);
+            std::mem::take(&mut local.to_return).saturating_add(unused)
+        };
+        if back > 0 {
+            let sent = self.call((0, 0, back), "try").await;
+            if sent.is_err() {
+                // It may have run anyway; not offering the tokens again errs on the quota's side.
+                bump(&self.inner.counters.errors);
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let local = lock(&self.local);
+        let back = (local.lease.as_ref().map_or(0, |l| l.tokens)).saturating_add(local.to_return);
+        drop(local);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if back == 0 {
+            return;
+        }
+        let (conn, script) = (self.conn.clone(), self.script.clone());
+        let (key, interval, burst) = (self.key.clone(), self.interval_us, self.burst);
+        runtime.spawn(async move {
+            let amounts = (0, 0, back);
+            let _ = call_script(&script, conn, &key, interval, burst, amounts, "try").await;
+        });
+    }
+}
+
+impl fmt::Debug for RedisRateLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisRateLimiter")
+            .field("key", &self.inner.key)
+            .field("rate", &self.inner.rate)
+            .field("burst", &self.inner.burst)
+            .field("policy", &self.inner.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+type Pending<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// A stream's request in flight on a [`RedisRateLimiter`] (not nameable outside the crate).
+pub struct RedisPermit {
+    acquire: Option<Pending<()>>,
+    check: Option<Pending<Result<(), NotUntil>>>,
+}
+
+impl fmt::Debug for RedisPermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisPermit")
+            .field(
+                "in_flight",
+                &(self.acquire.is_some() || self.check.is_some()),
+            )
+            .finish()
+    }
+}
+
+/// Polls the request in flight in `slot`, starting it with `start` if there is none, and
+/// empties the slot once it has answered.
+fn poll_slot<T, F>(
+    slot: &mut Option<Pending<T>>,
+    cx: &mut Context<'_>,
+    start: impl FnOnce() -> F,
+) -> Poll<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+{
+    let fut = slot.get_or_insert_with(|| Box::pin(start()));
+    let done = fut.as_mut().poll(cx);
+    if done.is_ready() {
+        *slot = None;
+    }
+    done
+}
+
+impl Quota for RedisRateLimiter {}
+
+/// A stream holds its item while the round trip is in flight: nothing is lost if it is
+/// dropped, and under `FailClosed` a shaping stream waits for Redis rather than give up.
+impl sealed::Sealed for RedisRateLimiter {
+    type Permit = RedisPermit;
+
+    fn permit(&self) -> RedisPermit {
+        RedisPermit {
+            acquire: None,
+            check: None,
+        }
+    }
+
+    fn poll_acquire(
+        &self,
+        permit: Pin<&mut RedisPermit>,
+        cx: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<()> {
+        let quota = self.clone();
+        poll_slot(&mut permit.get_mut().acquire, cx, || async move {
+            quota.acquire_patiently(cost).await
+        })
+    }
+
+    fn poll_try_acquire(
+        &self,
+        permit: Pin<&mut RedisPermit>,
+        cx: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<Result<(), NotUntil>> {
+        let quota = self.clone();
+        poll_slot(&mut permit.get_mut().check, cx, || async move {
+            quota.try_acquire(cost).await
+        })
+    }
+}
