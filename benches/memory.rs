@@ -183,7 +183,7 @@ fn print_sizes() {
             size_of_val(&source().min_interval(HOUR)),
         ),
         (
-            "pacer::Throttle<_, closure, Shaping>",
+            "pacer::stream::Throttle<_, closure, Shaping>",
             size_of_val(&PaceExt::throttle(
                 source(),
                 Rate::new(1, HOUR),
@@ -193,7 +193,7 @@ fn print_sizes() {
             )),
         ),
         (
-            "pacer::Throttle<_, closure, Enforcing>",
+            "pacer::stream::Throttle<_, closure, Enforcing>",
             size_of_val(&PaceExt::throttle(
                 source(),
                 Rate::new(1, HOUR),
@@ -203,9 +203,9 @@ fn print_sizes() {
             )),
         ),
         (
-            "pacer::Throttle<_, fn(&u32) -> u64, Shaping>",
+            "pacer::stream::Throttle<_, fn(&u32) -> u64, Shaping>",
             std::mem::size_of::<
-                pacer::Throttle<
+                pacer::stream::Throttle<
                     futures_util::stream::Iter<std::ops::Range<u32>>,
                     fn(&u32) -> u64,
                     Shaping,

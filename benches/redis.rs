@@ -29,7 +29,8 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pacer::{Rate, RateLimiter, RedisRateLimiter, RedisStats};
+use pacer::redis::RedisStats;
+use pacer::{Rate, RateLimiter, RedisRateLimiter};
 use tokio::runtime::Runtime;
 
 /// Untimed calls before each measured case.

@@ -23,6 +23,8 @@ pub use crate::rate::ConfigError;
 /// use std::time::Duration;
 /// use pacer::{Rate, RateLimiter};
 ///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
 /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
 /// assert!(limiter.try_acquire(1).is_ok());
 /// let refused = limiter.try_acquire(1).unwrap_err();
@@ -30,6 +32,7 @@ pub use crate::rate::ConfigError;
 /// assert_eq!(refused.retry_after_secs(), 1);
 /// assert!(!refused.is_never());
 /// assert_eq!(refused.to_string(), "rate limited: retry after 100ms");
+/// # }
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct NotUntil {
@@ -52,6 +55,7 @@ impl NotUntil {
     }
 
     /// A request that can never be granted without waiting.
+    #[cfg(any(feature = "redis", test))]
     pub(crate) const NEVER: NotUntil = NotUntil {
         retry_after: Duration::MAX,
     };
@@ -66,12 +70,15 @@ impl NotUntil {
     /// use std::time::Duration;
     /// use pacer::{Rate, RateLimiter};
     ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
     /// let limiter = RateLimiter::new(Rate::per_second(4), 1);
     /// limiter.try_acquire(1).unwrap();
     /// assert_eq!(limiter.try_acquire(1).unwrap_err().retry_after(), Duration::from_millis(250));
     /// let dear = limiter.try_acquire(2).unwrap_err();
     /// assert!(dear.is_never());
     /// assert_eq!(dear.retry_after(), Duration::MAX);
+    /// # }
     /// ```
     #[must_use]
     pub const fn retry_after(&self) -> Duration {
@@ -108,6 +115,7 @@ impl NotUntil {
     ///
     /// let limiter = RateLimiter::new(Rate::new(1, Duration::from_secs(60)), 1);
     /// limiter.try_acquire(1).unwrap();
+    /// // Rounded up: a few nanoseconds may have passed since.
     /// assert_eq!(limiter.try_acquire(1).unwrap_err().retry_after_secs(), 60);
     /// ```
     #[must_use]

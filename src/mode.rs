@@ -15,7 +15,8 @@ mod sealed {
 /// # Examples
 ///
 /// ```
-/// use pacer::{Enforcing, Shaping, ThrottleMode};
+/// use pacer::stream::ThrottleMode;
+/// use pacer::{Enforcing, Shaping};
 ///
 /// fn mode_name<M: ThrottleMode + std::fmt::Debug>(mode: M) -> String {
 ///     format!("{mode:?}")

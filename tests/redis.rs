@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use pacer::{FailurePolicy, PaceExt, Rate, RedisRateLimiter, Shaping};
+use pacer::redis::FailurePolicy;
+use pacer::{PaceExt, Rate, RedisRateLimiter, Shaping};
 
 /// A private redis-server.
 struct Server {
@@ -284,7 +285,7 @@ async fn fail_closed_acquire_gives_up_after_its_deadline() {
     let start = Instant::now();
     let err = quota.acquire(1).await.unwrap_err();
     assert!(
-        matches!(err, pacer::RedisQuotaError::Unavailable(_)),
+        matches!(err, pacer::redis::RedisQuotaError::Unavailable(_)),
         "{err}"
     );
     assert!(start.elapsed() >= Duration::from_millis(300));

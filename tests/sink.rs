@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use common::{nanos_since, paused, tick_ceil, timeline, within_an_hour, NaiveBucket, MS};
 use futures_util::{future, Sink, SinkExt, StreamExt};
-use pacer::{PaceExt, PaceSinkExt, Rate, RateLimiter, Shaping, SinkThrottleWith, Stagger};
+use pacer::sink::ThrottleWith as SinkThrottleWith;
+use pacer::{PaceExt, PaceSinkExt, Rate, RateLimiter, Shaping, Stagger};
 use proptest::prelude::*;
 use tokio::io::duplex;
 use tokio::time::{advance, sleep, sleep_until, Instant};
@@ -453,9 +454,9 @@ fn building_needs_no_runtime() {
     let a = PollSender::new(tx).throttle(Rate::per_second(1), |_| 1, 1);
     let b = Vec::<u32>::new().throttle_with(&limiter, |_| 1);
     let c = Vec::<u32>::new().min_interval(Duration::from_secs(1));
-    assert!(format!("{a:?}").starts_with("SinkThrottle"));
-    assert!(format!("{b:?}").starts_with("SinkThrottleWith"));
-    assert!(format!("{c:?}").starts_with("SinkMinInterval"));
+    assert!(format!("{a:?}").starts_with("Throttle"));
+    assert!(format!("{b:?}").starts_with("ThrottleWith"));
+    assert!(format!("{c:?}").starts_with("MinInterval"));
 }
 
 #[test]

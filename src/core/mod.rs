@@ -10,7 +10,7 @@ mod warmup;
 mod window;
 
 pub(crate) use bucket::{Bucket, Decision, Packed};
-pub(crate) use pace::{Costed, Pace};
 pub(crate) use nanos::Nanos;
+pub(crate) use pace::{Costed, Pace};
 pub(crate) use warmup::WarmingUp;
 pub(crate) use window::Window;

@@ -153,10 +153,7 @@ impl<K> KeyedState<K> {
             self.forget.pop();
             // A lane with this hash still scheduled at this time; none if the entry is stale
             // (the lane was re-scheduled, or forgotten and re-created).
-            let Ok(mut entry) = self
-                .lanes
-                .find_entry(due.hash, |e| e.due == Some(due.at))
-            else {
+            let Ok(mut entry) = self.lanes.find_entry(due.hash, |e| e.due == Some(due.at)) else {
                 continue;
             };
             let lane = entry.get_mut();
@@ -239,12 +236,10 @@ impl<K> KeyedState<K> {
                 out
             }
             Err(_) => {
-                let mut lane = Lane::new(
-                    match self.limits.find(hash, |c| c.key.borrow() == key) {
-                        Some(config) => config.limit.bucket(),
-                        None => self.default_bucket.clone(),
-                    },
-                );
+                let mut lane = Lane::new(match self.limits.find(hash, |c| c.key.borrow() == key) {
+                    Some(config) => config.limit.bucket(),
+                    None => self.default_bucket.clone(),
+                });
                 let out = f(&mut lane, &mut self.tally);
                 let mut due = None;
                 let settled = settle(&lane, &mut due, now);
@@ -431,10 +426,12 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(key);
-        self.with(|st, now, _| match st.lanes.find(hash, |e| e.key.borrow() == key) {
-            Some(entry) => entry.lane.rule.available(now),
-            None => st.limit(hash, key).burst,
-        })
+        self.with(
+            |st, now, _| match st.lanes.find(hash, |e| e.key.borrow() == key) {
+                Some(entry) => entry.lane.rule.available(now),
+                None => st.limit(hash, key).burst,
+            },
+        )
     }
 
     /// How many keys hold state now.

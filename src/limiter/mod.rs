@@ -7,9 +7,9 @@ pub(crate) mod quota;
 mod rate_limiter;
 mod stagger;
 
-pub use adaptive::{Adaptive, AdaptiveStats};
 #[cfg(feature = "unstable-laws")]
 pub use adaptive::AdaptiveLaw;
+pub use adaptive::{Adaptive, AdaptiveStats};
 pub use keyed::KeyedRateLimiter;
 pub use quota::Quota;
 pub use rate_limiter::RateLimiter;

@@ -22,7 +22,8 @@ pin_project! {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::StreamExt;
-    /// use pacer::{BatchedInterval, PaceExt};
+    /// use pacer::stream::BatchedInterval;
+    /// use pacer::PaceExt;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {

@@ -21,7 +21,8 @@ pin_project! {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::StreamExt;
-    /// use pacer::{MinInterval, PaceExt};
+    /// use pacer::stream::MinInterval;
+    /// use pacer::PaceExt;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {

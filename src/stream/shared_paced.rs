@@ -8,8 +8,8 @@ use std::task::{ready, Context, Poll};
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
-use super::upstream::Upstream;
 use super::paced::Checked;
+use super::upstream::Upstream;
 use crate::core::Nanos;
 use crate::limiter::Quota;
 

@@ -21,7 +21,8 @@ pin_project! {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::StreamExt;
-    /// use pacer::{PaceExt, StaggeredStart};
+    /// use pacer::stream::StaggeredStart;
+    /// use pacer::PaceExt;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {

@@ -20,7 +20,8 @@ pin_project! {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::StreamExt;
-    /// use pacer::{PaceExt, Stagger, StaggeredStartWith};
+    /// use pacer::stream::StaggeredStartWith;
+    /// use pacer::{PaceExt, Stagger};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {

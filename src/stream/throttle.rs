@@ -24,7 +24,8 @@ pin_project! {
     ///
     /// ```
     /// use futures_util::StreamExt;
-    /// use pacer::{PaceExt, Rate, Shaping, Throttle};
+    /// use pacer::stream::Throttle;
+    /// use pacer::{PaceExt, Rate, Shaping};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -78,7 +79,8 @@ impl<S: Stream, F> Throttle<S, F, Shaping> {
     /// # Examples
     ///
     /// ```
-    ///     /// use futures_util::StreamExt;
+    /// use std::time::Duration;
+    /// use futures_util::StreamExt;
     /// use pacer::{PaceExt, Rate, Shaping};
     ///
     /// # #[tokio::main(flavor = "current_thread")]

@@ -60,13 +60,16 @@ impl Wake for FrontWake {
     }
 }
 
+/// A front's place in its key's lane, pinned where it waits.
+type FrontWaiter<K, S> = Pin<Box<Waiter<KeyOwned<K, S>>>>;
+
 /// The held items of one key, oldest first (arrival number, item, cost), and the front's
 /// place in the key's lane once it has had to wait.
 struct Front<K: Hash + Eq + Clone, S: BuildHasher, T> {
     key: K,
     hash: u64,
     items: VecDeque<(u64, T, u64)>,
-    waiter: Option<Pin<Box<Waiter<KeyOwned<K, S>>>>>,
+    waiter: Option<FrontWaiter<K, S>>,
 }
 
 /// A place for one key's front, with the waker its waiter runs with (made once per slot).
@@ -136,14 +139,9 @@ impl<K: Hash + Eq + Clone, S: BuildHasher, T> Held<K, S, T> {
         }
         let slot = self.free_slot();
         let mut ticket = None;
-        let step = self.limiter.poll(
-            hash,
-            &key,
-            &mut ticket,
-            cost,
-            &self.slots[slot].waker,
-            None,
-        );
+        let step = self
+            .limiter
+            .poll(hash, &key, &mut ticket, cost, &self.slots[slot].waker, None);
         let step = match step {
             // Without a timeout the limiter never refuses.
             Ok(Step::Granted) | Err(_) => {

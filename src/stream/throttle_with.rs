@@ -21,7 +21,8 @@ pin_project! {
     ///
     /// ```
     /// use futures_util::StreamExt;
-    /// use pacer::{PaceExt, Rate, RateLimiter, Shaping, ThrottleWith};
+    /// use pacer::stream::ThrottleWith;
+    /// use pacer::{PaceExt, Rate, RateLimiter, Shaping};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
