@@ -47,8 +47,21 @@ const MEASURE_MAX_SECS: f64 = 5.0;
 /// calls in flight do not all come back (another user of the limiter that does not report).
 const OVERLOAD_MAX_SECS: f64 = 2.0;
 
-/// The control laws the benchmark compares. Not part of the stable API.
-#[doc(hidden)]
+/// The control laws the adaptive benchmark compares (feature `unstable-laws`, outside semver:
+/// they may change or go in any release).
+///
+/// # Examples
+///
+/// ```
+/// # #[cfg(feature = "unstable-laws")] {
+/// use pacer::{Adaptive, AdaptiveLaw, Rate, RateLimiter};
+///
+/// let limiter = RateLimiter::new(Rate::per_second(10), 2);
+/// let aimd = Adaptive::try_with_law(limiter, Rate::per_second(1), Rate::per_second(10), AdaptiveLaw::Aimd);
+/// assert!(aimd.is_ok());
+/// # }
+/// ```
+#[cfg_attr(not(feature = "unstable-laws"), allow(unreachable_pub, dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AdaptiveLaw {
@@ -120,7 +133,7 @@ pub enum AdaptiveLaw {
 /// adaptive.limiter().acquire(1).await;
 /// // The partner answered 429 with `Retry-After: 1`.
 /// adaptive.on_throttled(Some(Duration::from_secs(1)));
-/// assert_eq!(adaptive.rate(), Rate::new(80_000, Duration::from_secs(1000))); // 80/s
+/// assert_eq!(adaptive.rate(), Rate::per_second(80));
 /// assert!(adaptive.limiter().try_acquire(1).is_err()); // paused for 1 s
 /// # }
 /// ```
@@ -206,21 +219,6 @@ pub struct AdaptiveStats {
     pub rate: Rate,
 }
 
-/// Whether `a` is a slower rate than `b`, compared exactly as fractions (in 192 bits: a
-/// `u64` of tokens times a period of up to 2^94 ns does not fit in 128).
-fn below(a: Rate, b: Rate) -> bool {
-    wide_mul(a.tokens(), b.per().as_nanos()) < wide_mul(b.tokens(), a.per().as_nanos())
-}
-
-/// `x * y` as (high, low) 128-bit halves, which compare as the product does.
-fn wide_mul(x: u64, y: u128) -> (u128, u128) {
-    let x = u128::from(x);
-    let low = x * (y & u128::from(u64::MAX));
-    let high = x * (y >> 64);
-    let (sum, carry) = low.overflowing_add(high << 64);
-    ((high >> 64) + u128::from(carry), sum)
-}
-
 /// Tokens per second.
 fn per_second(rate: Rate) -> f64 {
     rate.tokens() as f64 / rate.per().as_secs_f64()
@@ -272,18 +270,45 @@ impl Adaptive {
     /// ));
     /// ```
     pub fn try_new(limiter: RateLimiter, min: Rate, max: Rate) -> Result<Adaptive, ConfigError> {
-        Adaptive::try_with_law(limiter, min, max, AdaptiveLaw::Cubic)
+        Adaptive::with_law(limiter, min, max, AdaptiveLaw::Cubic)
     }
 
-    /// A controller with another control law, for the benchmark. Not part of the stable API.
-    #[doc(hidden)]
+    /// A controller with another control law (feature `unstable-laws`, outside semver), for
+    /// the benchmark that compares them.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::MinAboveMax`] if `min` is above `max`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[cfg(feature = "unstable-laws")] {
+    /// use pacer::{Adaptive, AdaptiveLaw, Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 2);
+    /// let law = AdaptiveLaw::AwsCubic;
+    /// assert!(Adaptive::try_with_law(limiter, Rate::per_second(1), Rate::per_second(10), law).is_ok());
+    /// # }
+    /// ```
+    #[cfg(feature = "unstable-laws")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "unstable-laws")))]
     pub fn try_with_law(
         limiter: RateLimiter,
         min: Rate,
         max: Rate,
         law: AdaptiveLaw,
     ) -> Result<Adaptive, ConfigError> {
-        if below(max, min) {
+        Adaptive::with_law(limiter, min, max, law)
+    }
+
+    fn with_law(
+        limiter: RateLimiter,
+        min: Rate,
+        max: Rate,
+        law: AdaptiveLaw,
+    ) -> Result<Adaptive, ConfigError> {
+        if max < min {
             return Err(ConfigError::MinAboveMax);
         }
         let origin = Instant::now();
@@ -461,7 +486,7 @@ impl Inner {
         }
         measure(self.law, &mut st, now);
         let mut current = self.limiter.rate();
-        if below(current, st.set) || below(st.set, current) {
+        if current != st.set {
             // Set by hand: start over from there.
             Inner::restart(
                 &self.limiter,
@@ -535,7 +560,7 @@ impl Inner {
     fn set(&self, st: &mut State, rate: f64) {
         let rate = clamp(self.min, self.max, rate);
         // The same rate in another representation (20/s is 20,000 per 1,000 s) is no change.
-        if below(rate, st.set) || below(st.set, rate) {
+        if rate != st.set {
             st.set = rate;
             self.limiter.set_rate(rate);
         }
@@ -551,9 +576,9 @@ impl Inner {
         rate: Rate,
         now: f64,
     ) {
-        let clamped = if below(rate, min) {
+        let clamped = if rate < min {
             min
-        } else if below(max, rate) {
+        } else if rate > max {
             max
         } else {
             rate

@@ -18,7 +18,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{stream, StreamExt};
-use pacer::{Adaptive, AdaptiveLaw, AdaptiveStats, PaceExt, Rate, RateLimiter, Shaping};
+#[cfg(feature = "unstable-laws")]
+pub use pacer::AdaptiveLaw;
+use pacer::{Adaptive, AdaptiveStats, PaceExt, Rate, RateLimiter, Shaping};
+
+/// Without the `unstable-laws` feature, the default law only.
+#[cfg(not(feature = "unstable-laws"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdaptiveLaw {
+    Cubic,
+}
 use tokio::time::Instant;
 
 /// Tokens per second.
@@ -205,8 +214,14 @@ async fn call(provider: &Provider, adaptive: &Adaptive, record: &Mutex<Record>, 
 /// limiter at `max`, or a fresh one.
 pub async fn simulate(scenario: &Scenario) -> Run {
     let limiter = RateLimiter::new(scenario.max, scenario.client_burst);
-    let adaptive = Adaptive::try_with_law(limiter, scenario.min, scenario.max, scenario.law)
-        .expect("min <= max");
+    #[cfg(feature = "unstable-laws")]
+    let adaptive = Adaptive::try_with_law(limiter, scenario.min, scenario.max, scenario.law);
+    #[cfg(not(feature = "unstable-laws"))]
+    let adaptive = {
+        let AdaptiveLaw::Cubic = scenario.law;
+        Adaptive::try_new(limiter, scenario.min, scenario.max)
+    };
+    let adaptive = adaptive.expect("min <= max");
     simulate_with(scenario, &adaptive).await
 }
 
