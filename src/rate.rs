@@ -1,8 +1,10 @@
-//! How fast tokens flow: [`Rate`], and the [`ConfigError`] for a rate that cannot be.
+//! How fast tokens flow: [`Rate`], a value (reduced, compared and hashed by value).
 
 use std::cmp::Ordering;
 use std::fmt;
 use std::time::Duration;
+
+use crate::error::ConfigError;
 
 const NANOS_PER_SEC: u128 = 1_000_000_000;
 
@@ -299,77 +301,6 @@ impl fmt::Display for Rate {
         write!(f, "{} per {:?}", self.tokens, self.per)
     }
 }
-
-/// A configuration value that describes no usable limit.
-///
-/// Its `Display` names the value and says why it was refused.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use pacer::{ConfigError, Rate};
-///
-/// let err = Rate::try_new(0, Duration::from_secs(1)).unwrap_err();
-/// assert_eq!(err, ConfigError::ZeroTokens);
-/// assert_eq!(
-///     err.to_string(),
-///     "invalid rate: `tokens` is 0, so nothing could ever pass; it must be at least 1"
-/// );
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// A [`Rate`] of zero tokens per period.
-    ZeroTokens,
-    /// A [`Rate`] whose period is zero: an infinite rate.
-    ZeroPeriod,
-    /// A limiter whose `burst` is zero: nothing could ever pass.
-    ZeroBurst,
-    /// A warming-up limiter whose warm-up period is zero.
-    ZeroWarmup,
-    /// A warming-up limiter whose cold factor is not a finite number of at least 1.
-    ColdFactor,
-    /// A Redis limiter whose lease is zero tokens.
-    ZeroLease,
-    /// A fail-open share outside `(0, 1]`.
-    Share,
-    /// An adaptive controller whose `min` rate is above its `max`.
-    MinAboveMax,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ConfigError::ZeroTokens => {
-                "invalid rate: `tokens` is 0, so nothing could ever pass; it must be at least 1"
-            }
-            ConfigError::ZeroPeriod => {
-                "invalid rate: `per` is zero, an infinite rate; it must be a positive duration"
-            }
-            ConfigError::ZeroBurst => {
-                "invalid limiter: `burst` is 0, so nothing could ever pass; it must be at least 1"
-            }
-            ConfigError::ZeroWarmup => {
-                "invalid warm-up: the warm-up period is zero; it must be a positive duration"
-            }
-            ConfigError::ZeroLease => {
-                "invalid lease: 0 tokens per lease; lease at least 1 token, or leave leases off"
-            }
-            ConfigError::Share => {
-                "invalid fail-open share: it must be a fraction of the rate in (0, 1]"
-            }
-            ConfigError::MinAboveMax => {
-                "invalid adaptive range: `min` is above `max`; it must be at most `max`"
-            }
-            ConfigError::ColdFactor => {
-                "invalid warm-up: `cold_factor` must be a finite number of at least 1 (3 is Guava's default)"
-            }
-        })
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 #[cfg(test)]
 mod tests {

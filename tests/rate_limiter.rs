@@ -357,14 +357,14 @@ fn handles_are_send_sync_and_cheap_to_clone() {
 fn rate_and_burst_say_what_is_in_force() {
     let limiter = RateLimiter::new(Rate::new(3, Duration::from_secs(2)), 4);
     assert_eq!(limiter.rate(), Rate::new(3, Duration::from_secs(2)));
-    assert_eq!(limiter.burst(), 4);
+    assert_eq!(limiter.burst(), Some(4));
     limiter.set_rate(Rate::per_second(50));
     limiter.set_burst(9);
     assert_eq!(limiter.rate(), Rate::per_second(50));
-    assert_eq!(limiter.burst(), 9);
+    assert_eq!(limiter.burst(), Some(9));
     let warming = RateLimiter::warming_up(Rate::per_second(2), Duration::from_secs(4), 3.0);
     assert_eq!(warming.rate(), Rate::per_second(2));
-    assert_eq!(warming.burst(), 1);
+    assert_eq!(warming.burst(), None);
 }
 
 #[tokio::test(start_paused = true)]

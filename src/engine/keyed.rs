@@ -130,7 +130,7 @@ impl<K> KeyedState<K> {
         Q: Eq + ?Sized,
     {
         self.limits
-            .find(hash, |c| c.key.borrow() == key)
+            .find(hash, |c| c.hash == hash && c.key.borrow() == key)
             .map_or(self.default, |c| c.limit)
     }
 
@@ -222,7 +222,10 @@ impl<K> KeyedState<K> {
         K: Borrow<Q>,
         Q: Eq + ToOwned<Owned = K> + ?Sized,
     {
-        match self.lanes.find_entry(hash, |e| e.key.borrow() == key) {
+        match self
+            .lanes
+            .find_entry(hash, |e| e.hash == hash && e.key.borrow() == key)
+        {
             Ok(mut entry) => {
                 let lane = entry.get_mut();
                 let out = f(&mut lane.lane, &mut self.tally);
@@ -236,17 +239,22 @@ impl<K> KeyedState<K> {
                 out
             }
             Err(_) => {
-                let mut lane = Lane::new(match self.limits.find(hash, |c| c.key.borrow() == key) {
+                let config = self
+                    .limits
+                    .find(hash, |c| c.hash == hash && c.key.borrow() == key);
+                let mut lane = Lane::new(match config {
                     Some(config) => config.limit.bucket(),
                     None => self.default_bucket.clone(),
                 });
+                // The last user code (`Clone`), before anything changes.
+                let key = key.to_owned();
                 let out = f(&mut lane, &mut self.tally);
                 let mut due = None;
                 let settled = settle(&lane, &mut due, now);
                 if !matches!(settled, Settled::Forget) {
                     let entry = KeyLane {
                         hash,
-                        key: key.to_owned(),
+                        key,
                         lane,
                         due,
                     };
@@ -260,17 +268,47 @@ impl<K> KeyedState<K> {
         }
     }
 
-    /// Applies the limit of `key` to its lane, if it has one, keeping the level; returns the
-    /// head's waker so that it re-reads its deadline.
-    fn apply_limit<Q>(&mut self, hash: u64, key: &Q, now: Nanos) -> Option<Waker>
+    /// Sets (`Some`) or clears (`None`) the limit of `key`, and applies it to the key's lane,
+    /// if it has one, keeping the level. Returns whether anything changed, and the head's waker
+    /// so that it re-reads its deadline. The key's `Eq` and `Clone` run before anything
+    /// changes.
+    fn set_limit<Q>(
+        &mut self,
+        hash: u64,
+        key: &Q,
+        limit: Option<KeyLimit>,
+        now: Nanos,
+    ) -> Option<Option<Waker>>
     where
         K: Borrow<Q>,
-        Q: Eq + ?Sized,
+        Q: Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let limit = self.limit(hash, key);
-        let Ok(mut entry) = self.lanes.find_entry(hash, |e| e.key.borrow() == key) else {
-            return None;
+        let config = self
+            .limits
+            .find_entry(hash, |c| c.hash == hash && c.key.borrow() == key);
+        let lane = self
+            .lanes
+            .find_entry(hash, |e| e.hash == hash && e.key.borrow() == key);
+        let new_key = match (&config, limit) {
+            (Err(_), Some(_)) => Some(key.to_owned()),
+            _ => None,
         };
+        // No user code from here on.
+        match (config, limit, new_key) {
+            (Ok(mut config), Some(limit), _) => config.get_mut().limit = limit,
+            (Ok(config), None, _) => {
+                config.remove();
+            }
+            (Err(absent), Some(limit), Some(key)) => {
+                let config = KeyConfig { hash, key, limit };
+                absent.into_table().insert_unique(hash, config, |c| c.hash);
+            }
+            (Err(_), _, _) => return None,
+        }
+        let Ok(mut entry) = lane else {
+            return Some(None);
+        };
+        let limit = limit.unwrap_or(self.default);
         let lane = entry.get_mut();
         let bucket = &mut lane.lane.rule;
         bucket.set_rate(now, limit.rate.tokens(), limit.rate.per().as_nanos());
@@ -283,7 +321,7 @@ impl<K> KeyedState<K> {
                 entry.remove();
             }
         }
-        head
+        Some(head)
     }
 }
 
@@ -368,7 +406,10 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         Q: Eq + ?Sized,
     {
         self.with(|st, now, after| {
-            let Ok(mut entry) = st.lanes.find_entry(hash, |e| e.key.borrow() == key) else {
+            let Ok(mut entry) = st
+                .lanes
+                .find_entry(hash, |e| e.hash == hash && e.key.borrow() == key)
+            else {
                 return;
             };
             let lane = entry.get_mut();
@@ -392,29 +433,9 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
     {
         let hash = self.hash(key);
         self.with(|st, now, after| {
-            let changed = match (st.limits.find_entry(hash, |c| c.key.borrow() == key), limit) {
-                (Ok(mut config), Some(limit)) => {
-                    config.get_mut().limit = limit;
-                    true
-                }
-                (Ok(config), None) => {
-                    config.remove();
-                    true
-                }
-                (Err(_), Some(limit)) => {
-                    let config = KeyConfig {
-                        hash,
-                        key: key.to_owned(),
-                        limit,
-                    };
-                    st.limits.insert_unique(hash, config, |c| c.hash);
-                    true
-                }
-                (Err(_), None) => false,
-            };
-            if changed {
+            if let Some(head) = st.set_limit(hash, key, limit, now) {
                 // The key's head waiter (a task, or a stream's front) re-reads its deadline.
-                after.wake = st.apply_limit(hash, key, now);
+                after.wake = head;
             }
         });
     }
@@ -426,12 +447,15 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(key);
-        self.with(
-            |st, now, _| match st.lanes.find(hash, |e| e.key.borrow() == key) {
+        self.with(|st, now, _| {
+            match st
+                .lanes
+                .find(hash, |e| e.hash == hash && e.key.borrow() == key)
+            {
                 Some(entry) => entry.lane.rule.available(now),
                 None => st.limit(hash, key).burst,
-            },
-        )
+            }
+        })
     }
 
     /// How many keys hold state now.

@@ -700,7 +700,6 @@ impl std::fmt::Debug for Adaptive {
             .field("min", &self.inner.min)
             .field("max", &self.inner.max)
             .field("law", &self.inner.law)
-            .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
 }

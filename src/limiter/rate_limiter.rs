@@ -423,11 +423,12 @@ impl RateLimiter {
     }
 
     /// Holds at most `burst` tokens from now on, keeping the current level (capped at the new
-    /// `burst`). Waiters re-read their deadline at once. Has no effect on a warming-up limiter.
+    /// `burst`). Waiters re-read their deadline at once.
     ///
     /// # Panics
     ///
-    /// Panics if `burst` is 0.
+    /// Panics if `burst` is 0, or if the limiter is warming up (it has no burst). Use
+    /// [`try_set_burst`](RateLimiter::try_set_burst) for values from configuration.
     ///
     /// # Examples
     ///
@@ -440,15 +441,44 @@ impl RateLimiter {
     /// ```
     #[track_caller]
     pub fn set_burst(&self, burst: u64) {
-        assert!(
-            burst > 0,
-            "set_burst: `burst` is 0, so no request could ever pass; it must be at least 1"
-        );
-        self.shared.update(|limit, now| {
-            if let Curve::Bucket(b) = &mut limit.curve {
+        if let Err(e) = self.try_set_burst(burst) {
+            panic!("RateLimiter::set_burst: {e}");
+        }
+    }
+
+    /// Holds at most `burst` tokens from now on, as [`set_burst`](RateLimiter::set_burst)
+    /// does, or refuses a burst that cannot be and changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroBurst`] if `burst` is 0; [`ConfigError::NoBurst`] if the limiter is
+    /// warming up: its stored permits play the part of a burst, and are set by its warm-up.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{ConfigError, Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(1), 2);
+    /// assert_eq!(limiter.try_set_burst(0), Err(ConfigError::ZeroBurst));
+    /// assert_eq!(limiter.try_set_burst(4), Ok(()));
+    /// assert_eq!(limiter.burst(), Some(4));
+    ///
+    /// let warming = RateLimiter::warming_up(Rate::per_second(5), Duration::from_secs(2), 3.0);
+    /// assert_eq!(warming.try_set_burst(4), Err(ConfigError::NoBurst));
+    /// ```
+    pub fn try_set_burst(&self, burst: u64) -> Result<(), ConfigError> {
+        if burst == 0 {
+            return Err(ConfigError::ZeroBurst);
+        }
+        self.shared.update(|limit, now| match &mut limit.curve {
+            Curve::Bucket(b) => {
                 b.set_burst(now, burst);
+                Ok(())
             }
-        });
+            Curve::WarmingUp(_) => Err(ConfigError::NoBurst),
+        })
     }
 
     /// The rate in force now: the one given to [`new`](RateLimiter::new) or
@@ -468,24 +498,29 @@ impl RateLimiter {
         self.shared.read(|limit, _| limit.rate)
     }
 
-    /// The burst in force now: the most tokens the bucket holds. A warming-up limiter has no
-    /// burst (its stored permits play that part, see [`warming_up`](RateLimiter::warming_up))
-    /// and answers 1.
+    /// The burst in force now: the most tokens the bucket holds; `None` for a warming-up
+    /// limiter, which has no burst (its stored permits play that part, see
+    /// [`warming_up`](RateLimiter::warming_up)). An `Option` rather than a separate type, so
+    /// that one handle serves both kinds of limiter wherever a `RateLimiter` is taken
+    /// (`throttle_with`, `Adaptive`, the tower layer).
     ///
     /// # Examples
     ///
     /// ```
+    /// use std::time::Duration;
     /// use pacer::{Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(10), 5);
     /// limiter.set_burst(2);
-    /// assert_eq!(limiter.burst(), 2);
+    /// assert_eq!(limiter.burst(), Some(2));
+    /// let warming = RateLimiter::warming_up(Rate::per_second(5), Duration::from_secs(2), 3.0);
+    /// assert_eq!(warming.burst(), None);
     /// ```
     #[must_use]
-    pub fn burst(&self) -> u64 {
+    pub fn burst(&self) -> Option<u64> {
         self.shared.read(|limit, _| match &limit.curve {
-            Curve::Bucket(b) => b.burst(),
-            Curve::WarmingUp(_) => 1,
+            Curve::Bucket(b) => Some(b.burst()),
+            Curve::WarmingUp(_) => None,
         })
     }
 
@@ -539,12 +574,13 @@ impl RateLimiter {
     }
 }
 
+/// Shows the limiter's identity only (clones show the same): its rate and level are shared
+/// state, read with [`rate`](RateLimiter::rate), [`burst`](RateLimiter::burst),
+/// [`available`](RateLimiter::available) and [`stats`](RateLimiter::stats).
 impl std::fmt::Debug for RateLimiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let limit = self.shared.read(|limit, _| limit.clone());
         f.debug_struct("RateLimiter")
-            .field("limit", &limit)
-            .field("stats", &self.stats())
-            .finish()
+            .field("id", &Arc::as_ptr(&self.shared))
+            .finish_non_exhaustive()
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::core::{Nanos, Window};
 use crate::engine::{Shared, Waiter};
-use crate::error::NotUntil;
+use crate::error::{ConfigError, NotUntil};
 use crate::stats::Stats;
 
 /// At most `k` acquisitions in any window of length `period`, shared by handle: the sliding
@@ -57,7 +57,7 @@ impl Stagger {
     ///
     /// # Panics
     ///
-    /// Panics if `k` is 0.
+    /// Panics if `k` is 0. Use [`Stagger::try_new`] for values from configuration.
     ///
     /// # Examples
     ///
@@ -70,14 +70,36 @@ impl Stagger {
     #[track_caller]
     #[must_use]
     pub fn new(k: usize, period: Duration) -> Stagger {
-        assert!(
-            k > 0,
-            "Stagger: `k` is 0, so nothing could ever start; it must be at least 1"
-        );
-        let window = Window::new(k, Nanos::from_duration(period));
-        Stagger {
-            shared: Arc::new(Shared::new(window)),
+        match Stagger::try_new(k, period) {
+            Ok(stagger) => stagger,
+            Err(e) => panic!("Stagger::new: {e}"),
         }
+    }
+
+    /// At most `k` acquisitions in any window of `period` (see [`new`](Stagger::new)), or a
+    /// [`ConfigError`].
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroStarts`] if `k` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{ConfigError, Stagger};
+    ///
+    /// assert_eq!(Stagger::try_new(0, Duration::from_secs(1)).err(), Some(ConfigError::ZeroStarts));
+    /// assert!(Stagger::try_new(2, Duration::from_secs(1)).is_ok());
+    /// ```
+    pub fn try_new(k: usize, period: Duration) -> Result<Stagger, ConfigError> {
+        if k == 0 {
+            return Err(ConfigError::ZeroStarts);
+        }
+        let window = Window::new(k, Nanos::from_duration(period));
+        Ok(Stagger {
+            shared: Arc::new(Shared::new(window)),
+        })
     }
 
     /// Waits for a token, in arrival order (cats-effect's `getRatedToken`). Dropping the
@@ -166,7 +188,8 @@ impl Stagger {
     ///
     /// # Panics
     ///
-    /// Panics if `k` is 0.
+    /// Panics if `k` is 0. Use [`try_set_limit`](Stagger::try_set_limit) for values from
+    /// configuration.
     ///
     /// # Examples
     ///
@@ -180,12 +203,35 @@ impl Stagger {
     /// ```
     #[track_caller]
     pub fn set_limit(&self, k: usize, period: Duration) {
-        assert!(
-            k > 0,
-            "Stagger::set_limit: `k` is 0, so nothing could ever start; it must be at least 1"
-        );
+        if let Err(e) = self.try_set_limit(k, period) {
+            panic!("Stagger::set_limit: {e}");
+        }
+    }
+
+    /// At most `k` per `period` from now on, as [`set_limit`](Stagger::set_limit) does, or
+    /// refuses a limit that cannot be and changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroStarts`] if `k` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{ConfigError, Stagger};
+    ///
+    /// let stagger = Stagger::new(2, Duration::from_secs(60));
+    /// assert_eq!(stagger.try_set_limit(0, Duration::from_secs(60)), Err(ConfigError::ZeroStarts));
+    /// assert_eq!(stagger.available_tokens(), 2);
+    /// ```
+    pub fn try_set_limit(&self, k: usize, period: Duration) -> Result<(), ConfigError> {
+        if k == 0 {
+            return Err(ConfigError::ZeroStarts);
+        }
         let period = Nanos::from_duration(period);
         self.shared.update(|window, _| window.set_limit(k, period));
+        Ok(())
     }
 
     /// A snapshot of the counters: granted, rejected, waiting now, total wait.
@@ -205,12 +251,11 @@ impl Stagger {
     }
 }
 
+/// Shows the stagger's identity only (clones show the same): its window is shared state.
 impl std::fmt::Debug for Stagger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let window = self.shared.read(|window, _| window.clone());
         f.debug_struct("Stagger")
-            .field("window", &window)
-            .field("stats", &self.stats())
-            .finish()
+            .field("id", &Arc::as_ptr(&self.shared))
+            .finish_non_exhaustive()
     }
 }

@@ -90,6 +90,9 @@ struct Held<K: Hash + Eq + Clone, S: BuildHasher, T> {
     to_ask: BTreeSet<(u64, usize)>,
     count: usize,
     next_seq: u64,
+    /// How many times a front's waiter was polled: only woken fronts are.
+    #[cfg(test)]
+    asked: usize,
 }
 
 impl<K: Hash + Eq + Clone, S: BuildHasher, T> Held<K, S, T> {
@@ -103,6 +106,8 @@ impl<K: Hash + Eq + Clone, S: BuildHasher, T> Held<K, S, T> {
             to_ask: BTreeSet::new(),
             count: 0,
             next_seq: 0,
+            #[cfg(test)]
+            asked: 0,
         }
     }
 
@@ -198,6 +203,10 @@ impl<K: Hash + Eq + Clone, S: BuildHasher, T> Held<K, S, T> {
                 Box::pin(Waiter::new(handle))
             });
             let mut cx = Context::from_waker(waker);
+            #[cfg(test)]
+            {
+                self.asked += 1;
+            }
             // Pending: its lane or its timer wakes it through the slot's waker.
             if waiter.as_mut().poll_acquire(&mut cx, cost, None).is_ready() {
                 return self.take_front(slot);
@@ -419,5 +428,47 @@ where
             .field("capacity", &self.capacity)
             .field("done", &self.done)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(pacer_loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use futures_util::StreamExt;
+
+    use crate::{KeyedRateLimiter, PaceExt, Rate};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_front_queued_behind_another_user_is_asked_only_when_woken() {
+        let limiter = KeyedRateLimiter::new(Rate::per_second(1), 1);
+        limiter.set_limit("fast", Rate::per_second(1_000_000), 1_000_000);
+        limiter.acquire(&"slow", 1).await;
+        // A task waits for "slow" until 1 s; the stream's "slow" item queues behind it.
+        let task = tokio::spawn({
+            let limiter = limiter.clone();
+            async move { limiter.acquire(&"slow", 1).await }
+        });
+        tokio::task::yield_now().await;
+        let items = std::iter::once("slow").chain(std::iter::repeat_n("fast", 500));
+        let mut paced = Box::pin(futures_util::stream::iter(items).throttle_by_key(
+            &limiter,
+            |k| *k,
+            |_| 1,
+            16,
+        ));
+        for _ in 0..500 {
+            assert_eq!(paced.next().await, Some("fast"));
+        }
+        // 500 polls, and the queued front was never asked.
+        assert_eq!(paced.held.asked, 0);
+        assert_eq!(paced.held(), 1);
+        let start = tokio::time::Instant::now();
+        assert_eq!(paced.next().await, Some("slow"));
+        task.await.unwrap();
+        // Woken when the task's grant made it the head, asked once to arm its timer and once
+        // when the timer fired.
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+        assert!(paced.held.asked <= 2, "asked {} times", paced.held.asked);
     }
 }

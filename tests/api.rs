@@ -1,0 +1,308 @@
+//! The 1.0 surface: every fallible form of a setter, borrowed keys, the one refusal type, and
+//! nothing hidden that can be reached from outside.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hash, Hasher};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use pacer::{
+    Adaptive, ConfigError, Enforcing, KeyedRateLimiter, NotUntil, PaceExt, Rate, RateExceeded,
+    RateLimiter, Stagger,
+};
+
+#[test]
+fn every_try_form_refuses_with_a_config_error_and_changes_nothing() {
+    let second = Duration::from_secs(1);
+    assert_eq!(Rate::try_new(0, second), Err(ConfigError::ZeroTokens));
+    assert_eq!(
+        Rate::try_new(1, Duration::ZERO),
+        Err(ConfigError::ZeroPeriod)
+    );
+    assert_eq!(
+        RateLimiter::try_new(Rate::per_second(1), 0).err(),
+        Some(ConfigError::ZeroBurst)
+    );
+    assert_eq!(
+        RateLimiter::try_warming_up(Rate::per_second(1), Duration::ZERO, 3.0).err(),
+        Some(ConfigError::ZeroWarmup)
+    );
+    assert_eq!(
+        RateLimiter::try_warming_up(Rate::per_second(1), second, 0.5).err(),
+        Some(ConfigError::ColdFactor)
+    );
+    assert_eq!(
+        RateLimiter::try_warming_up(Rate::per_second(1), second, f64::NAN).err(),
+        Some(ConfigError::ColdFactor)
+    );
+
+    let limiter = RateLimiter::new(Rate::per_second(1), 3);
+    assert_eq!(limiter.try_set_burst(0), Err(ConfigError::ZeroBurst));
+    assert_eq!(limiter.burst(), Some(3));
+    assert_eq!(limiter.try_set_burst(5), Ok(()));
+    assert_eq!(limiter.burst(), Some(5));
+    let warming = RateLimiter::warming_up(Rate::per_second(1), second, 3.0);
+    assert_eq!(warming.try_set_burst(5), Err(ConfigError::NoBurst));
+    assert_eq!(warming.try_set_burst(0), Err(ConfigError::ZeroBurst));
+    assert_eq!(warming.burst(), None);
+
+    assert_eq!(
+        Stagger::try_new(0, second).err(),
+        Some(ConfigError::ZeroStarts)
+    );
+    let stagger = Stagger::try_new(2, second).unwrap();
+    assert_eq!(
+        stagger.try_set_limit(0, second),
+        Err(ConfigError::ZeroStarts)
+    );
+    assert_eq!(stagger.available_tokens(), 2);
+    assert_eq!(stagger.try_set_limit(3, second), Ok(()));
+    assert_eq!(stagger.available_tokens(), 3);
+
+    assert_eq!(
+        KeyedRateLimiter::<String>::try_new(Rate::per_second(1), 0).err(),
+        Some(ConfigError::ZeroBurst)
+    );
+    assert_eq!(
+        KeyedRateLimiter::<u64, _>::try_with_hasher(Rate::per_second(1), 0, RandomState::new())
+            .err(),
+        Some(ConfigError::ZeroBurst)
+    );
+    let keyed = KeyedRateLimiter::<String>::new(Rate::per_second(1), 2);
+    assert_eq!(
+        keyed.try_set_limit("a".into(), Rate::per_second(9), 0),
+        Err(ConfigError::ZeroBurst)
+    );
+    assert_eq!(keyed.available("a"), 2);
+    assert_eq!(
+        keyed.try_set_limit("a".into(), Rate::per_second(9), 7),
+        Ok(())
+    );
+    assert_eq!(keyed.available("a"), 7);
+
+    let adaptive = Adaptive::try_new(
+        RateLimiter::new(Rate::per_second(10), 2),
+        Rate::per_second(20),
+        Rate::per_second(10),
+    );
+    assert_eq!(adaptive.err(), Some(ConfigError::MinAboveMax));
+}
+
+#[test]
+fn the_panicking_forms_panic_with_the_config_errors_text() {
+    let message = |f: &dyn Fn()| -> String {
+        let err = catch_unwind(AssertUnwindSafe(f)).unwrap_err();
+        err.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap()
+    };
+    let limiter = RateLimiter::new(Rate::per_second(1), 3);
+    assert!(message(&|| limiter.set_burst(0)).contains(&ConfigError::ZeroBurst.to_string()));
+    let warming = RateLimiter::warming_up(Rate::per_second(1), Duration::from_secs(1), 3.0);
+    assert!(message(&|| warming.set_burst(2)).contains(&ConfigError::NoBurst.to_string()));
+    let second = Duration::from_secs(1);
+    assert!(
+        message(&|| drop(Stagger::new(0, second))).contains(&ConfigError::ZeroStarts.to_string())
+    );
+    let stagger = Stagger::new(1, second);
+    assert!(
+        message(&|| stagger.set_limit(0, second)).contains(&ConfigError::ZeroStarts.to_string())
+    );
+    let keyed = KeyedRateLimiter::<u64>::new(Rate::per_second(1), 1);
+    assert!(message(&|| keyed.set_limit(1, Rate::per_second(1), 0))
+        .contains(&ConfigError::ZeroBurst.to_string()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn string_keys_are_asked_with_str_and_found_without_an_owned_key() {
+    let limiter = KeyedRateLimiter::<String>::new(Rate::per_second(10), 1);
+    assert!(limiter.try_acquire("tenant-a", 1).is_ok());
+    assert_eq!(limiter.available("tenant-a"), 0);
+    let refused = limiter.try_acquire("tenant-a", 1).unwrap_err();
+    assert_eq!(refused.retry_after(), Duration::from_millis(100));
+    limiter.acquire("tenant-a", 1).await;
+    assert!(limiter
+        .acquire_timeout("tenant-a", 1, Duration::from_millis(99))
+        .await
+        .is_err());
+    assert!(limiter
+        .acquire_timeout("tenant-a", 1, Duration::from_millis(100))
+        .await
+        .is_ok());
+    limiter.set_limit("tenant-b".to_string(), Rate::per_second(1), 3);
+    assert_eq!(limiter.available("tenant-b"), 3);
+    limiter.clear_limit("tenant-b");
+    assert_eq!(limiter.available("tenant-b"), 1);
+    assert_eq!(limiter.stats().granted, 3);
+}
+
+/// A hasher that counts the keys it hashed, to show where hashing happens.
+#[derive(Clone, Default)]
+struct Counting(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl BuildHasher for Counting {
+    type Hasher = DefaultHasher;
+    fn build_hasher(&self) -> DefaultHasher {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        DefaultHasher::new()
+    }
+}
+
+#[test]
+fn a_given_hasher_hashes_every_key_once_per_call() {
+    let counting = Counting::default();
+    let limiter = KeyedRateLimiter::<u64, _>::with_hasher(Rate::per_second(1), 1, counting.clone());
+    for key in 0..100 {
+        limiter.try_acquire(&key, 1).unwrap();
+    }
+    assert_eq!(limiter.tracked_keys(), 100);
+    // One hash per call, none for growing the table or forgetting keys.
+    assert_eq!(counting.0.load(std::sync::atomic::Ordering::Relaxed), 100);
+    let fixed = KeyedRateLimiter::<u64, _>::with_hasher(
+        Rate::per_second(1),
+        1,
+        BuildHasherDefault::<DefaultHasher>::default(),
+    );
+    assert!(fixed.try_acquire(&7, 1).is_ok());
+    assert!(fixed.try_acquire(&7, 1).is_err());
+}
+
+/// A key whose `Hash` or `Eq` panics on demand: user code the limiter runs.
+#[derive(Clone, Debug)]
+struct Touchy {
+    id: u32,
+    panic_in_eq: bool,
+}
+
+impl PartialEq for Touchy {
+    fn eq(&self, other: &Self) -> bool {
+        if self.panic_in_eq || other.panic_in_eq {
+            panic!("Eq of a touchy key");
+        }
+        self.id == other.id
+    }
+}
+impl Eq for Touchy {}
+impl Hash for Touchy {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.id.hash(state);
+    }
+}
+
+/// A hasher that sends every key to the same hash, so that `Eq` runs on every look-up.
+#[derive(Clone, Default)]
+struct Collide;
+
+struct Constant;
+impl Hasher for Constant {
+    fn finish(&self) -> u64 {
+        42
+    }
+    fn write(&mut self, _: &[u8]) {}
+}
+impl BuildHasher for Collide {
+    type Hasher = Constant;
+    fn build_hasher(&self) -> Constant {
+        Constant
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_whose_eq_panics_leaves_every_key_consistent() {
+    let limiter = KeyedRateLimiter::<Touchy, _>::with_hasher(Rate::per_second(1), 1, Collide);
+    let key = |id| Touchy {
+        id,
+        panic_in_eq: false,
+    };
+    for id in 0..10 {
+        limiter.try_acquire(&key(id), 1).unwrap();
+    }
+    let touchy = Touchy {
+        id: 99,
+        panic_in_eq: true,
+    };
+    let outcome = catch_unwind(AssertUnwindSafe(|| limiter.try_acquire(&touchy, 1)));
+    assert!(outcome.is_err());
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        limiter.set_limit(touchy.clone(), Rate::per_second(5), 5)
+    }));
+    assert!(outcome.is_err());
+    // Every key is as it was: empty until its token flows in, then forgotten.
+    assert_eq!(limiter.tracked_keys(), 10);
+    for id in 0..10 {
+        assert_eq!(limiter.available(&key(id)), 0);
+        assert!(limiter.try_acquire(&key(id), 1).is_err());
+    }
+    assert_eq!(limiter.stats().granted, 10);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(limiter.tracked_keys(), 0);
+    for id in 0..10 {
+        assert!(limiter.try_acquire(&key(id), 1).is_ok());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_refusal_type_from_an_enforcing_stream() {
+    let out: Vec<Result<u64, RateExceeded<u64>>> = futures_util::stream::iter([1, 1, 9])
+        .throttle(Rate::per_second(4), |&n| n, 2, Enforcing)
+        .collect()
+        .await;
+    assert!(out[0].is_ok() && out[1].is_ok());
+    let refused: NotUntil = out[2].as_ref().unwrap_err().not_until();
+    assert!(refused.is_never());
+    assert_eq!(refused.retry_after_secs(), u64::MAX);
+    assert_eq!(out[2].as_ref().unwrap_err().get_ref(), &9);
+
+    let out: Vec<_> = futures_util::stream::iter([1, 1, 1])
+        .throttle(Rate::per_second(4), |&n| n, 2, Enforcing)
+        .collect()
+        .await;
+    let refused = out[2].as_ref().unwrap_err();
+    assert_eq!(refused.retry_after(), Duration::from_millis(250));
+    assert_eq!(refused.not_until().retry_after_secs(), 1);
+    assert!(!refused.not_until().is_never());
+    assert_eq!(refused.to_string(), refused.not_until().to_string());
+    assert_eq!(refused.to_string(), "rate limited: retry after 250ms");
+}
+
+/// Every `#[doc(hidden)]` in the crate's source, outside tests: none may be reachable.
+#[test]
+fn nothing_is_hidden_from_the_docs() {
+    fn walk(dir: &std::path::Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (n, line) in text.lines().enumerate() {
+                    if line.contains("doc(hidden)") {
+                        found.push(format!("{}:{}", path.display(), n + 1));
+                    }
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut found,
+    );
+    assert!(found.is_empty(), "doc(hidden) items: {found:?}");
+}
+
+#[test]
+fn rates_are_values() {
+    assert_eq!(Rate::new(2, Duration::from_secs(2)), Rate::per_second(1));
+    assert_eq!(
+        Rate::new(80_000, Duration::from_secs(1000)),
+        Rate::per_second(80)
+    );
+    assert_eq!(Rate::per_minute(60), Rate::per_second(1));
+    assert!(Rate::per_hour(3601) > Rate::per_second(1));
+    assert_eq!(Rate::per_second(80).to_string(), "80/s");
+    const QUOTA: Rate = Rate::per_minute(3);
+    assert_eq!(QUOTA.to_string(), "3/min");
+}
