@@ -10,6 +10,7 @@ use futures_core::stream::FusedStream;
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
+use super::upstream::Source;
 use crate::core::{Bucket, Decision, Nanos};
 use crate::timer::Timer;
 
@@ -35,14 +36,13 @@ pin_project! {
     #[must_use = "streams do nothing unless polled"]
     pub struct BatchedInterval<S: Stream> {
         #[pin]
-        stream: S,
+        source: Source<S>,
         #[pin]
         timer: Timer,
         // One batch per interval: a bucket of one token.
         gate: Bucket,
         batch: Vec<S::Item>,
         max_batch: usize,
-        done: bool,
     }
 }
 
@@ -54,19 +54,18 @@ impl<S: Stream> BatchedInterval<S> {
             "batched_interval: `max_batch` is 0, so no batch could hold an item; it must be at least 1"
         );
         BatchedInterval {
-            stream,
+            source: Source::new(stream),
             timer: Timer::new(),
             gate: Bucket::interval(Nanos::from_duration(interval)),
             batch: Vec::new(),
             max_batch,
-            done: false,
         }
     }
 }
 
 accessors!(
     BatchedInterval [S: Stream] [S],
-    stream (direct),
+    source,
     "futures_util::stream::iter([1, 2, 3]).batched_interval(2, Duration::from_millis(10))"
 );
 
@@ -77,15 +76,15 @@ impl<S: Stream> Stream for BatchedInterval<S> {
         let mut me = self.project();
         // Take in whatever upstream has ready, up to a full batch: a batch holds every item
         // that has arrived by the time it leaves.
-        while !*me.done && me.batch.len() < *me.max_batch {
-            match me.stream.as_mut().poll_next(cx) {
+        while !me.source.is_done() && me.batch.len() < *me.max_batch {
+            match me.source.as_mut().poll_next(cx) {
                 Poll::Ready(Some(item)) => me.batch.push(item),
-                Poll::Ready(None) => *me.done = true,
+                Poll::Ready(None) => {}
                 Poll::Pending => break,
             }
         }
         if me.batch.is_empty() {
-            return if *me.done {
+            return if me.source.is_done() {
                 Poll::Ready(None)
             } else {
                 Poll::Pending
@@ -109,16 +108,7 @@ impl<S: Stream> Stream for BatchedInterval<S> {
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let held = self.batch.len();
-        let (lower, upper) = if self.done {
-            (held, Some(held))
-        } else {
-            let (lower, upper) = self.stream.size_hint();
-            (
-                lower.saturating_add(held),
-                upper.and_then(|u| u.checked_add(held)),
-            )
-        };
+        let (lower, upper) = self.source.size_hint(self.batch.len());
         // Every batch holds between one and `max_batch` items.
         (lower.div_ceil(self.max_batch), upper)
     }
@@ -126,7 +116,7 @@ impl<S: Stream> Stream for BatchedInterval<S> {
 
 impl<S: Stream> FusedStream for BatchedInterval<S> {
     fn is_terminated(&self) -> bool {
-        self.done && self.batch.is_empty()
+        self.source.is_done() && self.batch.is_empty()
     }
 }
 
@@ -137,11 +127,10 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BatchedInterval")
-            .field("stream", &self.stream)
+            .field("source", &self.source)
             .field("gate", &self.gate)
             .field("batch", &self.batch)
             .field("max_batch", &self.max_batch)
-            .field("done", &self.done)
             .finish()
     }
 }

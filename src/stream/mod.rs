@@ -11,10 +11,10 @@ use crate::limiter::{KeyedRateLimiter, Quota, Stagger};
 use crate::rate::Rate;
 
 /// `get_ref`, `get_mut`, `get_pin_mut` and `into_inner` for an adapter whose underlying stream
-/// is reached through its pinned field `$field` (a `Paced`, or the stream itself when `direct`).
+/// is reached through its pinned field `$field` (a `Paced`, an `Upstream` or a `Source`).
 /// `$make` is the expression that builds the adapter in the doctests.
 macro_rules! accessors {
-    ($adapter:ident [$($bound:tt)*] [$($param:tt)*], $field:ident $(($via:ident))?, $make:literal) => {
+    ($adapter:ident [$($bound:tt)*] [$($param:tt)*], $field:ident, $make:literal) => {
         impl<$($bound)*> $adapter<$($param)*> {
             /// A reference to the underlying stream.
             ///
@@ -29,7 +29,7 @@ macro_rules! accessors {
             /// assert_eq!(s.get_ref().size_hint(), (3, Some(3)));
             /// ```
             pub fn get_ref(&self) -> &S {
-                accessors!(@ref self.$field $(, $via)?)
+                accessors!(@ref self.$field)
             }
 
             /// A mutable reference to the underlying stream. Items taken from it directly are
@@ -46,7 +46,7 @@ macro_rules! accessors {
             /// assert_eq!(s.get_mut().size_hint(), (3, Some(3)));
             /// ```
             pub fn get_mut(&mut self) -> &mut S {
-                accessors!(@mut self.$field $(, $via)?)
+                accessors!(@mut self.$field)
             }
 
             /// A pinned mutable reference to the underlying stream. Items taken from it
@@ -63,7 +63,7 @@ macro_rules! accessors {
             /// assert_eq!(s.as_mut().get_pin_mut().size_hint(), (3, Some(3)));
             /// ```
             pub fn get_pin_mut(self: std::pin::Pin<&mut Self>) -> std::pin::Pin<&mut S> {
-                accessors!(@pin self.project().$field $(, $via)?)
+                accessors!(@pin self.project().$field)
             }
 
             /// The underlying stream. Whatever the adapter holds is dropped with it.
@@ -79,7 +79,7 @@ macro_rules! accessors {
             /// assert_eq!(s.into_inner().size_hint(), (3, Some(3)));
             /// ```
             pub fn into_inner(self) -> S {
-                accessors!(@into self.$field $(, $via)?)
+                accessors!(@into self.$field)
             }
         }
     };
@@ -87,10 +87,6 @@ macro_rules! accessors {
     (@mut $e:expr) => { $e.get_mut() };
     (@pin $e:expr) => { $e.get_pin_mut() };
     (@into $e:expr) => { $e.into_inner() };
-    (@ref $e:expr, direct) => { &$e };
-    (@mut $e:expr, direct) => { &mut $e };
-    (@pin $e:expr, direct) => { $e };
-    (@into $e:expr, direct) => { $e };
 }
 
 mod batched_interval;

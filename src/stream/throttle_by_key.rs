@@ -25,6 +25,7 @@ use futures_core::Stream;
 use hashbrown::HashTable;
 use pin_project_lite::pin_project;
 
+use super::upstream::Source;
 use crate::engine::keyed::{KeyOwned, KeyedShared};
 use crate::engine::{Step, Waiter};
 use crate::limiter::KeyedRateLimiter;
@@ -279,13 +280,11 @@ pin_project! {
         H: BuildHasher,
     {
         #[pin]
-        stream: S,
+        source: Source<S>,
         held: Held<K, H, S::Item>,
         key: KF,
         cost: F,
         capacity: usize,
-        // Upstream has returned `None` and is never polled again.
-        done: bool,
     }
 }
 
@@ -303,12 +302,11 @@ impl<S: Stream, K: Hash + Eq + Clone, KF, F, H: BuildHasher> ThrottleByKey<S, K,
             "throttle_by_key: `capacity` is 0, so no item could ever be held; it must be at least 1"
         );
         ThrottleByKey {
-            stream,
+            source: Source::new(stream),
             held: Held::new(limiter.shared.clone()),
             key,
             cost,
             capacity,
-            done: false,
         }
     }
 }
@@ -339,7 +337,7 @@ impl<S: Stream, K: Hash + Eq + Clone, KF, F, H: BuildHasher> ThrottleByKey<S, K,
 
 accessors!(
     ThrottleByKey [S: Stream, K: Hash + Eq + Clone, KF, F, H: BuildHasher] [S, K, KF, F, H],
-    stream (direct),
+    source,
     "futures_util::stream::iter([1, 2, 3]).throttle_by_key(&pacer::KeyedRateLimiter::new(Rate::per_second(1), 1), |n| *n, |_| 1, 8)"
 );
 
@@ -362,8 +360,8 @@ where
                     return Poll::Ready(Some(item));
                 }
             }
-            if !*me.done && me.held.count < *me.capacity {
-                match me.stream.as_mut().poll_next(cx) {
+            if !me.source.is_done() && me.held.count < *me.capacity {
+                match me.source.as_mut().poll_next(cx) {
                     Poll::Ready(Some(item)) => {
                         let key = (me.key)(&item);
                         let cost = (me.cost)(&item);
@@ -372,12 +370,11 @@ where
                         }
                         continue;
                     }
-                    Poll::Ready(None) => *me.done = true,
-                    Poll::Pending => {}
+                    Poll::Ready(None) | Poll::Pending => {}
                 }
             }
             if me.held.count == 0 {
-                return if *me.done {
+                return if me.source.is_done() {
                     Poll::Ready(None)
                 } else {
                     Poll::Pending
@@ -390,15 +387,7 @@ where
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let held = self.held.count;
-        if self.done {
-            return (held, Some(held));
-        }
-        let (lower, upper) = self.stream.size_hint();
-        (
-            lower.saturating_add(held),
-            upper.and_then(|u| u.checked_add(held)),
-        )
+        self.source.size_hint(self.held.count)
     }
 }
 
@@ -411,7 +400,7 @@ where
     H: BuildHasher,
 {
     fn is_terminated(&self) -> bool {
-        self.done && self.held.count == 0
+        self.source.is_done() && self.held.count == 0
     }
 }
 
@@ -423,10 +412,9 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThrottleByKey")
-            .field("stream", &self.stream)
+            .field("source", &self.source)
             .field("held", &self.held.count)
             .field("capacity", &self.capacity)
-            .field("done", &self.done)
             .finish_non_exhaustive()
     }
 }
