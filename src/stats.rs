@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use crate::core::Nanos;
-
 /// A snapshot of a shared limiter's counters.
 ///
 /// # Examples
@@ -29,15 +27,4 @@ pub struct Stats {
     pub waiting: usize,
     /// The time granted requests spent waiting in the queue, summed.
     pub total_wait: Duration,
-}
-
-impl Stats {
-    pub(crate) fn new(tally: &crate::engine::Tally, waiting: usize) -> Stats {
-        Stats {
-            granted: tally.granted,
-            rejected: tally.rejected,
-            waiting,
-            total_wait: Nanos(u64::try_from(tally.waited).unwrap_or(u64::MAX)).to_duration(),
-        }
-    }
 }

@@ -466,7 +466,7 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
     pub(crate) fn stats(&self) -> Stats {
         self.with(|st, _, _| {
             let waiting = st.lanes.iter().map(|e| e.lane.waiting()).sum();
-            Stats::new(&st.tally, waiting)
+            st.tally.stats(waiting)
         })
     }
 }

@@ -11,6 +11,7 @@ use std::task::Waker;
 
 use crate::core::{Bucket, Nanos, WarmingUp, Window};
 use crate::error::NotUntil;
+use crate::stats::Stats;
 
 /// A shared pacing rule: when may the head of the queue go, and what does granting cost.
 pub(crate) trait Rule: Clone {
@@ -95,6 +96,18 @@ struct Entry {
     since: Nanos,
     enqueued: Nanos,
     waker: Option<Waker>,
+}
+
+impl Tally {
+    /// The counters as a user reads them, with `waiting` requests queued now.
+    pub(crate) fn stats(&self, waiting: usize) -> Stats {
+        Stats {
+            granted: self.granted,
+            rejected: self.rejected,
+            waiting,
+            total_wait: Nanos(u64::try_from(self.waited).unwrap_or(u64::MAX)).to_duration(),
+        }
+    }
 }
 
 /// What a waiter should do next.

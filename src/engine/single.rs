@@ -349,7 +349,7 @@ impl<R: Rule> Shared<R> {
 
     pub(crate) fn stats(&self) -> Stats {
         let st = self.lock();
-        let mut stats = Stats::new(&st.tally, st.lane.waiting());
+        let mut stats = st.tally.stats(st.lane.waiting());
         stats.granted += self.granted.sum();
         stats.rejected += self.rejected.load(Ordering::Relaxed);
         stats

@@ -425,7 +425,9 @@ mod tests {
 
     use futures_util::StreamExt;
 
-    use crate::{KeyedRateLimiter, PaceExt, Rate};
+    use crate::limiter::KeyedRateLimiter;
+    use crate::rate::Rate;
+    use crate::stream::PaceExt;
 
     #[tokio::test(start_paused = true)]
     async fn a_front_queued_behind_another_user_is_asked_only_when_woken() {
