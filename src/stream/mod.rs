@@ -119,8 +119,23 @@ pub use throttle_with::ThrottleWith;
 /// that has to wait may leave up to one tick after its exact time, never before it. An item that
 /// need not wait leaves at once, without the timer.
 ///
-/// **Name clash.** `tokio_stream::StreamExt` also has a `throttle` method. With both traits in
-/// scope, call `PaceExt::throttle(stream, ...)`.
+/// **Name clash.** `tokio_stream::StreamExt` also has a `throttle` method (one item per
+/// period, on the timer). With both traits in scope, name the trait:
+///
+/// ```
+/// use std::time::Duration;
+/// use pacer::{PaceExt, Rate, Shaping};
+/// use tokio_stream::StreamExt; // its own `throttle(Duration)` is in scope too
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let start = tokio::time::Instant::now();
+/// let paced = PaceExt::throttle(tokio_stream::iter(1..=3), Rate::per_second(2), |_| 1, 1, Shaping);
+/// let items: Vec<_> = paced.collect().await;
+/// assert_eq!(items, [1, 2, 3]);
+/// assert_eq!(start.elapsed(), Duration::from_secs(1));
+/// # }
+/// ```
 ///
 /// # Examples
 ///
