@@ -4,9 +4,10 @@ use std::hash::{BuildHasher, Hash};
 
 use tower_layer::Layer;
 
-use super::{ByKey, OnePerRequest, RateLimit};
+use super::service::RateLimit;
 use crate::limiter::{KeyedRateLimiter, Quota};
 use crate::mode::{Enforcing, Shaping};
+use crate::tower::quota::{ByKey, OnePerRequest};
 
 /// A tower [`Layer`] that makes every request draw its cost from a quota shared by handle
 /// before it reaches the inner service.
@@ -19,7 +20,7 @@ use crate::mode::{Enforcing, Shaping};
 /// - Shaping by default: a request waits for its tokens, FIFO with every other user of the
 ///   quota (in the order the response futures are first polled), then is passed on.
 ///   [`enforcing()`](RateLimitLayer::enforcing) refuses a request that does not conform at
-///   once with [`RateLimited`](super::RateLimited) instead.
+///   once with [`RateLimited`](crate::tower::RateLimited) instead.
 ///
 /// A request is charged when it is granted; a response future dropped before that gives its
 /// place to the next waiter and is charged nothing. See [`RateLimit`] for how waiting and
@@ -151,8 +152,8 @@ impl<Q, C, M> RateLimitLayer<Q, C, M> {
 
     /// The enforcing flavour, for servers: a request that does not conform when it arrives
     /// (tokens there and nobody waiting) is refused at once with
-    /// [`RateLimited`](super::RateLimited), charged nothing, and the inner service is not
-    /// called. The service's error type becomes [`BoxError`](super::BoxError).
+    /// [`RateLimited`](crate::tower::RateLimited), charged nothing, and the inner service is not
+    /// called. The service's error type becomes [`BoxError`](crate::tower::BoxError).
     ///
     /// # Examples
     ///

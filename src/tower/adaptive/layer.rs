@@ -53,7 +53,7 @@ pub enum Outcome {
 /// [`Adaptive`], as `classify(&result)` reads it, so that the controller finds the
 /// destination's limit from the answers.
 ///
-/// It only reports; the pacing is the [`RateLimitLayer`](super::RateLimitLayer) over the
+/// It only reports; the pacing is the [`RateLimitLayer`](crate::tower::RateLimitLayer) over the
 /// controller's [`limiter`](Adaptive::limiter), below it in the same stack:
 ///
 /// ```text

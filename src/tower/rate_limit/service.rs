@@ -4,8 +4,10 @@ use std::task::{Context, Poll};
 
 use tower_service::Service;
 
-use super::{BoxError, Cost, OnePerRequest, RequestQuota, ResponseFuture};
+use super::future::ResponseFuture;
 use crate::mode::{Enforcing, Shaping};
+use crate::tower::error::BoxError;
+use crate::tower::quota::{Cost, OnePerRequest, RequestQuota};
 
 /// A service whose requests draw their cost from a shared quota before they reach `S`: built
 /// by [`RateLimitLayer`](super::RateLimitLayer), which documents the two flavours.
@@ -26,7 +28,7 @@ use crate::mode::{Enforcing, Shaping};
 /// number of tasks it is cloned into.
 ///
 /// **Errors.** Shaping never refuses, so its error type is `S::Error`, untouched. Enforcing
-/// boxes ([`BoxError`]): the inner error as it was, or a [`RateLimited`](super::RateLimited).
+/// boxes ([`BoxError`]): the inner error as it was, or a [`RateLimited`](crate::tower::RateLimited).
 ///
 /// # Examples
 ///

@@ -1,0 +1,5 @@
+//! The feedback middleware: [`AdaptiveLayer`] reports each response to an `Adaptive`.
+
+mod layer;
+
+pub use layer::{AdaptiveFuture, AdaptiveLayer, AdaptiveService, Outcome};
