@@ -1,53 +1,11 @@
-//! [`AdaptiveLayer`]: reports every response of a service to an [`Adaptive`], as a classifier
-//! reads it; its service [`AdaptiveService`] and future [`AdaptiveFuture`].
+//! [`AdaptiveLayer`]: reports each response of a service to an [`Adaptive`], as classified.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{ready, Context, Poll};
-use std::time::Duration;
 
-use pin_project_lite::pin_project;
 use tower_layer::Layer;
-use tower_service::Service;
 
+use super::service::AdaptiveService;
 use crate::limiter::Adaptive;
-
-/// What a response says about the destination's limit: the classifier of an
-/// [`AdaptiveLayer`] turns each `Result` into one.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use pacer::tower::Outcome;
-///
-/// // A classifier over a plain status code and an optional delay.
-/// let classify = |answer: &Result<(u16, Option<u64>), std::io::Error>| match answer {
-///     Ok((429 | 503, secs)) => Outcome::Throttled { retry_after: secs.map(Duration::from_secs) },
-///     Ok(_) => Outcome::Success,
-///     Err(_) => Outcome::Ignore,
-/// };
-/// assert_eq!(classify(&Ok((200, None))), Outcome::Success);
-/// assert_eq!(
-///     classify(&Ok((429, Some(2)))),
-///     Outcome::Throttled { retry_after: Some(Duration::from_secs(2)) },
-/// );
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// The call went through: reported with [`Adaptive::on_success`].
-    Success,
-    /// The call was refused for going too fast (`429 Too Many Requests`, `503 Slow Down`):
-    /// reported with [`Adaptive::on_throttled`], which also pauses the limiter for
-    /// `retry_after` if there is one.
-    Throttled {
-        /// The destination's `Retry-After`, if it sent one.
-        retry_after: Option<Duration>,
-    },
-    /// The answer says nothing about the rate (a connection error, a `500`): not reported.
-    Ignore,
-}
 
 /// A tower [`Layer`] that reports the outcome of every response of the inner service to an
 /// [`Adaptive`], as `classify(&result)` reads it, so that the controller finds the
@@ -66,6 +24,8 @@ pub enum Outcome {
 /// The report is made when the response future completes, with the result it resolves to,
 /// which is then returned unchanged. A response future dropped before it completes (a
 /// timeout, a cancelled task) reports nothing, nor does an [`Outcome::Ignore`].
+///
+/// [`Outcome::Ignore`]: super::Outcome::Ignore
 ///
 /// # A classifier for `http::Response`
 ///
@@ -167,11 +127,7 @@ impl<S, F: Clone> Layer<S> for AdaptiveLayer<F> {
     type Service = AdaptiveService<S, F>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        AdaptiveService {
-            inner,
-            adaptive: self.adaptive.clone(),
-            classify: self.classify.clone(),
-        }
+        AdaptiveService::new(inner, self.adaptive.clone(), self.classify.clone())
     }
 }
 
@@ -179,194 +135,6 @@ impl<F> fmt::Debug for AdaptiveLayer<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdaptiveLayer")
             .field("adaptive", &self.adaptive)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A service that reports each response of `S` to an [`Adaptive`]: built by
-/// [`AdaptiveLayer`], which documents it.
-///
-/// `poll_ready` is the inner service's; `call` wraps the inner future in an
-/// [`AdaptiveFuture`]. Every clone reports to the same controller.
-///
-/// # Examples
-///
-/// ```
-/// use std::convert::Infallible;
-/// use pacer::tower::{AdaptiveLayer, AdaptiveService, Outcome};
-/// use pacer::{Adaptive, Rate, RateLimiter};
-/// use tower::ServiceExt;
-/// use tower_layer::Layer;
-///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() {
-/// let limiter = RateLimiter::new(Rate::per_second(10), 1);
-/// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
-/// let echo = tower::service_fn(|n: u32| async move { Ok::<_, Infallible>(n) });
-/// let service: AdaptiveService<_, _> =
-///     AdaptiveLayer::new(&adaptive, |_: &Result<u32, Infallible>| Outcome::Success).layer(echo);
-/// assert_eq!(service.oneshot(7).await.unwrap(), 7);
-/// assert_eq!(adaptive.stats().successes, 1);
-/// # }
-/// ```
-#[derive(Clone)]
-pub struct AdaptiveService<S, F> {
-    inner: S,
-    adaptive: Adaptive,
-    classify: F,
-}
-
-impl<S, F> AdaptiveService<S, F> {
-    /// The inner service.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use pacer::tower::{AdaptiveLayer, Outcome};
-    /// use pacer::{Adaptive, Rate, RateLimiter};
-    /// use tower_layer::Layer;
-    ///
-    /// let adaptive = Adaptive::new(
-    ///     RateLimiter::new(Rate::per_second(1), 1), Rate::per_second(1), Rate::per_second(1));
-    /// let service = AdaptiveLayer::new(&adaptive, |_: &Result<(), ()>| Outcome::Ignore).layer(7u8);
-    /// assert_eq!(*service.get_ref(), 7);
-    /// ```
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use pacer::tower::{AdaptiveLayer, Outcome};
-    /// use pacer::{Adaptive, Rate, RateLimiter};
-    /// use tower_layer::Layer;
-    ///
-    /// let adaptive = Adaptive::new(
-    ///     RateLimiter::new(Rate::per_second(1), 1), Rate::per_second(1), Rate::per_second(1));
-    /// let mut service =
-    ///     AdaptiveLayer::new(&adaptive, |_: &Result<(), ()>| Outcome::Ignore).layer(7u8);
-    /// *service.get_mut() += 1;
-    /// assert_eq!(*service.get_ref(), 8);
-    /// ```
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, unwrapped.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use pacer::tower::{AdaptiveLayer, Outcome};
-    /// use pacer::{Adaptive, Rate, RateLimiter};
-    /// use tower_layer::Layer;
-    ///
-    /// let adaptive = Adaptive::new(
-    ///     RateLimiter::new(Rate::per_second(1), 1), Rate::per_second(1), Rate::per_second(1));
-    /// let service = AdaptiveLayer::new(&adaptive, |_: &Result<(), ()>| Outcome::Ignore).layer(7u8);
-    /// assert_eq!(service.into_inner(), 7);
-    /// ```
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
-
-impl<S, F, Req> Service<Req> for AdaptiveService<S, F>
-where
-    S: Service<Req>,
-    F: Fn(&Result<S::Response, S::Error>) -> Outcome + Clone,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = AdaptiveFuture<S::Future, F>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Req) -> Self::Future {
-        AdaptiveFuture {
-            response: self.inner.call(req),
-            report: Some((self.adaptive.clone(), self.classify.clone())),
-        }
-    }
-}
-
-impl<S: fmt::Debug, F> fmt::Debug for AdaptiveService<S, F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AdaptiveService")
-            .field("inner", &self.inner)
-            .field("adaptive", &self.adaptive)
-            .finish_non_exhaustive()
-    }
-}
-
-pin_project! {
-    /// Response future of [`AdaptiveService`]: the inner future, whose result is classified
-    /// and reported when it completes, then returned unchanged. Dropped before that, it
-    /// reports nothing.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::convert::Infallible;
-    /// use pacer::tower::{AdaptiveLayer, Outcome};
-    /// use pacer::{Adaptive, Rate, RateLimiter};
-    /// use tower::ServiceExt;
-    /// use tower_layer::Layer;
-    /// use tower_service::Service;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let adaptive = Adaptive::new(
-    ///     RateLimiter::new(Rate::per_second(10), 1), Rate::per_second(1), Rate::per_second(10));
-    /// let echo = tower::service_fn(|n: u32| async move { Ok::<_, Infallible>(n) });
-    /// let mut service =
-    ///     AdaptiveLayer::new(&adaptive, |_: &Result<u32, Infallible>| Outcome::Success).layer(echo);
-    /// let answered = service.ready().await.unwrap().call(1);
-    /// let dropped = service.ready().await.unwrap().call(2);
-    /// drop(dropped); // never completed, never reported
-    /// assert_eq!(answered.await.unwrap(), 1);
-    /// assert_eq!(adaptive.stats().successes, 1);
-    /// # }
-    /// ```
-    #[must_use = "futures do nothing unless polled"]
-    pub struct AdaptiveFuture<Fut, F> {
-        #[pin]
-        response: Fut,
-        // Taken when the response is reported, so that it is reported once.
-        report: Option<(Adaptive, F)>,
-    }
-}
-
-impl<Fut, F, T, E> Future for AdaptiveFuture<Fut, F>
-where
-    Fut: Future<Output = Result<T, E>>,
-    F: Fn(&Result<T, E>) -> Outcome,
-{
-    type Output = Result<T, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let me = self.project();
-        let result = ready!(me.response.poll(cx));
-        if let Some((adaptive, classify)) = me.report.take() {
-            match classify(&result) {
-                Outcome::Success => adaptive.on_success(),
-                Outcome::Throttled { retry_after } => adaptive.on_throttled(retry_after),
-                Outcome::Ignore => {}
-            }
-        }
-        Poll::Ready(result)
-    }
-}
-
-impl<Fut, F> fmt::Debug for AdaptiveFuture<Fut, F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AdaptiveFuture")
-            .field("reported", &self.report.is_none())
             .finish_non_exhaustive()
     }
 }
