@@ -132,11 +132,11 @@ where
     }
 }
 
+/// Shows the inner service only: the controller's `Debug` reads its state, under its lock.
 impl<S: fmt::Debug, F> fmt::Debug for AdaptiveService<S, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdaptiveService")
             .field("inner", &self.inner)
-            .field("adaptive", &self.adaptive)
             .finish_non_exhaustive()
     }
 }

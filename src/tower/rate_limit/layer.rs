@@ -1,5 +1,6 @@
 //! [`RateLimitLayer`]: wraps a service in a [`RateLimit`] over a shared quota.
 
+use std::fmt;
 use std::hash::{BuildHasher, Hash};
 
 use tower_layer::Layer;
@@ -49,7 +50,7 @@ use crate::tower::quota::{ByKey, OnePerRequest};
 /// assert_eq!(start.elapsed(), Duration::from_millis(500));
 /// # }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 #[must_use = "a layer does nothing until it wraps a service"]
 pub struct RateLimitLayer<Q, C = OnePerRequest, M = Shaping> {
     quota: Q,
@@ -196,5 +197,15 @@ impl<S, Q: Clone, C: Clone, M: Clone> Layer<S> for RateLimitLayer<Q, C, M> {
             self.cost.clone(),
             self.mode.clone(),
         )
+    }
+}
+
+/// Shows the mode only: a quota's own `Debug` may read its shared state, and a cost is
+/// usually a closure.
+impl<Q, C, M: fmt::Debug> fmt::Debug for RateLimitLayer<Q, C, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
     }
 }

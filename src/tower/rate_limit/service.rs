@@ -1,5 +1,6 @@
 //! [`RateLimit`]: the service a [`RateLimitLayer`](super::RateLimitLayer) wraps around another.
 
+use std::fmt;
 use std::task::{Context, Poll};
 
 use tower_service::Service;
@@ -55,7 +56,7 @@ use crate::tower::quota::{Cost, OnePerRequest, RequestQuota};
 /// assert_eq!(start.elapsed(), Duration::from_millis(1750));
 /// # }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RateLimit<S, Q, C = OnePerRequest, M = Shaping> {
     inner: S,
     quota: Q,
@@ -180,5 +181,16 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         self.start(req)
+    }
+}
+
+/// Shows the inner service and the mode only: a quota's own `Debug` may read its shared
+/// state, and a cost is usually a closure.
+impl<S: fmt::Debug, Q, C, M: fmt::Debug> fmt::Debug for RateLimit<S, Q, C, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("mode", &self._mode)
+            .finish_non_exhaustive()
     }
 }
