@@ -479,6 +479,27 @@ async fn each_completed_response_is_classified_once() {
     assert_eq!(adaptive.stats().successes, 1);
 }
 
+#[tokio::test(start_paused = true)]
+async fn debug_shows_nothing_of_the_controllers_state() {
+    let limiter = RateLimiter::new(Rate::per_second(10), 10);
+    let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+    let layer = AdaptiveLayer::new(&adaptive, |_: &Result<u32, Infallible>| Outcome::Success);
+    assert_eq!(format!("{layer:?}"), "AdaptiveLayer { .. }");
+    let service = layer.layer(7u8);
+    assert_eq!(format!("{service:?}"), "AdaptiveService { inner: 7, .. }");
+    let mut service = layer.layer(tower::service_fn(|n: u32| async move { Ok(n) }));
+    let mut future = Box::pin(service.ready().await.unwrap().call(1));
+    assert_eq!(
+        format!("{future:?}"),
+        "AdaptiveFuture { reported: false, .. }"
+    );
+    assert_eq!((&mut future).await.unwrap(), 1);
+    assert_eq!(
+        format!("{future:?}"),
+        "AdaptiveFuture { reported: true, .. }"
+    );
+}
+
 /// Real HTTP on 127.0.0.1, in real time (paused time does not apply to sockets): an axum
 /// server with a hidden limit of 100/s (burst 10) answering 429 with `Retry-After`, and a
 /// hyper-util client through `AdaptiveLayer` + `RateLimitLayer` started at 2.5 × that, from 8

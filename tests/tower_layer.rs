@@ -338,6 +338,32 @@ async fn a_stagger_counts_one_per_request() {
     assert_eq!(at, [0, 0, 1000, 1000, 2000]);
 }
 
+#[tokio::test(start_paused = true)]
+async fn debug_shows_the_configuration_not_the_quotas_state() {
+    let quota = RateLimiter::new(Rate::per_second(1), 1);
+    // A closure cost, which has no `Debug` of its own.
+    let layer = RateLimitLayer::new(&quota)
+        .cost(|req: &u64| *req)
+        .enforcing();
+    assert_eq!(
+        format!("{layer:?}"),
+        "RateLimitLayer { mode: Enforcing, .. }"
+    );
+    let service = RateLimitLayer::new(&quota).layer(7u8);
+    assert_eq!(
+        format!("{service:?}"),
+        "RateLimit { inner: 7, mode: Shaping, .. }"
+    );
+    let mut service = layer.layer(tower::service_fn(|req: u64| async move {
+        Ok::<_, Infallible>(req)
+    }));
+    let future = service.ready().await.unwrap().call(3);
+    assert_eq!(
+        format!("{future:?}"),
+        "ResponseFuture { cost: 3, waiting: true, .. }"
+    );
+}
+
 /// One request of a random schedule: arrival (ns after start), cost, and after how long (if
 /// at all) its caller gives up.
 #[derive(Clone, Debug)]

@@ -1,5 +1,4 @@
-//! [`RateLimited`]: why an enforcing [`RateLimit`](super::RateLimit) refused a request (the
-//! crate's one refusal, [`NotUntil`]), and the [`BoxError`] it travels in.
+//! [`RateLimited`], the crate's one refusal ([`NotUntil`]), and the [`BoxError`] it travels in.
 
 use crate::error::NotUntil;
 

@@ -51,14 +51,10 @@
 
 mod adaptive;
 mod error;
-mod future;
-mod layer;
 mod quota;
-mod service;
+mod rate_limit;
 
 pub use adaptive::{AdaptiveFuture, AdaptiveLayer, AdaptiveService, Outcome};
 pub use error::{BoxError, RateLimited};
-pub use future::ResponseFuture;
-pub use layer::RateLimitLayer;
 pub use quota::{ByKey, Cost, OnePerRequest, RequestQuota};
-pub use service::RateLimit;
+pub use rate_limit::{RateLimit, RateLimitLayer, ResponseFuture};

@@ -1,5 +1,4 @@
-//! What a request draws on: any [`Quota`], or one key's bucket of a [`KeyedRateLimiter`]; and
-//! what it costs.
+//! What a request draws on ([`RequestQuota`], [`ByKey`]) and what it costs ([`Cost`]).
 
 use std::fmt;
 use std::hash::{BuildHasher, Hash};

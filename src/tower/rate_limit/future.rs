@@ -9,8 +9,9 @@ use std::task::{ready, Context, Poll};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::{BoxError, RequestQuota};
 use crate::mode::{Enforcing, Shaping};
+use crate::tower::error::BoxError;
+use crate::tower::quota::RequestQuota;
 
 pin_project! {
     /// Response future of [`RateLimit`](super::RateLimit): waits for the request's tokens

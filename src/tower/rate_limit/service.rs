@@ -1,11 +1,14 @@
 //! [`RateLimit`]: the service a [`RateLimitLayer`](super::RateLimitLayer) wraps around another.
 
+use std::fmt;
 use std::task::{Context, Poll};
 
 use tower_service::Service;
 
-use super::{BoxError, Cost, OnePerRequest, RequestQuota, ResponseFuture};
+use super::future::ResponseFuture;
 use crate::mode::{Enforcing, Shaping};
+use crate::tower::error::BoxError;
+use crate::tower::quota::{Cost, OnePerRequest, RequestQuota};
 
 /// A service whose requests draw their cost from a shared quota before they reach `S`: built
 /// by [`RateLimitLayer`](super::RateLimitLayer), which documents the two flavours.
@@ -26,7 +29,7 @@ use crate::mode::{Enforcing, Shaping};
 /// number of tasks it is cloned into.
 ///
 /// **Errors.** Shaping never refuses, so its error type is `S::Error`, untouched. Enforcing
-/// boxes ([`BoxError`]): the inner error as it was, or a [`RateLimited`](super::RateLimited).
+/// boxes ([`BoxError`]): the inner error as it was, or a [`RateLimited`](crate::tower::RateLimited).
 ///
 /// # Examples
 ///
@@ -53,7 +56,7 @@ use crate::mode::{Enforcing, Shaping};
 /// assert_eq!(start.elapsed(), Duration::from_millis(1750));
 /// # }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RateLimit<S, Q, C = OnePerRequest, M = Shaping> {
     inner: S,
     quota: Q,
@@ -178,5 +181,16 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         self.start(req)
+    }
+}
+
+/// Shows the inner service and the mode only: a quota's own `Debug` may read its shared
+/// state, and a cost is usually a closure.
+impl<S: fmt::Debug, Q, C, M: fmt::Debug> fmt::Debug for RateLimit<S, Q, C, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("mode", &self._mode)
+            .finish_non_exhaustive()
     }
 }

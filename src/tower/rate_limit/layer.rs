@@ -1,12 +1,14 @@
 //! [`RateLimitLayer`]: wraps a service in a [`RateLimit`] over a shared quota.
 
+use std::fmt;
 use std::hash::{BuildHasher, Hash};
 
 use tower_layer::Layer;
 
-use super::{ByKey, OnePerRequest, RateLimit};
+use super::service::RateLimit;
 use crate::limiter::{KeyedRateLimiter, Quota};
 use crate::mode::{Enforcing, Shaping};
+use crate::tower::quota::{ByKey, OnePerRequest};
 
 /// A tower [`Layer`] that makes every request draw its cost from a quota shared by handle
 /// before it reaches the inner service.
@@ -19,7 +21,7 @@ use crate::mode::{Enforcing, Shaping};
 /// - Shaping by default: a request waits for its tokens, FIFO with every other user of the
 ///   quota (in the order the response futures are first polled), then is passed on.
 ///   [`enforcing()`](RateLimitLayer::enforcing) refuses a request that does not conform at
-///   once with [`RateLimited`](super::RateLimited) instead.
+///   once with [`RateLimited`](crate::tower::RateLimited) instead.
 ///
 /// A request is charged when it is granted; a response future dropped before that gives its
 /// place to the next waiter and is charged nothing. See [`RateLimit`] for how waiting and
@@ -48,7 +50,7 @@ use crate::mode::{Enforcing, Shaping};
 /// assert_eq!(start.elapsed(), Duration::from_millis(500));
 /// # }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 #[must_use = "a layer does nothing until it wraps a service"]
 pub struct RateLimitLayer<Q, C = OnePerRequest, M = Shaping> {
     quota: Q,
@@ -151,8 +153,8 @@ impl<Q, C, M> RateLimitLayer<Q, C, M> {
 
     /// The enforcing flavour, for servers: a request that does not conform when it arrives
     /// (tokens there and nobody waiting) is refused at once with
-    /// [`RateLimited`](super::RateLimited), charged nothing, and the inner service is not
-    /// called. The service's error type becomes [`BoxError`](super::BoxError).
+    /// [`RateLimited`](crate::tower::RateLimited), charged nothing, and the inner service is not
+    /// called. The service's error type becomes [`BoxError`](crate::tower::BoxError).
     ///
     /// # Examples
     ///
@@ -195,5 +197,15 @@ impl<S, Q: Clone, C: Clone, M: Clone> Layer<S> for RateLimitLayer<Q, C, M> {
             self.cost.clone(),
             self.mode.clone(),
         )
+    }
+}
+
+/// Shows the mode only: a quota's own `Debug` may read its shared state, and a cost is
+/// usually a closure.
+impl<Q, C, M: fmt::Debug> fmt::Debug for RateLimitLayer<Q, C, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
     }
 }

@@ -1,0 +1,89 @@
+//! [`AdaptiveFuture`]: a response on its way, reported to an [`Adaptive`] when it completes.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use pin_project_lite::pin_project;
+
+use super::outcome::Outcome;
+use crate::limiter::Adaptive;
+
+pin_project! {
+    /// Response future of [`AdaptiveService`]: the inner future, whose result is classified
+    /// and reported when it completes, then returned unchanged. Dropped before that, it
+    /// reports nothing.
+    ///
+    /// [`AdaptiveService`]: super::AdaptiveService
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use pacer::tower::{AdaptiveLayer, Outcome};
+    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use tower::ServiceExt;
+    /// use tower_layer::Layer;
+    /// use tower_service::Service;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let adaptive = Adaptive::new(
+    ///     RateLimiter::new(Rate::per_second(10), 1), Rate::per_second(1), Rate::per_second(10));
+    /// let echo = tower::service_fn(|n: u32| async move { Ok::<_, Infallible>(n) });
+    /// let mut service =
+    ///     AdaptiveLayer::new(&adaptive, |_: &Result<u32, Infallible>| Outcome::Success).layer(echo);
+    /// let answered = service.ready().await.unwrap().call(1);
+    /// let dropped = service.ready().await.unwrap().call(2);
+    /// drop(dropped); // never completed, never reported
+    /// assert_eq!(answered.await.unwrap(), 1);
+    /// assert_eq!(adaptive.stats().successes, 1);
+    /// # }
+    /// ```
+    #[must_use = "futures do nothing unless polled"]
+    pub struct AdaptiveFuture<Fut, F> {
+        #[pin]
+        response: Fut,
+        // Taken when the response is reported, so that it is reported once.
+        report: Option<(Adaptive, F)>,
+    }
+}
+
+impl<Fut, F> AdaptiveFuture<Fut, F> {
+    pub(super) fn new(response: Fut, adaptive: Adaptive, classify: F) -> Self {
+        AdaptiveFuture {
+            response,
+            report: Some((adaptive, classify)),
+        }
+    }
+}
+
+impl<Fut, F, T, E> Future for AdaptiveFuture<Fut, F>
+where
+    Fut: Future<Output = Result<T, E>>,
+    F: Fn(&Result<T, E>) -> Outcome,
+{
+    type Output = Result<T, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let me = self.project();
+        let result = ready!(me.response.poll(cx));
+        if let Some((adaptive, classify)) = me.report.take() {
+            match classify(&result) {
+                Outcome::Success => adaptive.on_success(),
+                Outcome::Throttled { retry_after } => adaptive.on_throttled(retry_after),
+                Outcome::Ignore => {}
+            }
+        }
+        Poll::Ready(result)
+    }
+}
+
+impl<Fut, F> fmt::Debug for AdaptiveFuture<Fut, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdaptiveFuture")
+            .field("reported", &self.report.is_none())
+            .finish_non_exhaustive()
+    }
+}

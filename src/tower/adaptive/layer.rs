@@ -1,0 +1,139 @@
+//! [`AdaptiveLayer`]: reports each response of a service to an [`Adaptive`], as classified.
+
+use std::fmt;
+
+use tower_layer::Layer;
+
+use super::service::AdaptiveService;
+use crate::limiter::Adaptive;
+
+/// A tower [`Layer`] that reports the outcome of every response of the inner service to an
+/// [`Adaptive`], as `classify(&result)` reads it, so that the controller finds the
+/// destination's limit from the answers.
+///
+/// It only reports; the pacing is the [`RateLimitLayer`](crate::tower::RateLimitLayer) over the
+/// controller's [`limiter`](Adaptive::limiter), below it in the same stack:
+///
+/// ```text
+/// ServiceBuilder::new()
+///     .layer(AdaptiveLayer::new(&adaptive, classify))
+///     .layer(RateLimitLayer::new(adaptive.limiter()))
+///     .service(client)
+/// ```
+///
+/// The report is made when the response future completes, with the result it resolves to,
+/// which is then returned unchanged. A response future dropped before it completes (a
+/// timeout, a cancelled task) reports nothing, nor does an [`Outcome::Ignore`].
+///
+/// [`Outcome::Ignore`]: super::Outcome::Ignore
+///
+/// # A classifier for `http::Response`
+///
+/// pacer does not depend on `http`; the classifier for an HTTP client is yours, a few lines:
+/// `429` and `503` are refusals, with `Retry-After` in its delta-seconds form (`Retry-After:
+/// 2`); the HTTP-date form (`Retry-After: Wed, 21 Oct 2026 07:28:00 GMT`) is not parsed and
+/// reads as a refusal without a delay; other server errors and transport errors say nothing
+/// about the rate; everything else went through.
+///
+/// ```
+/// use std::time::Duration;
+/// use http::{header::RETRY_AFTER, Response, StatusCode};
+/// use pacer::tower::Outcome;
+///
+/// fn classify<B, E>(result: &Result<Response<B>, E>) -> Outcome {
+///     match result {
+///         Ok(r) if matches!(r.status().as_u16(), 429 | 503) => Outcome::Throttled {
+///             retry_after: r.headers().get(RETRY_AFTER)
+///                 .and_then(|v| v.to_str().ok()?.trim().parse().ok())
+///                 .map(Duration::from_secs),
+///         },
+///         Ok(r) if r.status().is_server_error() => Outcome::Ignore,
+///         Ok(_) => Outcome::Success,
+///         Err(_) => Outcome::Ignore,
+///     }
+/// }
+///
+/// let refused = Response::builder().status(429).header(RETRY_AFTER, "2").body(()).unwrap();
+/// let retry_after = Some(Duration::from_secs(2));
+/// assert_eq!(classify::<_, ()>(&Ok(refused)), Outcome::Throttled { retry_after });
+/// let ok = Response::builder().status(StatusCode::OK).body(()).unwrap();
+/// assert_eq!(classify::<_, ()>(&Ok(ok)), Outcome::Success);
+/// ```
+///
+/// # Examples
+///
+/// ```
+/// use std::convert::Infallible;
+/// use std::time::Duration;
+/// use pacer::tower::{AdaptiveLayer, Outcome, RateLimitLayer};
+/// use pacer::{Adaptive, Rate, RateLimiter};
+/// use tower::{ServiceBuilder, ServiceExt};
+/// use tokio::time::Instant;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let limiter = RateLimiter::new(Rate::per_second(100), 10);
+/// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(100));
+/// // A destination that answers a status code; 429 means "wait a second".
+/// let api = ServiceBuilder::new()
+///     .layer(AdaptiveLayer::new(&adaptive, |status: &Result<u16, Infallible>| match status {
+///         Ok(429) => Outcome::Throttled { retry_after: Some(Duration::from_secs(1)) },
+///         _ => Outcome::Success,
+///     }))
+///     .layer(RateLimitLayer::new(adaptive.limiter()))
+///     .service_fn(|status: u16| async move { Ok::<_, Infallible>(status) });
+/// let start = Instant::now();
+/// assert_eq!(api.clone().oneshot(429).await.unwrap(), 429);
+/// assert_eq!(adaptive.rate(), Rate::new(80_000, Duration::from_secs(1000))); // 80/s
+/// assert_eq!(api.oneshot(200).await.unwrap(), 200); // after the pause
+/// assert_eq!(start.elapsed(), Duration::from_secs(1));
+/// assert_eq!((adaptive.stats().successes, adaptive.stats().refusals), (1, 1));
+/// # }
+/// ```
+#[derive(Clone)]
+#[must_use = "a layer does nothing until it wraps a service"]
+pub struct AdaptiveLayer<F> {
+    adaptive: Adaptive,
+    classify: F,
+}
+
+impl<F> AdaptiveLayer<F> {
+    /// A layer that reports each response to `adaptive` as `classify(&result)` reads it. The
+    /// classifier is any `Fn(&Result<S::Response, S::Error>) -> Outcome + Clone`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::tower::{AdaptiveLayer, Outcome};
+    /// use pacer::{Adaptive, Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(50), 5);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(50));
+    /// let _layer = AdaptiveLayer::new(&adaptive, |result: &Result<u16, String>| match result {
+    ///     Ok(429) => Outcome::Throttled { retry_after: None },
+    ///     Ok(_) => Outcome::Success,
+    ///     Err(_) => Outcome::Ignore,
+    /// });
+    /// ```
+    pub fn new(adaptive: &Adaptive, classify: F) -> Self {
+        AdaptiveLayer {
+            adaptive: adaptive.clone(),
+            classify,
+        }
+    }
+}
+
+impl<S, F: Clone> Layer<S> for AdaptiveLayer<F> {
+    type Service = AdaptiveService<S, F>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        AdaptiveService::new(inner, self.adaptive.clone(), self.classify.clone())
+    }
+}
+
+/// Shows nothing of the controller: its `Debug` reads its state, under its lock.
+impl<F> fmt::Debug for AdaptiveLayer<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdaptiveLayer").finish_non_exhaustive()
+    }
+}

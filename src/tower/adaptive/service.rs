@@ -1,0 +1,142 @@
+//! [`AdaptiveService`]: the service an `AdaptiveLayer` wraps around another.
+
+use std::fmt;
+use std::task::{Context, Poll};
+
+use tower_service::Service;
+
+use super::future::AdaptiveFuture;
+use super::outcome::Outcome;
+use crate::limiter::Adaptive;
+
+/// A service that reports each response of `S` to an [`Adaptive`]: built by
+/// [`AdaptiveLayer`], which documents it.
+///
+/// `poll_ready` is the inner service's; `call` wraps the inner future in an
+/// [`AdaptiveFuture`]. Every clone reports to the same controller.
+///
+/// [`AdaptiveLayer`]: super::AdaptiveLayer
+///
+/// # Examples
+///
+/// ```
+/// use std::convert::Infallible;
+/// use pacer::tower::{AdaptiveLayer, AdaptiveService, Outcome};
+/// use pacer::{Adaptive, Rate, RateLimiter};
+/// use tower::ServiceExt;
+/// use tower_layer::Layer;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+/// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+/// let echo = tower::service_fn(|n: u32| async move { Ok::<_, Infallible>(n) });
+/// let service: AdaptiveService<_, _> =
+///     AdaptiveLayer::new(&adaptive, |_: &Result<u32, Infallible>| Outcome::Success).layer(echo);
+/// assert_eq!(service.oneshot(7).await.unwrap(), 7);
+/// assert_eq!(adaptive.stats().successes, 1);
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct AdaptiveService<S, F> {
+    inner: S,
+    adaptive: Adaptive,
+    classify: F,
+}
+
+impl<S, F> AdaptiveService<S, F> {
+    pub(super) fn new(inner: S, adaptive: Adaptive, classify: F) -> Self {
+        AdaptiveService {
+            inner,
+            adaptive,
+            classify,
+        }
+    }
+
+    /// The inner service.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::tower::{AdaptiveLayer, Outcome};
+    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use tower_layer::Layer;
+    ///
+    /// let adaptive = Adaptive::new(
+    ///     RateLimiter::new(Rate::per_second(1), 1), Rate::per_second(1), Rate::per_second(1));
+    /// let service = AdaptiveLayer::new(&adaptive, |_: &Result<(), ()>| Outcome::Ignore).layer(7u8);
+    /// assert_eq!(*service.get_ref(), 7);
+    /// ```
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::tower::{AdaptiveLayer, Outcome};
+    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use tower_layer::Layer;
+    ///
+    /// let adaptive = Adaptive::new(
+    ///     RateLimiter::new(Rate::per_second(1), 1), Rate::per_second(1), Rate::per_second(1));
+    /// let mut service =
+    ///     AdaptiveLayer::new(&adaptive, |_: &Result<(), ()>| Outcome::Ignore).layer(7u8);
+    /// *service.get_mut() += 1;
+    /// assert_eq!(*service.get_ref(), 8);
+    /// ```
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, unwrapped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::tower::{AdaptiveLayer, Outcome};
+    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use tower_layer::Layer;
+    ///
+    /// let adaptive = Adaptive::new(
+    ///     RateLimiter::new(Rate::per_second(1), 1), Rate::per_second(1), Rate::per_second(1));
+    /// let service = AdaptiveLayer::new(&adaptive, |_: &Result<(), ()>| Outcome::Ignore).layer(7u8);
+    /// assert_eq!(service.into_inner(), 7);
+    /// ```
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, F, Req> Service<Req> for AdaptiveService<S, F>
+where
+    S: Service<Req>,
+    F: Fn(&Result<S::Response, S::Error>) -> Outcome + Clone,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = AdaptiveFuture<S::Future, F>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        AdaptiveFuture::new(
+            self.inner.call(req),
+            self.adaptive.clone(),
+            self.classify.clone(),
+        )
+    }
+}
+
+/// Shows the inner service only: the controller's `Debug` reads its state, under its lock.
+impl<S: fmt::Debug, F> fmt::Debug for AdaptiveService<S, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdaptiveService")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
