@@ -225,7 +225,7 @@ async fn dropping_a_waiting_stream_gives_its_place_back() {
 }
 
 #[test]
-#[should_panic(expected = "Stagger: `k` is 0")]
+#[should_panic(expected = "Stagger::new: invalid stagger: `k` is 0")]
 fn zero_k_panics() {
     let _ = Stagger::new(0, Duration::from_secs(1));
 }
