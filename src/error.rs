@@ -329,9 +329,13 @@ pub enum ConfigError {
     /// A burst given to a warming-up limiter, which has none: its stored permits play that
     /// part.
     NoBurst,
-    /// A [`Stagger`](crate::Stagger) that lets `k = 0` start per window: nothing could ever
-    /// start.
+    /// A [`Stagger`](crate::Stagger) or a `staggered_start` that lets `k = 0` start per
+    /// window: nothing could ever start.
     ZeroStarts,
+    /// A `batched_interval` whose batches hold at most 0 items.
+    ZeroBatch,
+    /// A `throttle_by_key` that may hold 0 items: none could ever wait for its key.
+    ZeroCapacity,
 }
 
 impl fmt::Display for ConfigError {
@@ -344,7 +348,7 @@ impl fmt::Display for ConfigError {
                 "invalid rate: `per` is zero, an infinite rate; it must be a positive duration"
             }
             ConfigError::ZeroBurst => {
-                "invalid limiter: `burst` is 0, so nothing could ever pass; it must be at least 1"
+                "invalid burst: `burst` is 0, so nothing could ever pass; it must be at least 1"
             }
             ConfigError::ZeroWarmup => {
                 "invalid warm-up: the warm-up period is zero; it must be a positive duration"
@@ -363,6 +367,12 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::ZeroStarts => {
                 "invalid stagger: `k` is 0, so nothing could ever start; it must be at least 1"
+            }
+            ConfigError::ZeroBatch => {
+                "invalid batch: `max_batch` is 0, so no batch could hold an item; it must be at least 1"
+            }
+            ConfigError::ZeroCapacity => {
+                "invalid capacity: `capacity` is 0, so no item could ever be held; it must be at least 1"
             }
             ConfigError::ColdFactor => {
                 "invalid warm-up: `cold_factor` must be a finite number of at least 1 (3 is Guava's default)"

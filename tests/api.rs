@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use pacer::{
-    Adaptive, ConfigError, Enforcing, KeyedRateLimiter, NotUntil, PaceExt, Rate, RateExceeded,
-    RateLimiter, Stagger,
+    Adaptive, ConfigError, Enforcing, KeyedRateLimiter, NotUntil, PaceExt, PaceSinkExt, Rate,
+    RateExceeded, RateLimiter, Stagger,
 };
 
 #[test]
@@ -80,6 +80,47 @@ fn every_try_form_refuses_with_a_config_error_and_changes_nothing() {
         Ok(())
     );
     assert_eq!(keyed.available("a"), 7);
+
+    let ones = || futures_util::stream::iter([1u32, 2]);
+    assert_eq!(
+        ones()
+            .try_throttle(Rate::per_second(1), |_| 1, 0, Enforcing)
+            .err(),
+        Some(ConfigError::ZeroBurst)
+    );
+    assert!(ones()
+        .try_throttle(Rate::per_second(1), |_| 1, 1, Enforcing)
+        .is_ok());
+    assert_eq!(
+        ones().try_batched_interval(0, second).err(),
+        Some(ConfigError::ZeroBatch)
+    );
+    assert!(ones().try_batched_interval(1, second).is_ok());
+    assert_eq!(
+        ones().try_staggered_start(0, second).err(),
+        Some(ConfigError::ZeroStarts)
+    );
+    assert!(ones().try_staggered_start(1, second).is_ok());
+    let by_key = KeyedRateLimiter::<u32>::new(Rate::per_second(1), 1);
+    assert_eq!(
+        ones()
+            .try_throttle_by_key(&by_key, |n| *n, |_| 1, 0)
+            .err()
+            .map(|e| e.to_string()),
+        Some(ConfigError::ZeroCapacity.to_string())
+    );
+    assert!(ones()
+        .try_throttle_by_key(&by_key, |n| *n, |_| 1, 1)
+        .is_ok());
+    assert_eq!(
+        Vec::<u32>::new()
+            .try_throttle(Rate::per_second(1), |_| 1, 0)
+            .err(),
+        Some(ConfigError::ZeroBurst)
+    );
+    assert!(Vec::<u32>::new()
+        .try_throttle(Rate::per_second(1), |_| 1, 1)
+        .is_ok());
 
     let adaptive = Adaptive::try_new(
         RateLimiter::new(Rate::per_second(10), 2),

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures_sink::Sink;
 
+use crate::error::ConfigError;
 use crate::limiter::Quota;
 use crate::rate::Rate;
 
@@ -289,7 +290,8 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
     ///
     /// # Panics
     ///
-    /// Panics if `burst` is 0: no item could ever pass.
+    /// Panics if `burst` is 0: no item could ever pass. Use
+    /// [`try_throttle`](PaceSinkExt::try_throttle) for a burst from configuration.
     ///
     /// # Examples
     ///
@@ -315,7 +317,38 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
         Self: Sized,
         F: FnMut(&Item) -> u64,
     {
-        Throttle::new(self, rate, cost, burst)
+        match Throttle::try_new(self, rate, cost, burst) {
+            Ok(throttle) => throttle,
+            Err(e) => panic!("throttle: {e}"),
+        }
+    }
+
+    /// [`throttle`](PaceSinkExt::throttle), or a [`ConfigError`] for a burst that cannot be:
+    /// for a burst that comes from configuration.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroBurst`] if `burst` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{ConfigError, PaceSinkExt, Rate};
+    ///
+    /// let sink = Vec::<u32>::new().try_throttle(Rate::per_second(5), |_| 1, 0);
+    /// assert_eq!(sink.err(), Some(ConfigError::ZeroBurst));
+    /// ```
+    fn try_throttle<F>(
+        self,
+        rate: Rate,
+        cost: F,
+        burst: u64,
+    ) -> Result<Throttle<Self, Item, F>, ConfigError>
+    where
+        Self: Sized,
+        F: FnMut(&Item) -> u64,
+    {
+        Throttle::try_new(self, rate, cost, burst)
     }
 
     /// Like [`throttle`](PaceSinkExt::throttle), drawing on a shared [`Quota`]: a

@@ -4,6 +4,7 @@ use pin_project_lite::pin_project;
 
 use super::paced::{Local, PacedSink};
 use crate::core::{Bucket, Costed};
+use crate::error::ConfigError;
 use crate::rate::Rate;
 
 pin_project! {
@@ -37,16 +38,14 @@ pin_project! {
 }
 
 impl<Si, Item, F> Throttle<Si, Item, F> {
-    #[track_caller]
-    pub(crate) fn new(sink: Si, rate: Rate, cost: F, burst: u64) -> Self {
-        assert!(
-            burst > 0,
-            "throttle: `burst` is 0, so no item could ever pass; it must be at least 1"
-        );
-        let bucket = Bucket::new(rate.tokens(), rate.per().as_nanos(), burst);
-        Throttle {
-            inner: PacedSink::new(sink, Local::new(Costed { bucket, cost })),
+    pub(crate) fn try_new(sink: Si, rate: Rate, cost: F, burst: u64) -> Result<Self, ConfigError> {
+        if burst == 0 {
+            return Err(ConfigError::ZeroBurst);
         }
+        let bucket = Bucket::new(rate.tokens(), rate.per().as_nanos(), burst);
+        Ok(Throttle {
+            inner: PacedSink::new(sink, Local::new(Costed { bucket, cost })),
+        })
     }
 }
 

@@ -12,6 +12,7 @@ use pin_project_lite::pin_project;
 
 use super::upstream::Source;
 use crate::core::{Bucket, Decision, Nanos};
+use crate::error::ConfigError;
 use crate::timer::Timer;
 
 pin_project! {
@@ -47,19 +48,21 @@ pin_project! {
 }
 
 impl<S: Stream> BatchedInterval<S> {
-    #[track_caller]
-    pub(crate) fn new(stream: S, max_batch: usize, interval: Duration) -> Self {
-        assert!(
-            max_batch > 0,
-            "batched_interval: `max_batch` is 0, so no batch could hold an item; it must be at least 1"
-        );
-        BatchedInterval {
+    pub(crate) fn try_new(
+        stream: S,
+        max_batch: usize,
+        interval: Duration,
+    ) -> Result<Self, ConfigError> {
+        if max_batch == 0 {
+            return Err(ConfigError::ZeroBatch);
+        }
+        Ok(BatchedInterval {
             source: Source::new(stream),
             timer: Timer::new(),
             gate: Bucket::interval(Nanos::from_duration(interval)),
             batch: Vec::new(),
             max_batch,
-        }
+        })
     }
 }
 

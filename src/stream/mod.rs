@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures_core::Stream;
 
+use crate::error::ConfigError;
 use crate::limiter::{KeyedRateLimiter, Quota, Stagger};
 use crate::rate::Rate;
 
@@ -190,7 +191,8 @@ pub trait PaceExt: Stream {
     ///
     /// # Panics
     ///
-    /// Panics if `burst` is 0: no item could ever pass.
+    /// Panics if `burst` is 0: no item could ever pass. Use
+    /// [`try_throttle`](PaceExt::try_throttle) for a burst from configuration.
     ///
     /// # Examples
     ///
@@ -219,7 +221,42 @@ pub trait PaceExt: Stream {
         F: FnMut(&Self::Item) -> u64,
         M: ThrottleMode,
     {
-        Throttle::new(self, rate, cost, burst, mode)
+        match Throttle::try_new(self, rate, cost, burst, mode) {
+            Ok(throttle) => throttle,
+            Err(e) => panic!("throttle: {e}"),
+        }
+    }
+
+    /// [`throttle`](PaceExt::throttle), or a [`ConfigError`] for a burst that cannot be: for a
+    /// burst that comes from configuration.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroBurst`] if `burst` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{ConfigError, PaceExt, Rate, Shaping};
+    ///
+    /// let burst_from_config = 0;
+    /// let paced = futures_util::stream::iter([1, 2])
+    ///     .try_throttle(Rate::per_second(5), |_| 1, burst_from_config, Shaping);
+    /// assert_eq!(paced.err(), Some(ConfigError::ZeroBurst));
+    /// ```
+    fn try_throttle<F, M>(
+        self,
+        rate: Rate,
+        cost: F,
+        burst: u64,
+        mode: M,
+    ) -> Result<Throttle<Self, F, M>, ConfigError>
+    where
+        Self: Sized,
+        F: FnMut(&Self::Item) -> u64,
+        M: ThrottleMode,
+    {
+        Throttle::try_new(self, rate, cost, burst, mode)
     }
 
     /// Keeps consecutive items at least `interval` apart.
@@ -297,7 +334,37 @@ pub trait PaceExt: Stream {
     where
         Self: Sized,
     {
-        BatchedInterval::new(self, max_batch, interval)
+        match BatchedInterval::try_new(self, max_batch, interval) {
+            Ok(batched) => batched,
+            Err(e) => panic!("batched_interval: {e}"),
+        }
+    }
+
+    /// [`batched_interval`](PaceExt::batched_interval), or a [`ConfigError`] for a batch size
+    /// that cannot be: for a size that comes from configuration.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroBatch`] if `max_batch` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{ConfigError, PaceExt};
+    ///
+    /// let batches = futures_util::stream::iter([1, 2]).try_batched_interval(0, Duration::from_secs(1));
+    /// assert_eq!(batches.err(), Some(ConfigError::ZeroBatch));
+    /// ```
+    fn try_batched_interval(
+        self,
+        max_batch: usize,
+        interval: Duration,
+    ) -> Result<BatchedInterval<Self>, ConfigError>
+    where
+        Self: Sized,
+    {
+        BatchedInterval::try_new(self, max_batch, interval)
     }
 
     /// Lets at most `k` items through in any window of length `period`.
@@ -309,7 +376,8 @@ pub trait PaceExt: Stream {
     ///
     /// # Panics
     ///
-    /// Panics if `k` is 0.
+    /// Panics if `k` is 0. Use [`try_staggered_start`](PaceExt::try_staggered_start) for a `k`
+    /// from configuration.
     ///
     /// # Examples
     ///
@@ -335,7 +403,37 @@ pub trait PaceExt: Stream {
     where
         Self: Sized,
     {
-        StaggeredStart::new(self, k, period)
+        match StaggeredStart::try_new(self, k, period) {
+            Ok(staggered) => staggered,
+            Err(e) => panic!("staggered_start: {e}"),
+        }
+    }
+
+    /// [`staggered_start`](PaceExt::staggered_start), or a [`ConfigError`] for a `k` that
+    /// cannot be: for a `k` that comes from configuration.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroStarts`] if `k` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{ConfigError, PaceExt};
+    ///
+    /// let starts = futures_util::stream::iter([1, 2]).try_staggered_start(0, Duration::from_secs(1));
+    /// assert_eq!(starts.err(), Some(ConfigError::ZeroStarts));
+    /// ```
+    fn try_staggered_start(
+        self,
+        k: usize,
+        period: Duration,
+    ) -> Result<StaggeredStart<Self>, ConfigError>
+    where
+        Self: Sized,
+    {
+        StaggeredStart::try_new(self, k, period)
     }
 
     /// Like [`throttle`](PaceExt::throttle), drawing on a shared [`Quota`]: a
@@ -436,7 +534,8 @@ pub trait PaceExt: Stream {
     ///
     /// # Panics
     ///
-    /// Panics if `capacity` is 0: no item could ever be held.
+    /// Panics if `capacity` is 0: no item could ever be held. Use
+    /// [`try_throttle_by_key`](PaceExt::try_throttle_by_key) for a capacity from configuration.
     ///
     /// # Examples
     ///
@@ -475,7 +574,43 @@ pub trait PaceExt: Stream {
         KF: FnMut(&Self::Item) -> K,
         F: FnMut(&Self::Item) -> u64,
     {
-        ThrottleByKey::new(self, limiter, key, cost, capacity)
+        match ThrottleByKey::try_new(self, limiter, key, cost, capacity) {
+            Ok(paced) => paced,
+            Err(e) => panic!("throttle_by_key: {e}"),
+        }
+    }
+
+    /// [`throttle_by_key`](PaceExt::throttle_by_key), or a [`ConfigError`] for a capacity
+    /// that cannot be: for a capacity that comes from configuration.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroCapacity`] if `capacity` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{ConfigError, KeyedRateLimiter, PaceExt, Rate};
+    ///
+    /// let limiter = KeyedRateLimiter::new(Rate::per_second(1), 1);
+    /// let paced = futures_util::stream::iter([1, 2]).try_throttle_by_key(&limiter, |n| *n, |_| 1, 0);
+    /// assert_eq!(paced.err(), Some(ConfigError::ZeroCapacity));
+    /// ```
+    fn try_throttle_by_key<K, KF, F, H>(
+        self,
+        limiter: &KeyedRateLimiter<K, H>,
+        key: KF,
+        cost: F,
+        capacity: usize,
+    ) -> Result<ThrottleByKey<Self, K, KF, F, H>, ConfigError>
+    where
+        Self: Sized,
+        K: Hash + Eq + Clone,
+        H: BuildHasher,
+        KF: FnMut(&Self::Item) -> K,
+        F: FnMut(&Self::Item) -> u64,
+    {
+        ThrottleByKey::try_new(self, limiter, key, cost, capacity)
     }
 }
 

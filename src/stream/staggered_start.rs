@@ -11,6 +11,7 @@ use pin_project_lite::pin_project;
 
 use super::paced::Paced;
 use crate::core::{Nanos, Window};
+use crate::error::ConfigError;
 
 pin_project! {
     /// Stream for [`staggered_start`](crate::PaceExt::staggered_start): at most `k` items in any
@@ -41,15 +42,13 @@ pin_project! {
 }
 
 impl<S: Stream> StaggeredStart<S> {
-    #[track_caller]
-    pub(crate) fn new(stream: S, k: usize, period: Duration) -> Self {
-        assert!(
-            k > 0,
-            "staggered_start: `k` is 0, so no item could ever start; it must be at least 1"
-        );
-        StaggeredStart {
-            inner: Paced::new(stream, Window::new(k, Nanos::from_duration(period))),
+    pub(crate) fn try_new(stream: S, k: usize, period: Duration) -> Result<Self, ConfigError> {
+        if k == 0 {
+            return Err(ConfigError::ZeroStarts);
         }
+        Ok(StaggeredStart {
+            inner: Paced::new(stream, Window::new(k, Nanos::from_duration(period))),
+        })
     }
 }
 

@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 
 use super::paced::Paced;
 use crate::core::{Bucket, Costed};
-use crate::error::{NotUntil, RateExceeded};
+use crate::error::{ConfigError, NotUntil, RateExceeded};
 use crate::mode::{Enforcing, Shaping};
 use crate::rate::Rate;
 
@@ -47,17 +47,21 @@ pin_project! {
 }
 
 impl<S: Stream, F, M> Throttle<S, F, M> {
-    #[track_caller]
-    pub(crate) fn new(stream: S, rate: Rate, cost: F, burst: u64, mode: M) -> Self {
-        assert!(
-            burst > 0,
-            "throttle: `burst` is 0, so no item could ever pass; it must be at least 1"
-        );
+    pub(crate) fn try_new(
+        stream: S,
+        rate: Rate,
+        cost: F,
+        burst: u64,
+        mode: M,
+    ) -> Result<Self, ConfigError> {
+        if burst == 0 {
+            return Err(ConfigError::ZeroBurst);
+        }
         let bucket = Bucket::new(rate.tokens(), rate.per().as_nanos(), burst);
-        Throttle {
+        Ok(Throttle {
             inner: Paced::new(stream, Costed { bucket, cost }),
             mode,
-        }
+        })
     }
 }
 

@@ -28,6 +28,7 @@ use pin_project_lite::pin_project;
 use super::upstream::Source;
 use crate::engine::keyed::{KeyOwned, KeyedShared};
 use crate::engine::{Step, Waiter};
+use crate::error::ConfigError;
 use crate::limiter::KeyedRateLimiter;
 use crate::sync::{lock, Mutex};
 
@@ -289,25 +290,23 @@ pin_project! {
 }
 
 impl<S: Stream, K: Hash + Eq + Clone, KF, F, H: BuildHasher> ThrottleByKey<S, K, KF, F, H> {
-    #[track_caller]
-    pub(crate) fn new(
+    pub(crate) fn try_new(
         stream: S,
         limiter: &KeyedRateLimiter<K, H>,
         key: KF,
         cost: F,
         capacity: usize,
-    ) -> Self {
-        assert!(
-            capacity > 0,
-            "throttle_by_key: `capacity` is 0, so no item could ever be held; it must be at least 1"
-        );
-        ThrottleByKey {
+    ) -> Result<Self, ConfigError> {
+        if capacity == 0 {
+            return Err(ConfigError::ZeroCapacity);
+        }
+        Ok(ThrottleByKey {
             source: Source::new(stream),
             held: Held::new(limiter.shared.clone()),
             key,
             cost,
             capacity,
-        }
+        })
     }
 }
 
