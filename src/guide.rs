@@ -1,3 +1,901 @@
 //! The guide: each entry point at length, with its promises and its limits.
 //!
-//! (Written below, section by section.)
+//! The [crate root](crate) lists the entry points; this page explains them. Every example
+//! below is a doctest that runs, most of them under paused time, so the times they assert are
+//! the schedule pacer keeps.
+//!
+//! - [Testing your code with paused time](#testing-your-code-with-paused-time)
+//! - [The operators in depth](#the-operators-in-depth)
+//! - [Sharing a quota](#sharing-a-quota)
+//! - [Per-key limits](#per-key-limits)
+//! - [Across machines (Redis)](#across-machines-redis)
+//! - [Pacing a Sink](#pacing-a-sink)
+//! - [tower and HTTP](#tower-and-http)
+//! - [Finding the limit (Adaptive)](#finding-the-limit-adaptive)
+//! - [Limits, honestly](#limits-honestly)
+//! - [The design](#the-design)
+//! - [Migrating from 0.x](#migrating-from-0x)
+//!
+//! # Testing your code with paused time
+//!
+//! All timing uses [`tokio::time::Instant`] and [`tokio::time::Sleep`], so under paused time a
+//! test runs instantly and sees the exact schedule. Write your test as
+//! `#[tokio::test(start_paused = true)] async fn ...`; the examples here use the same runtime
+//! through `#[tokio::main(flavor = "current_thread", start_paused = true)]`:
+//!
+//! ```
+//! use std::time::Duration;
+//! use futures_util::StreamExt;
+//! use pacer::PaceExt;
+//! use tokio::time::Instant;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! // In your test: five consumers, started at most 2 per second.
+//! let start = Instant::now();
+//! let times: Vec<u64> = futures_util::stream::iter(0..5)
+//!     .staggered_start(2, Duration::from_secs(1))
+//!     .map(|_| start.elapsed().as_secs())
+//!     .collect()
+//!     .await;
+//! assert_eq!(times, [0, 0, 1, 1, 2]);
+//! # }
+//! ```
+//!
+//! - Only a `current_thread` runtime can be paused (`#[tokio::test]` builds one by default).
+//! - An adapter that waits arms exactly one timer; an idle adapter arms none. So auto-advance
+//!   jumps straight to the next deadline, and a stream that waits "forever" (a cost of
+//!   `u64::MAX`, `min_interval(Duration::MAX)`) never hangs a test wrapped in
+//!   [`tokio::time::timeout`].
+//! - Whole-millisecond schedules come out exact. tokio's timer rounds a deadline up to its
+//!   1 ms tick, so a fractional deadline (333.33 ms) shows up at the next millisecond
+//!   (334 ms); `tokio::time::advance` moves the clock exactly, off the tick grid:
+//!
+//! ```
+//! use std::time::Duration;
+//! use pacer::{Rate, RateLimiter};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let limiter = RateLimiter::new(Rate::per_second(3), 1);
+//! limiter.try_acquire(1).unwrap();
+//! // The next token is due at 333,333,333⅓ ns: not yet at 333 ms, there at 334 ms.
+//! tokio::time::advance(Duration::from_millis(333)).await;
+//! assert!(limiter.try_acquire(1).is_err());
+//! tokio::time::advance(Duration::from_millis(1)).await;
+//! assert!(limiter.try_acquire(1).is_ok());
+//! # }
+//! ```
+//!
+//! The shared limiters, the keyed limiter, the Sink adapters, the tower layer and [`Adaptive`]
+//! read the same clock, so all of them can be tested this way. [`RedisRateLimiter`] decides on
+//! Redis's clock, which paused time does not move.
+//!
+//! # The operators in depth
+//!
+//! [`PaceExt`] adds the operators to every [`Stream`](futures_core::Stream). Each adapter holds
+//! at most one upstream item (`batched_interval`: one batch), pulls the next one only when it
+//! has emitted the last, and arms its timer only while an item waits. Building one needs no
+//! runtime; polling it needs tokio's timer.
+//!
+//! Timelines (items ready at 0 ms unless shown):
+//!
+//! ```text
+//! throttle(10/s, cost 1, burst 5, Shaping), 12 items
+//!   0ms: ● ● ● ● ●   100: ●   200: ●   300: ●   400: ●   500: ●   600: ●   700: ●
+//!
+//! throttle(10/s, burst 5), costs 5, 10, 1: a cost above the burst pays its debt first
+//!   0ms: ●(5)  ............ 1000: ●(10)  1100: ●(1)
+//!
+//! min_interval(100 ms), arrivals 0, 10, 20, 500, 510 ms
+//!   arrive: 0 10 20 .................... 500 510
+//!   leave:  0 ---- 100 ---- 200 ......... 500 ---- 600
+//!
+//! batched_interval(3, 100 ms), 10 items
+//!   0ms: [0 1 2]   100: [3 4 5]   200: [6 7 8]   300: [9]
+//!
+//! staggered_start(2, 1 s), 5 items
+//!   0s: ● ●   1s: ● ●   2s: ●
+//! ```
+//!
+//! **`throttle(rate, cost, burst, mode)`** is a token bucket: it holds at most `burst`
+//! tokens, starts full and refills at `rate`; an item costs `cost(&item)` tokens. The cost
+//! emitted in any window `[t, t + w]` is at most `burst + w × rate`, so `burst` is the most
+//! that leaves at one instant. Tokens are charged when an item is *emitted*, not when it is
+//! pulled from upstream. The [`Rate`] is an exact fraction (3 per second is one token every
+//! 333,333,333⅓ ns, with no drift), reduced to lowest terms, ordered by how fast it flows, and
+//! its constructors are `const fn`s, so a rate written in the code can be a `const`.
+//!
+//! - [`Shaping`] delays an item until its tokens are there. An item that costs more than the
+//!   whole bucket waits until the bucket is full and the rest of its cost has flowed in, then
+//!   leaves the bucket empty (Akka Streams' rule): it is never stuck.
+//! - [`Enforcing`] never delays: the stream yields `Result<T, RateExceeded<T>>`, and a
+//!   non-conforming item comes back at once in a [`RateExceeded`], with the item
+//!   ([`into_inner`](crate::RateExceeded::into_inner)) and its [`NotUntil`]
+//!   ([`not_until`](crate::RateExceeded::not_until)). A refused item takes no tokens. An
+//!   item dearer than `burst` never conforms: [`NotUntil::is_never`] is true.
+//!
+//! ```
+//! use std::time::Duration;
+//! use futures_util::StreamExt;
+//! use pacer::{Enforcing, PaceExt, Rate};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! // 2 per second, 1 at once; item 100 costs more than the bucket holds.
+//! let out: Vec<_> = futures_util::stream::iter([1, 2, 100])
+//!     .throttle(Rate::per_second(2), |&n| if n == 100 { 5 } else { 1 }, 1, Enforcing)
+//!     .collect()
+//!     .await;
+//! assert_eq!(out[0].as_ref().ok(), Some(&1));
+//! let refused = out[1].as_ref().unwrap_err();
+//! assert_eq!((refused.get_ref(), refused.retry_after()), (&2, Duration::from_millis(500)));
+//! assert_eq!(refused.to_string(), "rate limited: retry after 500ms");
+//! assert!(out[2].as_ref().unwrap_err().not_until().is_never());
+//! # }
+//! ```
+//!
+//! **`min_interval(d)`** keeps consecutive items at least `d` apart, counted from the previous
+//! item's emission as read from the clock, not from a timer tick: a late timer can only make
+//! gaps longer. **`batched_interval(n, d)`** emits batches of `1..=n` items at least `d` apart;
+//! a batch leaves at the first moment allowed with everything that has arrived, never empty,
+//! and one wake-up releases a whole batch, which is how to go beyond the 1,000 wake-ups per
+//! second of tokio's timer. **`staggered_start(k, period)`** lets at most `k` items through in
+//! any window of `period`: item `i` leaves no earlier than item `i - k` plus `period`.
+//!
+//! Operators compose, and every adapter gives its stream back with `get_ref`, `get_mut`,
+//! `get_pin_mut` and `into_inner`:
+//!
+//! ```
+//! use std::time::Duration;
+//! use futures_util::StreamExt;
+//! use pacer::{PaceExt, Rate, Shaping};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let start = tokio::time::Instant::now();
+//! let batches: Vec<_> = futures_util::stream::iter(0..8)
+//!     .throttle(Rate::per_second(20), |_| 1, 4, Shaping) // 4 at once, then one per 50 ms
+//!     .batched_interval(3, Duration::from_millis(100)) // at most one batch per 100 ms
+//!     .map(|batch| (batch, start.elapsed().as_millis()))
+//!     .collect()
+//!     .await;
+//! assert_eq!(batches, [(vec![0, 1, 2], 0), (vec![3, 4, 5], 100), (vec![6, 7], 200)]);
+//! # }
+//! ```
+//!
+//! **Name clash.** `tokio_stream::StreamExt` has a `throttle` method too. With both traits in
+//! scope, name the trait:
+//!
+//! ```
+//! use pacer::{PaceExt, Rate, Shaping};
+//! use tokio_stream::StreamExt;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let stream = tokio_stream::iter(0..3);
+//! let paced = PaceExt::throttle(stream, Rate::per_second(10), |_| 1, 5, Shaping);
+//! assert_eq!(paced.collect::<Vec<_>>().await, [0, 1, 2]);
+//! # }
+//! ```
+//!
+//! **Below a millisecond.** `throttle(..)` with [`Shaping`] and `min_interval(d)` accept
+//! [`.precise()`](crate::stream::Throttle::precise): the timer then sleeps only until one tick
+//! before an item's time, and the rest of the wait is spent yielding to the scheduler and
+//! reading the clock again, so an item leaves within microseconds of its time and
+//! `throttle(10,000/s, burst 1)` or `min_interval(100 µs)` keep their rate. While an item is
+//! less than a tick from its time the task stays busy: at such rates that is most of a core.
+//! It is opt-in because of that. Under paused time the clock does not move across a yield, so
+//! the wait falls back to the timer and the schedule is exactly that of the plain operator.
+//!
+//! The adapter types are in [`pacer::stream`](crate::stream), with the [`ThrottleMode`] trait
+//! that [`Shaping`] and [`Enforcing`] implement.
+//!
+//! [`ThrottleMode`]: crate::stream::ThrottleMode
+//!
+//! # Sharing a quota
+//!
+//! A real quota is rarely per stream. [`RateLimiter`] (a token bucket) and [`Stagger`] (a
+//! sliding window) are shared by handle: clone them into any number of tasks and streams, and
+//! they all draw on one quota. Tasks call [`acquire`](crate::RateLimiter::acquire),
+//! [`try_acquire`](crate::RateLimiter::try_acquire) or
+//! [`acquire_timeout`](crate::RateLimiter::acquire_timeout); streams draw with
+//! [`throttle_with`](crate::PaceExt::throttle_with) and
+//! [`staggered_start_with`](crate::PaceExt::staggered_start_with).
+//!
+//! ```
+//! use std::time::Duration;
+//! use futures_util::StreamExt;
+//! use pacer::{PaceExt, Rate, RateLimiter, Shaping, Stagger};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! // Kafka start-up: at most 500 consumers connect in any second.
+//! let stagger = Stagger::new(500, Duration::from_secs(1));
+//! let consumers: Vec<_> = (0..2000)
+//!     .map(|_| {
+//!         let stagger = stagger.clone();
+//!         tokio::spawn(async move { stagger.acquire().await })
+//!     })
+//!     .collect();
+//! let start = tokio::time::Instant::now();
+//! for consumer in consumers {
+//!     consumer.await.unwrap();
+//! }
+//! assert_eq!(start.elapsed(), Duration::from_secs(3));
+//!
+//! // One SMS provider account, 100 messages per second, shared by every partition.
+//! let provider = RateLimiter::new(Rate::per_second(100), 5);
+//! let partitions = (0..4).map(|p| {
+//!     let messages = futures_util::stream::iter(0..50).map(move |m| (p, m));
+//!     Box::pin(messages.throttle_with(&provider, |_| 1, Shaping))
+//! });
+//! let start = tokio::time::Instant::now();
+//! assert_eq!(futures_util::stream::select_all(partitions).count().await, 200);
+//! assert_eq!(start.elapsed().as_millis(), 1950); // 5 at once, then 195 at 100/s
+//! # }
+//! ```
+//!
+//! What the shared limiters promise:
+//!
+//! - **The bound across all users.** The tokens granted in any window `[t, t + w]` are at most
+//!   `burst + w × rate` ([`Stagger`]: at most `k` grants in any window of `period`), whoever
+//!   asked.
+//! - **Fair.** Waiters are served in arrival order. A large request is not overtaken by a
+//!   stream of small ones, and `try_acquire` / `acquire_timeout` never jump the queue.
+//! - **Cancellation gives back.** A request is charged when it is granted, never before: a
+//!   dropped future or stream has taken nothing, and the next waiter moves up at once.
+//! - **No thundering herd.** Only the head of the queue sleeps on a timer; a grant wakes
+//!   exactly the next waiter.
+//! - **Changeable at run time.** [`set_rate`](crate::RateLimiter::set_rate) and
+//!   [`set_burst`](crate::RateLimiter::set_burst) (and [`Stagger::set_limit`]) take effect at once,
+//!   also for those waiting: the level (stored tokens, or what a waiter lacks) is kept in
+//!   tokens and the new rate applies from that instant. Every setter that can be given an
+//!   impossible value has a `try_` form returning a [`ConfigError`]
+//!   ([`try_set_burst`](crate::RateLimiter::try_set_burst), [`Stagger::try_set_limit`]), and so has
+//!   every constructor.
+//! - **Guava's warm-up.**
+//!   [`RateLimiter::warming_up(rate, warmup, cold_factor)`](crate::RateLimiter::warming_up)
+//!   follows Guava's `SmoothWarmingUp`: after an idle spell permits start `cold_factor` times
+//!   slower and speed up to `rate` as stored permits are spent (2/s, 4 s, factor 3: waits of
+//!   0, 1.375, 1.125, 0.875, 0.625, 0.5 s...). As in Guava, a request waits for the previous
+//!   one's price. A warming-up limiter has no burst: [`burst`](crate::RateLimiter::burst) is `None`
+//!   and `set_burst` panics (`try_set_burst` returns [`ConfigError::NoBurst`]).
+//! - **A pause for everyone.** [`pause_for(d)`](crate::RateLimiter::pause_for) grants nothing to
+//!   anyone before `d` from now (a server's `Retry-After`); waiters keep their order.
+//! - **Observable.** [`stats()`](crate::RateLimiter::stats) gives granted, rejected, waiting
+//!   now and total time waited; the `tracing` feature adds debug-level events when a request is
+//!   delayed or refused. `Debug` shows a limiter's identity only (clones show the same), never
+//!   its shared state: read that with [`rate`](crate::RateLimiter::rate),
+//!   [`burst`](crate::RateLimiter::burst) and [`available`](crate::RateLimiter::available).
+//!
+//! ```
+//! use std::time::Duration;
+//! use pacer::{ConfigError, Rate, RateLimiter};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let limiter = RateLimiter::new(Rate::per_second(1), 1);
+//! limiter.acquire(1).await;
+//! // One waiter lacks a whole token; 100 ms later the rate goes to 100/s.
+//! let waiter = tokio::spawn({
+//!     let limiter = limiter.clone();
+//!     async move { limiter.acquire(1).await }
+//! });
+//! let start = tokio::time::Instant::now();
+//! tokio::time::sleep(Duration::from_millis(100)).await;
+//! limiter.set_rate(Rate::per_second(100));
+//! waiter.await.unwrap();
+//! // It lacked 0.9 tokens at the change: 9 ms at the new rate.
+//! assert_eq!(start.elapsed().as_millis(), 109);
+//! assert_eq!(limiter.try_set_burst(0), Err(ConfigError::ZeroBurst));
+//! assert_eq!(limiter.burst(), Some(1));
+//! # }
+//! ```
+//!
+//! Semantics shared with the stream operators: a cost above `burst` is allowed and pays its
+//! debt before it passes; a cost of 0 passes at once; `try_acquire` of a cost above `burst` is
+//! refused with a [`NotUntil`] that [`is_never`](crate::NotUntil::is_never).
+//!
+//! `throttle_with` takes any [`Quota`]: a [`RateLimiter`], a [`Stagger`] (one per item,
+//! whatever the cost) or a [`RedisRateLimiter`]. The trait is sealed: the adapters rely on the
+//! exact semantics of these quotas.
+//!
+//! # Per-key limits
+//!
+//! Real quotas are per destination. An SMS router reads one stream of messages and sends each
+//! through one of several providers, each with its own messages-per-second limit; a Kafka
+//! consumer fans events out to many tenants' APIs, each with its own quota.
+//! [`KeyedRateLimiter`] keeps one token bucket and one FIFO queue per key, shared by handle
+//! like [`RateLimiter`], and [`throttle_by_key`](crate::PaceExt::throttle_by_key) paces one
+//! stream by it without letting a slow key hold up the others:
+//!
+//! ```
+//! use futures_util::StreamExt;
+//! use pacer::{KeyedRateLimiter, PaceExt, Rate};
+//!
+//! struct Sms {
+//!     provider: &'static str,
+//!     text: &'static str,
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! // Every provider: 2 messages per second, one at a time; "bulk" allows 50 per second, 5 at once.
+//! let providers = KeyedRateLimiter::new(Rate::per_second(2), 1);
+//! providers.set_limit("bulk", Rate::per_second(50), 5);
+//! let messages = ["a", "a", "a", "bulk", "bulk"].map(|provider| Sms { provider, text: "hi" });
+//! let start = tokio::time::Instant::now();
+//! // Up to 64 messages held while they wait for their provider.
+//! let sent: Vec<_> = futures_util::stream::iter(messages)
+//!     .throttle_by_key(&providers, |m| m.provider, |_| 1, 64)
+//!     .map(|sms| {
+//!         println!("{} via {}", sms.text, sms.provider);
+//!         (sms.provider, start.elapsed().as_millis())
+//!     })
+//!     .collect()
+//!     .await;
+//! assert_eq!(sent, [("a", 0), ("bulk", 0), ("bulk", 0), ("a", 500), ("a", 1000)]);
+//! # }
+//! ```
+//!
+//! `cargo run --example sms_router` runs providers A (2/s), B (5/s) and C (50/s, burst 5),
+//! 8, 10 and 30 messages interleaved on one stream. Messages sent per 100 ms:
+//!
+//! ```text
+//!   A |1....1....1....1....1....1....1....1| 8 sent, last at 3500 ms
+//!   B |1.1.1.1.1.1.1.1.1.1.................| 10 sent, last at 1800 ms
+//!   C |955551..............................| 30 sent, last at 500 ms
+//! ```
+//!
+//! - **Per key, what `RateLimiter` promises.** In any window `[t, t + w]` a key is granted at
+//!   most `burst + w × rate` of its own limit, its requests are served in arrival order, a cost
+//!   above the burst pays its debt, a cost of 0 passes, a dropped waiter has taken nothing.
+//!   [`set_limit`](crate::KeyedRateLimiter::set_limit) and
+//!   [`clear_limit`](crate::KeyedRateLimiter::clear_limit) change one key's limit at once, also for
+//!   its waiters, keeping its level.
+//! - **No head-of-line blocking.** `throttle_by_key(limiter, key, cost, capacity)` holds up to
+//!   `capacity` items, in a queue per key; an item whose key has tokens leaves at once while
+//!   other keys' items wait, each key's items leave in their upstream order, and a held item
+//!   leaves when its key allows (plus tokio's 1 ms tick), never later because of another key.
+//!   With `capacity` items held it pulls nothing more from upstream: that is the backpressure,
+//!   and the memory bound. The oldest held item of each key waits in its key's queue as any
+//!   other waiter does, behind the key's other users, and is woken when its turn comes; the
+//!   items behind it wait in the adapter. `capacity == 0` panics.
+//! - **Shared.** Several streams and tasks on one `KeyedRateLimiter` share each key's quota
+//!   (one provider account used by every partition), FIFO per key.
+//! - **Borrowed keys.** Every method that takes a key by reference takes any borrowed form of
+//!   it: a `KeyedRateLimiter<String>` is asked with a `&str`, and a key that has state is found
+//!   without allocating. Keys are hashed with std's `RandomState` unless you give another
+//!   `BuildHasher` to [`with_hasher`](crate::KeyedRateLimiter::with_hasher).
+//! - **Memory follows the keys in use.** A key whose bucket is full again and that nobody waits
+//!   for is indistinguishable from a key never seen, so it is forgotten without any call from
+//!   you: after every operation [`tracked_keys()`](crate::KeyedRateLimiter::tracked_keys)
+//!   counts only the keys that are not full or have waiters. A million keys touched once
+//!   hold no memory one refill period later. (governor's keyed limiter keeps every key until
+//!   you call `retain_recent()`.) Per-key limits are configuration and are kept.
+//! - **The lock.** All keys share one short mutex. A key is hashed before the mutex is taken
+//!   (the table is looked up by that hash), so your `Hash` never runs under it; the key's `Eq`
+//!   does, in a look-up made before anything changes, so a panicking `Eq` leaves the table
+//!   consistent.
+//!
+//! ```
+//! use pacer::{KeyedRateLimiter, Rate};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let tenants: KeyedRateLimiter<String> = KeyedRateLimiter::new(Rate::per_second(10), 2);
+//! tenants.set_limit("enterprise".to_string(), Rate::per_second(1000), 100);
+//! assert!(tenants.try_acquire("free-tier", 2).is_ok()); // asked with a &str
+//! assert!(tenants.try_acquire("free-tier", 1).is_err());
+//! assert_eq!(tenants.available("enterprise"), 100);
+//! assert_eq!(tenants.tracked_keys(), 1); // "enterprise" is full: no state, only its limit
+//! tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+//! tenants.try_acquire("enterprise", 1).unwrap();
+//! assert_eq!(tenants.tracked_keys(), 1); // "free-tier" is full again: forgotten
+//! # }
+//! ```
+//!
+//! # Across machines (Redis)
+//!
+//! A Kafka consumer group runs on many machines, and the partner API or SMS provider it calls
+//! allows N requests per second for the whole account. With the `redis` feature,
+//! [`RedisRateLimiter`] keeps one token bucket in Redis under a key you name, and every
+//! process that names the key shares it. Its builder, [`FailurePolicy`], errors and counters
+//! are in [`pacer::redis`][redis].
+//!
+//! ```no_run
+//! # #[cfg(feature = "redis")]
+//! async fn call_partner() -> Result<(), Box<dyn std::error::Error>> {
+//!     use std::time::Duration;
+//!     use futures_util::StreamExt;
+//!     use pacer::redis::FailurePolicy;
+//!     use pacer::{PaceExt, Rate, RedisRateLimiter, Shaping};
+//!
+//!     let quota = RedisRateLimiter::builder("redis://redis.internal/", "partner-api", Rate::per_second(200), 20)
+//!         .lease(10, Duration::from_millis(5)) // optional: fewer round trips
+//!         .failure_policy(FailurePolicy::FailOpen { share: 0.25 }) // 4 consumers: a quarter each
+//!         .build()?;
+//!     let calls = futures_util::stream::iter(0..100).throttle_with(&quota, |_| 1, Shaping);
+//!     println!("{} calls made", calls.count().await);
+//!     match quota.try_acquire(1).await {
+//!         Ok(()) => println!("one more"),
+//!         Err(refused) => println!("retry in {:?}", refused.retry_after()),
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
+//! - **Same bucket, Redis's clock.** The bucket is the same GCRA as [`RateLimiter`] (rate,
+//!   burst, a cost per acquisition, a cost above the burst pays its debt), evaluated atomically
+//!   by one Lua script (`EVALSHA`, loaded once and again after `NOSCRIPT`) on Redis's `TIME`,
+//!   so the clients' clocks do not matter. The key expires once the bucket is full: idle
+//!   quotas vanish.
+//! - **The bound, to within a round trip.** Four processes sharing one key at 200/s, burst 20,
+//!   for 3 s keep `burst + w × rate` in every window of their merged timeline, counting one
+//!   round trip of slack, and use the quota to within 2 % (`tests/redis.rs`).
+//! - **Waiting is a reservation** (as Go's `rate.Limiter.Wait`): a request that cannot go at
+//!   once is charged in Redis at once and told how long to wait, so each acquisition is one
+//!   round trip, waiters are served in the order their requests reached Redis, and a large
+//!   request is not starved by small ones. A waiter dropped before its turn gives its tokens
+//!   back with the next round trip.
+//! - **Leases** (`.lease(m, max_age)`) take up to `m` tokens per round trip and spend them
+//!   locally; unspent ones are given back after `max_age` or when the limiter is dropped. They
+//!   cut round trips per 1,000 grants more than tenfold; the bound then holds to within
+//!   `max_age` of refill, and a process waits for a whole lease rather than one token.
+//! - **Faults** follow the policy you choose. `FailClosed { max_backoff, deadline }` grants
+//!   nothing without Redis: it retries with capped exponential backoff, `acquire` returns
+//!   `RedisQuotaError::Unavailable` after the deadline, and a shaping stream holds its item and
+//!   waits (nothing lost). The quota is never exceeded; the price is a stall.
+//!   `FailOpen { share }` keeps going: each process falls back to a local limiter at `share` of
+//!   the rate and burst and tries Redis again every second. Nothing stalls; the price is that
+//!   with `n` processes the total can reach `n × share` of the quota during the outage. The
+//!   connection reconnects by itself, nothing panics, and no stream item is lost or
+//!   duplicated: the tests kill Redis mid-run and restart it a second later under both
+//!   policies.
+//! - The feature needs Rust 1.88 (the `redis` crate's minimum); the default build needs 1.85.
+//!
+//! # Pacing a Sink
+//!
+//! Often the rate-limited thing is the *output*: a Kafka producer, a socket written through a
+//! codec, a channel into a worker that calls a partner's API. [`PaceSinkExt`] puts the same
+//! operators on every `futures::Sink`: `throttle(rate, cost, burst)`,
+//! `throttle_with(&quota, cost)` (any [`Quota`], shared with streams and tasks) and
+//! `min_interval(d)`; the adapter types are in [`pacer::sink`](crate::sink). The writer just
+//! sends; each item is handed to the inner sink when it conforms.
+//!
+//! ```
+//! use futures_util::{Sink, SinkExt};
+//! use pacer::{PaceSinkExt, Rate, RateLimiter};
+//! use tokio_util::sync::PollSender;
+//!
+//! /// Writes every record to `producer`, each costing its size in bytes of a bandwidth quota
+//! /// shared by all writers.
+//! async fn produce<S>(producer: S, bandwidth: &RateLimiter, records: Vec<Vec<u8>>) -> Result<(), S::Error>
+//! where
+//!     S: Sink<Vec<u8>>,
+//! {
+//!     let mut paced = std::pin::pin!(producer.throttle_with(bandwidth, |r| r.len() as u64));
+//!     for record in records {
+//!         paced.send(record).await?;
+//!     }
+//!     paced.close().await
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! // 1 MB/s, 500 kB at once.
+//! let bandwidth = RateLimiter::new(Rate::per_second(1_000_000), 500_000);
+//! let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+//! let start = tokio::time::Instant::now();
+//! produce(PollSender::new(tx), &bandwidth, vec![vec![0; 250_000]; 4]).await.unwrap();
+//! // Two records at once (the burst), then one per 250 ms.
+//! assert_eq!(start.elapsed().as_millis(), 500);
+//! while let Some(record) = rx.recv().await {
+//!     assert_eq!(record.len(), 250_000);
+//! }
+//! # }
+//! ```
+//!
+//! - **One item held, the writer waits.** An item that does not conform is held; `poll_ready`
+//!   says ready only once nothing is held and the inner sink is ready, so `send` waits exactly
+//!   as long as pacing requires. `poll_flush` and `poll_close` hand the held item on first, at
+//!   its time. The promises are those of the stream operators: bound, order, nothing lost, at
+//!   most a 1 ms tick late, exact under paused time, one timer armed only while an item waits.
+//! - **Charged when handed on.** The inner sink's readiness is checked *before* the tokens are
+//!   taken, so a full channel or a slow socket never costs quota, and with a shared limiter the
+//!   writer joins the queue only once its sink can take the item (and leaves it again, to join
+//!   at the back later, if its sink stops being ready meanwhile: a stuck sink does not hold up
+//!   the quota). An item never handed on (the sink dropped, or `take_held()`) is charged
+//!   nothing and gives its place in the queue back. While an item waits, the inner sink is
+//!   flushed, so a buffering sink puts each item on the wire at its time, also under
+//!   `send_all`.
+//! - **Errors.** The inner sink's error comes out of `poll_ready`, `poll_flush` or `poll_close`
+//!   unchanged; the held item stays held and is tried again by the next call, or can be taken
+//!   back with `take_held()`.
+//! - **A framed socket** is both a `Stream` and a `Sink`, so with [`PaceExt`] in scope too,
+//!   name the trait: `PaceSinkExt::throttle(framed, rate, cost, burst)`. The sink adapters
+//!   pass the reading side through unpaced.
+//!
+//! # tower and HTTP
+//!
+//! The rate-limited thing is often an HTTP API called through a tower `Service` (hyper, tonic,
+//! reqwest with tower, axum's own clients). With the `tower` feature,
+//! [`RateLimitLayer`] puts a shared quota in front of any service. tower's own `RateLimit`
+//! keeps its window inside the service, so every clone (every connection of an axum app, every
+//! task that builds the stack) starts a fresh limit (axum #2634, tower #794), and it is a fixed
+//! window that cannot charge a cost per request. Here every clone draws on the same
+//! [`RateLimiter`], [`Stagger`], [`RedisRateLimiter`] or, one bucket per client or destination,
+//! [`KeyedRateLimiter`] (`RateLimitLayer::keyed(&limiter, |req| key)`).
+//!
+//! **Clients: shaping** (the default). A request waits for its tokens, FIFO with every other
+//! user of the quota, then goes to the inner service; `.cost(|req| ..)` charges per request
+//! (default 1). A response future dropped while it waits gives its place back and is charged
+//! nothing. Nothing is refused, so the error type is the inner service's.
+//!
+//! ```
+//! # #[cfg(feature = "tower")]
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! use std::convert::Infallible;
+//! use pacer::tower::RateLimitLayer;
+//! use pacer::{Rate, RateLimiter};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! // The partner allows 200 requests per second, 10 at once, for all our clones together.
+//! let quota = RateLimiter::new(Rate::per_second(200), 10);
+//! let client = ServiceBuilder::new()
+//!     .layer(RateLimitLayer::new(&quota))
+//!     .service_fn(|path: &'static str| async move { Ok::<_, Infallible>(path.len()) });
+//! // With hyper: `.service(Client::builder(TokioExecutor::new()).build_http())`.
+//! let start = tokio::time::Instant::now();
+//! let calls: Vec<_> = (0..20).map(|_| tokio::spawn(client.clone().oneshot("/orders"))).collect();
+//! for call in calls {
+//!     assert_eq!(call.await.unwrap().unwrap(), 7);
+//! }
+//! assert_eq!(start.elapsed().as_millis(), 50); // 10 at once, then 10 at 200/s
+//! # }
+//! # #[cfg(not(feature = "tower"))]
+//! # fn main() {}
+//! ```
+//!
+//! **Readiness.** `poll_ready` is the inner service's and takes no token (a request's cost and
+//! key are only known in `call`, and a token reserved by a caller that never calls would be
+//! lost). `call` moves the inner service just made ready into the response future, which calls
+//! it the moment the tokens are granted: the inner service is never called unready, and the
+//! limit holds where requests leave, even under backpressure. Hence `S: Clone`, the usual tower
+//! pattern.
+//!
+//! **Servers: enforcing** (`.enforcing()`). A request that does not conform now is refused at
+//! once with a [`NotUntil`] (also named [`RateLimited`] in the tower module), charged nothing,
+//! and never reaches the handler. Errors are boxed ([`BoxError`]), as tower's `LoadShed` and
+//! `Timeout` do and axum's `HandleErrorLayer` expects; other errors pass through unchanged. A
+//! server answers `429 Too Many Requests` with `Retry-After:`
+//! [`retry_after_secs()`](crate::NotUntil::retry_after_secs) (rounded up, so a client that
+//! waits that long conforms):
+//!
+//! ```
+//! # #[cfg(feature = "tower")]
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! use axum::{body::Body, error_handling::HandleErrorLayer, extract::Request, routing::get, Router};
+//! use axum::{http::{header, StatusCode}, response::IntoResponse};
+//! use pacer::tower::{BoxError, RateLimitLayer};
+//! use pacer::{KeyedRateLimiter, NotUntil, Rate};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! // Per API key: 2 at once, then 1 per second; a refusal is a 429 with Retry-After.
+//! let per_key = KeyedRateLimiter::new(Rate::per_second(1), 2);
+//! let api_key = |req: &Request| req.headers().get("x-api-key").cloned();
+//! let app = Router::new().route("/", get(|| async { "ok" })).layer(
+//!     ServiceBuilder::new()
+//!         .layer(HandleErrorLayer::new(|err: BoxError| async move {
+//!             match err.downcast_ref::<NotUntil>() {
+//!                 Some(refused) => {
+//!                     let secs = refused.retry_after_secs().to_string();
+//!                     (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, secs)]).into_response()
+//!                 }
+//!                 None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+//!             }
+//!         }))
+//!         .layer(RateLimitLayer::keyed(&per_key, api_key).enforcing()),
+//! );
+//! let request = |key: &str| {
+//!     axum::http::Request::get("/").header("x-api-key", key).body(Body::empty()).unwrap()
+//! };
+//! for _ in 0..2 {
+//!     assert_eq!(app.clone().oneshot(request("k1")).await.unwrap().status(), StatusCode::OK);
+//! }
+//! let refused = app.clone().oneshot(request("k1")).await.unwrap();
+//! assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
+//! // Another key has its own bucket.
+//! assert_eq!(app.oneshot(request("k2")).await.unwrap().status(), StatusCode::OK);
+//! # }
+//! # #[cfg(not(feature = "tower"))]
+//! # fn main() {}
+//! ```
+//!
+//! **Proved over real HTTP** on 127.0.0.1 (`tests/tower_http.rs`): 1,500 requests from 30
+//! tasks through the layer at an axum server's limit of 1,000/s got zero 429s and used
+//! 93–97 % of the limit; 64 services built from tower's `RateLimitLayer` sent 192 requests in
+//! 0.15–0.3 s against a limit of 200/s, while the same from pacer's layer kept it (0.91 s, the
+//! least the limit allows); an axum app keyed by client IP answers 429 with a `Retry-After`
+//! that is enough. `cargo run --example http_client --features tower` and
+//! `--example http_server` show both sides.
+//!
+//! **Finding the limit over HTTP.** [`AdaptiveLayer`] reports every response to an
+//! [`Adaptive`] (see [Finding the limit](#finding-the-limit-adaptive)), as a classifier you
+//! write reads it: [`Outcome`]`::Success`, `Outcome::Throttled { retry_after }` or
+//! `Outcome::Ignore`. pacer does not depend on `http`, so the classifier for `http::Response`
+//! is yours; a [`RateLimitLayer`] over `adaptive.limiter()` below it paces the requests at the
+//! rate found:
+//!
+//! ```
+//! # #[cfg(feature = "tower")]
+//! # fn main() {
+//! use std::time::Duration;
+//! use http::{header::RETRY_AFTER, Response};
+//! use http_body_util::Empty;
+//! use hyper::body::{Bytes, Incoming};
+//! use hyper_util::client::legacy::{Client, Error};
+//! use hyper_util::rt::TokioExecutor;
+//! use pacer::tower::{AdaptiveLayer, Outcome, RateLimitLayer};
+//! use pacer::{Adaptive, Rate, RateLimiter};
+//! use tower::ServiceBuilder;
+//!
+//! // 429 and 503 are refusals, with `Retry-After` in seconds; other server errors and
+//! // transport errors say nothing about the rate; anything else went through.
+//! fn classify<B, E>(result: &Result<Response<B>, E>) -> Outcome {
+//!     match result {
+//!         Ok(r) if matches!(r.status().as_u16(), 429 | 503) => Outcome::Throttled {
+//!             retry_after: r.headers().get(RETRY_AFTER)
+//!                 .and_then(|v| v.to_str().ok()?.trim().parse().ok())
+//!                 .map(Duration::from_secs),
+//!         },
+//!         Ok(r) if r.status().is_server_error() => Outcome::Ignore,
+//!         Ok(_) => Outcome::Success,
+//!         Err(_) => Outcome::Ignore,
+//!     }
+//! }
+//!
+//! let limiter = RateLimiter::new(Rate::per_second(1000), 10);
+//! let partner = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(1000));
+//! let _client = ServiceBuilder::new()
+//!     .layer(AdaptiveLayer::new(&partner, classify::<Incoming, Error>))
+//!     .layer(RateLimitLayer::new(partner.limiter()))
+//!     .service(Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>());
+//! # }
+//! # #[cfg(not(feature = "tower"))]
+//! # fn main() {}
+//! ```
+//!
+//! - A response is reported when its future completes, and returned unchanged; a future
+//!   dropped before (a timeout, a cancelled task) reports nothing, nor does `Outcome::Ignore`.
+//! - `Retry-After` is parsed in its delta-seconds form; the HTTP-date form reads as a refusal
+//!   without a delay. The header has whole seconds only, so a server rounds a 20 ms wait up to
+//!   1 s, and the client honours it, pausing for everyone. That costs goodput (0.72–0.91 of the
+//!   limit on the simulated provider, against 0.97–0.99 without `Retry-After`; figures in
+//!   BENCHMARKS.md). If your partner tolerates it, classify with `retry_after: None`.
+//!
+//! # Finding the limit (Adaptive)
+//!
+//! **A partner API that answers 429.** The partner does not publish its limit, lowers it when
+//! it is busy, and shares it with its other clients; all you learn is a
+//! `429 Too Many Requests`, sometimes with a `Retry-After`. A fixed rate either wastes capacity
+//! or hammers the partner. An [`Adaptive`] sets a [`RateLimiter`]'s rate from the answers:
+//! report each outcome with [`on_success`](crate::Adaptive::on_success) or
+//! [`on_throttled`](crate::Adaptive::on_throttled) and it finds the limit, within `[min, max]`:
+//!
+//! ```
+//! use std::time::Duration;
+//! use futures_util::{Stream, StreamExt};
+//! use pacer::{Adaptive, PaceExt, Rate, RateLimiter, Shaping};
+//!
+//! enum Answer {
+//!     Ok,
+//!     TooManyRequests { retry_after: Option<Duration> },
+//! }
+//!
+//! async fn call_partner(order: u64) -> Answer {
+//!     // Your HTTP call here; this partner refuses every tenth order.
+//!     if order % 10 == 9 {
+//!         Answer::TooManyRequests { retry_after: None }
+//!     } else {
+//!         Answer::Ok
+//!     }
+//! }
+//!
+//! async fn sync_orders(partner: &Adaptive, orders: impl Stream<Item = u64>) {
+//!     orders
+//!         .throttle_with(partner.limiter(), |_| 1, Shaping)
+//!         .map(|order| {
+//!             let partner = partner.clone();
+//!             async move {
+//!                 match call_partner(order).await {
+//!                     Answer::Ok => partner.on_success(),
+//!                     // (Requeue the order; it goes back through the limiter.)
+//!                     Answer::TooManyRequests { retry_after } => partner.on_throttled(retry_after),
+//!                 }
+//!             }
+//!         })
+//!         .buffer_unordered(16)
+//!         .for_each(|()| async {})
+//!         .await;
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let limiter = RateLimiter::new(Rate::per_second(100), 10);
+//! let partner = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(1000));
+//! sync_orders(&partner, futures_util::stream::iter(0..100)).await;
+//! let stats = partner.stats();
+//! assert_eq!((stats.successes, stats.refusals), (90, 10));
+//! assert!(stats.decreases >= 1);
+//! assert!(partner.rate() < Rate::per_second(100));
+//! # }
+//! ```
+//!
+//! After a refusal the rate drops to 80 % of the rate calls were really sent at, once per
+//! overload (the refusals of the calls already in flight do not count again), and a
+//! `Retry-After` pauses the limiter for everyone
+//! ([`RateLimiter::pause_for`]). Then it probes up along a cubic curve: quickly at first, flat
+//! near the rate where the limit was found, faster again beyond it in case the limit rose. The
+//! climb back takes 2 s, or the time of 40 calls where that is longer, so the one refusal that
+//! ends each cycle stays a small share of its calls. Time paused by a `Retry-After` counts
+//! neither as probing time nor as sending time. The controller sets the rate only; the
+//! limiter's burst stays yours (give it at least 2, and at least `max × 1 ms`). Everything
+//! reads tokio's clock: under paused time it is exact and repeatable.
+//! `cargo run --example adaptive_partner` plots the rate finding a partner's 200/s and
+//! following it down to 100/s.
+//!
+//! On a simulated provider (a hidden token bucket of rate `L`, from 5/s to 5,000/s) the default
+//! law kept 0.97–0.99 of `L` with 0.01–2 % of the calls refused; it settled within 10 s after
+//! `L` halved and used a doubled `L` within 7–19 s. BENCHMARKS.md compares it with AWS's cubic
+//! constants and a plain AIMD (`cargo bench --features unstable-laws --bench adaptive`: the
+//! laws it compares are outside semver).
+//!
+//! # Limits, honestly
+//!
+//! What pacer promises: each operator's bound, order, nothing lost or duplicated, FIFO among
+//! the users of a shared quota, tokens charged only when granted, and an exact schedule under
+//! paused time. What it does not promise is waking on time in real time; these are the costs
+//! and edges:
+//!
+//! - **The 1 ms tick.** A waiting item leaves up to 1 ms after its exact time (plus the
+//!   scheduler's latency in real time), never before it. Tokens that flow into a full bucket
+//!   while the timer is late are lost, so for `throttle` at several hundred items/s and more
+//!   give `burst ≥ rate × 2 ms + 1` (more on a loaded machine), or use `batched_interval`. At
+//!   exactly 1,000/s, burst 2 (= rate × 2 ms) reaches only 0.94 of the rate in real time: a
+//!   wake-up about 0.1 ms after a tick empties the bucket, the next token is due 1 ms later,
+//!   just past a tick, so the timer fires 2.1 ms later, when the bucket of 2 has been full for
+//!   a while. Burst 3 reaches 0.99.
+//! - **A bucket of one loses lateness.** With `burst = 1` a full bucket cannot store the refill
+//!   of the time an item spent waiting for the tick, so each gap counts from the actual
+//!   emission (like `min_interval`) and the long-run rate falls below `rate` when the interval
+//!   is not a whole number of milliseconds. A larger burst absorbs it.
+//! - **Even pacing below a millisecond: `precise()`, at a price in CPU.** See
+//!   [the operators](#the-operators-in-depth): within 1 % of 10,000/s at burst 1, for most of
+//!   a core, as governor's timer thread costs. Without it nothing spins.
+//! - **Clock reads.** An item that need not wait costs one clock read (an exact schedule needs
+//!   its emission time); one that waits costs two or three more around its timer.
+//!   `min_interval(0)`, `staggered_start(_, 0)` and `batched_interval(_, 0)` read none, and
+//!   `batched_interval` reads once per batch.
+//! - **Extremes.** `staggered_start(k, period)` remembers up to `k` emission times younger than
+//!   `period` (8 bytes each), so a huge `k` with a huge `period` grows with the stream.
+//!   `batched_interval(n, _)` with a huge `n` over a source that is always ready keeps pulling
+//!   until it returns `Pending`, like futures' `ready_chunks`. Costs, rates and waits saturate
+//!   rather than overflow: a wait beyond about 584 years is "never"
+//!   ([`NotUntil::is_never`]), and a pause that long is a pause of centuries, never a panic.
+//! - **Locks.** A [`RateLimiter`] (token bucket) grants with one compare-and-swap while nobody
+//!   waits; once somebody waits, and always for a warming-up `RateLimiter`, a [`Stagger`] or a
+//!   [`KeyedRateLimiter`], requests take a short mutex (a clock read and a few arithmetic
+//!   steps). All keys of a `KeyedRateLimiter` share its one mutex.
+//! - **Across machines** the bound holds to within one Redis round trip (and a lease's age),
+//!   and under `FailOpen` an outage lets `n` processes reach `n × share` of the quota.
+//! - **`Adaptive`** is measured, not proved: its figures come from a simulated provider, and a
+//!   real partner's limit may move faster than any controller follows.
+//! - MSRV 1.85 (tokio's); the `redis` feature needs 1.88.
+//!
+//! # The design
+//!
+//! One bucket core, one waiter engine, the limiters over it, and thin entry points over the
+//! limiters:
+//!
+//! ```text
+//! entry points   PaceExt (stream)  PaceSinkExt (Sink)  tasks (acquire)  pacer::tower   Redis
+//!                        \               |                  |              /           |
+//! limiters        RateLimiter · Stagger · KeyedRateLimiter · Adaptive      RedisRateLimiter
+//!                                         |                                (same GCRA, in Lua)
+//! engine          a Lane (a rule + its FIFO queue) · one lane behind a mutex, or one per key
+//!                 · a Waiter: one request's async side, the only code that sleeps
+//!                                         |
+//! core            clock-free arithmetic: the GCRA bucket, the sliding window, Guava's warm-up
+//! ```
+//!
+//! - **The core** decides *when*, and never reads a clock: every function takes `now` and
+//!   answers with a time, in integer nanoseconds with the rate as an exact fraction (no float
+//!   but Guava's warm-up curve, no drift, deadlines rounded up, everything saturating). It is
+//!   unit- and property-tested with plain numbers. The stream and Sink operators that pace
+//!   only themselves (`throttle`, `min_interval`, `batched_interval`, `staggered_start`) use
+//!   it directly: one held item, one timer.
+//! - **The engine** puts a rule in front of a FIFO queue (a lane) and decides every request
+//!   under a short lock in a few arithmetic steps; a request is charged when it is granted,
+//!   never before. Only the head of a queue sleeps, and a grant wakes exactly the next waiter.
+//!   A `RateLimiter` adds a lock-free path (one compare-and-swap on a packed word) while its
+//!   queue is empty; the keyed table keeps one lane per key, hashed outside the lock, and
+//!   forgets a lane as soon as it is full and idle.
+//! - **The limiters** are handles (`Arc`s) over the engine: [`RateLimiter`] (a bucket or a
+//!   warm-up curve, with a pause), [`Stagger`] (a window), [`KeyedRateLimiter`] (a bucket per
+//!   key), [`Adaptive`] (a controller that sets a `RateLimiter`'s rate). [`RedisRateLimiter`]
+//!   runs the same GCRA in a Lua script on Redis, and its waiters wait as the engine's do.
+//! - **The entry points** are thin: a stream adapter, a Sink adapter, a tower layer or a task
+//!   asks a limiter through the same waiter, so every one of them has the same promises, and
+//!   refuses with the same [`NotUntil`]. Every configuration value that cannot be is a
+//!   [`ConfigError`].
+//!
+//! The crate forbids `unsafe` code. Its one dependency beyond tokio and the futures traits is
+//! `hashbrown` (without default features), because the keyed table is looked up by a hash
+//! computed before its lock is taken, which std's `HashMap` cannot do on stable Rust.
+//!
+//! # Migrating from 0.x
+//!
+//! 1.0 moved the adapter types into [`pacer::stream`](crate::stream) and
+//! [`pacer::sink`](crate::sink) (`SinkThrottle` is now `pacer::sink::Throttle`), the Redis
+//! types other than [`RedisRateLimiter`] into [`pacer::redis`][redis], and made
+//! [`NotUntil`] the one refusal (the tower layer's `RateLimited` is now a name for it).
+//! [`RateLimiter::burst`] returns an `Option`, the [`KeyedRateLimiter`] is asked with borrowed
+//! keys and has a hasher parameter, and a [`Rate`] is reduced to lowest terms. The code that
+//! used the crate's operators and limiters by their methods mostly compiles unchanged; code
+//! that names the adapter types needs their new paths.
+//!
+//! The [CHANGELOG](https://docs.rs/crate/pacer/latest/source/CHANGELOG.md) lists every
+//! change, with a migration table from each old name or signature to the new one.
+//!
+//! [`PaceExt`]: crate::PaceExt
+//! [`PaceSinkExt`]: crate::PaceSinkExt
+//! [`Rate`]: crate::Rate
+//! [`Shaping`]: crate::Shaping
+//! [`Enforcing`]: crate::Enforcing
+//! [`RateExceeded`]: crate::RateExceeded
+//! [`NotUntil`]: crate::NotUntil
+//! [`NotUntil::is_never`]: crate::NotUntil::is_never
+//! [`ConfigError`]: crate::ConfigError
+//! [`ConfigError::NoBurst`]: crate::ConfigError::NoBurst
+//! [`RateLimiter`]: crate::RateLimiter
+//! [`RateLimiter::burst`]: crate::RateLimiter::burst
+//! [`RateLimiter::pause_for`]: crate::RateLimiter::pause_for
+//! [`Stagger`]: crate::Stagger
+//! [`Stagger::set_limit`]: crate::Stagger::set_limit
+//! [`Stagger::try_set_limit`]: crate::Stagger::try_set_limit
+//! [`KeyedRateLimiter`]: crate::KeyedRateLimiter
+//! [`Adaptive`]: crate::Adaptive
+//! [`Quota`]: crate::Quota
+#![cfg_attr(
+    feature = "redis",
+    doc = "[`RedisRateLimiter`]: crate::RedisRateLimiter\n\n\
+           [`FailurePolicy`]: crate::redis::FailurePolicy\n\n\
+           [redis]: crate::redis"
+)]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "[`RedisRateLimiter`]: https://docs.rs/pacer/latest/pacer/struct.RedisRateLimiter.html\n\n\
+           [`FailurePolicy`]: https://docs.rs/pacer/latest/pacer/redis/enum.FailurePolicy.html\n\n\
+           [redis]: https://docs.rs/pacer/latest/pacer/redis/"
+)]
+#![cfg_attr(
+    feature = "tower",
+    doc = "[`RateLimitLayer`]: crate::tower::RateLimitLayer\n\n\
+           [`RateLimited`]: crate::tower::RateLimited\n\n\
+           [`BoxError`]: crate::tower::BoxError\n\n\
+           [`AdaptiveLayer`]: crate::tower::AdaptiveLayer\n\n\
+           [`Outcome`]: crate::tower::Outcome"
+)]
+#![cfg_attr(
+    not(feature = "tower"),
+    doc = "[`RateLimitLayer`]: https://docs.rs/pacer/latest/pacer/tower/struct.RateLimitLayer.html\n\n\
+           [`RateLimited`]: https://docs.rs/pacer/latest/pacer/tower/type.RateLimited.html\n\n\
+           [`BoxError`]: https://docs.rs/pacer/latest/pacer/tower/type.BoxError.html\n\n\
+           [`AdaptiveLayer`]: https://docs.rs/pacer/latest/pacer/tower/struct.AdaptiveLayer.html\n\n\
+           [`Outcome`]: https://docs.rs/pacer/latest/pacer/tower/enum.Outcome.html"
+)]
