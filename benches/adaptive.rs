@@ -16,7 +16,7 @@
 //! - **halved**: the same after `L` is halved at 60 s (windows up to 100 s), counted from 60 s;
 //! - **doubled**: from 60 s, the time until 5 s of goodput reach 0.85 × the doubled `L`.
 //!
-//! Run: `cargo bench --bench adaptive` (a few seconds; everything runs in paused time).
+//! Run: `cargo bench --features unstable-laws --bench adaptive` (a few seconds; everything runs in paused time).
 
 #[path = "../tests/common/provider.rs"]
 mod provider;

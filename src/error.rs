@@ -310,9 +310,9 @@ impl<T: fmt::Debug> std::error::Error for RateExceeded<T> {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// A [`Rate`] of zero tokens per period.
+    /// A [`Rate`](crate::Rate) of zero tokens per period.
     ZeroTokens,
-    /// A [`Rate`] whose period is zero: an infinite rate.
+    /// A [`Rate`](crate::Rate) whose period is zero: an infinite rate.
     ZeroPeriod,
     /// A limiter whose `burst` is zero: nothing could ever pass.
     ZeroBurst,

@@ -268,20 +268,20 @@ impl<K> KeyedState<K> {
         }
     }
 
-    /// Sets (`Some`) or clears (`None`) the limit of `key`, and applies it to the key's lane,
-    /// if it has one, keeping the level. Returns whether anything changed, and the head's waker
-    /// so that it re-reads its deadline. The key's `Eq` and `Clone` run before anything
-    /// changes.
+    /// Sets (`Some`, with the owned key to store if the key has no limit yet) or clears
+    /// (`None`) the limit of `key`, and applies it to the key's lane, if it has one, keeping
+    /// the level. Returns whether anything changed, and the head's waker so that it re-reads
+    /// its deadline. The key's `Eq` and `Clone` run before anything changes.
     fn set_limit<Q>(
         &mut self,
         hash: u64,
         key: &Q,
-        limit: Option<KeyLimit>,
+        limit: Option<(KeyLimit, fn(&Q) -> K)>,
         now: Nanos,
     ) -> Option<Option<Waker>>
     where
         K: Borrow<Q>,
-        Q: Eq + ToOwned<Owned = K> + ?Sized,
+        Q: Eq + ?Sized,
     {
         let config = self
             .limits
@@ -290,9 +290,10 @@ impl<K> KeyedState<K> {
             .lanes
             .find_entry(hash, |e| e.hash == hash && e.key.borrow() == key);
         let new_key = match (&config, limit) {
-            (Err(_), Some(_)) => Some(key.to_owned()),
+            (Err(_), Some((_, to_owned))) => Some(to_owned(key)),
             _ => None,
         };
+        let limit = limit.map(|(limit, _)| limit);
         // No user code from here on.
         match (config, limit, new_key) {
             (Ok(mut config), Some(limit), _) => config.get_mut().limit = limit,
@@ -426,10 +427,27 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
 
     /// Sets (`Some`) or clears (`None`) the limit of `key`, applying it to the key's lane at
     /// once.
-    pub(crate) fn set_limit<Q>(&self, key: &Q, limit: Option<KeyLimit>)
+    pub(crate) fn set_limit<Q>(&self, key: &Q, limit: KeyLimit)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.change_limit(key, Some((limit, Q::to_owned)));
+    }
+
+    /// Gives `key` the default limit again.
+    pub(crate) fn clear_limit<Q>(&self, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.change_limit(key, None);
+    }
+
+    fn change_limit<Q>(&self, key: &Q, limit: Option<(KeyLimit, fn(&Q) -> K)>)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(key);
         self.with(|st, now, after| {

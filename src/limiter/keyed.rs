@@ -230,7 +230,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
         if burst == 0 {
             return Err(ConfigError::ZeroBurst);
         }
-        self.shared.set_limit(&key, Some(KeyLimit { rate, burst }));
+        self.shared.set_limit(&key, KeyLimit { rate, burst });
         Ok(())
     }
 
@@ -250,9 +250,9 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     pub fn clear_limit<Q>(&self, key: &Q)
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        Q: Hash + Eq + ?Sized,
     {
-        self.shared.set_limit(key, None);
+        self.shared.clear_limit(key);
     }
 
     /// Waits until `cost` tokens of `key` are granted, behind the key's earlier waiters only.
