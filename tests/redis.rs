@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use pacer::redis::FailurePolicy;
+use pacer::redis::{FailurePolicy, RedisQuotaError, TryAcquireError};
 use pacer::{PaceExt, Rate, RedisRateLimiter, Shaping};
 
 /// A private redis-server.
@@ -178,7 +178,13 @@ async fn same_semantics_as_the_local_bucket() {
     // try_acquire never waits; a cost above the burst can never be had without waiting.
     assert!(quota.try_acquire(1).await.is_err());
     assert_eq!(
-        quota.try_acquire(6).await.unwrap_err().retry_after(),
+        quota
+            .try_acquire(6)
+            .await
+            .unwrap_err()
+            .not_until()
+            .unwrap()
+            .retry_after(),
         Duration::MAX
     );
     assert!(quota.try_acquire(0).await.is_ok());
@@ -495,4 +501,207 @@ async fn a_waiter_dropped_before_its_turn_gives_its_tokens_back() {
         "{:?}",
         start.elapsed()
     );
+}
+
+/// A plain connection to `server`, to break or repair keys behind the limiter's back.
+fn admin(server: &Server) -> redis::Connection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+/// Puts a value of the wrong kind under `key`: a string that is not a quota, or a hash.
+fn break_key(conn: &mut redis::Connection, key: &str, hash: bool) {
+    if hash {
+        redis::cmd("HSET")
+            .arg(key)
+            .arg("field")
+            .arg("value")
+            .exec(conn)
+            .unwrap();
+    } else {
+        redis::cmd("SET").arg(key).arg("hello").exec(conn).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_type_is_a_reply_error_at_once() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let policies = [
+        FailurePolicy::default(),
+        FailurePolicy::FailOpen { share: 0.5 },
+    ];
+    for (i, policy) in policies.into_iter().enumerate() {
+        for hash in [false, true] {
+            let key = format!("broken-{i}-{hash}");
+            break_key(&mut conn, &key, hash);
+            let quota = RedisRateLimiter::builder(server.url(), &key, Rate::per_second(10), 5)
+                .failure_policy(policy)
+                .build()
+                .unwrap();
+            let start = Instant::now();
+            let err = quota.acquire(1).await.unwrap_err();
+            assert!(
+                start.elapsed() < Duration::from_secs(1),
+                "{key}: took {:?}",
+                start.elapsed()
+            );
+            let RedisQuotaError::Reply(e) = &err else {
+                panic!("{key}: not a reply error: {err}");
+            };
+            let expected = if hash {
+                "WRONGTYPE"
+            } else {
+                "not a pacer quota"
+            };
+            assert!(err.to_string().contains(expected), "{key}: {err}");
+            assert!(e.to_string().contains(expected), "{key}: {e}");
+
+            let failed = quota.try_acquire(1).await.unwrap_err();
+            assert!(
+                matches!(failed, TryAcquireError::Reply(_)),
+                "{key}: {failed}"
+            );
+            assert!(failed.not_until().is_none());
+            // A cost above the burst is refused without asking Redis.
+            let refused = quota.try_acquire(6).await.unwrap_err();
+            assert!(refused.not_until().unwrap().is_never(), "{key}: {refused}");
+
+            let stats = quota.stats();
+            assert_eq!(stats.reply_errors, 2, "{key}: {stats:?}");
+            assert_eq!(stats.errors, 0, "{key}: not an outage: {stats:?}");
+            assert_eq!(stats.fallback, 0, "{key}: no fallback: {stats:?}");
+            assert_eq!(stats.granted, 0, "{key}: {stats:?}");
+
+            // Repaired, the quota works at once: no outage, no fallback to leave.
+            redis::cmd("DEL").arg(&key).exec(&mut conn).unwrap();
+            quota.acquire(5).await.unwrap();
+            assert!(quota
+                .try_acquire(1)
+                .await
+                .unwrap_err()
+                .not_until()
+                .is_some());
+            assert_eq!(quota.stats().fallback, 0);
+        }
+    }
+}
+
+/// Runs three items through a shaping stream on a broken key, repaired after 1.2 s.
+async fn a_stream_on_a_broken_key(policy: FailurePolicy, hash: bool) {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let key = "broken-stream";
+    break_key(&mut conn, key, hash);
+    let quota = RedisRateLimiter::builder(server.url(), key, Rate::per_second(100), 5)
+        .failure_policy(policy)
+        .build()
+        .unwrap();
+    let repair = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        redis::cmd("DEL").arg(key).exec(&mut conn).unwrap();
+    });
+    let start = Instant::now();
+    let out: Vec<(u32, Duration)> = futures_util::stream::iter(0..3u32)
+        .throttle_with(&quota, |_| 1, Shaping)
+        .map(|i| (i, start.elapsed()))
+        .collect()
+        .await;
+    repair.await.unwrap();
+    // Nothing let through while the key was broken; nothing lost once it was repaired.
+    assert_eq!(out.iter().map(|o| o.0).collect::<Vec<_>>(), [0, 1, 2]);
+    assert!(out[0].1 >= Duration::from_millis(1_200), "{out:?}");
+    // Asked again at 0.1, 0.3, 0.7 and 1.5 s: the fourth retry finds it repaired.
+    assert!(out[2].1 < Duration::from_millis(2_000), "{out:?}");
+    let stats = quota.stats();
+    assert!(
+        (3..=5).contains(&stats.reply_errors),
+        "a bounded backoff, not a spin: {stats:?}"
+    );
+    assert_eq!(stats.errors, 0, "{stats:?}");
+    assert_eq!(stats.fallback, 0, "{stats:?}");
+    assert_eq!(stats.granted, 3, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shaping_stream_on_a_broken_key_holds_its_items_fail_closed() {
+    a_stream_on_a_broken_key(FailurePolicy::default(), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shaping_stream_on_a_broken_key_holds_its_items_fail_open() {
+    a_stream_on_a_broken_key(FailurePolicy::FailOpen { share: 1.0 }, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enforcing_stream_on_a_broken_key_hands_its_items_back() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    for policy in [
+        FailurePolicy::default(),
+        FailurePolicy::FailOpen { share: 1.0 },
+    ] {
+        break_key(&mut conn, "broken-enforcing", true);
+        let quota =
+            RedisRateLimiter::builder(server.url(), "broken-enforcing", Rate::per_second(100), 5)
+                .failure_policy(policy)
+                .build()
+                .unwrap();
+        let out: Vec<_> = futures_util::stream::iter(0..4u32)
+            .throttle_with(&quota, |_| 1, pacer::Enforcing)
+            .collect()
+            .await;
+        for (i, item) in out.into_iter().enumerate() {
+            let refused = item.unwrap_err();
+            assert_eq!(refused.retry_after(), Duration::from_secs(1));
+            assert_eq!(refused.into_inner(), i as u32);
+        }
+        let stats = quota.stats();
+        assert_eq!(stats.reply_errors, 4, "{stats:?}");
+        assert_eq!((stats.errors, stats.fallback, stats.granted), (0, 0, 0));
+        redis::cmd("DEL")
+            .arg("broken-enforcing")
+            .exec(&mut conn)
+            .unwrap();
+    }
+}
+
+/// Counts error-level events, to see that a reply error is logged.
+#[cfg(feature = "tracing")]
+struct CountErrors(Arc<std::sync::atomic::AtomicUsize>);
+
+#[cfg(feature = "tracing")]
+impl tracing::Subscriber for CountErrors {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        if *event.metadata().level() == tracing::Level::ERROR {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[cfg(feature = "tracing")]
+#[tokio::test(flavor = "current_thread")]
+async fn a_reply_error_is_logged_at_error_level() {
+    let server = Server::start();
+    break_key(&mut admin(&server), "logged", false);
+    let quota = RedisRateLimiter::builder(server.url(), "logged", Rate::per_second(10), 5)
+        .build()
+        .unwrap();
+    let errors = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let _guard = tracing::subscriber::set_default(CountErrors(errors.clone()));
+    assert!(quota.acquire(1).await.is_err());
+    assert!(quota.try_acquire(1).await.is_err());
+    assert_eq!(errors.load(std::sync::atomic::Ordering::Relaxed), 2);
 }

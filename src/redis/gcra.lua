@@ -32,11 +32,21 @@ local back = tonumber(ARGV[5])
 local reserve = ARGV[6] == 'reserve'
 
 local level = burst
+-- A key of another type fails here with Redis's WRONGTYPE.
 local state = redis.call('GET', KEYS[1])
 if state then
   local sep = string.find(state, ':', 1, true)
-  level = tonumber(string.sub(state, 1, sep - 1))
-  local at = tonumber(string.sub(state, sep + 1))
+  local at
+  if sep then
+    level = tonumber(string.sub(state, 1, sep - 1))
+    at = tonumber(string.sub(state, sep + 1))
+  end
+  -- (x == x is false for NaN; tonumber accepts "nan" and "inf".)
+  if not (level and at and level == level and at == at
+          and math.abs(level) < math.huge and math.abs(at) < math.huge) then
+    return redis.error_reply('ERR pacer: the key ' .. KEYS[1] ..
+      ' holds a string that is not a pacer quota; delete it or choose another key')
+  end
   if now > at then
     level = math.min(burst, level + (now - at) / interval)
   end

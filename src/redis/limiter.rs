@@ -86,6 +86,12 @@ pub enum RedisQuotaError {
     Client(redis::RedisError),
     /// Redis could not be reached for longer than the `FailClosed` deadline.
     Unavailable(redis::RedisError),
+    /// Redis answered the request with an error (see
+    /// [outages and reply errors](RedisRateLimiter#outages-and-reply-errors)): the key holds a value of another type or something that is not a pacer quota, or a
+    /// command was refused (an ACL, a script error). It is not an outage: the failure policy
+    /// does not apply, nothing was granted, and asking again fails the same way until the key
+    /// or the server's configuration is fixed.
+    Reply(redis::RedisError),
 }
 
 impl fmt::Display for RedisQuotaError {
@@ -96,6 +102,7 @@ impl fmt::Display for RedisQuotaError {
             RedisQuotaError::Unavailable(e) => {
                 write!(f, "Redis unreachable past the fail-closed deadline: {e}")
             }
+            RedisQuotaError::Reply(e) => write!(f, "Redis answered the quota with an error: {e}"),
         }
     }
 }
@@ -104,8 +111,120 @@ impl std::error::Error for RedisQuotaError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             RedisQuotaError::Config(e) => Some(e),
-            RedisQuotaError::Client(e) | RedisQuotaError::Unavailable(e) => Some(e),
+            RedisQuotaError::Client(e)
+            | RedisQuotaError::Unavailable(e)
+            | RedisQuotaError::Reply(e) => Some(e),
         }
+    }
+}
+
+/// Why [`RedisRateLimiter::try_acquire`] did not grant: the quota refused (not now), or Redis
+/// answered with an error.
+///
+/// The refusal is the crate's one [`NotUntil`], as from every other limiter; a reply error is
+/// a failure, not a refusal, and waiting does not cure it (see [`RedisQuotaError::Reply`]).
+/// While Redis is *unreachable* `try_acquire` still refuses, under the [`FailurePolicy`].
+///
+/// # Examples
+///
+/// ```no_run
+/// use pacer::redis::TryAcquireError;
+///
+/// # async fn demo(quota: pacer::RedisRateLimiter) -> Result<(), Box<dyn std::error::Error>> {
+/// match quota.try_acquire(1).await {
+///     Ok(()) => println!("go"),
+///     Err(TryAcquireError::NotUntil(refused)) => println!("retry in {:?}", refused.retry_after()),
+///     Err(failed) => return Err(failed.into()),
+/// }
+/// // Or, when any failure is to be handled as a refusal would be:
+/// if let Err(e) = quota.try_acquire(1).await {
+///     println!("not now: {e}; a refusal? {:?}", e.not_until());
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TryAcquireError {
+    /// Refused: the cost cannot be had now. [`NotUntil::retry_after`] says when it could be;
+    /// [`NotUntil::is_never`] that it never can without waiting (a cost above the burst).
+    NotUntil(NotUntil),
+    /// Redis answered with an error; nothing was granted. The same error as
+    /// [`RedisQuotaError::Reply`].
+    Reply(redis::RedisError),
+}
+
+impl TryAcquireError {
+    /// The refusal, if this is one; `None` for a reply error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::redis::TryAcquireError;
+    /// use pacer::{Rate, RateLimiter};
+    ///
+    /// let local = RateLimiter::new(Rate::per_second(1), 1);
+    /// let refused = TryAcquireError::from(local.try_acquire(2).unwrap_err());
+    /// assert!(refused.not_until().unwrap().is_never());
+    /// ```
+    #[must_use]
+    pub fn not_until(&self) -> Option<NotUntil> {
+        match self {
+            TryAcquireError::NotUntil(n) => Some(*n),
+            TryAcquireError::Reply(_) => None,
+        }
+    }
+}
+
+impl From<NotUntil> for TryAcquireError {
+    fn from(refused: NotUntil) -> Self {
+        TryAcquireError::NotUntil(refused)
+    }
+}
+
+impl fmt::Display for TryAcquireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryAcquireError::NotUntil(n) => n.fmt(f),
+            TryAcquireError::Reply(e) => write!(f, "Redis answered the quota with an error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for TryAcquireError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TryAcquireError::NotUntil(n) => Some(n),
+            TryAcquireError::Reply(e) => Some(e),
+        }
+    }
+}
+
+/// Whether Redis *answered* with an error about this request (a script error, `WRONGTYPE`,
+/// a value out of range, `NOPERM`, an unexpected reply), rather than failed to answer (a
+/// connection refused, dropped or timed out) or answered that it cannot serve anyone now
+/// (`LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, `TRYAGAIN`, `CLUSTERDOWN`, `OOM`, `MISCONF`,
+/// `NOREPLICAS`), which are outages.
+fn is_reply_error(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    match e.kind() {
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly
+            // Reloaded by `Script` on its own; a second one is a race with `SCRIPT FLUSH`.
+            | ServerErrorKind::NoScript,
+        ) => false,
+        ErrorKind::Server(_) => true,
+        ErrorKind::Extension => !matches!(
+            e.code(),
+            Some("BUSY" | "OOM" | "MISCONF" | "NOREPLICAS" | "UNBLOCKED")
+        ),
+        // The reply came, but not in the script's shape.
+        ErrorKind::UnexpectedReturnType => true,
+        _ => false,
     }
 }
 
@@ -130,8 +249,11 @@ pub struct RedisStats {
     pub fallback: u64,
     /// `try_acquire` calls refused.
     pub rejected: u64,
-    /// Round trips that failed (Redis unreachable, slow or restarting).
+    /// Round trips that failed for an outage (Redis unreachable, slow or restarting).
     pub errors: u64,
+    /// Round trips that Redis answered with an error (a key of another type, a refused
+    /// command): not outages, each also logged at error level with the `tracing` feature.
+    pub reply_errors: u64,
 }
 
 #[derive(Default)]
@@ -142,7 +264,23 @@ struct Counters {
     fallback: AtomicU64,
     rejected: AtomicU64,
     errors: AtomicU64,
+    reply_errors: AtomicU64,
 }
+
+/// How a round trip failed.
+enum Failure {
+    /// Redis did not answer, or cannot serve anyone now: the failure policy applies.
+    Outage(redis::RedisError),
+    /// Redis answered this request with an error: permanent for the request.
+    Reply(redis::RedisError),
+}
+
+/// The longest pause between two attempts of a waiting stream whose requests Redis answers
+/// with an error; the first is 100 ms.
+const REPLY_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The wait an enforcing stream is told when Redis answered its request with an error.
+const REPLY_RETRY: Duration = Duration::from_secs(1);
 
 fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
@@ -203,6 +341,32 @@ struct Inner {
 ///
 /// Redis faults follow the [`FailurePolicy`]. The connection reconnects by itself; nothing
 /// panics; a stream never loses or duplicates an item.
+///
+/// # Outages and reply errors
+///
+/// An *outage* is Redis not answering: a connection refused, dropped or timed out (see
+/// [`response_timeout`](RedisRateLimiterBuilder::response_timeout)), or Redis answering that it
+/// cannot serve anyone now (`LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, `TRYAGAIN`,
+/// `CLUSTERDOWN`, `OOM`, `MISCONF`). The [`FailurePolicy`] applies, and
+/// [`RedisStats::errors`] counts it.
+///
+/// A *reply error* is Redis answering this request with an error: the key holds a value of
+/// another type (`WRONGTYPE`) or a string that is not a pacer quota, a command is refused
+/// (`NOPERM`), the script fails. Waiting does not cure it, so the failure policy does not
+/// apply (`FailOpen` does not fall back): [`acquire`](RedisRateLimiter::acquire) returns
+/// [`RedisQuotaError::Reply`] at once and [`try_acquire`](RedisRateLimiter::try_acquire)
+/// returns [`TryAcquireError::Reply`]. Every reply error is counted in
+/// [`RedisStats::reply_errors`] and, with the `tracing` feature, logged at error level with
+/// the key and Redis's message.
+///
+/// A stream or sink ([`throttle_with`](crate::PaceExt::throttle_with)) or a tower layer cannot
+/// return an error, and must neither exceed the quota nor stall silently. On a reply error it
+/// grants nothing without Redis: a waiting ([`Shaping`](crate::Shaping)) stream holds its item
+/// and asks again after 100 ms, then at a backoff doubling up to 1 s, each failure counted and
+/// logged, and goes on as soon as the key is fixed (deleted, or expired); an
+/// [`Enforcing`](crate::Enforcing) stream hands the item back as a refusal with a
+/// `retry_after` of 1 s. So a broken key stalls the stream loudly, never silently, never
+/// busily, and never lets an item through unaccounted.
 ///
 /// # Examples
 ///
@@ -453,12 +617,7 @@ impl RedisRateLimiter {
 
     /// One script call: take at least `cost`, up to `want`, reserving (granted with a wait)
     /// or only trying.
-    async fn round_trip(
-        &self,
-        cost: u64,
-        want: u64,
-        reserve: bool,
-    ) -> Result<Answer, redis::RedisError> {
+    async fn round_trip(&self, cost: u64, want: u64, reserve: bool) -> Result<Answer, Failure> {
         let back = std::mem::take(&mut self.local().to_return);
         let mode = if reserve { "reserve" } else { "try" };
         let reply = self.call((cost, want, back), mode).await;
@@ -470,13 +629,32 @@ impl RedisRateLimiter {
                 taken,
                 wait: Duration::from_micros(wait_us),
             }),
-            Err(e) => {
-                // A call that timed out may still have run on Redis: the tokens it gave back
-                // are not offered again (that could return them twice), and whatever it took
-                // stays taken. Both err on the side of the quota.
-                bump(&self.inner.counters.errors);
-                Err(e)
-            }
+            // A call that failed may still have run on Redis (one that timed out, one whose
+            // reply was not understood): the tokens it gave back are not offered again (that
+            // could return them twice), and whatever it took stays taken. Both err on the side
+            // of the quota.
+            Err(e) => Err(self.failure(e, cost)),
+        }
+    }
+
+    /// Sorts a failed call into an outage or a reply error, and counts (and, for a reply
+    /// error, logs) it.
+    fn failure(&self, e: redis::RedisError, cost: u64) -> Failure {
+        if is_reply_error(&e) {
+            bump(&self.inner.counters.reply_errors);
+            #[cfg(feature = "tracing")]
+            tracing::error!(
+                key = %self.inner.key,
+                cost,
+                error = %e,
+                "pacer: Redis answered the quota's script with an error; nothing granted"
+            );
+            #[cfg(not(feature = "tracing"))]
+            let _ = cost;
+            Failure::Reply(e)
+        } else {
+            bump(&self.inner.counters.errors);
+            Failure::Outage(e)
         }
     }
 
@@ -507,7 +685,8 @@ impl RedisRateLimiter {
     /// # Errors
     ///
     /// [`RedisQuotaError::Unavailable`] once Redis has been unreachable for the fail-closed
-    /// deadline. Nothing was taken.
+    /// deadline; [`RedisQuotaError::Reply`] at once when Redis answers with an error (a key of
+    /// another type, a refused command), whatever the policy. Nothing was taken.
     ///
     /// # Examples
     ///
@@ -521,9 +700,10 @@ impl RedisRateLimiter {
         self.acquire_inner(cost, true).await
     }
 
-    /// Like `acquire`, but never gives up: what a stream does, holding its item.
+    /// Like `acquire`, but never gives up: what a stream does, holding its item. Redis's
+    /// reply errors are retried at a backoff from 100 ms up to [`REPLY_BACKOFF_MAX`].
     async fn acquire_patiently(&self, cost: u64) {
-        // Without a deadline there is no error to return.
+        // Without a deadline, and retrying reply errors, there is no error to return.
         let _ = self.acquire_inner(cost, false).await;
     }
 
@@ -534,6 +714,7 @@ impl RedisRateLimiter {
             return Ok(());
         }
         let mut backoff = Duration::from_millis(10);
+        let mut reply_backoff = Duration::from_millis(100);
         // When this call first failed to reach Redis: the fail-closed deadline counts from here.
         let mut failing_since: Option<Instant> = None;
         loop {
@@ -582,7 +763,17 @@ impl RedisRateLimiter {
                     // A reservation is never refused; should the script say so, wait and ask again.
                     tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
                 }
-                Err(e) => {
+                Err(Failure::Reply(e)) => {
+                    if give_up {
+                        return Err(RedisQuotaError::Reply(e));
+                    }
+                    // A stream holds its item and asks again, slowly: granting without Redis's
+                    // say-so could exceed the quota, and the key may be fixed meanwhile.
+                    drop(refilling);
+                    tokio::time::sleep(reply_backoff).await;
+                    reply_backoff = (reply_backoff * 2).min(REPLY_BACKOFF_MAX);
+                }
+                Err(Failure::Outage(e)) => {
                     let since = *failing_since.get_or_insert(attempt);
                     match self.inner.policy {
                         FailurePolicy::FailClosed {
@@ -606,21 +797,26 @@ impl RedisRateLimiter {
     ///
     /// # Errors
     ///
-    /// [`NotUntil`] with how long until it could be granted (`Duration::MAX` for a cost above
-    /// the burst, which needs waiting); while Redis is unreachable, under `FailClosed` a
-    /// refusal with the retry backoff, under `FailOpen` the fallback's answer.
+    /// [`TryAcquireError::NotUntil`], a refusal, with how long until the cost could be granted
+    /// ([`NotUntil::is_never`] for a cost above the burst, which needs waiting); while Redis
+    /// is unreachable, under `FailClosed` a refusal with the retry backoff, under `FailOpen`
+    /// the fallback's answer. [`TryAcquireError::Reply`] when Redis answers with an error (a
+    /// key of another type, a refused command): a failure, not a refusal, whatever the policy.
     ///
     /// # Examples
     ///
     /// ```no_run
+    /// use pacer::redis::TryAcquireError;
+    ///
     /// # async fn demo(quota: pacer::RedisRateLimiter) {
     /// match quota.try_acquire(1).await {
     ///     Ok(()) => println!("go"),
-    ///     Err(refused) => println!("retry in {:?}", refused.retry_after()),
+    ///     Err(TryAcquireError::NotUntil(refused)) => println!("retry in {:?}", refused.retry_after()),
+    ///     Err(failed) => eprintln!("the quota is broken: {failed}"),
     /// }
     /// # }
     /// ```
-    pub async fn try_acquire(&self, cost: u64) -> Result<(), NotUntil> {
+    pub async fn try_acquire(&self, cost: u64) -> Result<(), TryAcquireError> {
         let counters = &self.inner.counters;
         if cost == 0 || self.spend_lease(cost) {
             bump(&counters.granted);
@@ -628,16 +824,17 @@ impl RedisRateLimiter {
         }
         if cost > self.inner.burst {
             bump(&counters.rejected);
-            return Err(NotUntil::NEVER);
+            return Err(NotUntil::NEVER.into());
         }
         if let Some(fallback) = self.fallback() {
             let answer = fallback.try_acquire(cost);
-            bump(if answer.is_ok() {
-                &counters.granted
+            if answer.is_ok() {
+                bump(&counters.granted);
+                bump(&counters.fallback);
             } else {
-                &counters.rejected
-            });
-            return answer;
+                bump(&counters.rejected);
+            }
+            return answer.map_err(TryAcquireError::NotUntil);
         }
         // A try takes `cost` if it is there, and with leases whatever more is there, up to a
         // lease; it never waits for a whole one.
@@ -652,7 +849,8 @@ impl RedisRateLimiter {
                 self.recovered();
                 Err(NotUntil::after(wait))
             }
-            Err(_) => match self.inner.policy {
+            Err(Failure::Reply(e)) => return Err(TryAcquireError::Reply(e)),
+            Err(Failure::Outage(_)) => match self.inner.policy {
                 FailurePolicy::FailOpen { share } => {
                     self.open_fallback(share);
                     return Box::pin(self.try_acquire(cost)).await;
@@ -665,7 +863,7 @@ impl RedisRateLimiter {
         } else {
             &counters.rejected
         });
-        answer
+        answer.map_err(TryAcquireError::NotUntil)
     }
 
     /// The fail-open fallback, while it is in charge.
@@ -724,6 +922,7 @@ impl RedisRateLimiter {
             fallback: get(&c.fallback),
             rejected: get(&c.rejected),
             errors: get(&c.errors),
+            reply_errors: get(&c.reply_errors),
         }
     }
 
@@ -744,10 +943,9 @@ impl RedisRateLimiter {
             std::mem::take(&mut local.to_return).saturating_add(unused)
         };
         if back > 0 {
-            let sent = self.call((0, 0, back), "try").await;
-            if sent.is_err() {
+            if let Err(e) = self.call((0, 0, back), "try").await {
                 // It may have run anyway; not offering the tokens again errs on the quota's side.
-                bump(&self.inner.counters.errors);
+                let _ = self.failure(e, 0);
             }
         }
     }
@@ -855,7 +1053,12 @@ impl sealed::Sealed for RedisRateLimiter {
     ) -> Poll<Result<(), NotUntil>> {
         let quota = self.clone();
         poll_slot(&mut permit.get_mut().check, cx, || async move {
-            quota.try_acquire(cost).await
+            // A reply error (counted and logged by `try_acquire`) refuses the item: it is
+            // handed back, not let through.
+            quota.try_acquire(cost).await.map_err(|e| match e {
+                TryAcquireError::NotUntil(refused) => refused,
+                TryAcquireError::Reply(_) => NotUntil::after(REPLY_RETRY),
+            })
         })
     }
 }
