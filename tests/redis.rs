@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use pacer::redis::{FailurePolicy, RedisQuotaError, TryAcquireError};
-use pacer::{PaceExt, Rate, RedisRateLimiter, Shaping};
+use pacer::{PaceExt, Rate, RateLimiter, RedisRateLimiter, Shaping};
 
 /// A private redis-server.
 struct Server {
@@ -704,4 +704,187 @@ async fn a_reply_error_is_logged_at_error_level() {
     assert!(quota.acquire(1).await.is_err());
     assert!(quota.try_acquire(1).await.is_err());
     assert_eq!(errors.load(std::sync::atomic::Ordering::Relaxed), 2);
+}
+
+/// A Redis limiter under `FailOpen` (so that an error taken for an outage would show as a
+/// fallback grant) and the in-process limiter with the same bucket.
+fn both(server: &Server, key: &str, rate: Rate, burst: u64) -> (RedisRateLimiter, RateLimiter) {
+    let quota = RedisRateLimiter::builder(server.url(), key, rate, burst)
+        .failure_policy(FailurePolicy::FailOpen { share: 1.0 })
+        .build()
+        .unwrap();
+    (quota, RateLimiter::new(rate, burst))
+}
+
+/// No reply error, no outage, no fallback: every answer came from the script.
+fn clean(quota: &RedisRateLimiter) {
+    let stats = quota.stats();
+    assert_eq!(
+        (stats.reply_errors, stats.errors, stats.fallback),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+}
+
+/// Whether `acquire` is still waiting after 200 ms, for both limiters (it must agree).
+async fn still_waiting(quota: &RedisRateLimiter, local: &RateLimiter, cost: u64) -> bool {
+    let wait = Duration::from_millis(200);
+    let remote = tokio::time::timeout(wait, quota.acquire(cost)).await;
+    let here = tokio::time::timeout(wait, local.acquire(cost)).await;
+    assert_eq!(remote.is_err(), here.is_err(), "cost {cost}: {remote:?}");
+    match remote {
+        Ok(answer) => {
+            answer.unwrap();
+            false
+        }
+        Err(_) => true,
+    }
+}
+
+fn pttl(server: &Server, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query(&mut admin(server))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_costs_are_never_granted_without_waiting_and_never_a_reply_error() {
+    let server = Server::start();
+    let per_day = Rate::new(1, Duration::from_secs(86_400));
+    for (key, rate, burst, cost) in [
+        ("max", Rate::per_second(10), 5, u64::MAX),
+        ("day", per_day, 1, 2_000_000_000),
+    ] {
+        let (quota, local) = both(&server, key, rate, burst);
+        // Above the burst: never without waiting, as in process.
+        let refused = quota.try_acquire(cost).await.unwrap_err();
+        assert!(refused.not_until().unwrap().is_never(), "{key}: {refused}");
+        assert!(local.try_acquire(cost).unwrap_err().is_never());
+        // Its debt takes longer than 584 years: acquire waits (forever), as in process...
+        assert!(still_waiting(&quota, &local, cost).await, "{key}");
+        // ...without charging the quota for it: the burst is still there.
+        let start = Instant::now();
+        quota.acquire(burst).await.unwrap();
+        assert!(start.elapsed() < Duration::from_millis(100), "{key}");
+        clean(&quota);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debt_of_centuries_is_charged_kept_and_given_back() {
+    let server = Server::start();
+    let per_day = Rate::new(1, Duration::from_secs(86_400));
+    // 100,000 tokens at one a day: 274 years of debt, well inside 584.
+    let (quota, local) = both(&server, "centuries", per_day, 1);
+    let waiting = {
+        let quota = quota.clone();
+        tokio::spawn(async move { quota.acquire(100_000).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The key lives as long as the debt: 100,000 days (8.64e12 ms; the old script's TTL in
+    // exponent notation from about 1e14 ms).
+    let ttl = pttl(&server, "centuries");
+    assert!(
+        (8_639_000_000_000..=8_640_001_000_000).contains(&ttl),
+        "PTTL {ttl}"
+    );
+    assert!(
+        quota
+            .try_acquire(1)
+            .await
+            .unwrap_err()
+            .not_until()
+            .is_some(),
+        "behind the debt"
+    );
+    assert!(!waiting.is_finished());
+    waiting.abort();
+    let _ = waiting.await;
+    // The abandoned reservation is given back with the next round trip: the bucket is full.
+    quota.acquire(1).await.unwrap();
+    local.acquire(1).await;
+    assert!(quota.try_acquire(1).await.is_err() && local.try_acquire(1).is_err());
+    clean(&quota);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_billion_token_burst_at_one_a_day_keeps_its_key_without_expiry() {
+    let server = Server::start();
+    let per_day = Rate::new(1, Duration::from_secs(86_400));
+    let (quota, local) = both(&server, "billions", per_day, 3_000_000_000);
+    quota.try_acquire(2_000_000_000).await.unwrap();
+    local.try_acquire(2_000_000_000).unwrap();
+    // Two billion days to be full again: beyond what a TTL can say, so no expiry at all.
+    assert_eq!(pttl(&server, "billions"), -1);
+    // One token short: a day, as in process.
+    let remote = quota.try_acquire(1_000_000_001).await.unwrap_err();
+    let here = local.try_acquire(1_000_000_001).unwrap_err();
+    let (remote, here) = (
+        remote.not_until().unwrap().retry_after(),
+        here.retry_after(),
+    );
+    assert!(
+        remote.abs_diff(here) < Duration::from_secs(1),
+        "{remote:?} vs {here:?}"
+    );
+    assert!(remote > Duration::from_secs(86_399), "{remote:?}");
+    quota.try_acquire(1_000_000_000).await.unwrap();
+    local.try_acquire(1_000_000_000).unwrap();
+    // Empty, and a token a day: acquire waits (longer than the test), as in process.
+    assert!(still_waiting(&quota, &local, 1).await);
+    clean(&quota);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slowest_rate_grants_its_burst_then_never() {
+    let server = Server::start();
+    let (quota, local) = both(&server, "slowest", Rate::new(1, Duration::MAX), 2);
+    quota.acquire(1).await.unwrap();
+    local.acquire(1).await;
+    quota.try_acquire(1).await.unwrap();
+    local.try_acquire(1).unwrap();
+    // 584 billion years per token: never, and the key never expires. (The in-process limiter
+    // says so as its saturated deadline, 584 years from its origin, less the time since.)
+    let refused = quota.try_acquire(1).await.unwrap_err();
+    assert!(refused.not_until().unwrap().is_never(), "{refused}");
+    let here = local.try_acquire(1).unwrap_err().retry_after();
+    assert!(here > Duration::from_secs(584 * 365 * 86_400), "{here:?}");
+    assert_eq!(pttl(&server, "slowest"), -1);
+    assert!(still_waiting(&quota, &local, 1).await);
+    assert!(still_waiting(&quota, &local, u64::MAX).await);
+    clean(&quota);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fastest_rate_never_binds_past_a_microsecond() {
+    let server = Server::start();
+    let (quota, local) = both(
+        &server,
+        "fastest",
+        Rate::new(u64::MAX, Duration::from_nanos(1)),
+        10,
+    );
+    for _ in 0..20 {
+        quota.acquire(10).await.unwrap();
+        local.acquire(10).await;
+    }
+    // Even the largest cost is a debt of about a nanosecond: granted at once.
+    let start = Instant::now();
+    quota.acquire(u64::MAX).await.unwrap();
+    local.acquire(u64::MAX).await;
+    quota.acquire(10).await.unwrap();
+    assert!(start.elapsed() < Duration::from_millis(100));
+    // A try still refuses what is above the burst.
+    assert!(quota
+        .try_acquire(11)
+        .await
+        .unwrap_err()
+        .not_until()
+        .unwrap()
+        .is_never());
+    assert!(local.try_acquire(11).unwrap_err().is_never());
+    // And the key, if any, expires within milliseconds.
+    assert!(pttl(&server, "fastest") <= 2);
+    clean(&quota);
 }

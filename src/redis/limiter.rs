@@ -16,6 +16,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
 
+use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
 use crate::limiter::quota::sealed;
 use crate::limiter::{Quota, RateLimiter};
@@ -327,8 +328,14 @@ struct Inner {
 ///
 /// Same semantics as [`RateLimiter`]: capacity `burst`, starts full, refills at `rate`, a cost
 /// per acquisition; a cost above `burst` pays its debt before it is granted; a cost of 0 passes
-/// at once. The state lives in Redis under the key you name and is updated atomically by one
-/// Lua script on Redis's clock; the key expires once the bucket is full, so idle quotas vanish.
+/// at once. Every cost and every [`Rate`] works as in process: a wait of 584 years or more is
+/// "never" ([`NotUntil::is_never`]), and a cost whose debt alone would take that long makes
+/// `acquire` wait forever, as in process, but without charging the quota, so it holds nobody
+/// up. (The script computes in doubles; its comment says how that bounds exactness: never in
+/// the request's favour.) The state lives in Redis under the key you name and is updated
+/// atomically by one Lua script on Redis's clock; the key expires once the bucket is full, so
+/// idle quotas vanish (a bucket that takes longer than about 285,000 years to refill keeps its
+/// key without an expiry).
 ///
 /// Waiting is a reservation, as in Go's `rate.Limiter::Wait`: a request that cannot be granted
 /// at once is charged in Redis at once (the level goes negative, a debt that later requests
@@ -507,15 +514,48 @@ impl Drop for Reserved<'_> {
 
 /// What one round trip answered.
 enum Answer {
-    /// `taken` tokens granted, usable after `wait`: a reservation queued behind earlier ones,
-    /// or a cost above the burst paying its debt.
-    Granted { taken: u64, wait: Duration },
-    /// Refused; ask again in `wait`.
-    Refused { wait: Duration },
+    /// The cost and `surplus` tokens more (a lease) granted, usable after `wait`: a reservation
+    /// queued behind earlier ones, or a cost above the burst paying its debt. `Nanos::MAX`:
+    /// never (the debts ahead of it take 584 years or more).
+    Granted { surplus: u64, wait: Nanos },
+    /// Refused; ask again in `wait` (never, for `Nanos::MAX`).
+    Refused { wait: Nanos },
+}
+
+/// The script's reply: granted (0 or 1), surplus tokens, wait in microseconds.
+type Reply = (u64, u64, u64);
+
+/// A wait in whole microseconds as the script returns it, in nanoseconds; the script's
+/// "never" (2^64 ns or more) saturates to `Nanos::MAX`, the in-process bucket's.
+fn wait_from_us(us: u64) -> Nanos {
+    Nanos(us.saturating_mul(1_000))
+}
+
+/// `n` as a double no smaller than `n`, for an amount the script must not under-count (a cost).
+/// The script's amounts are doubles, exact only up to 2^53.
+fn round_up(n: u64) -> f64 {
+    let f = n as f64;
+    if (f as u128) < u128::from(n) {
+        f64::from_bits(f.to_bits() + 1)
+    } else {
+        f
+    }
+}
+
+/// `n` as a double no larger than `n`, for an amount the script must not over-count (a burst,
+/// a lease, tokens given back).
+fn round_down(n: u64) -> f64 {
+    let f = n as f64;
+    if (f as u128) > u128::from(n) {
+        f64::from_bits(f.to_bits() - 1)
+    } else {
+        f
+    }
 }
 
 /// One call of the script: take at least `cost`, up to `want`, after giving `back` back;
-/// `mode` is "reserve" or "try". The only place the script's arguments are spelled out.
+/// `mode` is "reserve" or "try". The only place the script's arguments are spelled out: the
+/// amounts go as doubles rounded in the quota's favour (see the script's "Exactness").
 async fn call_script(
     script: &redis::Script,
     mut conn: ConnectionManager,
@@ -524,14 +564,14 @@ async fn call_script(
     burst: u64,
     (cost, want, back): (u64, u64, u64),
     mode: &str,
-) -> redis::RedisResult<(u64, u64)> {
+) -> redis::RedisResult<Reply> {
     script
         .key(key)
         .arg(interval_us)
-        .arg(burst)
-        .arg(cost)
-        .arg(want)
-        .arg(back)
+        .arg(round_down(burst))
+        .arg(round_up(cost))
+        .arg(round_down(want))
+        .arg(round_down(back))
         .arg(mode)
         .invoke_async(&mut conn)
         .await
@@ -539,7 +579,7 @@ async fn call_script(
 
 impl RedisRateLimiter {
     /// The script with this limiter's key and bucket.
-    async fn call(&self, amounts: (u64, u64, u64), mode: &str) -> redis::RedisResult<(u64, u64)> {
+    async fn call(&self, amounts: (u64, u64, u64), mode: &str) -> redis::RedisResult<Reply> {
         let inner = &self.inner;
         bump(&inner.counters.round_trips);
         let conn = inner.conn.clone();
@@ -622,12 +662,13 @@ impl RedisRateLimiter {
         let mode = if reserve { "reserve" } else { "try" };
         let reply = self.call((cost, want, back), mode).await;
         match reply {
-            Ok((0, wait_us)) => Ok(Answer::Refused {
-                wait: Duration::from_micros(wait_us),
+            Ok((0, _, wait_us)) => Ok(Answer::Refused {
+                wait: wait_from_us(wait_us),
             }),
-            Ok((taken, wait_us)) => Ok(Answer::Granted {
-                taken,
-                wait: Duration::from_micros(wait_us),
+            Ok((_, surplus, wait_us)) => Ok(Answer::Granted {
+                // Never more than was asked for, whatever the script's rounding.
+                surplus: surplus.min(want - cost),
+                wait: wait_from_us(wait_us),
             }),
             // A call that failed may still have run on Redis (one that timed out, one whose
             // reply was not understood): the tokens it gave back are not offered again (that
@@ -655,6 +696,20 @@ impl RedisRateLimiter {
         } else {
             bump(&self.inner.counters.errors);
             Failure::Outage(e)
+        }
+    }
+
+    /// Whether `cost` can never be granted: even from a full bucket, its debt beyond the burst
+    /// takes 2^64 ns (about 584 years) or more to pay, where the in-process bucket saturates.
+    fn never(&self, cost: u64) -> bool {
+        let debt = cost.saturating_sub(self.inner.burst);
+        if debt == 0 {
+            return false;
+        }
+        let rate = self.inner.rate;
+        match u128::from(debt).checked_mul(rate.per().as_nanos()) {
+            Some(ns) => ns.div_ceil(u128::from(rate.tokens())) >= u128::from(u64::MAX),
+            None => true,
         }
     }
 
@@ -713,6 +768,11 @@ impl RedisRateLimiter {
             bump(&counters.granted);
             return Ok(());
         }
+        if self.never(cost) {
+            // As in process, it waits forever; unlike a local waiter it is not charged, so it
+            // holds nobody up (across processes, and after this one is gone).
+            std::future::pending::<()>().await;
+        }
         let mut backoff = Duration::from_millis(10);
         let mut reply_backoff = Duration::from_millis(100);
         // When this call first failed to reach Redis: the fail-closed deadline counts from here.
@@ -744,23 +804,27 @@ impl RedisRateLimiter {
             let attempt = Instant::now();
             let want = cost.max(self.inner.lease_tokens);
             match self.round_trip(cost, want, true).await {
-                Ok(Answer::Granted { taken, wait }) => {
+                Ok(Answer::Granted { surplus, wait }) => {
                     self.recovered();
                     // Until it is used, the grant is given back if this future is dropped.
                     let reserved = Reserved {
                         quota: self,
-                        tokens: taken,
+                        tokens: cost.saturating_add(surplus),
                     };
-                    if !wait.is_zero() {
-                        tokio::time::sleep(wait).await;
+                    if wait == Nanos::MAX {
+                        // Behind debts of 584 years or more: as in process, never.
+                        std::future::pending::<()>().await;
+                    } else if wait > Nanos::ZERO {
+                        tokio::time::sleep(wait.to_duration()).await;
                     }
                     std::mem::forget(reserved);
-                    self.keep_lease(taken.saturating_sub(cost));
+                    self.keep_lease(surplus);
                     bump(&counters.granted);
                     return Ok(());
                 }
                 Ok(Answer::Refused { wait }) => {
                     // A reservation is never refused; should the script say so, wait and ask again.
+                    let wait = wait.to_duration().min(Duration::from_secs(1));
                     tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
                 }
                 Err(Failure::Reply(e)) => {
@@ -822,7 +886,9 @@ impl RedisRateLimiter {
             bump(&counters.granted);
             return Ok(());
         }
-        if cost > self.inner.burst {
+        // Above the burst (as the script counts it, rounded down beyond 2^53): never without
+        // waiting.
+        if round_up(cost) > round_down(self.inner.burst) {
             bump(&counters.rejected);
             return Err(NotUntil::NEVER.into());
         }
@@ -840,14 +906,14 @@ impl RedisRateLimiter {
         // lease; it never waits for a whole one.
         let want = cost.max(self.inner.lease_tokens);
         let answer = match self.round_trip(cost, want, false).await {
-            Ok(Answer::Granted { taken, .. }) => {
+            Ok(Answer::Granted { surplus, .. }) => {
                 self.recovered();
-                self.keep_lease(taken.saturating_sub(cost));
+                self.keep_lease(surplus);
                 Ok(())
             }
             Ok(Answer::Refused { wait }) => {
                 self.recovered();
-                Err(NotUntil::after(wait))
+                Err(NotUntil::new(wait))
             }
             Err(Failure::Reply(e)) => return Err(TryAcquireError::Reply(e)),
             Err(Failure::Outage(_)) => match self.inner.policy {
@@ -1060,5 +1126,43 @@ impl sealed::Sealed for RedisRateLimiter {
                 TryAcquireError::Reply(_) => NotUntil::after(REPLY_RETRY),
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts_round_in_the_quotas_favour() {
+        let exact = 1u64 << 53;
+        for n in [0, 1, 5, exact - 1, exact] {
+            assert_eq!(round_up(n), n as f64);
+            assert_eq!(round_down(n), n as f64);
+        }
+        // 2^53 + 1 is no double: a cost goes up, a burst down.
+        assert_eq!(round_up(exact + 1), (exact + 2) as f64);
+        assert_eq!(round_down(exact + 1), exact as f64);
+        for n in [
+            exact + 1,
+            exact + 3,
+            u64::MAX - 1,
+            u64::MAX,
+            3_000_000_000_000_000_001,
+        ] {
+            assert!(round_up(n) as u128 >= u128::from(n), "{n}");
+            assert!((round_down(n) as u128) <= u128::from(n), "{n}");
+        }
+        assert_eq!(round_up(u64::MAX), 18_446_744_073_709_551_616.0);
+    }
+
+    #[test]
+    fn a_wait_of_584_years_or_more_is_never() {
+        assert_eq!(wait_from_us(0), Nanos::ZERO);
+        assert_eq!(wait_from_us(1_500), Nanos(1_500_000));
+        // The script's NEVER_US, ceil(2^64 / 1000).
+        assert_eq!(wait_from_us(18_446_744_073_709_552), Nanos::MAX);
+        assert_ne!(wait_from_us(18_446_744_073_709_551), Nanos::MAX);
+        assert!(NotUntil::new(wait_from_us(u64::MAX)).is_never());
     }
 }
