@@ -888,3 +888,59 @@ async fn the_fastest_rate_never_binds_past_a_microsecond() {
     assert!(pttl(&server, "fastest") <= 2);
     clean(&quota);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_response_timeout_is_a_config_error() {
+    let zero = RedisRateLimiter::builder(nowhere(), "t", Rate::per_second(1), 1)
+        .response_timeout(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            zero,
+            RedisQuotaError::Config(pacer::ConfigError::ZeroTimeout)
+        ),
+        "{zero}"
+    );
+    assert!(zero.to_string().contains("response timeout"), "{zero}");
+    // The longest is accepted, and works.
+    let server = Server::start();
+    let longest = RedisRateLimiter::builder(server.url(), "t", Rate::per_second(1), 1)
+        .response_timeout(Duration::MAX)
+        .build()
+        .unwrap();
+    longest.acquire(1).await.unwrap();
+    assert!(longest.try_acquire(1).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_starts_each_outage_with_a_full_share_of_the_burst() {
+    let mut server = Server::start();
+    // A fallback of 0.25 × 20 = 5 tokens, refilled at one per 4 minutes: none in this test.
+    let quota = RedisRateLimiter::builder(server.url(), "outages", Rate::per_minute(1), 20)
+        .failure_policy(FailurePolicy::FailOpen { share: 0.25 })
+        .build()
+        .unwrap();
+    quota.acquire(1).await.unwrap();
+    for outage in 1..=2u64 {
+        server.kill();
+        for _ in 0..5 {
+            quota.try_acquire(1).await.unwrap();
+        }
+        let refused = quota.try_acquire(1).await.unwrap_err();
+        assert!(refused.not_until().is_some(), "outage {outage}: {refused}");
+        assert_eq!(quota.stats().fallback, 5 * outage);
+        server.restart();
+        // Back to Redis (a fresh one: a full bucket) once the fallback's second is over.
+        let mut back = false;
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(1_100)).await;
+            if quota.try_acquire(1).await.is_ok() {
+                back = true;
+                break;
+            }
+        }
+        assert!(back, "outage {outage}: Redis never answered again");
+        assert_eq!(quota.stats().fallback, 5 * outage, "served by Redis");
+    }
+}

@@ -25,7 +25,9 @@ use crate::sync::{lock, Mutex};
 
 const SCRIPT: &str = include_str!("gcra.lua");
 
-/// What a [`RedisRateLimiter`] does while Redis cannot be reached.
+/// What a [`RedisRateLimiter`] does while Redis cannot be reached: an outage (see
+/// [outages and reply errors](RedisRateLimiter#outages-and-reply-errors); a reply error is not
+/// one, and no policy applies to it).
 ///
 /// # Examples
 ///
@@ -61,6 +63,14 @@ pub enum FailurePolicy {
     /// processes the total may reach `n * share` of the quota while Redis is down; choose
     /// `share` as about `1 / n` to stay within it. The price is that the quota is only
     /// approximately kept during an outage.
+    ///
+    /// Each outage allows a burst: each process's fallback starts with a full bucket of
+    /// `share × burst` tokens (rounded down, at least one), which it may grant at once, then
+    /// refills at `share × rate`. Probing Redis during the outage keeps that bucket as it is
+    /// (it is not refilled by a failed probe); once Redis answers again the fallback is
+    /// dropped, and the next outage starts with a full one. So at the start of an outage the
+    /// `n` processes may grant up to `n × share × burst` at once, on top of what Redis had
+    /// just granted: up to twice the burst with `share = 1 / n`.
     FailOpen {
         /// The fraction of the rate each process grants on its own, in `(0, 1]`.
         share: f64,
@@ -443,7 +453,15 @@ impl RedisRateLimiterBuilder {
         self
     }
 
-    /// How long one round trip may take before it counts as a failure (default 250 ms).
+    /// How long one round trip (and one connection attempt) may take before it counts as an
+    /// outage (default 250 ms).
+    ///
+    /// It must be positive: [`build`](RedisRateLimiterBuilder::build) refuses zero with
+    /// [`ConfigError::ZeroTimeout`]. (The `redis` crate takes zero as a timeout at tokio's
+    /// next timer tick, not as "no timeout", so whether a round trip succeeds would depend on
+    /// how far away Redis is.) There is no "no timeout": a round trip that never ends would
+    /// hold `acquire` past the fail-closed deadline and keep `FailOpen` from falling back; a
+    /// very long one, up to `Duration::MAX`, is accepted.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -454,11 +472,14 @@ impl RedisRateLimiterBuilder {
     ///
     /// # Errors
     ///
-    /// [`RedisQuotaError::Config`] for a zero burst, a zero lease or a `FailOpen` share outside
-    /// `(0, 1]`; [`RedisQuotaError::Client`] for an invalid URL.
+    /// [`RedisQuotaError::Config`] for a zero burst, a zero lease, a `FailOpen` share outside
+    /// `(0, 1]` or a zero response timeout; [`RedisQuotaError::Client`] for an invalid URL.
     pub fn build(self) -> Result<RedisRateLimiter, RedisQuotaError> {
         if self.burst == 0 {
             return Err(RedisQuotaError::Config(ConfigError::ZeroBurst));
+        }
+        if self.response_timeout.is_zero() {
+            return Err(RedisQuotaError::Config(ConfigError::ZeroTimeout));
         }
         if let Some((0, _)) = self.lease {
             return Err(RedisQuotaError::Config(ConfigError::ZeroLease));
