@@ -322,6 +322,8 @@ pub enum ConfigError {
     ColdFactor,
     /// A Redis limiter whose lease is zero tokens.
     ZeroLease,
+    /// A Redis limiter whose response timeout is zero.
+    ZeroTimeout,
     /// A fail-open share outside `(0, 1]`.
     Share,
     /// An adaptive controller whose `min` rate is above its `max`.
@@ -355,6 +357,9 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::ZeroLease => {
                 "invalid lease: 0 tokens per lease; lease at least 1 token, or leave leases off"
+            }
+            ConfigError::ZeroTimeout => {
+                "invalid response timeout: it is zero; it must be a positive duration"
             }
             ConfigError::Share => {
                 "invalid fail-open share: it must be a fraction of the rate in (0, 1]"

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use pacer::redis::FailurePolicy;
-use pacer::{PaceExt, Rate, RedisRateLimiter, Shaping};
+use pacer::redis::{FailurePolicy, RedisQuotaError, TryAcquireError};
+use pacer::{PaceExt, Rate, RateLimiter, RedisRateLimiter, Shaping};
 
 /// A private redis-server.
 struct Server {
@@ -178,7 +178,13 @@ async fn same_semantics_as_the_local_bucket() {
     // try_acquire never waits; a cost above the burst can never be had without waiting.
     assert!(quota.try_acquire(1).await.is_err());
     assert_eq!(
-        quota.try_acquire(6).await.unwrap_err().retry_after(),
+        quota
+            .try_acquire(6)
+            .await
+            .unwrap_err()
+            .not_until()
+            .unwrap()
+            .retry_after(),
         Duration::MAX
     );
     assert!(quota.try_acquire(0).await.is_ok());
@@ -495,4 +501,446 @@ async fn a_waiter_dropped_before_its_turn_gives_its_tokens_back() {
         "{:?}",
         start.elapsed()
     );
+}
+
+/// A plain connection to `server`, to break or repair keys behind the limiter's back.
+fn admin(server: &Server) -> redis::Connection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+/// Puts a value of the wrong kind under `key`: a string that is not a quota, or a hash.
+fn break_key(conn: &mut redis::Connection, key: &str, hash: bool) {
+    if hash {
+        redis::cmd("HSET")
+            .arg(key)
+            .arg("field")
+            .arg("value")
+            .exec(conn)
+            .unwrap();
+    } else {
+        redis::cmd("SET").arg(key).arg("hello").exec(conn).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_type_is_a_reply_error_at_once() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let policies = [
+        FailurePolicy::default(),
+        FailurePolicy::FailOpen { share: 0.5 },
+    ];
+    for (i, policy) in policies.into_iter().enumerate() {
+        for hash in [false, true] {
+            let key = format!("broken-{i}-{hash}");
+            break_key(&mut conn, &key, hash);
+            let quota = RedisRateLimiter::builder(server.url(), &key, Rate::per_second(10), 5)
+                .failure_policy(policy)
+                .build()
+                .unwrap();
+            let start = Instant::now();
+            let err = quota.acquire(1).await.unwrap_err();
+            assert!(
+                start.elapsed() < Duration::from_secs(1),
+                "{key}: took {:?}",
+                start.elapsed()
+            );
+            let RedisQuotaError::Reply(e) = &err else {
+                panic!("{key}: not a reply error: {err}");
+            };
+            let expected = if hash {
+                "WRONGTYPE"
+            } else {
+                "not a pacer quota"
+            };
+            assert!(err.to_string().contains(expected), "{key}: {err}");
+            assert!(e.to_string().contains(expected), "{key}: {e}");
+
+            let failed = quota.try_acquire(1).await.unwrap_err();
+            assert!(
+                matches!(failed, TryAcquireError::Reply(_)),
+                "{key}: {failed}"
+            );
+            assert!(failed.not_until().is_none());
+            // A cost above the burst is refused without asking Redis.
+            let refused = quota.try_acquire(6).await.unwrap_err();
+            assert!(refused.not_until().unwrap().is_never(), "{key}: {refused}");
+
+            let stats = quota.stats();
+            assert_eq!(stats.reply_errors, 2, "{key}: {stats:?}");
+            assert_eq!(stats.errors, 0, "{key}: not an outage: {stats:?}");
+            assert_eq!(stats.fallback, 0, "{key}: no fallback: {stats:?}");
+            assert_eq!(stats.granted, 0, "{key}: {stats:?}");
+
+            // Repaired, the quota works at once: no outage, no fallback to leave.
+            redis::cmd("DEL").arg(&key).exec(&mut conn).unwrap();
+            quota.acquire(5).await.unwrap();
+            assert!(quota
+                .try_acquire(1)
+                .await
+                .unwrap_err()
+                .not_until()
+                .is_some());
+            assert_eq!(quota.stats().fallback, 0);
+        }
+    }
+}
+
+/// Runs three items through a shaping stream on a broken key, repaired after 1.2 s.
+async fn a_stream_on_a_broken_key(policy: FailurePolicy, hash: bool) {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let key = "broken-stream";
+    break_key(&mut conn, key, hash);
+    let quota = RedisRateLimiter::builder(server.url(), key, Rate::per_second(100), 5)
+        .failure_policy(policy)
+        .build()
+        .unwrap();
+    let repair = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        redis::cmd("DEL").arg(key).exec(&mut conn).unwrap();
+    });
+    let start = Instant::now();
+    let out: Vec<(u32, Duration)> = futures_util::stream::iter(0..3u32)
+        .throttle_with(&quota, |_| 1, Shaping)
+        .map(|i| (i, start.elapsed()))
+        .collect()
+        .await;
+    repair.await.unwrap();
+    // Nothing let through while the key was broken; nothing lost once it was repaired.
+    assert_eq!(out.iter().map(|o| o.0).collect::<Vec<_>>(), [0, 1, 2]);
+    assert!(out[0].1 >= Duration::from_millis(1_200), "{out:?}");
+    // Asked again at 0.1, 0.3, 0.7 and 1.5 s: the fourth retry finds it repaired.
+    assert!(out[2].1 < Duration::from_millis(2_000), "{out:?}");
+    let stats = quota.stats();
+    assert!(
+        (3..=5).contains(&stats.reply_errors),
+        "a bounded backoff, not a spin: {stats:?}"
+    );
+    assert_eq!(stats.errors, 0, "{stats:?}");
+    assert_eq!(stats.fallback, 0, "{stats:?}");
+    assert_eq!(stats.granted, 3, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shaping_stream_on_a_broken_key_holds_its_items_fail_closed() {
+    a_stream_on_a_broken_key(FailurePolicy::default(), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shaping_stream_on_a_broken_key_holds_its_items_fail_open() {
+    a_stream_on_a_broken_key(FailurePolicy::FailOpen { share: 1.0 }, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enforcing_stream_on_a_broken_key_hands_its_items_back() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    for policy in [
+        FailurePolicy::default(),
+        FailurePolicy::FailOpen { share: 1.0 },
+    ] {
+        break_key(&mut conn, "broken-enforcing", true);
+        let quota =
+            RedisRateLimiter::builder(server.url(), "broken-enforcing", Rate::per_second(100), 5)
+                .failure_policy(policy)
+                .build()
+                .unwrap();
+        let out: Vec<_> = futures_util::stream::iter(0..4u32)
+            .throttle_with(&quota, |_| 1, pacer::Enforcing)
+            .collect()
+            .await;
+        for (i, item) in out.into_iter().enumerate() {
+            let refused = item.unwrap_err();
+            assert_eq!(refused.retry_after(), Duration::from_secs(1));
+            assert_eq!(refused.into_inner(), i as u32);
+        }
+        let stats = quota.stats();
+        assert_eq!(stats.reply_errors, 4, "{stats:?}");
+        assert_eq!((stats.errors, stats.fallback, stats.granted), (0, 0, 0));
+        redis::cmd("DEL")
+            .arg("broken-enforcing")
+            .exec(&mut conn)
+            .unwrap();
+    }
+}
+
+/// Counts error-level events, to see that a reply error is logged.
+#[cfg(feature = "tracing")]
+struct CountErrors(Arc<std::sync::atomic::AtomicUsize>);
+
+#[cfg(feature = "tracing")]
+impl tracing::Subscriber for CountErrors {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        if *event.metadata().level() == tracing::Level::ERROR {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[cfg(feature = "tracing")]
+#[tokio::test(flavor = "current_thread")]
+async fn a_reply_error_is_logged_at_error_level() {
+    let server = Server::start();
+    break_key(&mut admin(&server), "logged", false);
+    let quota = RedisRateLimiter::builder(server.url(), "logged", Rate::per_second(10), 5)
+        .build()
+        .unwrap();
+    let errors = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let _guard = tracing::subscriber::set_default(CountErrors(errors.clone()));
+    assert!(quota.acquire(1).await.is_err());
+    assert!(quota.try_acquire(1).await.is_err());
+    assert_eq!(errors.load(std::sync::atomic::Ordering::Relaxed), 2);
+}
+
+/// A Redis limiter under `FailOpen` (so that an error taken for an outage would show as a
+/// fallback grant) and the in-process limiter with the same bucket.
+fn both(server: &Server, key: &str, rate: Rate, burst: u64) -> (RedisRateLimiter, RateLimiter) {
+    let quota = RedisRateLimiter::builder(server.url(), key, rate, burst)
+        .failure_policy(FailurePolicy::FailOpen { share: 1.0 })
+        .build()
+        .unwrap();
+    (quota, RateLimiter::new(rate, burst))
+}
+
+/// No reply error, no outage, no fallback: every answer came from the script.
+fn clean(quota: &RedisRateLimiter) {
+    let stats = quota.stats();
+    assert_eq!(
+        (stats.reply_errors, stats.errors, stats.fallback),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+}
+
+/// Whether `acquire` is still waiting after 200 ms, for both limiters (it must agree).
+async fn still_waiting(quota: &RedisRateLimiter, local: &RateLimiter, cost: u64) -> bool {
+    let wait = Duration::from_millis(200);
+    let remote = tokio::time::timeout(wait, quota.acquire(cost)).await;
+    let here = tokio::time::timeout(wait, local.acquire(cost)).await;
+    assert_eq!(remote.is_err(), here.is_err(), "cost {cost}: {remote:?}");
+    match remote {
+        Ok(answer) => {
+            answer.unwrap();
+            false
+        }
+        Err(_) => true,
+    }
+}
+
+fn pttl(server: &Server, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query(&mut admin(server))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_costs_are_never_granted_without_waiting_and_never_a_reply_error() {
+    let server = Server::start();
+    let per_day = Rate::new(1, Duration::from_secs(86_400));
+    for (key, rate, burst, cost) in [
+        ("max", Rate::per_second(10), 5, u64::MAX),
+        ("day", per_day, 1, 2_000_000_000),
+    ] {
+        let (quota, local) = both(&server, key, rate, burst);
+        // Above the burst: never without waiting, as in process.
+        let refused = quota.try_acquire(cost).await.unwrap_err();
+        assert!(refused.not_until().unwrap().is_never(), "{key}: {refused}");
+        assert!(local.try_acquire(cost).unwrap_err().is_never());
+        // Its debt takes longer than 584 years: acquire waits (forever), as in process...
+        assert!(still_waiting(&quota, &local, cost).await, "{key}");
+        // ...without charging the quota for it: the burst is still there.
+        let start = Instant::now();
+        quota.acquire(burst).await.unwrap();
+        assert!(start.elapsed() < Duration::from_millis(100), "{key}");
+        clean(&quota);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debt_of_centuries_is_charged_kept_and_given_back() {
+    let server = Server::start();
+    let per_day = Rate::new(1, Duration::from_secs(86_400));
+    // 100,000 tokens at one a day: 274 years of debt, well inside 584.
+    let (quota, local) = both(&server, "centuries", per_day, 1);
+    let waiting = {
+        let quota = quota.clone();
+        tokio::spawn(async move { quota.acquire(100_000).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The key lives as long as the debt: 100,000 days (8.64e12 ms; the old script's TTL in
+    // exponent notation from about 1e14 ms).
+    let ttl = pttl(&server, "centuries");
+    assert!(
+        (8_639_000_000_000..=8_640_001_000_000).contains(&ttl),
+        "PTTL {ttl}"
+    );
+    assert!(
+        quota
+            .try_acquire(1)
+            .await
+            .unwrap_err()
+            .not_until()
+            .is_some(),
+        "behind the debt"
+    );
+    assert!(!waiting.is_finished());
+    waiting.abort();
+    let _ = waiting.await;
+    // The abandoned reservation is given back with the next round trip: the bucket is full.
+    quota.acquire(1).await.unwrap();
+    local.acquire(1).await;
+    assert!(quota.try_acquire(1).await.is_err() && local.try_acquire(1).is_err());
+    clean(&quota);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_billion_token_burst_at_one_a_day_keeps_its_key_without_expiry() {
+    let server = Server::start();
+    let per_day = Rate::new(1, Duration::from_secs(86_400));
+    let (quota, local) = both(&server, "billions", per_day, 3_000_000_000);
+    quota.try_acquire(2_000_000_000).await.unwrap();
+    local.try_acquire(2_000_000_000).unwrap();
+    // Two billion days to be full again: beyond what a TTL can say, so no expiry at all.
+    assert_eq!(pttl(&server, "billions"), -1);
+    // One token short: a day, as in process.
+    let remote = quota.try_acquire(1_000_000_001).await.unwrap_err();
+    let here = local.try_acquire(1_000_000_001).unwrap_err();
+    let (remote, here) = (
+        remote.not_until().unwrap().retry_after(),
+        here.retry_after(),
+    );
+    assert!(
+        remote.abs_diff(here) < Duration::from_secs(1),
+        "{remote:?} vs {here:?}"
+    );
+    assert!(remote > Duration::from_secs(86_399), "{remote:?}");
+    quota.try_acquire(1_000_000_000).await.unwrap();
+    local.try_acquire(1_000_000_000).unwrap();
+    // Empty, and a token a day: acquire waits (longer than the test), as in process.
+    assert!(still_waiting(&quota, &local, 1).await);
+    clean(&quota);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slowest_rate_grants_its_burst_then_never() {
+    let server = Server::start();
+    let (quota, local) = both(&server, "slowest", Rate::new(1, Duration::MAX), 2);
+    quota.acquire(1).await.unwrap();
+    local.acquire(1).await;
+    quota.try_acquire(1).await.unwrap();
+    local.try_acquire(1).unwrap();
+    // 584 billion years per token: never, and the key never expires. (The in-process limiter
+    // says so as its saturated deadline, 584 years from its origin, less the time since.)
+    let refused = quota.try_acquire(1).await.unwrap_err();
+    assert!(refused.not_until().unwrap().is_never(), "{refused}");
+    let here = local.try_acquire(1).unwrap_err().retry_after();
+    assert!(here > Duration::from_secs(584 * 365 * 86_400), "{here:?}");
+    assert_eq!(pttl(&server, "slowest"), -1);
+    assert!(still_waiting(&quota, &local, 1).await);
+    assert!(still_waiting(&quota, &local, u64::MAX).await);
+    clean(&quota);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fastest_rate_never_binds_past_a_microsecond() {
+    let server = Server::start();
+    let (quota, local) = both(
+        &server,
+        "fastest",
+        Rate::new(u64::MAX, Duration::from_nanos(1)),
+        10,
+    );
+    for _ in 0..20 {
+        quota.acquire(10).await.unwrap();
+        local.acquire(10).await;
+    }
+    // Even the largest cost is a debt of about a nanosecond: granted at once.
+    let start = Instant::now();
+    quota.acquire(u64::MAX).await.unwrap();
+    local.acquire(u64::MAX).await;
+    quota.acquire(10).await.unwrap();
+    assert!(start.elapsed() < Duration::from_millis(100));
+    // A try still refuses what is above the burst.
+    assert!(quota
+        .try_acquire(11)
+        .await
+        .unwrap_err()
+        .not_until()
+        .unwrap()
+        .is_never());
+    assert!(local.try_acquire(11).unwrap_err().is_never());
+    // And the key, if any, expires within milliseconds.
+    assert!(pttl(&server, "fastest") <= 2);
+    clean(&quota);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_response_timeout_is_a_config_error() {
+    let zero = RedisRateLimiter::builder(nowhere(), "t", Rate::per_second(1), 1)
+        .response_timeout(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            zero,
+            RedisQuotaError::Config(pacer::ConfigError::ZeroTimeout)
+        ),
+        "{zero}"
+    );
+    assert!(zero.to_string().contains("response timeout"), "{zero}");
+    // The longest is accepted, and works.
+    let server = Server::start();
+    let longest = RedisRateLimiter::builder(server.url(), "t", Rate::per_second(1), 1)
+        .response_timeout(Duration::MAX)
+        .build()
+        .unwrap();
+    longest.acquire(1).await.unwrap();
+    assert!(longest.try_acquire(1).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_starts_each_outage_with_a_full_share_of_the_burst() {
+    let mut server = Server::start();
+    // A fallback of 0.25 × 20 = 5 tokens, refilled at one per 4 minutes: none in this test.
+    let quota = RedisRateLimiter::builder(server.url(), "outages", Rate::per_minute(1), 20)
+        .failure_policy(FailurePolicy::FailOpen { share: 0.25 })
+        .build()
+        .unwrap();
+    quota.acquire(1).await.unwrap();
+    for outage in 1..=2u64 {
+        server.kill();
+        for _ in 0..5 {
+            quota.try_acquire(1).await.unwrap();
+        }
+        let refused = quota.try_acquire(1).await.unwrap_err();
+        assert!(refused.not_until().is_some(), "outage {outage}: {refused}");
+        assert_eq!(quota.stats().fallback, 5 * outage);
+        server.restart();
+        // Back to Redis (a fresh one: a full bucket) once the fallback's second is over.
+        let mut back = false;
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(1_100)).await;
+            if quota.try_acquire(1).await.is_ok() {
+                back = true;
+                break;
+            }
+        }
+        assert!(back, "outage {outage}: Redis never answered again");
+        assert_eq!(quota.stats().fallback, 5 * outage, "served by Redis");
+    }
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
 
+use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
 use crate::limiter::quota::sealed;
 use crate::limiter::{Quota, RateLimiter};
@@ -24,7 +25,9 @@ use crate::sync::{lock, Mutex};
 
 const SCRIPT: &str = include_str!("gcra.lua");
 
-/// What a [`RedisRateLimiter`] does while Redis cannot be reached.
+/// What a [`RedisRateLimiter`] does while Redis cannot be reached: an outage (see
+/// [outages and reply errors](RedisRateLimiter#outages-and-reply-errors); a reply error is not
+/// one, and no policy applies to it).
 ///
 /// # Examples
 ///
@@ -60,6 +63,14 @@ pub enum FailurePolicy {
     /// processes the total may reach `n * share` of the quota while Redis is down; choose
     /// `share` as about `1 / n` to stay within it. The price is that the quota is only
     /// approximately kept during an outage.
+    ///
+    /// Each outage allows a burst: each process's fallback starts with a full bucket of
+    /// `share × burst` tokens (rounded down, at least one), which it may grant at once, then
+    /// refills at `share × rate`. Probing Redis during the outage keeps that bucket as it is
+    /// (it is not refilled by a failed probe); once Redis answers again the fallback is
+    /// dropped, and the next outage starts with a full one. So at the start of an outage the
+    /// `n` processes may grant up to `n × share × burst` at once, on top of what Redis had
+    /// just granted: up to twice the burst with `share = 1 / n`.
     FailOpen {
         /// The fraction of the rate each process grants on its own, in `(0, 1]`.
         share: f64,
@@ -86,6 +97,12 @@ pub enum RedisQuotaError {
     Client(redis::RedisError),
     /// Redis could not be reached for longer than the `FailClosed` deadline.
     Unavailable(redis::RedisError),
+    /// Redis answered the request with an error (see
+    /// [outages and reply errors](RedisRateLimiter#outages-and-reply-errors)): the key holds a value of another type or something that is not a pacer quota, or a
+    /// command was refused (an ACL, a script error). It is not an outage: the failure policy
+    /// does not apply, nothing was granted, and asking again fails the same way until the key
+    /// or the server's configuration is fixed.
+    Reply(redis::RedisError),
 }
 
 impl fmt::Display for RedisQuotaError {
@@ -96,6 +113,7 @@ impl fmt::Display for RedisQuotaError {
             RedisQuotaError::Unavailable(e) => {
                 write!(f, "Redis unreachable past the fail-closed deadline: {e}")
             }
+            RedisQuotaError::Reply(e) => write!(f, "Redis answered the quota with an error: {e}"),
         }
     }
 }
@@ -104,8 +122,120 @@ impl std::error::Error for RedisQuotaError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             RedisQuotaError::Config(e) => Some(e),
-            RedisQuotaError::Client(e) | RedisQuotaError::Unavailable(e) => Some(e),
+            RedisQuotaError::Client(e)
+            | RedisQuotaError::Unavailable(e)
+            | RedisQuotaError::Reply(e) => Some(e),
         }
+    }
+}
+
+/// Why [`RedisRateLimiter::try_acquire`] did not grant: the quota refused (not now), or Redis
+/// answered with an error.
+///
+/// The refusal is the crate's one [`NotUntil`], as from every other limiter; a reply error is
+/// a failure, not a refusal, and waiting does not cure it (see [`RedisQuotaError::Reply`]).
+/// While Redis is *unreachable* `try_acquire` still refuses, under the [`FailurePolicy`].
+///
+/// # Examples
+///
+/// ```no_run
+/// use pacer::redis::TryAcquireError;
+///
+/// # async fn demo(quota: pacer::RedisRateLimiter) -> Result<(), Box<dyn std::error::Error>> {
+/// match quota.try_acquire(1).await {
+///     Ok(()) => println!("go"),
+///     Err(TryAcquireError::NotUntil(refused)) => println!("retry in {:?}", refused.retry_after()),
+///     Err(failed) => return Err(failed.into()),
+/// }
+/// // Or, when any failure is to be handled as a refusal would be:
+/// if let Err(e) = quota.try_acquire(1).await {
+///     println!("not now: {e}; a refusal? {:?}", e.not_until());
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TryAcquireError {
+    /// Refused: the cost cannot be had now. [`NotUntil::retry_after`] says when it could be;
+    /// [`NotUntil::is_never`] that it never can without waiting (a cost above the burst).
+    NotUntil(NotUntil),
+    /// Redis answered with an error; nothing was granted. The same error as
+    /// [`RedisQuotaError::Reply`].
+    Reply(redis::RedisError),
+}
+
+impl TryAcquireError {
+    /// The refusal, if this is one; `None` for a reply error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::redis::TryAcquireError;
+    /// use pacer::{Rate, RateLimiter};
+    ///
+    /// let local = RateLimiter::new(Rate::per_second(1), 1);
+    /// let refused = TryAcquireError::from(local.try_acquire(2).unwrap_err());
+    /// assert!(refused.not_until().unwrap().is_never());
+    /// ```
+    #[must_use]
+    pub fn not_until(&self) -> Option<NotUntil> {
+        match self {
+            TryAcquireError::NotUntil(n) => Some(*n),
+            TryAcquireError::Reply(_) => None,
+        }
+    }
+}
+
+impl From<NotUntil> for TryAcquireError {
+    fn from(refused: NotUntil) -> Self {
+        TryAcquireError::NotUntil(refused)
+    }
+}
+
+impl fmt::Display for TryAcquireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryAcquireError::NotUntil(n) => n.fmt(f),
+            TryAcquireError::Reply(e) => write!(f, "Redis answered the quota with an error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for TryAcquireError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TryAcquireError::NotUntil(n) => Some(n),
+            TryAcquireError::Reply(e) => Some(e),
+        }
+    }
+}
+
+/// Whether Redis *answered* with an error about this request (a script error, `WRONGTYPE`,
+/// a value out of range, `NOPERM`, an unexpected reply), rather than failed to answer (a
+/// connection refused, dropped or timed out) or answered that it cannot serve anyone now
+/// (`LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, `TRYAGAIN`, `CLUSTERDOWN`, `OOM`, `MISCONF`,
+/// `NOREPLICAS`), which are outages.
+fn is_reply_error(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    match e.kind() {
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly
+            // Reloaded by `Script` on its own; a second one is a race with `SCRIPT FLUSH`.
+            | ServerErrorKind::NoScript,
+        ) => false,
+        ErrorKind::Server(_) => true,
+        ErrorKind::Extension => !matches!(
+            e.code(),
+            Some("BUSY" | "OOM" | "MISCONF" | "NOREPLICAS" | "UNBLOCKED")
+        ),
+        // The reply came, but not in the script's shape.
+        ErrorKind::UnexpectedReturnType => true,
+        _ => false,
     }
 }
 
@@ -130,8 +260,11 @@ pub struct RedisStats {
     pub fallback: u64,
     /// `try_acquire` calls refused.
     pub rejected: u64,
-    /// Round trips that failed (Redis unreachable, slow or restarting).
+    /// Round trips that failed for an outage (Redis unreachable, slow or restarting).
     pub errors: u64,
+    /// Round trips that Redis answered with an error (a key of another type, a refused
+    /// command): not outages, each also logged at error level with the `tracing` feature.
+    pub reply_errors: u64,
 }
 
 #[derive(Default)]
@@ -142,7 +275,23 @@ struct Counters {
     fallback: AtomicU64,
     rejected: AtomicU64,
     errors: AtomicU64,
+    reply_errors: AtomicU64,
 }
+
+/// How a round trip failed.
+enum Failure {
+    /// Redis did not answer, or cannot serve anyone now: the failure policy applies.
+    Outage(redis::RedisError),
+    /// Redis answered this request with an error: permanent for the request.
+    Reply(redis::RedisError),
+}
+
+/// The longest pause between two attempts of a waiting stream whose requests Redis answers
+/// with an error; the first is 100 ms.
+const REPLY_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The wait an enforcing stream is told when Redis answered its request with an error.
+const REPLY_RETRY: Duration = Duration::from_secs(1);
 
 fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
@@ -189,8 +338,14 @@ struct Inner {
 ///
 /// Same semantics as [`RateLimiter`]: capacity `burst`, starts full, refills at `rate`, a cost
 /// per acquisition; a cost above `burst` pays its debt before it is granted; a cost of 0 passes
-/// at once. The state lives in Redis under the key you name and is updated atomically by one
-/// Lua script on Redis's clock; the key expires once the bucket is full, so idle quotas vanish.
+/// at once. Every cost and every [`Rate`] works as in process: a wait of 584 years or more is
+/// "never" ([`NotUntil::is_never`]), and a cost whose debt alone would take that long makes
+/// `acquire` wait forever, as in process, but without charging the quota, so it holds nobody
+/// up. (The script computes in doubles; its comment says how that bounds exactness: never in
+/// the request's favour.) The state lives in Redis under the key you name and is updated
+/// atomically by one Lua script on Redis's clock; the key expires once the bucket is full, so
+/// idle quotas vanish (a bucket that takes longer than about 285,000 years to refill keeps its
+/// key without an expiry).
 ///
 /// Waiting is a reservation, as in Go's `rate.Limiter::Wait`: a request that cannot be granted
 /// at once is charged in Redis at once (the level goes negative, a debt that later requests
@@ -203,6 +358,32 @@ struct Inner {
 ///
 /// Redis faults follow the [`FailurePolicy`]. The connection reconnects by itself; nothing
 /// panics; a stream never loses or duplicates an item.
+///
+/// # Outages and reply errors
+///
+/// An *outage* is Redis not answering: a connection refused, dropped or timed out (see
+/// [`response_timeout`](RedisRateLimiterBuilder::response_timeout)), or Redis answering that it
+/// cannot serve anyone now (`LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, `TRYAGAIN`,
+/// `CLUSTERDOWN`, `OOM`, `MISCONF`). The [`FailurePolicy`] applies, and
+/// [`RedisStats::errors`] counts it.
+///
+/// A *reply error* is Redis answering this request with an error: the key holds a value of
+/// another type (`WRONGTYPE`) or a string that is not a pacer quota, a command is refused
+/// (`NOPERM`), the script fails. Waiting does not cure it, so the failure policy does not
+/// apply (`FailOpen` does not fall back): [`acquire`](RedisRateLimiter::acquire) returns
+/// [`RedisQuotaError::Reply`] at once and [`try_acquire`](RedisRateLimiter::try_acquire)
+/// returns [`TryAcquireError::Reply`]. Every reply error is counted in
+/// [`RedisStats::reply_errors`] and, with the `tracing` feature, logged at error level with
+/// the key and Redis's message.
+///
+/// A stream or sink ([`throttle_with`](crate::PaceExt::throttle_with)) or a tower layer cannot
+/// return an error, and must neither exceed the quota nor stall silently. On a reply error it
+/// grants nothing without Redis: a waiting ([`Shaping`](crate::Shaping)) stream holds its item
+/// and asks again after 100 ms, then at a backoff doubling up to 1 s, each failure counted and
+/// logged, and goes on as soon as the key is fixed (deleted, or expired); an
+/// [`Enforcing`](crate::Enforcing) stream hands the item back as a refusal with a
+/// `retry_after` of 1 s. So a broken key stalls the stream loudly, never silently, never
+/// busily, and never lets an item through unaccounted.
 ///
 /// # Examples
 ///
@@ -272,7 +453,15 @@ impl RedisRateLimiterBuilder {
         self
     }
 
-    /// How long one round trip may take before it counts as a failure (default 250 ms).
+    /// How long one round trip (and one connection attempt) may take before it counts as an
+    /// outage (default 250 ms).
+    ///
+    /// It must be positive: [`build`](RedisRateLimiterBuilder::build) refuses zero with
+    /// [`ConfigError::ZeroTimeout`]. (The `redis` crate takes zero as a timeout at tokio's
+    /// next timer tick, not as "no timeout", so whether a round trip succeeds would depend on
+    /// how far away Redis is.) There is no "no timeout": a round trip that never ends would
+    /// hold `acquire` past the fail-closed deadline and keep `FailOpen` from falling back; a
+    /// very long one, up to `Duration::MAX`, is accepted.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -283,11 +472,14 @@ impl RedisRateLimiterBuilder {
     ///
     /// # Errors
     ///
-    /// [`RedisQuotaError::Config`] for a zero burst, a zero lease or a `FailOpen` share outside
-    /// `(0, 1]`; [`RedisQuotaError::Client`] for an invalid URL.
+    /// [`RedisQuotaError::Config`] for a zero burst, a zero lease, a `FailOpen` share outside
+    /// `(0, 1]` or a zero response timeout; [`RedisQuotaError::Client`] for an invalid URL.
     pub fn build(self) -> Result<RedisRateLimiter, RedisQuotaError> {
         if self.burst == 0 {
             return Err(RedisQuotaError::Config(ConfigError::ZeroBurst));
+        }
+        if self.response_timeout.is_zero() {
+            return Err(RedisQuotaError::Config(ConfigError::ZeroTimeout));
         }
         if let Some((0, _)) = self.lease {
             return Err(RedisQuotaError::Config(ConfigError::ZeroLease));
@@ -343,15 +535,48 @@ impl Drop for Reserved<'_> {
 
 /// What one round trip answered.
 enum Answer {
-    /// `taken` tokens granted, usable after `wait`: a reservation queued behind earlier ones,
-    /// or a cost above the burst paying its debt.
-    Granted { taken: u64, wait: Duration },
-    /// Refused; ask again in `wait`.
-    Refused { wait: Duration },
+    /// The cost and `surplus` tokens more (a lease) granted, usable after `wait`: a reservation
+    /// queued behind earlier ones, or a cost above the burst paying its debt. `Nanos::MAX`:
+    /// never (the debts ahead of it take 584 years or more).
+    Granted { surplus: u64, wait: Nanos },
+    /// Refused; ask again in `wait` (never, for `Nanos::MAX`).
+    Refused { wait: Nanos },
+}
+
+/// The script's reply: granted (0 or 1), surplus tokens, wait in microseconds.
+type Reply = (u64, u64, u64);
+
+/// A wait in whole microseconds as the script returns it, in nanoseconds; the script's
+/// "never" (2^64 ns or more) saturates to `Nanos::MAX`, the in-process bucket's.
+fn wait_from_us(us: u64) -> Nanos {
+    Nanos(us.saturating_mul(1_000))
+}
+
+/// `n` as a double no smaller than `n`, for an amount the script must not under-count (a cost).
+/// The script's amounts are doubles, exact only up to 2^53.
+fn round_up(n: u64) -> f64 {
+    let f = n as f64;
+    if (f as u128) < u128::from(n) {
+        f64::from_bits(f.to_bits() + 1)
+    } else {
+        f
+    }
+}
+
+/// `n` as a double no larger than `n`, for an amount the script must not over-count (a burst,
+/// a lease, tokens given back).
+fn round_down(n: u64) -> f64 {
+    let f = n as f64;
+    if (f as u128) > u128::from(n) {
+        f64::from_bits(f.to_bits() - 1)
+    } else {
+        f
+    }
 }
 
 /// One call of the script: take at least `cost`, up to `want`, after giving `back` back;
-/// `mode` is "reserve" or "try". The only place the script's arguments are spelled out.
+/// `mode` is "reserve" or "try". The only place the script's arguments are spelled out: the
+/// amounts go as doubles rounded in the quota's favour (see the script's "Exactness").
 async fn call_script(
     script: &redis::Script,
     mut conn: ConnectionManager,
@@ -360,14 +585,14 @@ async fn call_script(
     burst: u64,
     (cost, want, back): (u64, u64, u64),
     mode: &str,
-) -> redis::RedisResult<(u64, u64)> {
+) -> redis::RedisResult<Reply> {
     script
         .key(key)
         .arg(interval_us)
-        .arg(burst)
-        .arg(cost)
-        .arg(want)
-        .arg(back)
+        .arg(round_down(burst))
+        .arg(round_up(cost))
+        .arg(round_down(want))
+        .arg(round_down(back))
         .arg(mode)
         .invoke_async(&mut conn)
         .await
@@ -375,7 +600,7 @@ async fn call_script(
 
 impl RedisRateLimiter {
     /// The script with this limiter's key and bucket.
-    async fn call(&self, amounts: (u64, u64, u64), mode: &str) -> redis::RedisResult<(u64, u64)> {
+    async fn call(&self, amounts: (u64, u64, u64), mode: &str) -> redis::RedisResult<Reply> {
         let inner = &self.inner;
         bump(&inner.counters.round_trips);
         let conn = inner.conn.clone();
@@ -453,30 +678,59 @@ impl RedisRateLimiter {
 
     /// One script call: take at least `cost`, up to `want`, reserving (granted with a wait)
     /// or only trying.
-    async fn round_trip(
-        &self,
-        cost: u64,
-        want: u64,
-        reserve: bool,
-    ) -> Result<Answer, redis::RedisError> {
+    async fn round_trip(&self, cost: u64, want: u64, reserve: bool) -> Result<Answer, Failure> {
         let back = std::mem::take(&mut self.local().to_return);
         let mode = if reserve { "reserve" } else { "try" };
         let reply = self.call((cost, want, back), mode).await;
         match reply {
-            Ok((0, wait_us)) => Ok(Answer::Refused {
-                wait: Duration::from_micros(wait_us),
+            Ok((0, _, wait_us)) => Ok(Answer::Refused {
+                wait: wait_from_us(wait_us),
             }),
-            Ok((taken, wait_us)) => Ok(Answer::Granted {
-                taken,
-                wait: Duration::from_micros(wait_us),
+            Ok((_, surplus, wait_us)) => Ok(Answer::Granted {
+                // Never more than was asked for, whatever the script's rounding.
+                surplus: surplus.min(want - cost),
+                wait: wait_from_us(wait_us),
             }),
-            Err(e) => {
-                // A call that timed out may still have run on Redis: the tokens it gave back
-                // are not offered again (that could return them twice), and whatever it took
-                // stays taken. Both err on the side of the quota.
-                bump(&self.inner.counters.errors);
-                Err(e)
-            }
+            // A call that failed may still have run on Redis (one that timed out, one whose
+            // reply was not understood): the tokens it gave back are not offered again (that
+            // could return them twice), and whatever it took stays taken. Both err on the side
+            // of the quota.
+            Err(e) => Err(self.failure(e, cost)),
+        }
+    }
+
+    /// Sorts a failed call into an outage or a reply error, and counts (and, for a reply
+    /// error, logs) it.
+    fn failure(&self, e: redis::RedisError, cost: u64) -> Failure {
+        if is_reply_error(&e) {
+            bump(&self.inner.counters.reply_errors);
+            #[cfg(feature = "tracing")]
+            tracing::error!(
+                key = %self.inner.key,
+                cost,
+                error = %e,
+                "pacer: Redis answered the quota's script with an error; nothing granted"
+            );
+            #[cfg(not(feature = "tracing"))]
+            let _ = cost;
+            Failure::Reply(e)
+        } else {
+            bump(&self.inner.counters.errors);
+            Failure::Outage(e)
+        }
+    }
+
+    /// Whether `cost` can never be granted: even from a full bucket, its debt beyond the burst
+    /// takes 2^64 ns (about 584 years) or more to pay, where the in-process bucket saturates.
+    fn never(&self, cost: u64) -> bool {
+        let debt = cost.saturating_sub(self.inner.burst);
+        if debt == 0 {
+            return false;
+        }
+        let rate = self.inner.rate;
+        match u128::from(debt).checked_mul(rate.per().as_nanos()) {
+            Some(ns) => ns.div_ceil(u128::from(rate.tokens())) >= u128::from(u64::MAX),
+            None => true,
         }
     }
 
@@ -507,7 +761,8 @@ impl RedisRateLimiter {
     /// # Errors
     ///
     /// [`RedisQuotaError::Unavailable`] once Redis has been unreachable for the fail-closed
-    /// deadline. Nothing was taken.
+    /// deadline; [`RedisQuotaError::Reply`] at once when Redis answers with an error (a key of
+    /// another type, a refused command), whatever the policy. Nothing was taken.
     ///
     /// # Examples
     ///
@@ -521,9 +776,10 @@ impl RedisRateLimiter {
         self.acquire_inner(cost, true).await
     }
 
-    /// Like `acquire`, but never gives up: what a stream does, holding its item.
+    /// Like `acquire`, but never gives up: what a stream does, holding its item. Redis's
+    /// reply errors are retried at a backoff from 100 ms up to [`REPLY_BACKOFF_MAX`].
     async fn acquire_patiently(&self, cost: u64) {
-        // Without a deadline there is no error to return.
+        // Without a deadline, and retrying reply errors, there is no error to return.
         let _ = self.acquire_inner(cost, false).await;
     }
 
@@ -533,7 +789,13 @@ impl RedisRateLimiter {
             bump(&counters.granted);
             return Ok(());
         }
+        if self.never(cost) {
+            // As in process, it waits forever; unlike a local waiter it is not charged, so it
+            // holds nobody up (across processes, and after this one is gone).
+            std::future::pending::<()>().await;
+        }
         let mut backoff = Duration::from_millis(10);
+        let mut reply_backoff = Duration::from_millis(100);
         // When this call first failed to reach Redis: the fail-closed deadline counts from here.
         let mut failing_since: Option<Instant> = None;
         loop {
@@ -563,26 +825,40 @@ impl RedisRateLimiter {
             let attempt = Instant::now();
             let want = cost.max(self.inner.lease_tokens);
             match self.round_trip(cost, want, true).await {
-                Ok(Answer::Granted { taken, wait }) => {
+                Ok(Answer::Granted { surplus, wait }) => {
                     self.recovered();
                     // Until it is used, the grant is given back if this future is dropped.
                     let reserved = Reserved {
                         quota: self,
-                        tokens: taken,
+                        tokens: cost.saturating_add(surplus),
                     };
-                    if !wait.is_zero() {
-                        tokio::time::sleep(wait).await;
+                    if wait == Nanos::MAX {
+                        // Behind debts of 584 years or more: as in process, never.
+                        std::future::pending::<()>().await;
+                    } else if wait > Nanos::ZERO {
+                        tokio::time::sleep(wait.to_duration()).await;
                     }
                     std::mem::forget(reserved);
-                    self.keep_lease(taken.saturating_sub(cost));
+                    self.keep_lease(surplus);
                     bump(&counters.granted);
                     return Ok(());
                 }
                 Ok(Answer::Refused { wait }) => {
                     // A reservation is never refused; should the script say so, wait and ask again.
+                    let wait = wait.to_duration().min(Duration::from_secs(1));
                     tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
                 }
-                Err(e) => {
+                Err(Failure::Reply(e)) => {
+                    if give_up {
+                        return Err(RedisQuotaError::Reply(e));
+                    }
+                    // A stream holds its item and asks again, slowly: granting without Redis's
+                    // say-so could exceed the quota, and the key may be fixed meanwhile.
+                    drop(refilling);
+                    tokio::time::sleep(reply_backoff).await;
+                    reply_backoff = (reply_backoff * 2).min(REPLY_BACKOFF_MAX);
+                }
+                Err(Failure::Outage(e)) => {
                     let since = *failing_since.get_or_insert(attempt);
                     match self.inner.policy {
                         FailurePolicy::FailClosed {
@@ -606,53 +882,62 @@ impl RedisRateLimiter {
     ///
     /// # Errors
     ///
-    /// [`NotUntil`] with how long until it could be granted (`Duration::MAX` for a cost above
-    /// the burst, which needs waiting); while Redis is unreachable, under `FailClosed` a
-    /// refusal with the retry backoff, under `FailOpen` the fallback's answer.
+    /// [`TryAcquireError::NotUntil`], a refusal, with how long until the cost could be granted
+    /// ([`NotUntil::is_never`] for a cost above the burst, which needs waiting); while Redis
+    /// is unreachable, under `FailClosed` a refusal with the retry backoff, under `FailOpen`
+    /// the fallback's answer. [`TryAcquireError::Reply`] when Redis answers with an error (a
+    /// key of another type, a refused command): a failure, not a refusal, whatever the policy.
     ///
     /// # Examples
     ///
     /// ```no_run
+    /// use pacer::redis::TryAcquireError;
+    ///
     /// # async fn demo(quota: pacer::RedisRateLimiter) {
     /// match quota.try_acquire(1).await {
     ///     Ok(()) => println!("go"),
-    ///     Err(refused) => println!("retry in {:?}", refused.retry_after()),
+    ///     Err(TryAcquireError::NotUntil(refused)) => println!("retry in {:?}", refused.retry_after()),
+    ///     Err(failed) => eprintln!("the quota is broken: {failed}"),
     /// }
     /// # }
     /// ```
-    pub async fn try_acquire(&self, cost: u64) -> Result<(), NotUntil> {
+    pub async fn try_acquire(&self, cost: u64) -> Result<(), TryAcquireError> {
         let counters = &self.inner.counters;
         if cost == 0 || self.spend_lease(cost) {
             bump(&counters.granted);
             return Ok(());
         }
-        if cost > self.inner.burst {
+        // Above the burst (as the script counts it, rounded down beyond 2^53): never without
+        // waiting.
+        if round_up(cost) > round_down(self.inner.burst) {
             bump(&counters.rejected);
-            return Err(NotUntil::NEVER);
+            return Err(NotUntil::NEVER.into());
         }
         if let Some(fallback) = self.fallback() {
             let answer = fallback.try_acquire(cost);
-            bump(if answer.is_ok() {
-                &counters.granted
+            if answer.is_ok() {
+                bump(&counters.granted);
+                bump(&counters.fallback);
             } else {
-                &counters.rejected
-            });
-            return answer;
+                bump(&counters.rejected);
+            }
+            return answer.map_err(TryAcquireError::NotUntil);
         }
         // A try takes `cost` if it is there, and with leases whatever more is there, up to a
         // lease; it never waits for a whole one.
         let want = cost.max(self.inner.lease_tokens);
         let answer = match self.round_trip(cost, want, false).await {
-            Ok(Answer::Granted { taken, .. }) => {
+            Ok(Answer::Granted { surplus, .. }) => {
                 self.recovered();
-                self.keep_lease(taken.saturating_sub(cost));
+                self.keep_lease(surplus);
                 Ok(())
             }
             Ok(Answer::Refused { wait }) => {
                 self.recovered();
-                Err(NotUntil::after(wait))
+                Err(NotUntil::new(wait))
             }
-            Err(_) => match self.inner.policy {
+            Err(Failure::Reply(e)) => return Err(TryAcquireError::Reply(e)),
+            Err(Failure::Outage(_)) => match self.inner.policy {
                 FailurePolicy::FailOpen { share } => {
                     self.open_fallback(share);
                     return Box::pin(self.try_acquire(cost)).await;
@@ -665,7 +950,7 @@ impl RedisRateLimiter {
         } else {
             &counters.rejected
         });
-        answer
+        answer.map_err(TryAcquireError::NotUntil)
     }
 
     /// The fail-open fallback, while it is in charge.
@@ -724,6 +1009,7 @@ impl RedisRateLimiter {
             fallback: get(&c.fallback),
             rejected: get(&c.rejected),
             errors: get(&c.errors),
+            reply_errors: get(&c.reply_errors),
         }
     }
 
@@ -744,10 +1030,9 @@ impl RedisRateLimiter {
             std::mem::take(&mut local.to_return).saturating_add(unused)
         };
         if back > 0 {
-            let sent = self.call((0, 0, back), "try").await;
-            if sent.is_err() {
+            if let Err(e) = self.call((0, 0, back), "try").await {
                 // It may have run anyway; not offering the tokens again errs on the quota's side.
-                bump(&self.inner.counters.errors);
+                let _ = self.failure(e, 0);
             }
         }
     }
@@ -855,7 +1140,50 @@ impl sealed::Sealed for RedisRateLimiter {
     ) -> Poll<Result<(), NotUntil>> {
         let quota = self.clone();
         poll_slot(&mut permit.get_mut().check, cx, || async move {
-            quota.try_acquire(cost).await
+            // A reply error (counted and logged by `try_acquire`) refuses the item: it is
+            // handed back, not let through.
+            quota.try_acquire(cost).await.map_err(|e| match e {
+                TryAcquireError::NotUntil(refused) => refused,
+                TryAcquireError::Reply(_) => NotUntil::after(REPLY_RETRY),
+            })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts_round_in_the_quotas_favour() {
+        let exact = 1u64 << 53;
+        for n in [0, 1, 5, exact - 1, exact] {
+            assert_eq!(round_up(n), n as f64);
+            assert_eq!(round_down(n), n as f64);
+        }
+        // 2^53 + 1 is no double: a cost goes up, a burst down.
+        assert_eq!(round_up(exact + 1), (exact + 2) as f64);
+        assert_eq!(round_down(exact + 1), exact as f64);
+        for n in [
+            exact + 1,
+            exact + 3,
+            u64::MAX - 1,
+            u64::MAX,
+            3_000_000_000_000_000_001,
+        ] {
+            assert!(round_up(n) as u128 >= u128::from(n), "{n}");
+            assert!((round_down(n) as u128) <= u128::from(n), "{n}");
+        }
+        assert_eq!(round_up(u64::MAX), 18_446_744_073_709_551_616.0);
+    }
+
+    #[test]
+    fn a_wait_of_584_years_or_more_is_never() {
+        assert_eq!(wait_from_us(0), Nanos::ZERO);
+        assert_eq!(wait_from_us(1_500), Nanos(1_500_000));
+        // The script's NEVER_US, ceil(2^64 / 1000).
+        assert_eq!(wait_from_us(18_446_744_073_709_552), Nanos::MAX);
+        assert_ne!(wait_from_us(18_446_744_073_709_551), Nanos::MAX);
+        assert!(NotUntil::new(wait_from_us(u64::MAX)).is_never());
     }
 }

@@ -23,4 +23,5 @@ mod limiter;
 
 pub use limiter::{
     FailurePolicy, RedisQuotaError, RedisRateLimiter, RedisRateLimiterBuilder, RedisStats,
+    TryAcquireError,
 };

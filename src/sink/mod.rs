@@ -361,7 +361,8 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
     /// `start_send` (`send` does so at once) and only while the inner sink is ready. (A
     /// `RedisRateLimiter`'s wait is a reservation: the tokens are taken in Redis when the item
     /// starts waiting, still only once the inner sink is ready, and given back if the item is
-    /// dropped before its turn.)
+    /// dropped before its turn; when Redis answers with an error, the item is held and asked
+    /// for again at a backoff of up to 1 s, as in `PaceExt::throttle_with`.)
     ///
     /// # Examples
     ///

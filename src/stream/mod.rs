@@ -447,6 +447,12 @@ pub trait PaceExt: Stream {
     /// its place in the queue back. [`Enforcing`](crate::Enforcing) hands an item back at once
     /// as `Err(RateExceeded)` when the tokens are not there or others are waiting.
     ///
+    /// On a `RedisRateLimiter`, an outage follows its failure policy, and when Redis answers
+    /// with an error (a key of another type) nothing is let through: `Shaping` holds the item
+    /// and asks again at a backoff of up to 1 s, `Enforcing` hands it back with a `retry_after`
+    /// of 1 s, each failure counted in its `stats().reply_errors` and logged at error level
+    /// with the `tracing` feature (see its "Outages and reply errors").
+    ///
     /// # Examples
     ///
     /// ```
