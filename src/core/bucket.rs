@@ -125,13 +125,17 @@ impl Bucket {
         U256::mul(u128::from(count), self.token())
     }
 
-    /// The token, if the common case holds: it fits in 64 bits and `tat` in 128.
+    /// The common case, in which 128 bits do: `cost` within the burst, a token of at most 64
+    /// bits and `tat` below 2^128 (the last two told by one check). The spare tokens and the
+    /// token, then.
     #[inline]
-    fn narrow_token(&self) -> Option<u128> {
-        u64::try_from(self.token_high).ok().map(u128::from)
+    fn narrow(&self, cost: u64) -> Option<(u64, u128)> {
+        let spare = self.burst.checked_sub(cost)?;
+        let token = u64::try_from(self.token_high).ok()?;
+        Some((spare, u128::from(token)))
     }
 
-    /// Moves `tat` to `max(tat, now) + charge`, in the common case (`narrow_token`), where
+    /// Moves `tat` to `max(tat, now) + cost * token`, in the common case (`narrow`), where
     /// that is below 2^129: a carry goes to the high bits.
     #[inline]
     fn charge_narrow(&mut self, now_units: u128, token: u128, cost: u64) {
@@ -147,18 +151,26 @@ impl Bucket {
     /// is and says when an item of `cost` offered now could go (see [`Bucket::earliest`]).
     #[inline]
     pub(crate) fn offer(&mut self, now: Nanos, cost: u64) -> Decision {
+        let Some((spare, token)) = self.narrow(cost) else {
+            return self.offer_wide(now, cost);
+        };
         let now_units = self.units(now);
-        if let (Some(spare), Some(token)) = (self.burst.checked_sub(cost), self.narrow_token()) {
-            // Conforms when the level, burst - (tat - now) / token, is at least cost: when tat
-            // runs ahead of now by no more than the spare tokens.
-            if self.tat.saturating_sub(now_units) <= u128::from(spare) * token {
-                self.charge_narrow(now_units, token, cost);
-                return Decision::Go;
-            }
+        // The time the bucket holds `cost`: when tat runs ahead of it by no more than the
+        // spare tokens (the level, burst - (tat - now) / token, is then at least cost).
+        let at = self.tat.saturating_sub(u128::from(spare) * token);
+        if at <= now_units {
+            self.charge_narrow(now_units, token, cost);
+            Decision::Go
+        } else {
+            Decision::NotUntil(Nanos::ceil_div(at, self.scale))
         }
-        match self.earliest(now, cost) {
+    }
+
+    #[inline(never)]
+    fn offer_wide(&mut self, now: Nanos, cost: u64) -> Decision {
+        match self.earliest_wide(now, cost) {
             at if at <= now => {
-                self.commit(now, cost);
+                self.commit_wide(now, cost);
                 Decision::Go
             }
             at => Decision::NotUntil(at),
@@ -172,17 +184,23 @@ impl Bucket {
     /// tokens. A dearer item waits until the bucket is full *and* the remaining `cost - burst`
     /// tokens have flowed in, counting from the later of `now` and the moment it is full: it
     /// pays its debt before it passes.
+    #[inline]
     pub(crate) fn earliest(&self, now: Nanos, cost: u64) -> Nanos {
-        let now_units = self.units(now);
-        if let (Some(spare), Some(token)) = (self.burst.checked_sub(cost), self.narrow_token()) {
-            let at = self.tat.saturating_sub(u128::from(spare) * token);
-            return if at <= now_units {
-                now
-            } else {
-                Nanos::ceil_div(at, self.scale)
-            };
+        let Some((spare, token)) = self.narrow(cost) else {
+            return self.earliest_wide(now, cost);
+        };
+        let at = self.tat.saturating_sub(u128::from(spare) * token);
+        if at <= self.units(now) {
+            now
+        } else {
+            Nanos::ceil_div(at, self.scale)
         }
-        let now_units = U256::from(now_units);
+    }
+
+    /// [`Bucket::earliest`] in 256 bits, for any bucket and cost.
+    #[inline(never)]
+    fn earliest_wide(&self, now: Nanos, cost: u64) -> Nanos {
+        let now_units = U256::from(self.units(now));
         let at = match self.burst.checked_sub(cost) {
             Some(spare) => self.tat().saturating_sub(self.tokens(spare)),
             None => self
@@ -200,17 +218,19 @@ impl Bucket {
     /// Charges an item of `cost` emitted at `now`, which must be no earlier than
     /// [`Bucket::earliest`] allowed. An item dearer than the bucket has paid the excess while
     /// it waited, so it leaves the bucket empty rather than in debt.
+    #[inline]
     pub(crate) fn commit(&mut self, now: Nanos, cost: u64) {
-        let now_units = self.units(now);
-        let cost = cost.min(self.burst);
-        match self.narrow_token() {
-            Some(token) => self.charge_narrow(now_units, token, cost),
-            None => self.set_tat(
-                self.tat()
-                    .max(U256::from(now_units))
-                    .saturating_add(self.tokens(cost)),
-            ),
+        match self.narrow(cost) {
+            Some((_, token)) => self.charge_narrow(self.units(now), token, cost),
+            None => self.commit_wide(now, cost),
         }
+    }
+
+    /// [`Bucket::commit`] in 256 bits, for any bucket and cost.
+    #[inline(never)]
+    fn commit_wide(&mut self, now: Nanos, cost: u64) {
+        let tat = self.tat().max(U256::from(self.units(now)));
+        self.set_tat(tat.saturating_add(self.tokens(cost.min(self.burst))));
     }
 }
 
