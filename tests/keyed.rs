@@ -172,6 +172,40 @@ async fn set_limit_takes_effect_at_once_for_waiters_and_keeps_the_level() {
     assert_eq!(limiter.tracked_keys(), 1); // only "p", which is not full
 }
 
+/// `set_limit` keeps the level at the extremes of `Rate`: a key emptied at the fastest rate
+/// and given the slowest (one token per `Duration::MAX`) at once is empty, whatever its new
+/// burst, and not a full bucket, nor a forgotten key that comes back full.
+#[tokio::test(start_paused = true)]
+async fn set_limit_keeps_the_level_at_the_extremes_of_rate() {
+    let fastest = Rate::new(u64::MAX, Duration::from_nanos(1));
+    let slowest = Rate::new(1, Duration::MAX);
+    let limiter = KeyedRateLimiter::new(fastest, u64::MAX);
+    for (key, burst) in [("same burst", u64::MAX), ("burst of one", 1)] {
+        limiter.try_acquire(&key, u64::MAX).unwrap();
+        limiter.set_limit(key, slowest, burst);
+        assert_eq!(limiter.available(&key), 0, "{key}");
+        assert!(
+            limiter.try_acquire(&key, 1).unwrap_err().is_never(),
+            "{key}"
+        );
+    }
+    limiter.set_limit("same burst", slowest, 1);
+    assert_eq!(limiter.available(&"same burst"), 0);
+    assert!(limiter
+        .try_acquire(&"same burst", 1)
+        .unwrap_err()
+        .is_never());
+    // A bucket of one, some time in.
+    let limiter = KeyedRateLimiter::new(fastest, 1);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    limiter.try_acquire(&"k", 1).unwrap();
+    limiter.set_limit("k", slowest, 1);
+    assert_eq!(limiter.available(&"k"), 0);
+    let refused = limiter.try_acquire(&"k", 1).unwrap_err();
+    assert!(refused.is_never(), "{refused:?}");
+    assert_eq!(limiter.tracked_keys(), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn full_idle_keys_are_forgotten_without_any_call() {
     let limiter = KeyedRateLimiter::new(Rate::per_second(10), 2);

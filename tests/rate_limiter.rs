@@ -1,6 +1,8 @@
 //! `RateLimiter`: the scenarios and edge cases, under paused time unless marked.
 
 mod common;
+#[path = "common/exact.rs"]
+mod exact;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -8,8 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{nanos_since, within_an_hour, MS};
+use exact::{any_count, any_period, ExactBucket};
 use pacer::{Rate, RateLimiter};
-use tokio::time::{sleep, Instant};
+use proptest::prelude::*;
+use tokio::time::{advance, sleep, Instant};
 
 /// Spawns one task per cost, in order and each a moment after the previous one, so that they
 /// queue in that order; returns (index, grant time in ms) in grant order.
@@ -429,4 +433,162 @@ async fn pause_for_saturates() {
     let waited = tokio::time::timeout(Duration::from_secs(3600), limiter.acquire(1)).await;
     assert!(waited.is_err());
     assert_eq!(limiter.stats().waiting, 0);
+}
+
+const FASTEST: Rate = Rate::new(u64::MAX, Duration::from_nanos(1));
+const SLOWEST: Rate = Rate::new(1, Duration::MAX);
+
+/// Emptied at the fastest rate, then switched at once to the slowest: u64::MAX tokens are
+/// missing, more than 128 bits of the new rate's time units, and one token takes 1.8e28 ns.
+/// The bucket is empty and stays so; it does not read as (nearly) full.
+#[tokio::test(start_paused = true)]
+async fn an_emptied_bucket_switched_to_the_slowest_rate_stays_empty() {
+    let limiter = RateLimiter::new(FASTEST, u64::MAX);
+    limiter.try_acquire(u64::MAX).unwrap();
+    limiter.set_rate(SLOWEST);
+    assert_eq!(limiter.available(), 0);
+    assert!(limiter.try_acquire(1).unwrap_err().is_never());
+    // A burst of 1 keeps the level, 0: no token that never flowed in.
+    limiter.set_burst(1);
+    assert_eq!(limiter.available(), 0);
+    assert!(limiter.try_acquire(1).unwrap_err().is_never());
+    advance(Duration::from_secs(3600)).await;
+    assert_eq!(limiter.available(), 0);
+    assert!(limiter.try_acquire(1).unwrap_err().is_never());
+    // Back to the fastest rate: the missing token flows in within a nanosecond.
+    limiter.set_rate(FASTEST);
+    assert_eq!(limiter.available(), 0);
+    advance(Duration::from_nanos(1)).await;
+    assert_eq!(limiter.available(), 1);
+    assert!(limiter.try_acquire(1).is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_emptied_bucket_of_one_switched_to_the_slowest_rate_stays_empty() {
+    let limiter = RateLimiter::new(FASTEST, 1);
+    // Some time in, so that a wait for never is not "never less the time so far".
+    advance(Duration::from_secs(1)).await;
+    limiter.try_acquire(1).unwrap();
+    limiter.set_rate(SLOWEST);
+    assert_eq!(limiter.available(), 0);
+    let refused = limiter.try_acquire(1).unwrap_err();
+    assert!(refused.is_never(), "{refused:?}");
+    assert_eq!(refused.retry_after(), Duration::MAX);
+}
+
+/// u64::MAX tokens per `Duration::MAX`: one every 1 s + 5.4e-11 ns. Emptied, the bucket lacks
+/// u64::MAX tokens of about 2^94 time units each, yet its level is kept to the unit: the first
+/// token comes 1 s + 1 ns later.
+#[tokio::test(start_paused = true)]
+async fn a_huge_burst_at_a_slow_rate_refills_token_by_token() {
+    let limiter = RateLimiter::new(Rate::new(u64::MAX, Duration::MAX), u64::MAX);
+    limiter.try_acquire(u64::MAX).unwrap();
+    advance(Duration::from_secs(1)).await;
+    assert_eq!(limiter.available(), 0);
+    let refused = limiter.try_acquire(1).unwrap_err();
+    assert_eq!(refused.retry_after(), Duration::from_nanos(1));
+    advance(Duration::from_nanos(1)).await;
+    assert_eq!(limiter.available(), 1);
+    advance(Duration::from_secs(9)).await;
+    assert_eq!(limiter.available(), 10);
+    limiter.try_acquire(10).unwrap();
+    assert_eq!(limiter.available(), 0);
+}
+
+/// One step of a run against the exact model.
+#[derive(Clone, Debug)]
+enum Step {
+    Wait(u64),
+    /// The whole tokens held, less 1, as is, or plus 1.
+    TakeHeld(u8),
+    Take(u64),
+    SetRate(u64, u128),
+    SetBurst(u64),
+}
+
+fn any_step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        2 => prop_oneof![Just(0u64), 1u64..1_000, 1u64..1 << 40].prop_map(Step::Wait),
+        3 => (0u8..3).prop_map(Step::TakeHeld),
+        1 => prop_oneof![0u64..4, any_count()].prop_map(Step::Take),
+        2 => (any_count(), any_period()).prop_map(|(t, p)| Step::SetRate(t, p)),
+        1 => any_count().prop_map(Step::SetBurst),
+    ]
+}
+
+fn rate(tokens: u64, per_nanos: u128) -> Rate {
+    let per = Duration::new(
+        (per_nanos / 1_000_000_000) as u64,
+        (per_nanos % 1_000_000_000) as u32,
+    );
+    Rate::new(tokens, per)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Through the public API, over the whole range of `Rate` and bursts: after every step
+    /// `available` is the exact model's whole tokens, `try_acquire` is granted exactly when
+    /// the model holds the cost, and a refusal says the model's wait (never when not within
+    /// time, or for a cost above the burst).
+    #[test]
+    fn the_level_is_kept_over_the_whole_range_of_rates(
+        tokens in any_count(),
+        per in any_period(),
+        burst in any_count(),
+        steps in prop::collection::vec(any_step(), 1..30),
+    ) {
+        common::paused(async move {
+            let limiter = RateLimiter::new(rate(tokens, per), burst);
+            let mut exact = ExactBucket::new(tokens, per, burst);
+            let (mut now, mut burst) = (0u64, burst);
+            for step in &steps {
+                match *step {
+                    Step::Wait(gap) => {
+                        advance(Duration::from_nanos(gap)).await;
+                        now += gap;
+                        exact.advance(now);
+                    }
+                    Step::TakeHeld(_) | Step::Take(_) => {
+                        let cost = match *step {
+                            Step::TakeHeld(0) => exact.available().saturating_sub(1),
+                            Step::TakeHeld(1) => exact.available(),
+                            Step::TakeHeld(_) => exact.available().saturating_add(1),
+                            Step::Take(cost) => cost,
+                            _ => unreachable!(),
+                        };
+                        match limiter.try_acquire(cost) {
+                            Ok(()) => {
+                                prop_assert!(exact.holds(cost), "granted {} at {}", cost, now);
+                                exact.take(cost);
+                            }
+                            Err(refused) => {
+                                prop_assert!(!exact.holds(cost), "refused {} at {}", cost, now);
+                                let at = exact.earliest(cost);
+                                if cost > burst || at == u64::MAX {
+                                    prop_assert!(refused.is_never(), "{:?}", refused);
+                                } else {
+                                    prop_assert_eq!(
+                                        refused.retry_after(),
+                                        Duration::from_nanos(at - now)
+                                    );
+                                }
+                            }
+                        }
+                    }
+                    Step::SetRate(tokens, per) => {
+                        limiter.set_rate(rate(tokens, per));
+                        exact.set_rate(tokens, per);
+                    }
+                    Step::SetBurst(new) => {
+                        limiter.set_burst(new);
+                        exact.set_burst(new);
+                        burst = new;
+                    }
+                }
+                prop_assert_eq!(limiter.available(), exact.available(), "after {:?}", step);
+            }
+            Ok(())
+        })?;
+    }
 }

@@ -8,7 +8,19 @@
 //! period and token count reduced by their greatest common divisor. One token is then a whole
 //! number of units and every comparison is exact integer arithmetic: a deadline is rounded up
 //! to the next nanosecond only when it is converted back, so it can be a nanosecond late but
-//! never early. Everything saturates; a saturated deadline means "never".
+//! never early.
+//!
+//! `tat` is exact over the whole range of rates and bursts: it is at most `now + burst *
+//! token`, below 2^160 units (`now * scale` is below 2^128 and `burst * token` below 2^158), so
+//! it is kept in 160 bits: the low 128 in a field of their own, the high 32 above the 96 bits
+//! that any token needs. The common case (a token of at most 64 bits and a `tat` below 2^128)
+//! is told by one check and computed in 128 bits; the rest is the same arithmetic in 256 bits.
+//! The level is never below zero (a cost above the burst pays its debt by waiting, then
+//! leaves the bucket empty), so a change of rate or burst keeps it within `0..=burst`. Only
+//! `commit` without the wait `earliest` asks for could push `tat` past 2^160; it then
+//! saturates, and a saturated bucket is empty and never refills, never full.
+
+use std::fmt;
 
 use super::nanos::Nanos;
 
@@ -19,13 +31,24 @@ pub(crate) enum Decision {
     NotUntil(Nanos),
 }
 
+/// The bits of `Bucket::token_high` that hold the token: every period in nanoseconds is below
+/// 2^94 (`Duration::MAX` is about 1.8e28 ns).
+const TOKEN_BITS: u32 = 96;
+const TOKEN_MASK: u128 = (1 << TOKEN_BITS) - 1;
+/// The bits of `tat` above its low 128 (the rest of `token_high`).
+const HIGH_BITS: u32 = 128 - TOKEN_BITS;
+
 /// A token bucket: capacity `burst`, refilled at `tokens` per `per_nanos`, starting full.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct Bucket {
-    /// Theoretical arrival time, in time units: the bucket is full from here on.
+    /// Theoretical arrival time, in time units: the bucket is full from here on. Its low 128
+    /// bits; the rest are in `token_high`.
     tat: u128,
-    /// One token's worth of refill time, in time units; zero for a bucket that never binds.
-    token: u128,
+    /// One token's worth of refill time, in time units (zero for a bucket that never binds), in
+    /// the low 96 bits; `tat`'s bits above 128 in the high 32. Sharing the field keeps the
+    /// bucket at 48 bytes, and makes "a token of at most 64 bits and a `tat` below 2^128" one
+    /// check: that the field fits in a `u64`.
+    token_high: u128,
     /// Time units per nanosecond.
     scale: u64,
     burst: u64,
@@ -34,15 +57,19 @@ pub(crate) struct Bucket {
 impl Bucket {
     /// A full bucket holding at most `burst` tokens and refilled with `tokens` every
     /// `per_nanos` nanoseconds. `per_nanos == 0` makes a bucket that never binds.
+    ///
+    /// # Panics
+    ///
+    /// If `per_nanos` is 2^96 or more, far beyond `Duration::MAX`.
     pub(crate) fn new(tokens: u64, per_nanos: u128, burst: u64) -> Bucket {
         debug_assert!(tokens > 0 && burst > 0);
+        assert!(per_nanos <= TOKEN_MASK, "a period beyond 2^96 ns");
         let g = gcd(per_nanos, u128::from(tokens));
         // `g` divides `tokens`, so the quotient fits in a u64.
         let scale = (u128::from(tokens) / g) as u64;
-        let token = per_nanos / g;
         Bucket {
             tat: 0,
-            token,
+            token_high: per_nanos / g,
             scale,
             burst,
         }
@@ -57,7 +84,7 @@ impl Bucket {
     /// Whether this bucket never delays anything (a zero period), so callers can skip the clock.
     #[inline]
     pub(crate) fn is_unlimited(&self) -> bool {
-        self.token == 0
+        self.token() == 0
     }
 
     pub(crate) fn burst(&self) -> u64 {
@@ -70,35 +97,80 @@ impl Bucket {
     }
 
     #[inline]
-    fn tokens(&self, count: u64) -> u128 {
-        match u64::try_from(self.token) {
-            // The common case, and a widening multiplication that cannot overflow.
-            Ok(token) => u128::from(count) * u128::from(token),
-            Err(_) => u128::from(count).saturating_mul(self.token),
+    fn token(&self) -> u128 {
+        self.token_high & TOKEN_MASK
+    }
+
+    /// The whole of `tat`.
+    fn tat(&self) -> U256 {
+        U256 {
+            high: self.token_high >> TOKEN_BITS,
+            low: self.tat,
         }
+    }
+
+    /// Sets `tat`, saturating at 2^160 - 1.
+    fn set_tat(&mut self, tat: U256) {
+        let (high, low) = if tat.high >> HIGH_BITS == 0 {
+            (tat.high, tat.low)
+        } else {
+            ((1 << HIGH_BITS) - 1, u128::MAX)
+        };
+        self.tat = low;
+        self.token_high = self.token() | high << TOKEN_BITS;
+    }
+
+    /// `count` tokens in time units, exactly.
+    fn tokens(&self, count: u64) -> U256 {
+        U256::mul(u128::from(count), self.token())
+    }
+
+    /// The common case, in which 128 bits do: `cost` within the burst, a token of at most 64
+    /// bits and `tat` below 2^128 (the last two told by one check). The spare tokens and the
+    /// token, then.
+    #[inline]
+    fn narrow(&self, cost: u64) -> Option<(u64, u128)> {
+        let spare = self.burst.checked_sub(cost)?;
+        let token = u64::try_from(self.token_high).ok()?;
+        Some((spare, u128::from(token)))
+    }
+
+    /// Moves `tat` to `max(tat, now) + cost * token`, in the common case (`narrow`), where
+    /// that is below 2^129: a carry goes to the high bits.
+    #[inline]
+    fn charge_narrow(&mut self, now_units: u128, token: u128, cost: u64) {
+        let (tat, carry) = self
+            .tat
+            .max(now_units)
+            .overflowing_add(u128::from(cost) * token);
+        self.tat = tat;
+        self.token_high = token | u128::from(carry) << TOKEN_BITS;
     }
 
     /// Takes `cost` tokens if the bucket holds them at `now`; otherwise leaves the bucket as it
     /// is and says when an item of `cost` offered now could go (see [`Bucket::earliest`]).
     #[inline]
     pub(crate) fn offer(&mut self, now: Nanos, cost: u64) -> Decision {
+        let Some((spare, token)) = self.narrow(cost) else {
+            return self.offer_wide(now, cost);
+        };
         let now_units = self.units(now);
-        if let Some(spare) = self
-            .burst
-            .checked_sub(cost)
-            .filter(|_| !self.saturated(cost))
-        {
-            // Conforms when the level, burst - (tat - now) / token, is at least cost: when tat
-            // runs ahead of now by no more than the spare tokens. (Comparing differences, not
-            // sums, so that saturation cannot make both sides equal.)
-            if self.tat.saturating_sub(now_units) <= self.tokens(spare) {
-                self.tat = self.tat.max(now_units).saturating_add(self.tokens(cost));
-                return Decision::Go;
-            }
+        // The time the bucket holds `cost`: when tat runs ahead of it by no more than the
+        // spare tokens (the level, burst - (tat - now) / token, is then at least cost).
+        let at = self.tat.saturating_sub(u128::from(spare) * token);
+        if at <= now_units {
+            self.charge_narrow(now_units, token, cost);
+            Decision::Go
+        } else {
+            Decision::NotUntil(Nanos::ceil_div(at, self.scale))
         }
-        match self.earliest(now, cost) {
+    }
+
+    #[inline(never)]
+    fn offer_wide(&mut self, now: Nanos, cost: u64) -> Decision {
+        match self.earliest_wide(now, cost) {
             at if at <= now => {
-                self.commit(now, cost);
+                self.commit_wide(now, cost);
                 Decision::Go
             }
             at => Decision::NotUntil(at),
@@ -106,89 +178,122 @@ impl Bucket {
     }
 
     /// The earliest instant an item of `cost` offered at `now` may leave; any value `<= now`
-    /// means "at once".
+    /// means "at once", `Nanos::MAX` never (not within the 2^64 ns time can count).
     ///
     /// An item that fits in the bucket (`cost <= burst`) may leave when the bucket holds `cost`
     /// tokens. A dearer item waits until the bucket is full *and* the remaining `cost - burst`
     /// tokens have flowed in, counting from the later of `now` and the moment it is full: it
     /// pays its debt before it passes.
+    #[inline]
     pub(crate) fn earliest(&self, now: Nanos, cost: u64) -> Nanos {
-        if self.saturated(cost) {
-            return Nanos::MAX;
-        }
-        let now_units = self.units(now);
-        let at = match self.burst.checked_sub(cost) {
-            Some(spare) => self.tat.saturating_sub(self.tokens(spare)),
-            None => self
-                .tat
-                .max(now_units)
-                .saturating_add(self.tokens(cost - self.burst)),
+        let Some((spare, token)) = self.narrow(cost) else {
+            return self.earliest_wide(now, cost);
         };
-        if at <= now_units {
+        let at = self.tat.saturating_sub(u128::from(spare) * token);
+        if at <= self.units(now) {
             now
         } else {
             Nanos::ceil_div(at, self.scale)
         }
     }
 
-    /// Whether `tat` has saturated: the bucket is then infinitely in arrears (its true `tat`
-    /// does not fit in 128 bits), so nothing but a zero cost ever conforms again. Without this,
-    /// a saturated tolerance could match the saturated `tat` and let everything through.
-    #[inline]
-    fn saturated(&self, cost: u64) -> bool {
-        self.tat == u128::MAX && cost > 0
+    /// [`Bucket::earliest`] in 256 bits, for any bucket and cost.
+    #[inline(never)]
+    fn earliest_wide(&self, now: Nanos, cost: u64) -> Nanos {
+        let now_units = U256::from(self.units(now));
+        let at = match self.burst.checked_sub(cost) {
+            Some(spare) => self.tat().saturating_sub(self.tokens(spare)),
+            None => self
+                .tat()
+                .max(now_units)
+                .saturating_add(self.tokens(cost - self.burst)),
+        };
+        if at <= now_units {
+            now
+        } else {
+            at.ceil_div_nanos(self.scale)
+        }
     }
 
     /// Charges an item of `cost` emitted at `now`, which must be no earlier than
     /// [`Bucket::earliest`] allowed. An item dearer than the bucket has paid the excess while
     /// it waited, so it leaves the bucket empty rather than in debt.
+    #[inline]
     pub(crate) fn commit(&mut self, now: Nanos, cost: u64) {
-        let charge = self.tokens(cost.min(self.burst));
-        self.tat = self.tat.max(self.units(now)).saturating_add(charge);
+        match self.narrow(cost) {
+            Some((_, token)) => self.charge_narrow(self.units(now), token, cost),
+            None => self.commit_wide(now, cost),
+        }
+    }
+
+    /// [`Bucket::commit`] in 256 bits, for any bucket and cost.
+    #[inline(never)]
+    fn commit_wide(&mut self, now: Nanos, cost: u64) {
+        let tat = self.tat().max(U256::from(self.units(now)));
+        self.set_tat(tat.saturating_add(self.tokens(cost.min(self.burst))));
     }
 }
 
 impl Bucket {
     /// When the bucket is full again, if nothing more is taken: from then on it is
-    /// indistinguishable from a new one. `Nanos::MAX` for a saturated bucket (never).
+    /// indistinguishable from a new one. `Nanos::MAX` if not within time (never).
     pub(crate) fn full_at(&self) -> Nanos {
-        Nanos::ceil_div(self.tat, self.scale)
+        self.tat().ceil_div_nanos(self.scale)
+    }
+
+    /// How far `tat` runs ahead of `now`, in time units: what the bucket lacks to be full.
+    fn deficit(&self, now: Nanos) -> U256 {
+        self.tat().saturating_sub(U256::from(self.units(now)))
     }
 
     /// The whole tokens the bucket holds at `now`.
     pub(crate) fn available(&self, now: Nanos) -> u64 {
-        if self.token == 0 {
+        let token = self.token();
+        if token == 0 {
             return self.burst;
         }
-        let ahead = self.tat.saturating_sub(self.units(now));
-        let owed = ahead.div_ceil(self.token);
-        self.burst
-            .saturating_sub(u64::try_from(owed).unwrap_or(u64::MAX))
+        // The tokens missing, rounded up; more than `burst` only for a saturated bucket.
+        let (owed, part) = self.deficit(now).div_rem(token);
+        match owed
+            .to_u64()
+            .and_then(|owed| owed.checked_add(u64::from(part != 0)))
+        {
+            Some(owed) => self.burst.saturating_sub(owed),
+            None => 0,
+        }
     }
 
     /// Refills at `tokens` per `per_nanos` from `now` on. The level at `now`, in tokens, is kept:
-    /// what the bucket holds, or what a waiting request still lacks.
+    /// what the bucket holds, or what a waiting request still lacks (never below zero).
     pub(crate) fn set_rate(&mut self, now: Nanos, tokens: u64, per_nanos: u128) {
-        let ahead = self.tat.saturating_sub(self.units(now));
         let mut new = Bucket::new(tokens, per_nanos, self.burst);
-        // `ahead / token` tokens are missing; the same number in the new rate's units,
-        // rounded up so that nothing is granted early.
-        let ahead = if self.token == 0 {
-            0
-        } else {
-            mul_div_ceil(ahead, new.token, self.token)
+        let deficit = match self.token() {
+            0 => U256::ZERO,
+            old => {
+                // `owed + part / old` tokens are missing: the whole ones exactly in the new
+                // rate's units, the fraction rounded up so that nothing is granted early.
+                let (owed, part) = self.deficit(now).div_rem(old);
+                match owed.to_u64().filter(|&owed| owed < self.burst) {
+                    Some(owed) => new.tokens(owed).saturating_add(U256::from(mul_div_ceil(
+                        part,
+                        new.token(),
+                        old,
+                    ))),
+                    None => new.tokens(self.burst),
+                }
+            }
         };
-        new.tat = new.units(now).saturating_add(ahead);
+        new.set_tat(U256::from(new.units(now)).saturating_add(deficit));
         *self = new;
     }
 
     /// Holds at most `burst` tokens from `now` on, keeping the level at `now` (capped at the
-    /// new `burst`).
+    /// new `burst`, and never below zero).
     pub(crate) fn set_burst(&mut self, now: Nanos, burst: u64) {
         debug_assert!(burst > 0);
-        let now_units = self.units(now);
-        let full_at = self.tat.max(now_units);
-        self.tat = if burst >= self.burst {
+        let now_units = U256::from(self.units(now));
+        let full_at = self.tat().max(now_units);
+        let tat = if burst >= self.burst {
             full_at.saturating_add(self.tokens(burst - self.burst))
         } else {
             full_at
@@ -196,6 +301,128 @@ impl Bucket {
                 .max(now_units)
         };
         self.burst = burst;
+        let empty_at = now_units.saturating_add(self.tokens(burst));
+        self.set_tat(tat.min(empty_at));
+    }
+}
+
+impl fmt::Debug for Bucket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bucket")
+            .field("tat", &self.tat())
+            .field("token", &self.token())
+            .field("scale", &self.scale)
+            .field("burst", &self.burst)
+            .finish()
+    }
+}
+
+/// An unsigned 256-bit integer, for the bucket's arithmetic beyond 128 bits (a `tat` of up to
+/// 160 bits, a product of two 96-bit numbers). Ordered by value (`high` first).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct U256 {
+    high: u128,
+    low: u128,
+}
+
+impl U256 {
+    const ZERO: U256 = U256 { high: 0, low: 0 };
+    const MAX: U256 = U256 {
+        high: u128::MAX,
+        low: u128::MAX,
+    };
+
+    /// `a * b`, exactly.
+    fn mul(a: u128, b: u128) -> U256 {
+        const LOW: u128 = u64::MAX as u128;
+        let (a1, a0) = (a >> 64, a & LOW);
+        let (b1, b0) = (b >> 64, b & LOW);
+        let (low, high) = (a0 * b0, a1 * b1);
+        // The two middle products, each below 2^128, and their carry.
+        let (mid, carry) = (a0 * b1).overflowing_add(a1 * b0);
+        let (low, c) = low.overflowing_add(mid << 64);
+        U256 {
+            high: high + (mid >> 64) + (u128::from(carry) << 64) + u128::from(c),
+            low,
+        }
+    }
+
+    fn saturating_add(self, other: U256) -> U256 {
+        let (low, c) = self.low.overflowing_add(other.low);
+        match self
+            .high
+            .checked_add(other.high)
+            .and_then(|h| h.checked_add(u128::from(c)))
+        {
+            Some(high) => U256 { high, low },
+            None => U256::MAX,
+        }
+    }
+
+    fn saturating_sub(self, other: U256) -> U256 {
+        if self <= other {
+            return U256::ZERO;
+        }
+        let (low, borrow) = self.low.overflowing_sub(other.low);
+        U256 {
+            high: self.high - other.high - u128::from(borrow),
+            low,
+        }
+    }
+
+    fn to_u64(self) -> Option<u64> {
+        if self.high == 0 {
+            u64::try_from(self.low).ok()
+        } else {
+            None
+        }
+    }
+
+    /// The quotient and remainder of a division by `d`, which must be in `1..=2^127`.
+    fn div_rem(self, d: u128) -> (U256, u128) {
+        if self.high == 0 {
+            return (U256::from(self.low / d), self.low % d);
+        }
+        debug_assert!(d != 0 && d <= 1 << 127);
+        let high = self.high / d;
+        let mut rem = self.high % d;
+        let mut low = 0;
+        // Long division of the low half, one bit at a time: `rem < d <= 2^127` never
+        // overflows when shifted.
+        for bit in (0..128).rev() {
+            rem = rem << 1 | (self.low >> bit & 1);
+            if rem >= d {
+                rem -= d;
+                low |= 1 << bit;
+            }
+        }
+        (U256 { high, low }, rem)
+    }
+
+    /// `ceil(self / scale)` nanoseconds; `Nanos::MAX` if that does not fit (never).
+    fn ceil_div_nanos(self, scale: u64) -> Nanos {
+        // At least 2^128 / 2^64 nanoseconds otherwise: beyond time.
+        if self.high == 0 {
+            Nanos::ceil_div(self.low, scale)
+        } else {
+            Nanos::MAX
+        }
+    }
+}
+
+impl fmt::Debug for U256 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.high == 0 {
+            write!(f, "{}", self.low)
+        } else {
+            write!(f, "{} * 2^128 + {}", self.high, self.low)
+        }
+    }
+}
+
+impl From<u128> for U256 {
+    fn from(low: u128) -> U256 {
+        U256 { high: 0, low }
     }
 }
 
@@ -219,7 +446,7 @@ impl Packed {
     /// The parameters of `bucket`, if its token fits in 64 bits, with words offset by `offset`.
     pub(crate) fn of(bucket: &Bucket, offset: u64) -> Option<Packed> {
         Some(Packed {
-            token: u64::try_from(bucket.token).ok()?,
+            token: u64::try_from(bucket.token()).ok()?,
             scale: bucket.scale,
             burst: bucket.burst,
             offset,
@@ -228,6 +455,9 @@ impl Packed {
 
     /// The word of `bucket`'s `tat`, if it fits below `limit`.
     pub(crate) fn word(&self, bucket: &Bucket, limit: u64) -> Option<u64> {
+        if bucket.token_high >> TOKEN_BITS != 0 {
+            return None;
+        }
         let word = bucket.tat.checked_add(u128::from(self.offset))?;
         u64::try_from(word).ok().filter(|&w| w < limit)
     }
@@ -241,7 +471,7 @@ impl Packed {
     /// Writes the `tat` a word holds back into `bucket`, whose parameters these are.
     pub(crate) fn restore(&self, bucket: &mut Bucket, word: u64) {
         debug_assert_eq!(Packed::of(bucket, self.offset), Some(*self));
-        bucket.tat = self.tat(word);
+        bucket.set_tat(U256::from(self.tat(word)));
     }
 
     /// [`Bucket::offer`] on the word: `Some(Ok(new word))` if an item of `cost` conforms at
@@ -268,14 +498,11 @@ impl Packed {
     }
 }
 
-/// `ceil(a * b / c)`, saturating; when `a * b` overflows, computed in two exact steps.
+/// `ceil(a * b / c)` for `a < c <= 2^127`, exactly (the result is at most `b`).
 fn mul_div_ceil(a: u128, b: u128, c: u128) -> u128 {
-    match a.checked_mul(b) {
-        Some(product) => product.div_ceil(c),
-        None => (a / c)
-            .saturating_mul(b)
-            .saturating_add((a % c).saturating_mul(b).div_ceil(c)),
-    }
+    debug_assert!(a < c);
+    let (quotient, rem) = U256::mul(a, b).div_rem(c);
+    quotient.low + u128::from(rem != 0)
 }
 
 fn gcd(mut a: u128, mut b: u128) -> u128 {
@@ -284,6 +511,11 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
     }
     a
 }
+
+/// The exact model the tests check the bucket against, shared with the integration tests.
+#[cfg(test)]
+#[path = "../../tests/common/exact.rs"]
+mod exact;
 
 #[cfg(test)]
 mod tests {
@@ -547,6 +779,135 @@ mod tests {
         assert_eq!(b.earliest(Nanos(700 * MS), 1), Nanos(800 * MS));
     }
 
+    const FASTEST: (u64, u128) = (u64::MAX, 1);
+    const SLOWEST: (u64, u128) = (1, Duration::MAX.as_nanos());
+
+    #[test]
+    fn the_level_is_kept_when_its_deficit_needs_more_than_128_bits() {
+        // Emptied at the fastest rate, then the slowest at once: u64::MAX tokens missing,
+        // u64::MAX * 1.8e28 units of the new rate. The bucket is empty and stays so (one
+        // token takes 1.8e28 ns, beyond time).
+        let mut b = Bucket::new(FASTEST.0, FASTEST.1, u64::MAX);
+        assert_eq!(b.offer(Nanos::ZERO, u64::MAX), Decision::Go);
+        b.set_rate(Nanos::ZERO, SLOWEST.0, SLOWEST.1);
+        assert_eq!(b.available(Nanos::ZERO), 0);
+        assert_eq!(b.offer(Nanos::ZERO, 1), Decision::NotUntil(Nanos::MAX));
+        assert_eq!(b.earliest(Nanos::ZERO, 0), Nanos::ZERO);
+        assert_eq!(b.available(Nanos::MAX), 0);
+        assert_eq!(b.full_at(), Nanos::MAX);
+        // A burst of 1 keeps the level: 0, not a full bucket of 1.
+        b.set_burst(Nanos::ZERO, 1);
+        assert_eq!(b.available(Nanos::ZERO), 0);
+        assert_eq!(b.offer(Nanos::ZERO, 1), Decision::NotUntil(Nanos::MAX));
+        // And back to the fastest rate: the one missing token flows in within a nanosecond.
+        b.set_rate(Nanos::ZERO, FASTEST.0, FASTEST.1);
+        assert_eq!(b.available(Nanos::ZERO), 0);
+        assert_eq!(b.offer(Nanos::ZERO, 1), Decision::NotUntil(Nanos(1)));
+        assert_eq!(b.available(Nanos(1)), 1);
+    }
+
+    #[test]
+    fn a_bucket_of_one_emptied_fast_stays_empty_when_slowed() {
+        let mut b = Bucket::new(FASTEST.0, FASTEST.1, 1);
+        assert_eq!(b.offer(Nanos::ZERO, 1), Decision::Go);
+        b.set_rate(Nanos::ZERO, SLOWEST.0, SLOWEST.1);
+        assert_eq!(b.available(Nanos::ZERO), 0);
+        assert_eq!(b.offer(Nanos::ZERO, 1), Decision::NotUntil(Nanos::MAX));
+        assert_eq!(b.available(Nanos::MAX), 0);
+        // The same through a burst of u64::MAX lowered to 1 (what a keyed limit does).
+        let mut b = Bucket::new(FASTEST.0, FASTEST.1, u64::MAX);
+        assert_eq!(b.offer(Nanos::ZERO, u64::MAX), Decision::Go);
+        b.set_rate(Nanos::ZERO, SLOWEST.0, SLOWEST.1);
+        b.set_burst(Nanos::ZERO, 1);
+        assert_eq!(b.available(Nanos::ZERO), 0);
+        assert_eq!(b.offer(Nanos::ZERO, 1), Decision::NotUntil(Nanos::MAX));
+    }
+
+    #[test]
+    fn a_huge_burst_at_a_slow_rate_refills_token_by_token() {
+        // u64::MAX tokens per Duration::MAX: one every 1e9 + 5.4e-11 ns. Emptied, the deficit
+        // (u64::MAX tokens of about 2^94 units) needs 158 bits, yet the first token comes
+        // 1 s + 1 ns later and the tenth 10 s + 1 ns later.
+        let mut b = Bucket::new(u64::MAX, Duration::MAX.as_nanos(), u64::MAX);
+        assert_eq!(b.offer(Nanos::ZERO, u64::MAX), Decision::Go);
+        let sec = SEC as u64;
+        assert_eq!(b.available(Nanos(sec)), 0);
+        assert_eq!(b.offer(Nanos(sec), 1), Decision::NotUntil(Nanos(sec + 1)));
+        assert_eq!(b.available(Nanos(sec + 1)), 1);
+        assert_eq!(b.available(Nanos(10 * sec)), 9);
+        assert_eq!(b.available(Nanos(10 * sec + 1)), 10);
+        assert_eq!(
+            b.offer(Nanos(10 * sec), 10),
+            Decision::NotUntil(Nanos(10 * sec + 1))
+        );
+        assert_eq!(b.offer(Nanos(10 * sec + 1), 10), Decision::Go);
+        assert_eq!(b.available(Nanos(10 * sec + 1)), 0);
+        assert_eq!(b.full_at(), Nanos::MAX);
+        // Switched to the fastest rate 10 s + 1 ns in, with 0.000000001 token in the bucket:
+        // u64::MAX tokens short, filled in a nanosecond.
+        b.set_rate(Nanos(10 * sec + 1), FASTEST.0, FASTEST.1);
+        assert_eq!(b.available(Nanos(10 * sec + 1)), 0);
+        assert_eq!(b.available(Nanos(10 * sec + 2)), u64::MAX);
+        assert_eq!(b.full_at(), Nanos(10 * sec + 2));
+    }
+
+    #[test]
+    fn a_saturated_bucket_is_empty_never_full() {
+        // Committed without waiting, three buckets' worth at once: beyond 2^160 units.
+        let mut b = Bucket::new(SLOWEST.0, SLOWEST.1, u64::MAX);
+        for _ in 0..3 {
+            b.commit(Nanos::ZERO, u64::MAX);
+        }
+        assert_eq!(b.available(Nanos(u64::MAX - 1)), 0);
+        assert_eq!(b.earliest(Nanos::ZERO, 1), Nanos::MAX);
+        assert_eq!(b.full_at(), Nanos::MAX);
+        // A change of burst or rate brings the level back to 0, not below, not to full.
+        b.set_burst(Nanos::ZERO, 1);
+        assert_eq!(b.available(Nanos::ZERO), 0);
+        b.set_rate(Nanos::ZERO, FASTEST.0, FASTEST.1);
+        assert_eq!(b.available(Nanos::ZERO), 0);
+        assert_eq!(b.earliest(Nanos::ZERO, 1), Nanos(1));
+    }
+
+    #[test]
+    fn the_bucket_stays_48_bytes() {
+        // `tat`'s high bits share the token's field: a keyed limiter holds one bucket per key.
+        assert_eq!(std::mem::size_of::<Bucket>(), 48);
+    }
+
+    #[test]
+    fn u256_arithmetic_is_exact() {
+        // (2^128 - 1)^2 = 2^256 - 2^129 + 1: both middle products carry.
+        let square = U256::mul(u128::MAX, u128::MAX);
+        assert_eq!(
+            square,
+            U256 {
+                high: u128::MAX - 1,
+                low: 1
+            }
+        );
+        // ... / 2^127 = 2^129 - 4, remainder 1.
+        let quotient = U256 {
+            high: 1,
+            low: u128::MAX - 3,
+        };
+        assert_eq!(square.div_rem(1 << 127), (quotient, 1));
+        assert_eq!(
+            U256::mul(3 << 100, 5 << 90),
+            U256 {
+                high: 15 << 62,
+                low: 0
+            }
+        );
+        let two_128 = U256 { high: 1, low: 0 };
+        assert_eq!(two_128.saturating_sub(U256::from(1)), U256::from(u128::MAX));
+        assert_eq!(U256::from(1).saturating_sub(two_128), U256::ZERO);
+        assert_eq!(U256::MAX.saturating_add(U256::from(1)), U256::MAX);
+        assert_eq!(two_128.ceil_div_nanos(u64::MAX), Nanos::MAX);
+        assert_eq!(U256::from(10).ceil_div_nanos(3), Nanos(4));
+        assert_eq!(format!("{two_128:?}"), "1 * 2^128 + 0");
+    }
+
     #[test]
     fn full_at_is_when_the_bucket_is_full_again() {
         let mut b = Bucket::new(3, SEC, 2);
@@ -573,10 +934,14 @@ mod tests {
     }
 
     #[test]
-    fn mul_div_ceil_is_exact_or_saturates() {
-        assert_eq!(mul_div_ceil(7, 3, 2), 11);
-        assert_eq!(mul_div_ceil(u128::MAX, 2, 4), u128::MAX / 2 + 1);
-        assert_eq!(mul_div_ceil(u128::MAX, u128::MAX, 1), u128::MAX);
+    fn mul_div_ceil_is_exact() {
+        assert_eq!(mul_div_ceil(1, 3, 2), 2);
+        assert_eq!(mul_div_ceil(4, 3, 6), 2);
+        assert_eq!(mul_div_ceil((1 << 126) - 1, 1 << 100, 1 << 127), 1 << 99);
+        // (2^94 - 1)(2^94 - 3) / 2^94 = 2^94 - 4 + 3 / 2^94: the product needs 188 bits.
+        let p = 1u128 << 94;
+        assert_eq!(mul_div_ceil(p - 1, p - 3, p), p - 3);
+        assert_eq!(mul_div_ceil(p - 1, p, p), p - 1);
     }
 
     #[test]
@@ -602,7 +967,123 @@ mod tests {
         assert_eq!(p.word(&b, word), None);
     }
 
+    use super::exact::{any_count, any_period, ExactBucket};
+
+    /// A gap between two operations, in nanoseconds: mostly none or small, sometimes huge.
+    fn any_gap() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            3 => Just(0u64),
+            2 => 1u64..1_000,
+            2 => 1u64..100_000_000_000,
+            1 => (0u32..64).prop_map(|s| 1u64 << s),
+            1 => any::<u64>(),
+        ]
+    }
+
+    /// The cost of a request, relative to what the bucket holds or to its burst, or any.
+    #[derive(Clone, Debug)]
+    enum Cost {
+        /// The whole tokens held, less 1, as is, or plus 1.
+        Held(u8),
+        /// The burst, less 1, as is, or plus 1.
+        Burst(u8),
+        Any(u64),
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Wait(u64),
+        Offer(Cost),
+        SetRate(u64, u128),
+        SetBurst(u64),
+    }
+
+    fn any_op() -> impl Strategy<Value = Op> {
+        let cost = prop_oneof![
+            3 => (0u8..3).prop_map(Cost::Held),
+            1 => (0u8..3).prop_map(Cost::Burst),
+            1 => any_count().prop_map(Cost::Any),
+            1 => (0u64..4).prop_map(Cost::Any),
+        ];
+        prop_oneof![
+            2 => any_gap().prop_map(Op::Wait),
+            3 => cost.prop_map(Op::Offer),
+            2 => (any_count(), any_period()).prop_map(|(t, p)| Op::SetRate(t, p)),
+            1 => any_count().prop_map(Op::SetBurst),
+        ]
+    }
+
+    fn resolve(cost: &Cost, exact: &ExactBucket, burst: u64) -> u64 {
+        let around = |base: u64, d: u8| match d {
+            0 => base.saturating_sub(1),
+            1 => base,
+            _ => base.saturating_add(1),
+        };
+        match *cost {
+            Cost::Held(d) => around(exact.available(), d),
+            Cost::Burst(d) => around(burst, d),
+            Cost::Any(c) => c,
+        }
+    }
+
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// The level is kept across any change of rate and burst, over the whole range of
+        /// rates, bursts and times: after every step the bucket holds what an exact model
+        /// holds (a rational level in arbitrary precision, rounded down to the new rate's
+        /// time unit at a change of rate), grants exactly the costs the model holds, and
+        /// promises the model's times. Time stays below `Nanos::MAX`, which means "never".
+        #[test]
+        fn the_level_is_kept_over_the_whole_range(
+            tokens in any_count(),
+            per in any_period(),
+            burst in any_count(),
+            ops in prop::collection::vec(any_op(), 1..40),
+        ) {
+            let mut real = Bucket::new(tokens, per, burst);
+            let mut exact = ExactBucket::new(tokens, per, burst);
+            let mut burst = burst;
+            let mut now = 0u64;
+            for op in &ops {
+                match *op {
+                    Op::Wait(gap) => {
+                        now = now.saturating_add(gap).min(u64::MAX - 1);
+                        exact.advance(now);
+                    }
+                    Op::Offer(ref cost) => {
+                        let cost = resolve(cost, &exact, burst);
+                        let expected = if exact.holds(cost) {
+                            exact.take(cost);
+                            Decision::Go
+                        } else {
+                            Decision::NotUntil(Nanos(exact.earliest(cost)))
+                        };
+                        prop_assert_eq!(real.offer(Nanos(now), cost), expected, "cost {}", cost);
+                    }
+                    Op::SetRate(tokens, per) => {
+                        real.set_rate(Nanos(now), tokens, per);
+                        exact.set_rate(tokens, per);
+                    }
+                    Op::SetBurst(new) => {
+                        real.set_burst(Nanos(now), new);
+                        exact.set_burst(new);
+                        burst = new;
+                    }
+                }
+                let held = exact.available();
+                prop_assert_eq!(real.available(Nanos(now)), held, "after {:?} at {}", op, now);
+                // Whole tokens held are granted; one more is not, and comes when the model says.
+                prop_assert_eq!(real.earliest(Nanos(now), held), Nanos(now));
+                if held < burst {
+                    prop_assert_eq!(real.earliest(Nanos(now), held + 1), Nanos(exact.earliest(held + 1)));
+                    prop_assert_eq!(real.full_at(), Nanos(exact.full_at()));
+                } else {
+                    prop_assert!(real.full_at() <= Nanos(now));
+                }
+            }
+        }
+
         /// The 64-bit arithmetic agrees with the exact bucket wherever it answers, whatever
         /// the offset.
         #[test]

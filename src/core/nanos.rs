@@ -37,6 +37,16 @@ impl Nanos {
         Nanos(self.0.saturating_sub(other.0))
     }
 
+    /// The wait from `now` until this deadline: none if it has passed, never if it is never
+    /// (`Nanos::MAX`, which a deadline reaches only by saturation).
+    pub(crate) const fn wait_from(self, now: Nanos) -> Nanos {
+        if self.0 == u64::MAX {
+            Nanos::MAX
+        } else {
+            self.saturating_sub(now)
+        }
+    }
+
     /// `ceil(value / divisor)` as nanoseconds, saturating: rounding up makes a deadline late by
     /// at most one nanosecond, never early.
     pub(crate) const fn ceil_div(value: u128, divisor: u64) -> Nanos {
@@ -82,6 +92,13 @@ mod tests {
     fn arithmetic_saturates() {
         assert_eq!(Nanos::MAX.saturating_add(Nanos(1)), Nanos::MAX);
         assert_eq!(Nanos(1).saturating_sub(Nanos(2)), Nanos::ZERO);
+    }
+
+    #[test]
+    fn a_wait_for_never_is_never() {
+        assert_eq!(Nanos(7).wait_from(Nanos(5)), Nanos(2));
+        assert_eq!(Nanos(5).wait_from(Nanos(7)), Nanos::ZERO);
+        assert_eq!(Nanos::MAX.wait_from(Nanos(7)), Nanos::MAX);
     }
 
     #[test]

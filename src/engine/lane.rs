@@ -181,7 +181,7 @@ impl<R: Rule> Lane<R> {
         let refused = if self.rule.needs_wait(cost) {
             Nanos::MAX
         } else if !self.queue.is_empty() {
-            self.projected(now, cost).saturating_sub(now)
+            self.projected(now, cost).wait_from(now)
         } else {
             match self.rule.earliest(now, cost) {
                 at if at <= now => {
@@ -189,7 +189,7 @@ impl<R: Rule> Lane<R> {
                     tally.granted += 1;
                     return Ok(());
                 }
-                at => at.saturating_sub(now),
+                at => at.wait_from(now),
             }
         };
         tally.rejected += 1;
@@ -286,7 +286,7 @@ impl<R: Rule> Lane<R> {
             };
             if at > limit {
                 tally.rejected += 1;
-                let wait = at.saturating_sub(now);
+                let wait = at.wait_from(now);
                 after.rejected = Some((cost, wait));
                 return Err(NotUntil::new(wait));
             }

@@ -259,7 +259,7 @@ impl<R: Rule> Shared<R> {
             (FastAnswer::Granted, _) => return Ok(()),
             (FastAnswer::NotUntil(when), now) => {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
-                let wait = when.saturating_sub(now);
+                let wait = when.wait_from(now);
                 After {
                     rejected: Some((cost, wait)),
                     ..After::default()
