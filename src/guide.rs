@@ -409,7 +409,7 @@
 //! async fn call_partner() -> Result<(), Box<dyn std::error::Error>> {
 //!     use std::time::Duration;
 //!     use futures_util::StreamExt;
-//!     use pacer::redis::FailurePolicy;
+//!     use pacer::redis::{FailurePolicy, TryAcquireError};
 //!     use pacer::{PaceExt, Rate, RedisRateLimiter, Shaping};
 //!
 //!     let quota = RedisRateLimiter::builder("redis://redis.internal/", "partner-api", Rate::per_second(200), 20)
@@ -420,7 +420,8 @@
 //!     println!("{} calls made", calls.count().await);
 //!     match quota.try_acquire(1).await {
 //!         Ok(()) => println!("one more"),
-//!         Err(refused) => println!("retry in {:?}", refused.retry_after()),
+//!         Err(TryAcquireError::NotUntil(refused)) => println!("retry in {:?}", refused.retry_after()),
+//!         Err(failed) => eprintln!("Redis could not decide: {failed}"),
 //!     }
 //!     Ok(())
 //! }
