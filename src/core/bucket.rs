@@ -20,7 +20,7 @@ pub(crate) enum Decision {
 }
 
 /// A token bucket: capacity `burst`, refilled at `tokens` per `per_nanos`, starting full.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Bucket {
     /// Theoretical arrival time, in time units: the bucket is full from here on.
     tat: u128,

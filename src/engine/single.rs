@@ -192,7 +192,7 @@ impl<R: Rule> Shared<R> {
         let word = self.fast.word.fetch_or(HELD, Ordering::AcqRel);
         st.held = true;
         st.taken = word;
-        if let (Some(packed), Some(bucket)) = (st.published, st.lane.rule.bucket_mut()) {
+        if let (Some(packed), Some(bucket)) = (st.published, st.lane.rule_mut().bucket_mut()) {
             packed.restore(bucket, word);
         }
     }
@@ -202,7 +202,7 @@ impl<R: Rule> Shared<R> {
         if !st.held || st.lane.waiting() > 0 {
             return;
         }
-        let Some(bucket) = st.lane.rule.plain_bucket(now) else {
+        let Some(bucket) = st.lane.rule().plain_bucket(now) else {
             return;
         };
         let unchanged = st
@@ -327,7 +327,7 @@ impl<R: Rule> Shared<R> {
         let mut st = self.lock();
         let now = self.clock(at);
         self.take(&mut st);
-        let out = f(&mut st.lane.rule, now);
+        let out = f(st.lane.rule_mut(), now);
         let after = After {
             wake: st.lane.head_waker(),
             ..After::default()
@@ -342,7 +342,7 @@ impl<R: Rule> Shared<R> {
         let mut st = self.lock();
         let now = self.now();
         self.take(&mut st);
-        let out = f(&st.lane.rule, now);
+        let out = f(st.lane.rule(), now);
         self.release(&mut st, now);
         out
     }
