@@ -714,5 +714,11 @@ fn cpu_notes(_: &mut Criterion) {
     Cases::binding().cpu_notes(&rt, "contended_binding", at_least);
 }
 
-criterion_group!(benches, uncontended, refused_with_queue, contended, cpu_notes);
+criterion_group!(
+    benches,
+    uncontended,
+    refused_with_queue,
+    contended,
+    cpu_notes
+);
 criterion_main!(benches);

@@ -588,7 +588,13 @@ pub(crate) mod testing {
     fn check<R: Rule>(lane: &mut Lane<R>, now: Nanos, costs: &[u64]) -> Result<(), TestCaseError> {
         for &cost in costs {
             let expected = projected_walk(lane, now, cost);
-            prop_assert_eq!(lane.projected(now, cost), expected, "cost {} at {:?}", cost, now);
+            prop_assert_eq!(
+                lane.projected(now, cost),
+                expected,
+                "cost {} at {:?}",
+                cost,
+                now
+            );
         }
         Ok(())
     }
@@ -618,7 +624,8 @@ pub(crate) mod testing {
                     let i = i % tickets.len();
                     let cost = lane.queue[i].cost;
                     let mut ticket = Some(tickets[i]);
-                    let step = lane.poll(&mut tally, now, &mut ticket, cost, waker, None, &mut after);
+                    let step =
+                        lane.poll(&mut tally, now, &mut ticket, cost, waker, None, &mut after);
                     if ticket.is_none() {
                         prop_assert_eq!(step, Ok(Step::Granted));
                         prop_assert_eq!(i, 0);
@@ -628,11 +635,20 @@ pub(crate) mod testing {
                 Op::Grant { late } if !tickets.is_empty() => {
                     let cost = lane.queue[0].cost;
                     let mut ticket = Some(tickets[0]);
-                    let mut step = lane.poll(&mut tally, now, &mut ticket, cost, waker, None, &mut after);
+                    let mut step =
+                        lane.poll(&mut tally, now, &mut ticket, cost, waker, None, &mut after);
                     if let Ok(Step::Wait(at)) = step {
                         if at < Nanos::MAX {
                             now = now.max(at).saturating_add(Nanos(late));
-                            step = lane.poll(&mut tally, now, &mut ticket, cost, waker, None, &mut after);
+                            step = lane.poll(
+                                &mut tally,
+                                now,
+                                &mut ticket,
+                                cost,
+                                waker,
+                                None,
+                                &mut after,
+                            );
                         }
                     }
                     if ticket.is_none() {
@@ -739,20 +755,32 @@ mod tests {
         let (mut lane, calls) = counting(Bucket::new(1, 1_000, 1));
         let mut tally = Tally::default();
         let mut after = After::default();
-        assert!(lane.try_acquire(&mut tally, Nanos::ZERO, 1, &mut after).is_ok());
+        assert!(lane
+            .try_acquire(&mut tally, Nanos::ZERO, 1, &mut after)
+            .is_ok());
         queue_up(&mut lane, &mut tally, Nanos::ZERO, 1_000);
-        assert_eq!(refused(&mut lane, &mut tally, Nanos::ZERO), Nanos(1_001_000));
+        assert_eq!(
+            refused(&mut lane, &mut tally, Nanos::ZERO),
+            Nanos(1_001_000)
+        );
         calls.set(0);
         // Time passes, but not up to the head's turn.
         for now in (0..999).step_by(10) {
             let wait = refused(&mut lane, &mut tally, Nanos(now));
             assert_eq!(wait, Nanos(1_001_000 - now));
         }
-        assert!(calls.get() <= 4 * 100, "{} calls for 100 refusals", calls.get());
+        assert!(
+            calls.get() <= 4 * 100,
+            "{} calls for 100 refusals",
+            calls.get()
+        );
         // A newcomer extends the walk by one step.
         queue_up(&mut lane, &mut tally, Nanos(999), 1);
         calls.set(0);
-        assert_eq!(refused(&mut lane, &mut tally, Nanos(999)), Nanos(1_002_000 - 999));
+        assert_eq!(
+            refused(&mut lane, &mut tally, Nanos(999)),
+            Nanos(1_002_000 - 999)
+        );
         assert!(calls.get() <= 4, "{} calls", calls.get());
     }
 
@@ -763,20 +791,36 @@ mod tests {
         let (mut lane, calls) = counting(Bucket::new(1, 1_000, 4));
         let mut tally = Tally::default();
         let mut after = After::default();
-        assert!(lane.try_acquire(&mut tally, Nanos::ZERO, 4, &mut after).is_ok());
+        assert!(lane
+            .try_acquire(&mut tally, Nanos::ZERO, 4, &mut after)
+            .is_ok());
         let tickets = queue_up(&mut lane, &mut tally, Nanos::ZERO, 1_000);
-        assert_eq!(refused(&mut lane, &mut tally, Nanos::ZERO), Nanos(1_001_000));
+        assert_eq!(
+            refused(&mut lane, &mut tally, Nanos::ZERO),
+            Nanos(1_001_000)
+        );
         calls.set(0);
         for (i, ticket) in tickets.into_iter().take(100).enumerate() {
             let due = Nanos(1_000 * (i as u64 + 1));
             let now = due.saturating_add(Nanos(if i % 3 == 0 { 0 } else { 500 }));
             let mut ticket = Some(ticket);
-            let step = lane.poll(&mut tally, now, &mut ticket, 1, Waker::noop(), None, &mut after);
+            let step = lane.poll(
+                &mut tally,
+                now,
+                &mut ticket,
+                1,
+                Waker::noop(),
+                None,
+                &mut after,
+            );
             assert_eq!(step, Ok(Step::Granted));
             // Asked after every other grant: right after it, and while the new head is
             // overdue.
             if i % 2 == 1 {
-                assert_eq!(refused(&mut lane, &mut tally, now), Nanos(1_001_000 - now.0));
+                assert_eq!(
+                    refused(&mut lane, &mut tally, now),
+                    Nanos(1_001_000 - now.0)
+                );
                 let overdue = Nanos(due.0 + 1_000 + 300);
                 assert_eq!(
                     refused(&mut lane, &mut tally, overdue),
@@ -784,7 +828,11 @@ mod tests {
                 );
             }
         }
-        assert!(calls.get() <= 100 * 20, "{} calls for 100 grants", calls.get());
+        assert!(
+            calls.get() <= 100 * 20,
+            "{} calls for 100 grants",
+            calls.get()
+        );
     }
 
     #[test]
@@ -793,15 +841,24 @@ mod tests {
         let mut tally = Tally::default();
         let mut after = After::default();
         for _ in 0..2 {
-            assert!(lane.try_acquire(&mut tally, Nanos::ZERO, 1, &mut after).is_ok());
+            assert!(lane
+                .try_acquire(&mut tally, Nanos::ZERO, 1, &mut after)
+                .is_ok());
         }
         queue_up(&mut lane, &mut tally, Nanos::ZERO, 1_000);
         assert_eq!(refused(&mut lane, &mut tally, Nanos::ZERO), Nanos(501_000));
         calls.set(0);
         for now in 0..100 {
-            assert_eq!(refused(&mut lane, &mut tally, Nanos(now)), Nanos(501_000 - now));
+            assert_eq!(
+                refused(&mut lane, &mut tally, Nanos(now)),
+                Nanos(501_000 - now)
+            );
         }
-        assert!(calls.get() <= 4 * 100, "{} calls for 100 refusals", calls.get());
+        assert!(
+            calls.get() <= 4 * 100,
+            "{} calls for 100 refusals",
+            calls.get()
+        );
     }
 
     #[test]
@@ -809,7 +866,9 @@ mod tests {
         let mut lane = Lane::new(Bucket::new(1, 1_000, 1));
         let mut tally = Tally::default();
         let mut after = After::default();
-        assert!(lane.try_acquire(&mut tally, Nanos::ZERO, 1, &mut after).is_ok());
+        assert!(lane
+            .try_acquire(&mut tally, Nanos::ZERO, 1, &mut after)
+            .is_ok());
         let mut tickets = queue_up(&mut lane, &mut tally, Nanos::ZERO, 1_000);
         // Cancel every third, from the back; poll the rest.
         for i in (0..tickets.len()).rev().step_by(3) {
@@ -817,13 +876,29 @@ mod tests {
         }
         for (i, &ticket) in tickets.iter().enumerate().skip(1) {
             let mut ticket = Some(ticket);
-            let step = lane.poll(&mut tally, Nanos::ZERO, &mut ticket, 1, Waker::noop(), None, &mut after);
+            let step = lane.poll(
+                &mut tally,
+                Nanos::ZERO,
+                &mut ticket,
+                1,
+                Waker::noop(),
+                None,
+                &mut after,
+            );
             assert_eq!(step, Ok(Step::Queued), "waiter {i}");
             assert!(ticket.is_some());
         }
         // A ticket no longer queued is taken as a new request.
         let mut gone = Some(tickets.last().copied().unwrap_or(0) + 1_000_000);
-        let step = lane.poll(&mut tally, Nanos::ZERO, &mut gone, 1, Waker::noop(), None, &mut after);
+        let step = lane.poll(
+            &mut tally,
+            Nanos::ZERO,
+            &mut gone,
+            1,
+            Waker::noop(),
+            None,
+            &mut after,
+        );
         assert_eq!(step, Ok(Step::Queued));
         assert_eq!(lane.waiting(), tickets.len() + 1);
     }
