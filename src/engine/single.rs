@@ -324,6 +324,23 @@ impl<R: Rule> Shared<R> {
 
     /// [`Shared::update`] at `at`, or at the clock's time if `None`.
     pub(crate) fn update_at<T>(&self, at: Option<Nanos>, f: impl FnOnce(&mut R, Nanos) -> T) -> T {
+        let (out, after) = self.update_deferred_at(at, f);
+        after.run();
+        out
+    }
+
+    /// [`Shared::update`], but the head of the queue is left for the caller to wake (with
+    /// [`After::run`]): a caller that holds a lock of its own wakes it after releasing that
+    /// lock, since the head's waker may do anything, even come back for it.
+    pub(crate) fn update_deferred<T>(&self, f: impl FnOnce(&mut R, Nanos) -> T) -> (T, After) {
+        self.update_deferred_at(None, f)
+    }
+
+    fn update_deferred_at<T>(
+        &self,
+        at: Option<Nanos>,
+        f: impl FnOnce(&mut R, Nanos) -> T,
+    ) -> (T, After) {
         let mut st = self.lock();
         let now = self.clock(at);
         self.take(&mut st);
@@ -333,8 +350,8 @@ impl<R: Rule> Shared<R> {
             ..After::default()
         };
         self.release(&mut st, now);
-        unlock_then(st, after);
-        out
+        drop(st);
+        (out, after)
     }
 
     /// Reads the rule at `now`.

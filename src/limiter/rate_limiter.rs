@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::{Bucket, Nanos, WarmingUp};
-use crate::engine::{Rule, Shared, Waiter};
+use crate::engine::{After, Rule, Shared, Waiter};
 use crate::error::{ConfigError, NotUntil};
 use crate::rate::Rate;
 use crate::stats::Stats;
@@ -420,7 +420,13 @@ impl RateLimiter {
     /// # }
     /// ```
     pub fn set_rate(&self, rate: Rate) {
-        self.shared.update(|limit, now| {
+        self.set_rate_deferred(rate).run();
+    }
+
+    /// [`RateLimiter::set_rate`], leaving the head waiter for the caller to wake (with
+    /// [`After::run`]) once it has released a lock of its own.
+    pub(crate) fn set_rate_deferred(&self, rate: Rate) -> After {
+        let ((), wake) = self.shared.update_deferred(|limit, now| {
             let (tokens, per) = (rate.tokens(), rate.per().as_nanos());
             match &mut limit.curve {
                 Curve::Bucket(b) => b.set_rate(now, tokens, per),
@@ -428,6 +434,7 @@ impl RateLimiter {
             }
             limit.rate = rate;
         });
+        wake
     }
 
     /// Holds at most `burst` tokens from now on, keeping the current level (capped at the new
@@ -588,7 +595,8 @@ mod tests {
                     limit.paused_until = limit.paused_until.max(until);
                 }
                 1 => {
-                    let (tokens, per) = (1 + (seed >> 8) % 3, u128::from(100 + (seed >> 16) % 5_000));
+                    let tokens = 1 + (seed >> 8) % 3;
+                    let per = u128::from(100 + (seed >> 16) % 5_000);
                     match &mut limit.curve {
                         Curve::Bucket(b) => b.set_rate(now, tokens, per),
                         Curve::WarmingUp(w) => w.set_rate(now, tokens, per),
