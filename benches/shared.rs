@@ -12,6 +12,10 @@
 //!   `BIND_BURST`, `PER_TASK_BIND` acquisitions per task (a run lasts about 30 ms), so waiters
 //!   queue and sleep. Before timing, one untimed run stamps every grant and checks that no more
 //!   were granted than `burst + rate * elapsed`, over the whole run and over every window.
+//! - `refused_with_queue`: one `try_acquire` refused because `N` waiters are queued ahead
+//!   (each an `acquire` future polled once), on one thread: the price of telling a caller when
+//!   it could go, behind a queue. The rate is one per hour, so the queue's head never falls due
+//!   during the run.
 //!
 //! The contended groups report acquisitions per second (wall time, from the barrier's release
 //! to the last task's end). Afterwards, outside criterion, each contended case runs again for at
@@ -124,6 +128,71 @@ fn uncontended(c: &mut Criterion) {
     let bucket = leaky_free(false);
     bench_try(&mut group, "leaky_bucket/try_acquire_unfair", || {
         bucket.try_acquire(1)
+    });
+    group.finish();
+}
+
+// ---------------------------------------------------------------------------------------------
+// A refused try_acquire behind a queue
+
+/// Queues `n` requests made by `acquire` (each polled once, then kept pending).
+fn queue_up<F: Future>(n: usize, mut acquire: impl FnMut() -> F) -> Vec<std::pin::Pin<Box<F>>> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    (0..n)
+        .map(|_| {
+            let mut waiter = Box::pin(acquire());
+            assert!(waiter.as_mut().poll(&mut cx).is_pending(), "not queued");
+            waiter
+        })
+        .collect()
+}
+
+/// Times `attempt`, which must be refused every time.
+fn bench_refused<A>(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, attempt: A)
+where
+    A: Fn() -> bool,
+{
+    group.bench_function(name, |b| {
+        b.iter(|| assert!(!black_box(attempt()), "{name}: granted"));
+    });
+}
+
+fn refused_with_queue(c: &mut Criterion) {
+    let rt = current_thread();
+    let _guard = rt.enter();
+    let mut group = c.benchmark_group("refused_with_queue");
+    let hour = Duration::from_secs(3600);
+
+    for n in [1, 100, 10_000] {
+        let limiter = pacer::RateLimiter::new(Rate::new(1, hour), 1);
+        assert!(limiter.try_acquire(1).is_ok());
+        let _waiters = queue_up(n, || limiter.acquire(1));
+        assert_eq!(limiter.stats().waiting, n);
+        bench_refused(&mut group, &format!("pacer/rate_limiter/{n}"), || {
+            limiter.try_acquire(1).is_ok()
+        });
+    }
+
+    let n = 1_000;
+    let limiter = pacer::RateLimiter::warming_up(Rate::new(1, hour), hour, 3.0);
+    assert!(limiter.try_acquire(1).is_ok());
+    let _waiters = queue_up(n, || limiter.acquire(1));
+    bench_refused(&mut group, &format!("pacer/warming_up/{n}"), || {
+        limiter.try_acquire(1).is_ok()
+    });
+
+    let stagger = Stagger::new(1, hour);
+    assert!(stagger.try_acquire().is_ok());
+    let _waiters = queue_up(n, || stagger.acquire());
+    bench_refused(&mut group, &format!("pacer/stagger/{n}"), || {
+        stagger.try_acquire().is_ok()
+    });
+
+    let keyed = pacer::KeyedRateLimiter::<u64>::new(Rate::new(1, hour), 1);
+    assert!(keyed.try_acquire(&7, 1).is_ok());
+    let _waiters = queue_up(n, || keyed.acquire(&7, 1));
+    bench_refused(&mut group, &format!("pacer/keyed/{n}"), || {
+        keyed.try_acquire(&7, 1).is_ok()
     });
     group.finish();
 }
@@ -645,5 +714,11 @@ fn cpu_notes(_: &mut Criterion) {
     Cases::binding().cpu_notes(&rt, "contended_binding", at_least);
 }
 
-criterion_group!(benches, uncontended, contended, cpu_notes);
+criterion_group!(
+    benches,
+    uncontended,
+    refused_with_queue,
+    contended,
+    cpu_notes
+);
 criterion_main!(benches);

@@ -528,3 +528,76 @@ fn paused_time_counts_as_neither_probing_nor_sending() {
         assert!((25.6..=32.0).contains(&r), "cut to {r}/s");
     });
 }
+
+/// A waker that, woken, asks the controller for its counters at once, as a task woken inline
+/// could (an executor that polls in `wake`, a `block_on`, a waker that logs): the controller
+/// must not wake the limiter's waiters while it holds its own lock.
+struct CallsBack {
+    adaptive: Adaptive,
+    woken: std::sync::atomic::AtomicUsize,
+}
+
+impl std::task::Wake for CallsBack {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        let _ = self.adaptive.stats();
+        self.woken.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_waiter_woken_by_a_rate_change_may_call_back_at_once() {
+    use std::future::Future;
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::task::{Context, Waker};
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    let adaptive = Adaptive::new(limiter.clone(), Rate::per_second(1), Rate::per_second(10));
+    let calls_back = Arc::new(CallsBack {
+        adaptive: adaptive.clone(),
+        woken: 0.into(),
+    });
+    let waker = Waker::from(calls_back.clone());
+    let mut cx = Context::from_waker(&waker);
+    assert!(limiter.try_acquire(1).is_ok());
+    // The head of the queue: a rate change wakes it to re-read its deadline.
+    let mut waiter = Box::pin(limiter.acquire(1));
+    assert!(waiter.as_mut().poll(&mut cx).is_pending());
+
+    // Reports on a thread of their own, given up on after a while rather than left to hang
+    // the test if they deadlock.
+    let report = |report: fn(&Adaptive)| {
+        let (done, finished) = std::sync::mpsc::channel();
+        let adaptive = adaptive.clone();
+        let handle = rt.handle().clone();
+        std::thread::spawn(move || {
+            let _guard = handle.enter();
+            report(&adaptive);
+            let _ = done.send(());
+        });
+        finished
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the report never returned: it woke a waiter under its own lock");
+    };
+
+    // A decrease.
+    report(|a| a.on_throttled(None));
+    assert_eq!(calls_back.woken.load(SeqCst), 1);
+    assert_eq!(adaptive.rate(), Rate::per_second(8));
+
+    // A rate set by hand outside the range, clamped back by the next report.
+    limiter.set_rate(Rate::per_second(50));
+    assert!(waiter.as_mut().poll(&mut cx).is_pending());
+    report(|a| a.on_success());
+    assert_eq!(calls_back.woken.load(SeqCst), 2);
+    assert_eq!(adaptive.rate(), Rate::per_second(10));
+    drop(waiter);
+}

@@ -39,7 +39,7 @@ const TOKEN_MASK: u128 = (1 << TOKEN_BITS) - 1;
 const HIGH_BITS: u32 = 128 - TOKEN_BITS;
 
 /// A token bucket: capacity `burst`, refilled at `tokens` per `per_nanos`, starting full.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Bucket {
     /// Theoretical arrival time, in time units: the bucket is full from here on. Its low 128
     /// bits; the rest are in `token_high`.

@@ -105,6 +105,23 @@ impl WarmingUp {
         wait.saturating_add((self.stable * take) as u64)
     }
 
+    /// Whether `other` is in the same state, bit for bit: the two then answer alike forever.
+    pub(crate) fn same(&self, other: &WarmingUp) -> bool {
+        let floats = |w: &WarmingUp| {
+            [
+                w.stable,
+                w.warmup,
+                w.cold_factor,
+                w.threshold,
+                w.max_permits,
+                w.slope,
+                w.stored,
+            ]
+            .map(f64::to_bits)
+        };
+        self.next_free == other.next_free && floats(self) == floats(other)
+    }
+
     fn interval_at(&self, permits_above_threshold: f64) -> f64 {
         self.stable + permits_above_threshold * self.slope
     }

@@ -70,6 +70,15 @@ impl Window {
         }
     }
 
+    /// Whether `other` is in the same state: the same limit and the same emissions remembered.
+    /// (Compared newest first, where two schedules of the same past usually differ.)
+    pub(crate) fn same(&self, other: &Window) -> bool {
+        self.k == other.k
+            && self.period == other.period
+            && self.recent.len() == other.recent.len()
+            && self.recent.iter().rev().eq(other.recent.iter().rev())
+    }
+
     /// Records an emission at `now`.
     pub(crate) fn commit(&mut self, now: Nanos) {
         if self.is_unlimited() {

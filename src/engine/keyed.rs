@@ -79,7 +79,7 @@ fn settle(lane: &Lane<Bucket>, due: &mut Option<Nanos>, now: Nanos) -> Settled {
     if lane.waiting() > 0 {
         return Settled::Keep; // scheduled again when its queue empties
     }
-    let full_at = lane.rule.full_at();
+    let full_at = lane.rule().full_at();
     if full_at <= now {
         return Settled::Forget;
     }
@@ -177,12 +177,12 @@ impl<K> KeyedState<K> {
     /// empties, as ever).
     fn sweep_all(&mut self, now: Nanos) {
         self.lanes
-            .retain(|e| e.lane.waiting() > 0 || e.lane.rule.full_at() > now);
+            .retain(|e| e.lane.waiting() > 0 || e.lane.rule().full_at() > now);
         let mut dues = Vec::with_capacity(self.lanes.len());
         for entry in self.lanes.iter_mut() {
             entry.due = None;
             if entry.lane.waiting() == 0 {
-                let at = entry.lane.rule.full_at();
+                let at = entry.lane.rule().full_at();
                 entry.due = Some(at);
                 dues.push(Reverse(Due {
                     at,
@@ -311,7 +311,7 @@ impl<K> KeyedState<K> {
         };
         let limit = limit.unwrap_or(self.default);
         let lane = entry.get_mut();
-        let bucket = &mut lane.lane.rule;
+        let bucket = lane.lane.rule_mut();
         bucket.set_rate(now, limit.rate.tokens(), limit.rate.per().as_nanos());
         bucket.set_burst(now, limit.burst);
         let head = lane.lane.head_waker();
@@ -470,7 +470,7 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
                 .lanes
                 .find(hash, |e| e.hash == hash && e.key.borrow() == key)
             {
-                Some(entry) => entry.lane.rule.available(now),
+                Some(entry) => entry.lane.rule().available(now),
                 None => st.limit(hash, key).burst,
             }
         })

@@ -16,6 +16,6 @@ pub(crate) mod single;
 mod striped;
 pub(crate) mod waiter;
 
-pub(crate) use lane::{Rule, Step};
+pub(crate) use lane::{After, Rule, Step};
 pub(crate) use single::Shared;
 pub(crate) use waiter::Waiter;

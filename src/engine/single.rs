@@ -192,7 +192,7 @@ impl<R: Rule> Shared<R> {
         let word = self.fast.word.fetch_or(HELD, Ordering::AcqRel);
         st.held = true;
         st.taken = word;
-        if let (Some(packed), Some(bucket)) = (st.published, st.lane.rule.bucket_mut()) {
+        if let (Some(packed), Some(bucket)) = (st.published, st.lane.rule_mut().bucket_mut()) {
             packed.restore(bucket, word);
         }
     }
@@ -202,7 +202,7 @@ impl<R: Rule> Shared<R> {
         if !st.held || st.lane.waiting() > 0 {
             return;
         }
-        let Some(bucket) = st.lane.rule.plain_bucket(now) else {
+        let Some(bucket) = st.lane.rule().plain_bucket(now) else {
             return;
         };
         let unchanged = st
@@ -324,17 +324,34 @@ impl<R: Rule> Shared<R> {
 
     /// [`Shared::update`] at `at`, or at the clock's time if `None`.
     pub(crate) fn update_at<T>(&self, at: Option<Nanos>, f: impl FnOnce(&mut R, Nanos) -> T) -> T {
+        let (out, after) = self.update_deferred_at(at, f);
+        after.run();
+        out
+    }
+
+    /// [`Shared::update`], but the head of the queue is left for the caller to wake (with
+    /// [`After::run`]): a caller that holds a lock of its own wakes it after releasing that
+    /// lock, since the head's waker may do anything, even come back for it.
+    pub(crate) fn update_deferred<T>(&self, f: impl FnOnce(&mut R, Nanos) -> T) -> (T, After) {
+        self.update_deferred_at(None, f)
+    }
+
+    fn update_deferred_at<T>(
+        &self,
+        at: Option<Nanos>,
+        f: impl FnOnce(&mut R, Nanos) -> T,
+    ) -> (T, After) {
         let mut st = self.lock();
         let now = self.clock(at);
         self.take(&mut st);
-        let out = f(&mut st.lane.rule, now);
+        let out = f(st.lane.rule_mut(), now);
         let after = After {
             wake: st.lane.head_waker(),
             ..After::default()
         };
         self.release(&mut st, now);
-        unlock_then(st, after);
-        out
+        drop(st);
+        (out, after)
     }
 
     /// Reads the rule at `now`.
@@ -342,7 +359,7 @@ impl<R: Rule> Shared<R> {
         let mut st = self.lock();
         let now = self.now();
         self.take(&mut st);
-        let out = f(&st.lane.rule, now);
+        let out = f(st.lane.rule(), now);
         self.release(&mut st, now);
         out
     }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::rate_limiter::RateLimiter;
+use crate::engine::After;
 use crate::error::ConfigError;
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex, MutexGuard};
@@ -341,12 +342,23 @@ impl Adaptive {
             }),
         };
         let granted_before = inner.limiter.stats().granted;
+        let mut wakes = Wakes::default();
         {
             let mut state = lock(&inner.state);
             state.granted_before = granted_before;
             let start = inner.limiter.rate();
-            Inner::restart(&inner.limiter, min, max, law, &mut state, start, 0.0);
+            Inner::restart(
+                &inner.limiter,
+                min,
+                max,
+                law,
+                &mut state,
+                start,
+                0.0,
+                &mut wakes,
+            );
         }
+        wakes.run();
         Ok(Adaptive {
             inner: Arc::new(inner),
         })
@@ -474,9 +486,24 @@ impl Inner {
         let now = Instant::now()
             .saturating_duration_since(self.origin)
             .as_secs_f64();
-        let mut st = self.lock();
+        let mut wakes = Wakes::default();
+        self.decide(&mut self.lock(), refused, retry_after, now, &mut wakes);
+        // The lock released, the limiter's head waiter re-reads its deadline.
+        wakes.run();
+    }
+
+    /// Folds one report into the state and sets the limiter's rate accordingly; the waiters
+    /// a change of rate wakes are left in `wakes`.
+    fn decide(
+        &self,
+        st: &mut State,
+        refused: bool,
+        retry_after: Option<Duration>,
+        now: f64,
+        wakes: &mut Wakes,
+    ) {
         if let Some(d) = retry_after {
-            note_pause(&mut st, now, d);
+            note_pause(st, now, d);
         }
         st.reports += 1;
         if refused {
@@ -484,7 +511,7 @@ impl Inner {
         } else {
             st.successes += 1;
         }
-        measure(self.law, &mut st, now);
+        measure(self.law, st, now);
         let mut current = self.limiter.rate();
         if current != st.set {
             // Set by hand: start over from there.
@@ -493,20 +520,20 @@ impl Inner {
                 self.min,
                 self.max,
                 self.law,
-                &mut st,
+                st,
                 current,
                 now,
+                wakes,
             );
             current = st.set;
         }
-        let st = &mut *st;
         if refused {
             let same_overload =
                 st.reports <= st.overload_until_reports && now < st.overload_until_secs;
             if same_overload {
                 return;
             }
-            self.decrease(st, current, now);
+            self.decrease(st, current, now, wakes);
         } else {
             let probing = now - st.curve_start - (paused_through(st, now) - st.curve_paused);
             let mut rate = curve(self.law, st.w_max, probing);
@@ -518,12 +545,12 @@ impl Inner {
             // gathered into steps of at least `MIN_STEP_UP` (or up to `max`).
             let set = per_second(st.set);
             if rate <= set || rate >= set * (1.0 + MIN_STEP_UP) || rate >= per_second(self.max) {
-                self.set(st, rate);
+                self.set(st, rate, wakes);
             }
         }
     }
 
-    fn decrease(&self, st: &mut State, current: Rate, now: f64) {
+    fn decrease(&self, st: &mut State, current: Rate, now: f64, wakes: &mut Wakes) {
         let current = per_second(current);
         let reference = match self.law {
             AdaptiveLaw::Aimd => current,
@@ -553,20 +580,21 @@ impl Inner {
         let waiting = self.limiter.available();
         st.overload_until_reports = st.reports.saturating_add(in_flight).saturating_add(waiting);
         st.overload_until_secs = now + OVERLOAD_MAX_SECS;
-        self.set(st, beta * reference);
+        self.set(st, beta * reference, wakes);
     }
 
     /// Sets `rate` (tokens per second), clamped, if it differs from the one in force.
-    fn set(&self, st: &mut State, rate: f64) {
+    fn set(&self, st: &mut State, rate: f64, wakes: &mut Wakes) {
         let rate = clamp(self.min, self.max, rate);
         // The same rate in another representation (20/s is 20,000 per 1,000 s) is no change.
         if rate != st.set {
             st.set = rate;
-            self.limiter.set_rate(rate);
+            wakes.defer(self.limiter.set_rate_deferred(rate));
         }
     }
 
     /// Starts the curve at `rate` (clamped), on its plateau: no decrease remembered.
+    #[allow(clippy::too_many_arguments)]
     fn restart(
         limiter: &RateLimiter,
         min: Rate,
@@ -575,6 +603,7 @@ impl Inner {
         st: &mut State,
         rate: Rate,
         now: f64,
+        wakes: &mut Wakes,
     ) {
         let clamped = if rate < min {
             min
@@ -590,7 +619,29 @@ impl Inner {
         st.overload_until_secs = f64::NEG_INFINITY;
         st.set = clamped;
         if clamped != rate {
-            limiter.set_rate(clamped);
+            wakes.defer(limiter.set_rate_deferred(clamped));
+        }
+    }
+}
+
+/// The limiter's waiters a report woke, to be woken once the controller's lock is released:
+/// a change of rate wakes the limiter's head waiter to re-read its deadline, and its waker may
+/// do anything, even call the controller back. The rate itself is set under the lock, so
+/// that concurrent reports set their rates in the order they decided them.
+#[derive(Debug, Default)]
+#[must_use]
+struct Wakes(Vec<After>);
+
+impl Wakes {
+    fn defer(&mut self, after: After) {
+        if after.wake.is_some() {
+            self.0.push(after);
+        }
+    }
+
+    fn run(self) {
+        for after in self.0 {
+            after.run();
         }
     }
 }

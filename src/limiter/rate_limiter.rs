@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::{Bucket, Nanos, WarmingUp};
-use crate::engine::{Rule, Shared, Waiter};
+use crate::engine::{After, Rule, Shared, Waiter};
 use crate::error::{ConfigError, NotUntil};
 use crate::rate::Rate;
 use crate::stats::Stats;
@@ -60,6 +60,14 @@ impl Rule for Limit {
             Curve::Bucket(b) => Rule::needs_wait(b, cost),
             Curve::WarmingUp(w) => Rule::needs_wait(w, cost),
         }
+    }
+    fn same(&self, other: &Self) -> bool {
+        let curve = match (&self.curve, &other.curve) {
+            (Curve::Bucket(a), Curve::Bucket(b)) => Rule::same(a, b),
+            (Curve::WarmingUp(a), Curve::WarmingUp(b)) => Rule::same(a, b),
+            _ => false,
+        };
+        curve && self.paused_until == other.paused_until && self.rate == other.rate
     }
     fn plain_bucket(&self, now: Nanos) -> Option<&Bucket> {
         match &self.curve {
@@ -412,7 +420,13 @@ impl RateLimiter {
     /// # }
     /// ```
     pub fn set_rate(&self, rate: Rate) {
-        self.shared.update(|limit, now| {
+        self.set_rate_deferred(rate).run();
+    }
+
+    /// [`RateLimiter::set_rate`], leaving the head waiter for the caller to wake (with
+    /// [`After::run`]) once it has released a lock of its own.
+    pub(crate) fn set_rate_deferred(&self, rate: Rate) -> After {
+        let ((), wake) = self.shared.update_deferred(|limit, now| {
             let (tokens, per) = (rate.tokens(), rate.per().as_nanos());
             match &mut limit.curve {
                 Curve::Bucket(b) => b.set_rate(now, tokens, per),
@@ -420,6 +434,7 @@ impl RateLimiter {
             }
             limit.rate = rate;
         });
+        wake
     }
 
     /// Holds at most `burst` tokens from now on, keeping the current level (capped at the new
@@ -582,5 +597,53 @@ impl std::fmt::Debug for RateLimiter {
         f.debug_struct("RateLimiter")
             .field("id", &Arc::as_ptr(&self.shared))
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::engine::lane::testing::{ops, replay};
+
+    proptest! {
+        /// The waiter queue's projection (how long a refused request would wait behind it)
+        /// is the walk down the queue, with pauses and changes of rate and burst, for either
+        /// curve.
+        #[test]
+        fn the_queue_projection_is_the_walk(
+            warm in any::<bool>(),
+            tokens in 1u64..4,
+            per in 100u64..5_000,
+            burst in 1u64..5,
+            ops in ops(6, 3_000),
+        ) {
+            let curve = if warm {
+                Curve::WarmingUp(WarmingUp::new(tokens, u128::from(per), Nanos(10_000), 3.0))
+            } else {
+                Curve::Bucket(Bucket::new(tokens, u128::from(per), burst))
+            };
+            let rate = Rate::new(tokens, Duration::from_nanos(per));
+            replay(Limit::new(curve, rate), &ops, 6, |limit, now, seed| match seed % 3 {
+                0 => {
+                    let until = now.saturating_add(Nanos((seed >> 8) % 10_000));
+                    limit.paused_until = limit.paused_until.max(until);
+                }
+                1 => {
+                    let tokens = 1 + (seed >> 8) % 3;
+                    let per = u128::from(100 + (seed >> 16) % 5_000);
+                    match &mut limit.curve {
+                        Curve::Bucket(b) => b.set_rate(now, tokens, per),
+                        Curve::WarmingUp(w) => w.set_rate(now, tokens, per),
+                    }
+                }
+                _ => {
+                    if let Curve::Bucket(b) = &mut limit.curve {
+                        b.set_burst(now, 1 + (seed >> 8) % 5);
+                    }
+                }
+            })?;
+        }
     }
 }
