@@ -105,6 +105,9 @@ struct Due {
 /// Entries the key table and the forget-heap keep room for when they shrink.
 const KEEP_CAPACITY: usize = 64;
 
+/// A limit to set, with how to own the key if it has no limit yet; or `None`, to clear it.
+type LimitChange<Q, K> = Option<(KeyLimit, fn(&Q) -> K)>;
+
 /// What the mutex guards.
 struct KeyedState<K> {
     default: KeyLimit,
@@ -276,7 +279,7 @@ impl<K> KeyedState<K> {
         &mut self,
         hash: u64,
         key: &Q,
-        limit: Option<(KeyLimit, fn(&Q) -> K)>,
+        limit: LimitChange<Q, K>,
         now: Nanos,
     ) -> Option<Option<Waker>>
     where
@@ -444,7 +447,7 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         self.change_limit(key, None);
     }
 
-    fn change_limit<Q>(&self, key: &Q, limit: Option<(KeyLimit, fn(&Q) -> K)>)
+    fn change_limit<Q>(&self, key: &Q, limit: LimitChange<Q, K>)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
