@@ -37,6 +37,9 @@ use crate::stats::Stats;
 use crate::sync::{lock, Mutex};
 use crate::timer;
 
+/// A key's new limit (`None`: back to the default), with how to own the key if it has none yet.
+type LimitChange<Q, K> = Option<(KeyLimit, fn(&Q) -> K)>;
+
 /// A rate and a burst: the limit of one key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct KeyLimit {
@@ -276,7 +279,7 @@ impl<K> KeyedState<K> {
         &mut self,
         hash: u64,
         key: &Q,
-        limit: Option<(KeyLimit, fn(&Q) -> K)>,
+        limit: LimitChange<Q, K>,
         now: Nanos,
     ) -> Option<Option<Waker>>
     where
@@ -444,7 +447,7 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         self.change_limit(key, None);
     }
 
-    fn change_limit<Q>(&self, key: &Q, limit: Option<(KeyLimit, fn(&Q) -> K)>)
+    fn change_limit<Q>(&self, key: &Q, limit: LimitChange<Q, K>)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,

@@ -20,8 +20,10 @@
 //! ```
 
 mod limiter;
+mod policy;
+mod script;
 
 pub use limiter::{
-    FailurePolicy, RedisQuotaError, RedisRateLimiter, RedisRateLimiterBuilder, RedisStats,
-    TryAcquireError,
+    RedisQuotaError, RedisRateLimiter, RedisRateLimiterBuilder, RedisStats, TryAcquireError,
 };
+pub use policy::FailurePolicy;
