@@ -97,7 +97,7 @@ pub use mode::{Enforcing, Shaping};
 pub use rate::Rate;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::RedisRateLimiter;
+pub use redis::{RedisKeyedRateLimiter, RedisRateLimiter};
 pub use sink::PaceSinkExt;
 pub use stats::Stats;
 pub use stream::PaceExt;

@@ -178,6 +178,12 @@ local function refuse(tokens)
   return { 0, 0, wait_us(math.max(0, tokens - level)) }
 end
 if not reserve then
+  if cost > burst then
+    -- Never without waiting (a limit set for the key may be below the client's burst).
+    local refused = refuse(cost)
+    refused[3] = NEVER_US
+    return refused
+  end
   return refuse(cost)
 end
 -- Reserve: charge now, use once the level would have reached what is taken. For a cost above

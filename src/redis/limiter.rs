@@ -18,8 +18,8 @@ use tokio::time::Instant;
 
 use super::policy::{self, FailurePolicy, Fallback};
 use super::script::{
-    bump, is_reply_error, round_down, round_up, wait_from_us, Answer, Call, Counters, Failure,
-    Reply, REPLY_BACKOFF_MAX, REPLY_RETRY, SCRIPT,
+    bump, round_down, round_up, wait_from_us, Answer, Call, Counters, Failure, Reply,
+    REPLY_BACKOFF_MAX, REPLY_RETRY, SCRIPT,
 };
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
@@ -505,22 +505,7 @@ impl RedisRateLimiter {
     /// Sorts a failed call into an outage or a reply error, and counts (and, for a reply
     /// error, logs) it.
     fn failure(&self, e: redis::RedisError, cost: u64) -> Failure {
-        if is_reply_error(&e) {
-            bump(&self.inner.counters.reply_errors);
-            #[cfg(feature = "tracing")]
-            tracing::error!(
-                key = %self.inner.key,
-                cost,
-                error = %e,
-                "pacer: Redis answered the quota's script with an error; nothing granted"
-            );
-            #[cfg(not(feature = "tracing"))]
-            let _ = cost;
-            Failure::Reply(e)
-        } else {
-            bump(&self.inner.counters.errors);
-            Failure::Outage(e)
-        }
+        Failure::classify(e, &self.inner.counters, &self.inner.key, cost)
     }
 
     /// Whether `cost` can never be granted: even from a full bucket, its debt beyond the burst

@@ -17,7 +17,7 @@ pub(crate) const SCRIPT: &str = include_str!("gcra.lua");
 /// connection refused, dropped or timed out) or answered that it cannot serve anyone now
 /// (`LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, `TRYAGAIN`, `CLUSTERDOWN`, `OOM`, `MISCONF`,
 /// `NOREPLICAS`), which are outages.
-pub(crate) fn is_reply_error(e: &redis::RedisError) -> bool {
+fn is_reply_error(e: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind};
     match e.kind() {
         ErrorKind::Server(
@@ -61,6 +61,34 @@ pub(crate) enum Failure {
 
 /// The longest pause between two attempts of a waiting stream whose requests Redis answers
 /// with an error; the first is 100 ms.
+impl Failure {
+    /// Sorts a failed call on `key` into an outage or a reply error, and counts (and, for a
+    /// reply error, logs) it.
+    pub(crate) fn classify(
+        e: redis::RedisError,
+        counters: &Counters,
+        key: &str,
+        cost: u64,
+    ) -> Failure {
+        if is_reply_error(&e) {
+            bump(&counters.reply_errors);
+            #[cfg(feature = "tracing")]
+            tracing::error!(
+                key = %key,
+                cost,
+                error = %e,
+                "pacer: Redis answered the quota's script with an error; nothing granted"
+            );
+            #[cfg(not(feature = "tracing"))]
+            let _ = (key, cost);
+            Failure::Reply(e)
+        } else {
+            bump(&counters.errors);
+            Failure::Outage(e)
+        }
+    }
+}
+
 pub(crate) const REPLY_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// The wait an enforcing stream is told when Redis answered its request with an error.

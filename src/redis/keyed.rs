@@ -1,0 +1,846 @@
+//! [`RedisKeyedRateLimiter`]: one token bucket per key, kept in Redis, shared by every process.
+//!
+//! Each key is [`RedisRateLimiter`](super::RedisRateLimiter)'s bucket under its own Redis key,
+//! evaluated by the same script; a key's own limit lives in a hash beside it.
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::fmt::{self, Display, Write as _};
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use tokio::time::Instant;
+
+use super::limiter::{RedisQuotaError, TryAcquireError};
+use super::policy::{self, FailurePolicy, Fallback};
+use super::script::{bump, wait_from_us, Answer, Call, Counters, Failure, Reply, SCRIPT};
+use crate::core::Nanos;
+use crate::error::{ConfigError, NotUntil};
+use crate::limiter::KeyedRateLimiter;
+use crate::rate::Rate;
+use crate::sync::{lock, Mutex};
+
+/// Counters of a [`RedisKeyedRateLimiter`] in this process, over all its keys.
+///
+/// # Examples
+///
+/// ```
+/// let stats = pacer::redis::RedisKeyedStats::default();
+/// assert_eq!((stats.round_trips, stats.keys), (0, 0));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisKeyedStats {
+    /// Script calls sent to Redis (successful or not), limit changes included.
+    pub round_trips: u64,
+    /// Acquisitions granted, from Redis or from the fail-open fallback.
+    pub granted: u64,
+    /// Acquisitions granted by the fail-open fallback while Redis was unreachable.
+    pub fallback: u64,
+    /// `try_acquire` calls refused, and `acquire_timeout` calls that timed out.
+    pub rejected: u64,
+    /// Round trips that failed for an outage (Redis unreachable, slow or restarting).
+    pub errors: u64,
+    /// Round trips that Redis answered with an error (a key of another type, a refused
+    /// command): not outages, each also logged at error level with the `tracing` feature.
+    pub reply_errors: u64,
+    /// Keys this process holds local state for now: those with an acquisition in flight.
+    /// A key's local state is dropped as soon as nothing uses it.
+    pub keys: usize,
+}
+
+/// What this process keeps for one key while it is in use.
+#[derive(Default)]
+struct KeyLocal {
+    /// Acquisitions in flight.
+    users: usize,
+}
+
+struct Inner<K> {
+    conn: ConnectionManager,
+    script: redis::Script,
+    /// The prefix, escaped as a key is.
+    prefix: String,
+    rate: Rate,
+    burst: u64,
+    /// Microseconds per token, the script's unit: the default limit.
+    interval_us: f64,
+    policy: FailurePolicy,
+    /// Under `FailOpen`, during an outage: a local keyed limiter at `share` of the default
+    /// limit.
+    fallback: Mutex<Fallback<KeyedRateLimiter<K>>>,
+    keys: Mutex<HashMap<K, KeyLocal>>,
+    counters: Counters,
+}
+
+/// One token bucket per key, shared by every process that uses the same Redis and prefix: a
+/// quota per tenant, per user or per partner across a fleet.
+///
+/// Each key has [`RedisRateLimiter`](crate::RedisRateLimiter)'s semantics: capacity `burst`,
+/// starts full, refills at `rate`, evaluated atomically by the same Lua script on Redis's
+/// clock; waiting is a reservation (charged at once in Redis, then waited for locally, so that
+/// waiters across processes are served in the order their requests reached Redis); Redis
+/// faults follow the [`FailurePolicy`], and a reply error (a key of another type) is not an
+/// outage (see [outages and reply errors](crate::RedisRateLimiter#outages-and-reply-errors)).
+/// And it has [`KeyedRateLimiter`]'s per-key semantics: keys are independent, a key may be
+/// given its own limit ([`set_limit`](RedisKeyedRateLimiter::set_limit)), and keys are
+/// borrowed (`&str` for `String` keys).
+///
+/// # Keys in Redis
+///
+/// A key is turned into bytes by its [`Display`] form (so `String`, `&str` and the integers
+/// all work), with `%`, `{`, `}` and `:` percent-encoded (`%25`, `%7B`, `%7D`, `%3A`), as is
+/// the prefix. Key `k` under prefix `p` keeps its bucket in the Redis key `{p:k}` and its own
+/// limit, if any, in the hash `{p:k}:limit`; the braces are a Redis Cluster hash tag, so both
+/// live in one slot. Two keys whose `Display` forms are equal share a bucket.
+///
+/// A key's bucket expires from Redis once it would be full again, so idle keys cost nothing;
+/// its own limit is configuration and does not expire. This process keeps local state for a
+/// key only while an acquisition of it is in flight ([`RedisKeyedStats::keys`]).
+///
+/// Within a process, waiters of one key are served in the order their requests reach Redis,
+/// which for concurrent requests is not necessarily the order they were made. Under
+/// `FailOpen`, the fallback grants each key `share` of the *default* limit: limits set with
+/// `set_limit` are not known locally.
+///
+/// # Examples
+///
+/// ```no_run
+/// use pacer::{Rate, RedisKeyedRateLimiter};
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let per_tenant: RedisKeyedRateLimiter<String> =
+///     RedisKeyedRateLimiter::builder("redis://127.0.0.1/", "tenants", Rate::per_second(10), 5)
+///         .build()?;
+/// per_tenant.acquire("acme", 1).await?;
+/// // A bigger tenant, for every process at once:
+/// per_tenant.set_limit("globex", Rate::per_second(100), 50).await?;
+/// if let Err(refused) = per_tenant.try_acquire("acme", 1).await {
+///     println!("not now: {refused}");
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisKeyedRateLimiter<K> {
+    inner: Arc<Inner<K>>,
+}
+
+impl<K> Clone for RedisKeyedRateLimiter<K> {
+    fn clone(&self) -> Self {
+        RedisKeyedRateLimiter {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<K> fmt::Debug for RedisKeyedRateLimiter<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisKeyedRateLimiter")
+            .field("prefix", &self.inner.prefix)
+            .field("rate", &self.inner.rate)
+            .field("burst", &self.inner.burst)
+            .field("policy", &self.inner.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`RedisKeyedRateLimiter`]; see [`RedisKeyedRateLimiter::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use pacer::redis::FailurePolicy;
+/// use pacer::{Rate, RedisKeyedRateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let per_user = RedisKeyedRateLimiter::<u64>::builder("redis://127.0.0.1/", "users", Rate::per_second(5), 5)
+///     .failure_policy(FailurePolicy::FailOpen { share: 0.25 })
+///     .response_timeout(Duration::from_millis(100))
+///     .build()
+///     .expect("a valid configuration");
+/// # let _ = per_user;
+/// # }
+/// ```
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct RedisKeyedRateLimiterBuilder<K> {
+    url: String,
+    prefix: String,
+    rate: Rate,
+    burst: u64,
+    policy: FailurePolicy,
+    response_timeout: Duration,
+    key: PhantomData<fn() -> K>,
+}
+
+impl<K> fmt::Debug for RedisKeyedRateLimiterBuilder<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisKeyedRateLimiterBuilder")
+            .field("url", &self.url)
+            .field("prefix", &self.prefix)
+            .field("rate", &self.rate)
+            .field("burst", &self.burst)
+            .field("policy", &self.policy)
+            .field("response_timeout", &self.response_timeout)
+            .finish()
+    }
+}
+
+impl<K> RedisKeyedRateLimiterBuilder<K> {
+    /// What to do while Redis is unreachable (default: [`FailurePolicy::default`]). Under
+    /// `FailOpen`, each key falls back to `share` of the default limit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::redis::FailurePolicy;
+    /// use pacer::{Rate, RedisKeyedRateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let builder = RedisKeyedRateLimiter::<String>::builder("redis://127.0.0.1/", "t", Rate::per_second(5), 5)
+    ///     .failure_policy(FailurePolicy::FailOpen { share: 0.5 });
+    /// assert!(builder.build().is_ok());
+    /// # }
+    /// ```
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// How long one round trip (and one connection attempt) may take before it counts as an
+    /// outage (default 250 ms); it must be positive, as for
+    /// [`RedisRateLimiterBuilder::response_timeout`](super::RedisRateLimiterBuilder::response_timeout).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{Rate, RedisKeyedRateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let builder = RedisKeyedRateLimiter::<String>::builder("redis://127.0.0.1/", "t", Rate::per_second(5), 5)
+    ///     .response_timeout(Duration::ZERO);
+    /// assert!(builder.build().is_err());
+    /// # }
+    /// ```
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Builds the limiter, with one connection (reconnecting by itself) shared by every key
+    /// and clone. Nothing is sent to Redis until the first request, so this succeeds while
+    /// Redis is down; it needs a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisQuotaError::Config`] for a zero burst, a `FailOpen` share outside `(0, 1]` or a
+    /// zero response timeout; [`RedisQuotaError::Client`] for an invalid URL.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Rate, RedisKeyedRateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let zero = RedisKeyedRateLimiter::<u64>::builder("redis://127.0.0.1/", "t", Rate::per_second(5), 0);
+    /// assert!(zero.build().is_err());
+    /// # }
+    /// ```
+    pub fn build(self) -> Result<RedisKeyedRateLimiter<K>, RedisQuotaError> {
+        policy::validate(self.burst, self.response_timeout, None, self.policy)?;
+        let conn = policy::connect(&self.url, self.response_timeout)?;
+        Ok(RedisKeyedRateLimiter {
+            inner: Arc::new(Inner {
+                conn,
+                script: redis::Script::new(SCRIPT),
+                prefix: escape(&self.prefix),
+                rate: self.rate,
+                burst: self.burst,
+                interval_us: policy::interval_us(self.rate),
+                policy: self.policy,
+                fallback: Mutex::new(Fallback::default()),
+                keys: Mutex::new(HashMap::new()),
+                counters: Counters::default(),
+            }),
+        })
+    }
+}
+
+/// `s` with `%`, `{`, `}` and `:` percent-encoded, so that neither a hash tag nor the
+/// separator can be forged.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '%' | '{' | '}' | ':' => {
+                let _ = write!(out, "%{:02X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The Redis keys of one key: its bucket and its own limit.
+struct RedisKeys {
+    state: String,
+    limit: String,
+}
+
+/// How a waiting acquisition ended without a grant.
+enum WaitError {
+    Quota(RedisQuotaError),
+    Refused(NotUntil),
+}
+
+/// A grant not used yet: given back (in the background) if its waiter goes away.
+struct Reserved<'a, K> {
+    inner: &'a Arc<Inner<K>>,
+    keys: &'a RedisKeys,
+    tokens: u64,
+}
+
+impl<K> Drop for Reserved<'_, K> {
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (conn, script) = (self.inner.conn.clone(), self.inner.script.clone());
+        let (state, limit) = (self.keys.state.clone(), self.keys.limit.clone());
+        let (interval_us, burst, back) = (self.inner.interval_us, self.inner.burst, self.tokens);
+        runtime.spawn(async move {
+            let call = Call {
+                key: &state,
+                limit_key: Some(&limit),
+                interval_us,
+                burst,
+                amounts: (0, 0, back),
+                mode: "try",
+                max_wait_us: None,
+                new_limit: None,
+            };
+            // If it fails, the tokens stay taken: on the quota's side.
+            let _ = call.run(&script, conn).await;
+        });
+    }
+}
+
+/// This process's hold on a key's local state while an acquisition is in flight.
+struct Hold<'a, K, Q>
+where
+    K: Borrow<Q> + Hash + Eq,
+    Q: Hash + Eq + ?Sized,
+{
+    inner: &'a Inner<K>,
+    key: &'a Q,
+}
+
+impl<K, Q> Drop for Hold<'_, K, Q>
+where
+    K: Borrow<Q> + Hash + Eq,
+    Q: Hash + Eq + ?Sized,
+{
+    fn drop(&mut self) {
+        let mut keys = lock(&self.inner.keys);
+        if let Some(local) = keys.get_mut(self.key) {
+            local.users -= 1;
+            if local.users == 0 {
+                keys.remove(self.key);
+            }
+        }
+    }
+}
+
+impl<K> RedisKeyedRateLimiter<K>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+{
+    /// A builder for per-key quotas under `prefix` on the Redis at `url`: each key has `burst`
+    /// tokens refilled at `rate` (unless [`set_limit`](RedisKeyedRateLimiter::set_limit) gave
+    /// it its own), failing closed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Rate, RedisKeyedRateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let per_ip: RedisKeyedRateLimiter<String> =
+    ///     RedisKeyedRateLimiter::builder("redis://127.0.0.1/", "ip", Rate::per_minute(60), 10)
+    ///         .build()
+    ///         .unwrap();
+    /// # let _ = per_ip;
+    /// # }
+    /// ```
+    pub fn builder(
+        url: &str,
+        prefix: &str,
+        rate: Rate,
+        burst: u64,
+    ) -> RedisKeyedRateLimiterBuilder<K> {
+        RedisKeyedRateLimiterBuilder {
+            url: url.to_owned(),
+            prefix: prefix.to_owned(),
+            rate,
+            burst,
+            policy: FailurePolicy::default(),
+            response_timeout: Duration::from_millis(250),
+            key: PhantomData,
+        }
+    }
+
+    fn redis_keys<Q: Display + ?Sized>(&self, key: &Q) -> RedisKeys {
+        let state = format!("{{{}:{}}}", self.inner.prefix, escape(&key.to_string()));
+        let limit = format!("{state}:limit");
+        RedisKeys { state, limit }
+    }
+
+    fn hold<'a, Q>(&'a self, key: &'a Q) -> Hold<'a, K, Q>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let mut keys = lock(&self.inner.keys);
+        match keys.get_mut(key) {
+            Some(local) => local.users += 1,
+            None => {
+                keys.insert(key.to_owned(), KeyLocal { users: 1 });
+            }
+        }
+        Hold {
+            inner: &self.inner,
+            key,
+        }
+    }
+
+    async fn call(&self, call: Call<'_>) -> Result<Reply, Failure> {
+        let inner = &self.inner;
+        bump(&inner.counters.round_trips);
+        call.run(&inner.script, inner.conn.clone())
+            .await
+            .map_err(|e| Failure::classify(e, &inner.counters, call.key, call.amounts.0))
+    }
+
+    /// One script call on `keys`: take `cost`, reserving (granted with a wait of at most
+    /// `max_wait_us`, if given) or only trying.
+    async fn round_trip(
+        &self,
+        keys: &RedisKeys,
+        cost: u64,
+        reserve: bool,
+        max_wait_us: Option<u64>,
+    ) -> Result<Answer, Failure> {
+        let reply = self
+            .call(Call {
+                key: &keys.state,
+                limit_key: Some(&keys.limit),
+                interval_us: self.inner.interval_us,
+                burst: self.inner.burst,
+                amounts: (cost, cost, 0),
+                mode: if reserve { "reserve" } else { "try" },
+                max_wait_us,
+                new_limit: None,
+            })
+            .await?;
+        Ok(match reply {
+            (0, _, wait_us) => Answer::Refused {
+                wait: wait_from_us(wait_us),
+            },
+            (_, _, wait_us) => Answer::Granted {
+                surplus: 0,
+                wait: wait_from_us(wait_us),
+            },
+        })
+    }
+
+    fn fallback(&self) -> Option<KeyedRateLimiter<K>> {
+        lock(&self.inner.fallback).current()
+    }
+
+    fn open_fallback(&self, share: f64) {
+        let (rate, burst) = policy::share_of(self.inner.rate, self.inner.burst, share);
+        lock(&self.inner.fallback).open(|| KeyedRateLimiter::new(rate, burst));
+    }
+
+    fn recovered(&self) {
+        lock(&self.inner.fallback).recovered();
+    }
+
+    /// Waits until `key`'s quota grants `cost` tokens.
+    ///
+    /// Under [`FailurePolicy::FailOpen`] the local fallback grants while Redis is unreachable;
+    /// under [`FailurePolicy::FailClosed`] this waits for Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisQuotaError::Unavailable`] once Redis has been unreachable for the fail-closed
+    /// deadline; [`RedisQuotaError::Reply`] at once when Redis answers with an error (a key of
+    /// another type, a refused command), whatever the policy. Nothing was taken.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(quota: pacer::RedisKeyedRateLimiter<String>) -> Result<(), pacer::redis::RedisQuotaError> {
+    /// quota.acquire("tenant-7", 1).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), RedisQuotaError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
+    {
+        match self.wait(key, cost, None).await {
+            Ok(()) => Ok(()),
+            Err(WaitError::Quota(e)) => Err(e),
+            // Without a deadline nothing is refused.
+            Err(WaitError::Refused(_)) => unreachable!("acquire without a deadline refused"),
+        }
+    }
+
+    /// Waits until `key`'s quota grants `cost` tokens, if that can be within `timeout`;
+    /// otherwise returns at once, having taken nothing.
+    ///
+    /// A request that Redis would make wait longer than `timeout` is refused without being
+    /// charged (in one round trip); one granted with a shorter wait is waited for.
+    ///
+    /// # Errors
+    ///
+    /// [`TryAcquireError::NotUntil`] when the cost cannot be had within `timeout`, with how
+    /// long until it could be (also while Redis is unreachable past `timeout` under
+    /// `FailClosed`); [`TryAcquireError::Reply`] when Redis answers with an error.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # async fn demo(quota: pacer::RedisKeyedRateLimiter<u64>) {
+    /// match quota.acquire_timeout(&42, 1, Duration::from_millis(50)).await {
+    ///     Ok(()) => println!("go"),
+    ///     Err(e) => println!("not within 50 ms: {e}"),
+    /// }
+    /// # }
+    /// ```
+    pub async fn acquire_timeout<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        timeout: Duration,
+    ) -> Result<(), TryAcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
+    {
+        let deadline = Instant::now().checked_add(timeout);
+        match self.wait(key, cost, Some(deadline)).await {
+            Ok(()) => Ok(()),
+            Err(WaitError::Refused(refused)) => {
+                bump(&self.inner.counters.rejected);
+                Err(TryAcquireError::NotUntil(refused))
+            }
+            Err(WaitError::Quota(RedisQuotaError::Reply(e))) => Err(TryAcquireError::Reply(e)),
+            Err(WaitError::Quota(_)) => unreachable!("a timed wait ends by its deadline"),
+        }
+    }
+
+    /// The wait of `acquire` (`deadline: None`) and `acquire_timeout` (`Some(deadline)`,
+    /// `Some(None)` being a deadline beyond time).
+    async fn wait<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        deadline: Option<Option<Instant>>,
+    ) -> Result<(), WaitError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
+    {
+        let counters = &self.inner.counters;
+        if cost == 0 {
+            bump(&counters.granted);
+            return Ok(());
+        }
+        let _hold = self.hold(key);
+        let keys = self.redis_keys(key);
+        let mut backoff = Duration::from_millis(10);
+        let mut failing_since: Option<Instant> = None;
+        let left = |now: Instant| match deadline {
+            Some(Some(d)) => Some(d.saturating_duration_since(now)),
+            _ => None,
+        };
+        loop {
+            if let Some(fallback) = self.fallback() {
+                match deadline {
+                    None => fallback.acquire(key, cost).await,
+                    Some(_) => {
+                        let timeout = left(Instant::now()).unwrap_or(Duration::MAX);
+                        fallback
+                            .acquire_timeout(key, cost, timeout)
+                            .await
+                            .map_err(WaitError::Refused)?;
+                    }
+                }
+                bump(&counters.granted);
+                bump(&counters.fallback);
+                return Ok(());
+            }
+            let attempt = Instant::now();
+            let max_wait_us =
+                left(attempt).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+            match self.round_trip(&keys, cost, true, max_wait_us).await {
+                Ok(Answer::Granted { wait, .. }) => {
+                    self.recovered();
+                    let reserved = Reserved {
+                        inner: &self.inner,
+                        keys: &keys,
+                        tokens: cost,
+                    };
+                    if wait == Nanos::MAX {
+                        std::future::pending::<()>().await;
+                    } else if wait > Nanos::ZERO {
+                        tokio::time::sleep(wait.to_duration()).await;
+                    }
+                    std::mem::forget(reserved);
+                    bump(&counters.granted);
+                    return Ok(());
+                }
+                Ok(Answer::Refused { wait }) => {
+                    self.recovered();
+                    if deadline.is_some() {
+                        return Err(WaitError::Refused(NotUntil::new(wait)));
+                    }
+                    // A reservation without a deadline is never refused; should the script
+                    // say so, wait and ask again.
+                    let wait = wait.to_duration().min(Duration::from_secs(1));
+                    tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
+                }
+                Err(Failure::Reply(e)) => return Err(WaitError::Quota(RedisQuotaError::Reply(e))),
+                Err(Failure::Outage(e)) => {
+                    let since = *failing_since.get_or_insert(attempt);
+                    match self.inner.policy {
+                        FailurePolicy::FailClosed {
+                            max_backoff,
+                            deadline: give_up_after,
+                        } => {
+                            let mut pause = backoff;
+                            if let Some(left) = left(Instant::now()) {
+                                if left.is_zero() {
+                                    return Err(WaitError::Refused(NotUntil::after(backoff)));
+                                }
+                                pause = pause.min(left);
+                            } else if deadline.is_none() && since.elapsed() >= give_up_after {
+                                return Err(WaitError::Quota(RedisQuotaError::Unavailable(e)));
+                            }
+                            tokio::time::sleep(pause).await;
+                            backoff = (backoff * 2).min(max_backoff.max(Duration::from_millis(1)));
+                        }
+                        FailurePolicy::FailOpen { share } => self.open_fallback(share),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Grants `cost` of `key`'s quota if it holds it now; one round trip. A refusal writes
+    /// nothing to Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`TryAcquireError::NotUntil`], a refusal, with how long until the cost could be granted
+    /// ([`NotUntil::is_never`] for a cost above the key's burst); while Redis is unreachable,
+    /// under `FailClosed` a refusal with the retry backoff, under `FailOpen` the fallback's
+    /// answer. [`TryAcquireError::Reply`] when Redis answers with an error.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use pacer::redis::TryAcquireError;
+    ///
+    /// # async fn demo(quota: pacer::RedisKeyedRateLimiter<String>) {
+    /// match quota.try_acquire("tenant-7", 1).await {
+    ///     Ok(()) => println!("go"),
+    ///     Err(TryAcquireError::NotUntil(refused)) => println!("retry in {:?}", refused.retry_after()),
+    ///     Err(failed) => eprintln!("the quota is broken: {failed}"),
+    /// }
+    /// # }
+    /// ```
+    pub async fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), TryAcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
+    {
+        let counters = &self.inner.counters;
+        if cost == 0 {
+            bump(&counters.granted);
+            return Ok(());
+        }
+        let answer = if let Some(fallback) = self.fallback() {
+            let answer = fallback.try_acquire(key, cost);
+            if answer.is_ok() {
+                bump(&counters.fallback);
+            }
+            answer
+        } else {
+            let _hold = self.hold(key);
+            let keys = self.redis_keys(key);
+            match self.round_trip(&keys, cost, false, None).await {
+                Ok(Answer::Granted { .. }) => {
+                    self.recovered();
+                    Ok(())
+                }
+                Ok(Answer::Refused { wait }) => {
+                    self.recovered();
+                    Err(NotUntil::new(wait))
+                }
+                Err(Failure::Reply(e)) => return Err(TryAcquireError::Reply(e)),
+                Err(Failure::Outage(_)) => match self.inner.policy {
+                    FailurePolicy::FailOpen { share } => {
+                        self.open_fallback(share);
+                        drop(_hold);
+                        return Box::pin(self.try_acquire(key, cost)).await;
+                    }
+                    FailurePolicy::FailClosed { .. } => {
+                        Err(NotUntil::after(Duration::from_millis(10)))
+                    }
+                },
+            }
+        };
+        bump(if answer.is_ok() {
+            &counters.granted
+        } else {
+            &counters.rejected
+        });
+        answer.map_err(TryAcquireError::NotUntil)
+    }
+
+    /// Gives `key` its own limit, for every process: stored in Redis beside the key's bucket
+    /// (it does not expire), and read by every process's next request for the key. The key
+    /// keeps its level, in tokens (at most the new burst); a full bucket stays full.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisQuotaError::Config`] for a zero burst; [`RedisQuotaError::Reply`] when Redis
+    /// answers with an error; [`RedisQuotaError::Unavailable`] when Redis cannot be reached
+    /// (at once: no failure policy applies to a change of configuration).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use pacer::Rate;
+    ///
+    /// # async fn demo(quota: pacer::RedisKeyedRateLimiter<String>) -> Result<(), pacer::redis::RedisQuotaError> {
+    /// quota.set_limit("premium", Rate::per_second(100), 20).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn set_limit<Q>(&self, key: &Q, rate: Rate, burst: u64) -> Result<(), RedisQuotaError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
+    {
+        if burst == 0 {
+            return Err(RedisQuotaError::Config(ConfigError::ZeroBurst));
+        }
+        self.change_limit(key, Some((policy::interval_us(rate), burst)))
+            .await
+    }
+
+    /// Gives `key` the default limit again, for every process, keeping its level (at most the
+    /// default burst).
+    ///
+    /// # Errors
+    ///
+    /// As [`set_limit`](RedisKeyedRateLimiter::set_limit)'s, but for the burst.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(quota: pacer::RedisKeyedRateLimiter<String>) -> Result<(), pacer::redis::RedisQuotaError> {
+    /// quota.clear_limit("premium").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn clear_limit<Q>(&self, key: &Q) -> Result<(), RedisQuotaError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
+    {
+        self.change_limit(key, None).await
+    }
+
+    async fn change_limit<Q>(
+        &self,
+        key: &Q,
+        limit: Option<(f64, u64)>,
+    ) -> Result<(), RedisQuotaError>
+    where
+        Q: Display + ?Sized,
+    {
+        let keys = self.redis_keys(key);
+        let reply = self
+            .call(Call {
+                key: &keys.state,
+                limit_key: Some(&keys.limit),
+                interval_us: self.inner.interval_us,
+                burst: self.inner.burst,
+                amounts: (0, 0, 0),
+                mode: if limit.is_some() { "limit" } else { "clear" },
+                max_wait_us: None,
+                new_limit: limit,
+            })
+            .await;
+        match reply {
+            Ok(_) => Ok(()),
+            Err(Failure::Reply(e)) => Err(RedisQuotaError::Reply(e)),
+            Err(Failure::Outage(e)) => Err(RedisQuotaError::Unavailable(e)),
+        }
+    }
+
+    /// This process's counters, over all keys.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(quota: pacer::RedisKeyedRateLimiter<String>) {
+    /// let stats = quota.stats();
+    /// println!("{} grants in {} round trips; {} keys in use", stats.granted, stats.round_trips, stats.keys);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn stats(&self) -> RedisKeyedStats {
+        let c = &self.inner.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RedisKeyedStats {
+            round_trips: get(&c.round_trips),
+            granted: get(&c.granted),
+            fallback: get(&c.fallback),
+            rejected: get(&c.rejected),
+            errors: get(&c.errors),
+            reply_errors: get(&c.reply_errors),
+            keys: lock(&self.inner.keys).len(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn keys_are_escaped() {
+        assert_eq!(escape("plain-key_1"), "plain-key_1");
+        assert_eq!(escape("a:b{c}%d"), "a%3Ab%7Bc%7D%25d");
+        assert_eq!(escape("é"), "é");
+    }
+}

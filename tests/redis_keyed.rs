@@ -1,0 +1,403 @@
+//! `RedisKeyedRateLimiter` against a real, private `redis-server` that each test starts on a
+//! free loopback port, without persistence, and stops at the end. Real time: Redis does not
+//! run on tokio's paused clock.
+#![cfg(feature = "redis")]
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pacer::redis::{FailurePolicy, RedisQuotaError, TryAcquireError};
+use pacer::{Rate, RedisKeyedRateLimiter};
+
+/// A private redis-server.
+struct Server {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Server {
+    fn start() -> Server {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut server = Server { port, child: None };
+        server.restart();
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Starts (again) on the same port, and waits until it answers.
+    fn restart(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed for `cargo test --features redis`");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let client = redis::Client::open(self.url()).expect("url");
+            if let Ok(mut conn) = client.get_connection() {
+                if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "redis-server did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A plain connection to `server`, to look at keys or break them behind the limiter's back.
+fn admin(server: &Server) -> redis::Connection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+fn dbsize(conn: &mut redis::Connection) -> u64 {
+    redis::cmd("DBSIZE").query(conn).unwrap()
+}
+
+fn get(conn: &mut redis::Connection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(conn).unwrap()
+}
+
+fn exists(conn: &mut redis::Connection, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query::<u64>(conn).unwrap() == 1
+}
+
+fn limiter<K: std::hash::Hash + Eq + Send + Sync + 'static>(
+    server: &Server,
+    prefix: &str,
+    rate: Rate,
+    burst: u64,
+) -> RedisKeyedRateLimiter<K> {
+    RedisKeyedRateLimiter::builder(&server.url(), prefix, rate, burst)
+        .build()
+        .unwrap()
+}
+
+fn refusal(e: TryAcquireError) -> pacer::NotUntil {
+    e.not_until().expect("a refusal, not a reply error")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_independent_and_refusals_exact() {
+    let server = Server::start();
+    let quota = limiter::<String>(&server, "ind", Rate::per_second(10), 3);
+    for _ in 0..3 {
+        quota.try_acquire("a", 1).await.unwrap();
+    }
+    let refused = refusal(quota.try_acquire("a", 1).await.unwrap_err());
+    assert!(!refused.is_never());
+    assert!(
+        refused.retry_after() > Duration::from_millis(80),
+        "{refused:?}"
+    );
+    assert!(
+        refused.retry_after() <= Duration::from_millis(100),
+        "{refused:?}"
+    );
+    // "b" has its own full bucket.
+    quota.try_acquire("b", 3).await.unwrap();
+    assert!(quota.try_acquire("b", 1).await.is_err());
+    // Above the burst: never without waiting.
+    assert!(refusal(quota.try_acquire("c", 4).await.unwrap_err()).is_never());
+    assert!(quota.try_acquire("c", 0).await.is_ok());
+    let stats = quota.stats();
+    assert_eq!(stats.granted, 5);
+    assert_eq!(stats.rejected, 3);
+    assert_eq!(stats.round_trips, 7);
+    assert_eq!(stats.keys, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn string_keys_take_str_and_integer_keys_work() {
+    let server = Server::start();
+    let by_name = limiter::<String>(&server, "names", Rate::per_minute(1), 1);
+    by_name.try_acquire("alice", 1).await.unwrap();
+    let alice = String::from("alice");
+    assert!(by_name.try_acquire(alice.as_str(), 1).await.is_err());
+    assert!(by_name.try_acquire(&alice, 1).await.is_err());
+    by_name.acquire("bob", 1).await.unwrap();
+    let by_id = limiter::<u64>(&server, "ids", Rate::per_minute(1), 1);
+    by_id.try_acquire(&7, 1).await.unwrap();
+    assert!(by_id.try_acquire(&7, 1).await.is_err());
+    by_id.acquire(&8, 1).await.unwrap();
+    let mut conn = admin(&server);
+    for key in ["{names:alice}", "{names:bob}", "{ids:7}", "{ids:8}"] {
+        assert!(exists(&mut conn, key), "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_with_braces_colons_and_percents_are_escaped() {
+    let server = Server::start();
+    let quota = limiter::<String>(&server, "odd:{p}", Rate::per_minute(1), 1);
+    let keys = ["a:b", "{a}", "a}b{", "%3A", ":", "a%3Ab", ""];
+    for key in keys {
+        quota.try_acquire(key, 1).await.unwrap();
+    }
+    // Each key had its own bucket, now empty.
+    for key in keys {
+        assert!(quota.try_acquire(key, 1).await.is_err(), "{key:?}");
+    }
+    let mut conn = admin(&server);
+    assert_eq!(dbsize(&mut conn), keys.len() as u64);
+    assert!(exists(&mut conn, "{odd%3A%7Bp%7D:a%3Ab}"));
+    assert!(exists(&mut conn, "{odd%3A%7Bp%7D:%7Ba%7D}"));
+    assert!(exists(&mut conn, "{odd%3A%7Bp%7D:%253A}"));
+    assert!(exists(&mut conn, "{odd%3A%7Bp%7D:}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_try_acquire_writes_nothing() {
+    let server = Server::start();
+    let quota = limiter::<String>(&server, "ro", Rate::per_second(1), 2);
+    let mut conn = admin(&server);
+    quota.try_acquire("k", 2).await.unwrap();
+    let before = get(&mut conn, "{ro:k}").expect("state after a grant");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(quota.try_acquire("k", 1).await.is_err());
+    assert_eq!(get(&mut conn, "{ro:k}").as_deref(), Some(before.as_str()));
+    // A refusal on a fresh key (a cost above the burst) creates nothing.
+    assert!(quota.try_acquire("fresh", 3).await.is_err());
+    assert!(!exists(&mut conn, "{ro:fresh}"));
+    assert_eq!(dbsize(&mut conn), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keys_vanish_from_redis_and_from_the_process() {
+    let server = Server::start();
+    // 2 tokens at 20 per second: full again within 100 ms.
+    let quota = limiter::<u64>(&server, "idle", Rate::per_second(20), 2);
+    for key in 0..50u64 {
+        quota.acquire(&key, 2).await.unwrap();
+    }
+    let mut conn = admin(&server);
+    assert_eq!(dbsize(&mut conn), 50);
+    assert_eq!(quota.stats().keys, 0);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(dbsize(&mut conn), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_is_a_reservation_and_a_timeout_takes_nothing() {
+    let server = Server::start();
+    let quota = limiter::<String>(&server, "wait", Rate::per_second(10), 1);
+    let start = Instant::now();
+    for _ in 0..4 {
+        quota.acquire("k", 1).await.unwrap();
+    }
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(290), "{took:?}");
+    assert!(took <= Duration::from_millis(420), "{took:?}");
+    // The next is due in about 100 ms: not within 30 ms, and refusing it took nothing.
+    let start = Instant::now();
+    let refused = quota
+        .acquire_timeout("k", 1, Duration::from_millis(30))
+        .await
+        .unwrap_err();
+    assert!(start.elapsed() < Duration::from_millis(30));
+    let refused = refusal(refused);
+    assert!(
+        refused.retry_after() > Duration::from_millis(30),
+        "{refused:?}"
+    );
+    let start = Instant::now();
+    quota
+        .acquire_timeout("k", 1, Duration::from_millis(200))
+        .await
+        .unwrap();
+    let took = start.elapsed();
+    assert!(took <= Duration::from_millis(150), "{took:?}");
+    assert_eq!(quota.stats().rejected, 1);
+    // Concurrent waiters of one key: each one round trip, spaced 100 ms apart.
+    let quota2 = quota.clone();
+    let start = Instant::now();
+    let waiters: Vec<_> = (0..5)
+        .map(|_| {
+            let q = quota2.clone();
+            tokio::spawn(async move {
+                q.acquire("c", 1).await.unwrap();
+                start.elapsed()
+            })
+        })
+        .collect();
+    let mut times = Vec::new();
+    for w in waiters {
+        times.push(w.await.unwrap());
+    }
+    times.sort();
+    for (i, t) in times.iter().enumerate() {
+        let due = Duration::from_millis(100 * i as u64);
+        assert!(*t + Duration::from_millis(5) >= due, "{times:?}");
+        assert!(*t <= due + Duration::from_millis(80), "{times:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_before_its_turn_gives_its_tokens_back() {
+    let server = Server::start();
+    let quota = limiter::<String>(&server, "drop", Rate::per_second(2), 1);
+    quota.acquire("k", 1).await.unwrap();
+    // Reserves 4 tokens (about 2 s), then gives up after 100 ms.
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), quota.acquire("k", 4)).await;
+    assert!(gave_up.is_err());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Only the first token's refill stands between us and the next grant.
+    let start = Instant::now();
+    quota.acquire("k", 1).await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_type_is_a_reply_error_for_that_key_only() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    redis::cmd("HSET")
+        .arg("{bad:h}")
+        .arg("f")
+        .arg("v")
+        .exec(&mut conn)
+        .unwrap();
+    redis::cmd("SET")
+        .arg("{bad:s}")
+        .arg("hello")
+        .exec(&mut conn)
+        .unwrap();
+    redis::cmd("SET")
+        .arg("{bad:l}:limit")
+        .arg("hello")
+        .exec(&mut conn)
+        .unwrap();
+    for policy in [
+        FailurePolicy::default(),
+        FailurePolicy::FailOpen { share: 0.5 },
+    ] {
+        let quota: RedisKeyedRateLimiter<String> =
+            RedisKeyedRateLimiter::builder(&server.url(), "bad", Rate::per_second(10), 5)
+                .failure_policy(policy)
+                .build()
+                .unwrap();
+        for (key, expected) in [
+            ("h", "WRONGTYPE"),
+            ("s", "not a pacer quota"),
+            ("l", "WRONGTYPE"),
+        ] {
+            let start = Instant::now();
+            let err = quota.acquire(key, 1).await.unwrap_err();
+            assert!(start.elapsed() < Duration::from_secs(1));
+            assert!(matches!(err, RedisQuotaError::Reply(_)), "{key}: {err}");
+            assert!(err.to_string().contains(expected), "{key}: {err}");
+            let err = quota.try_acquire(key, 1).await.unwrap_err();
+            assert!(matches!(err, TryAcquireError::Reply(_)), "{key}: {err}");
+            let err = quota
+                .acquire_timeout(key, 1, Duration::from_secs(1))
+                .await
+                .unwrap_err();
+            assert!(matches!(err, TryAcquireError::Reply(_)), "{key}: {err}");
+        }
+        quota.try_acquire("fine", 1).await.unwrap();
+        let stats = quota.stats();
+        assert_eq!(stats.reply_errors, 9);
+        assert_eq!((stats.errors, stats.fallback), (0, 0));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_closed_and_fail_open_without_redis() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    let closed: RedisKeyedRateLimiter<String> =
+        RedisKeyedRateLimiter::builder(&url, "x", Rate::per_second(10), 4)
+            .failure_policy(FailurePolicy::FailClosed {
+                max_backoff: Duration::from_millis(50),
+                deadline: Duration::from_millis(300),
+            })
+            .build()
+            .unwrap();
+    let start = Instant::now();
+    let err = closed.acquire("k", 1).await.unwrap_err();
+    assert!(matches!(err, RedisQuotaError::Unavailable(_)), "{err}");
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    assert!(closed.try_acquire("k", 1).await.is_err());
+    let err = closed
+        .acquire_timeout("k", 1, Duration::from_millis(100))
+        .await
+        .unwrap_err();
+    assert!(err.not_until().is_some(), "{err}");
+    let open: RedisKeyedRateLimiter<String> =
+        RedisKeyedRateLimiter::builder(&url, "x", Rate::per_second(10), 4)
+            .failure_policy(FailurePolicy::FailOpen { share: 0.5 })
+            .build()
+            .unwrap();
+    // Half the burst per key, locally.
+    for key in ["a", "b"] {
+        open.try_acquire(key, 1).await.unwrap();
+        open.acquire(key, 1).await.unwrap();
+        assert!(open.try_acquire(key, 1).await.is_err());
+    }
+    assert_eq!(open.stats().fallback, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_builder_refuses_what_cannot_be() {
+    let build = |burst, timeout| {
+        RedisKeyedRateLimiter::<String>::builder(
+            "redis://127.0.0.1/",
+            "t",
+            Rate::per_second(1),
+            burst,
+        )
+        .response_timeout(timeout)
+        .build()
+    };
+    assert!(matches!(
+        build(0, Duration::from_secs(1)),
+        Err(RedisQuotaError::Config(_))
+    ));
+    assert!(matches!(
+        build(1, Duration::ZERO),
+        Err(RedisQuotaError::Config(_))
+    ));
+    assert!(build(1, Duration::from_secs(1)).is_ok());
+    let share =
+        RedisKeyedRateLimiter::<u64>::builder("redis://127.0.0.1/", "t", Rate::per_second(1), 1)
+            .failure_policy(FailurePolicy::FailOpen { share: 0.0 })
+            .build();
+    assert!(matches!(share, Err(RedisQuotaError::Config(_))));
+    assert!(matches!(
+        RedisKeyedRateLimiter::<u64>::builder("nonsense", "t", Rate::per_second(1), 1).build(),
+        Err(RedisQuotaError::Client(_))
+    ));
+}
