@@ -401,3 +401,76 @@ async fn the_builder_refuses_what_cannot_be() {
         Err(RedisQuotaError::Client(_))
     ));
 }
+
+fn pttl(conn: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(conn).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_set_by_one_process_applies_to_every_process_and_keeps_the_level() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    // Two processes: two limiters, two connections, one Redis. One token a minute: no refill
+    // to speak of during the test.
+    let one = limiter::<String>(&server, "lim", Rate::per_minute(1), 2);
+    let two = limiter::<String>(&server, "lim", Rate::per_minute(1), 2);
+    // A fresh key under its own limit starts full of it.
+    one.set_limit("big", Rate::per_minute(1), 10).await.unwrap();
+    two.try_acquire("big", 4).await.unwrap();
+    // Another key keeps the default.
+    assert!(refusal(two.try_acquire("small", 3).await.unwrap_err()).is_never());
+    // A bigger burst keeps the level (6 tokens), it does not fill the bucket.
+    one.set_limit("big", Rate::per_minute(1), 100)
+        .await
+        .unwrap();
+    let refused = refusal(two.try_acquire("big", 7).await.unwrap_err());
+    assert!(!refused.is_never());
+    two.try_acquire("big", 6).await.unwrap();
+    // The limit is configuration: no expiry, beside the key's bucket in the same hash tag.
+    assert_eq!(pttl(&mut conn, "{lim:big}:limit"), -1);
+    assert!(pttl(&mut conn, "{lim:big}") > 0);
+    // A smaller burst caps the level.
+    one.set_limit("full", Rate::per_minute(1), 10)
+        .await
+        .unwrap();
+    one.set_limit("full", Rate::per_minute(1), 3).await.unwrap();
+    two.try_acquire("full", 3).await.unwrap();
+    assert!(two.try_acquire("full", 1).await.is_err());
+    // Back to the default, for both: the level stays (0), the burst is 2 again.
+    two.clear_limit("big").await.unwrap();
+    assert!(!exists(&mut conn, "{lim:big}:limit"));
+    assert!(one.try_acquire("big", 1).await.is_err());
+    assert!(refusal(one.try_acquire("big", 3).await.unwrap_err()).is_never());
+    // A faster rate set elsewhere is seen at once by the waiters' next request.
+    one.set_limit("fast", Rate::per_second(20), 1)
+        .await
+        .unwrap();
+    let start = Instant::now();
+    for _ in 0..5 {
+        two.acquire("fast", 1).await.unwrap();
+    }
+    assert!(
+        start.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(matches!(
+        one.set_limit("x", Rate::per_second(1), 0).await,
+        Err(RedisQuotaError::Config(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_outlive_idle_buckets() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let quota = limiter::<u64>(&server, "keep", Rate::per_second(20), 1);
+    quota.set_limit(&1, Rate::per_second(20), 2).await.unwrap();
+    quota.try_acquire(&1, 2).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    // The bucket expired once full; the limit did not.
+    assert!(!exists(&mut conn, "{keep:1}"));
+    assert!(exists(&mut conn, "{keep:1}:limit"));
+    quota.try_acquire(&1, 2).await.unwrap();
+    assert_eq!(dbsize(&mut conn), 2);
+}
