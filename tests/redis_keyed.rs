@@ -67,6 +67,29 @@ impl Drop for Server {
     }
 }
 
+/// The most grants whose windows could overlap: sorted by when they were *received*, grants
+/// i..=j happened on Redis within [sent_i, received_j], so count them against that span.
+fn check_bound(grants: &[(u128, u128)], rate: f64, burst: u64) -> Result<(), String> {
+    let mut sorted = grants.to_vec();
+    sorted.sort_by_key(|&(_, received)| received);
+    let round_trip = sorted.iter().map(|&(s, r)| r - s).max().unwrap_or(0);
+    for i in 0..sorted.len() {
+        for j in i..sorted.len() {
+            let count = (j - i + 1) as f64;
+            // Grant i happened no earlier than it was sent, grant j no later than received.
+            let span = sorted[j].1.saturating_sub(sorted[i].1) as f64 / 1e9;
+            let slack = round_trip as f64 / 1e9;
+            let allowed = burst as f64 + (span + slack) * rate;
+            if count > allowed + 1e-9 {
+                return Err(format!(
+                    "{count} grants within {span:.6} s (allowed {allowed:.2})"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A plain connection to `server`, to look at keys or break them behind the limiter's back.
 fn admin(server: &Server) -> redis::Connection {
     redis::Client::open(server.url())
@@ -473,4 +496,57 @@ async fn limits_outlive_idle_buckets() {
     assert!(exists(&mut conn, "{keep:1}:limit"));
     quota.try_acquire(&1, 2).await.unwrap();
     assert_eq!(dbsize(&mut conn), 2);
+}
+
+fn worker_binary() -> std::path::PathBuf {
+    // target/<profile>/deps/redis_keyed-<hash> -> target/<profile>/examples/redis_worker
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let worker = dir.join("examples").join("redis_worker");
+    assert!(
+        worker.exists(),
+        "{} missing: build it with `cargo test --features redis` (it builds the examples)",
+        worker.display()
+    );
+    worker
+}
+
+#[test]
+fn three_processes_share_each_keys_quota() {
+    let server = Server::start();
+    let workers: Vec<Child> = (0..3)
+        .map(|_| {
+            Command::new(worker_binary())
+                .args([&server.url(), "fleet", "2", "100", "10", "keyed"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn a worker")
+        })
+        .collect();
+    let mut per_key: std::collections::HashMap<String, Vec<(u128, u128)>> = Default::default();
+    for worker in workers {
+        let out = worker.wait_with_output().expect("worker output");
+        assert!(out.status.success(), "a worker failed: {out:?}");
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.first() == Some(&"grant") {
+                let grant = (fields[1].parse().unwrap(), fields[2].parse().unwrap());
+                per_key.entry(fields[3].to_owned()).or_default().push(grant);
+            }
+        }
+    }
+    assert_eq!(per_key.len(), 2);
+    for (key, grants) in &per_key {
+        // Each key's merged timeline keeps its bound in every window, to within one round trip.
+        check_bound(grants, 100.0, 10).unwrap_or_else(|e| panic!("key {key}: {e}"));
+        // And each key's quota is used on its own: rate × time + burst, within 3 %.
+        let first = grants.iter().map(|g| g.1).min().unwrap();
+        let last = grants.iter().map(|g| g.1).max().unwrap();
+        let expected = 10.0 + 100.0 * (last - first) as f64 / 1e9;
+        let total = grants.len() as f64;
+        assert!(
+            (total - expected).abs() <= 0.03 * expected,
+            "key {key}: {total} grants, expected {expected:.0} ± 3 %"
+        );
+    }
 }
