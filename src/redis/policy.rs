@@ -10,8 +10,10 @@ use super::RedisQuotaError;
 use crate::error::ConfigError;
 use crate::rate::Rate;
 
-/// What a [`RedisRateLimiter`] does while Redis cannot be reached: an outage (see
-/// [outages and reply errors](RedisRateLimiter#outages-and-reply-errors); a reply error is not
+/// What a [`RedisRateLimiter`](super::RedisRateLimiter) or a
+/// [`RedisKeyedRateLimiter`](super::RedisKeyedRateLimiter) does while Redis cannot be reached:
+/// an outage (see
+/// [outages and reply errors](super::RedisRateLimiter#outages-and-reply-errors); a reply error is not
 /// one, and no policy applies to it).
 ///
 /// # Examples
