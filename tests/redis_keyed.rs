@@ -550,3 +550,50 @@ fn three_processes_share_each_keys_quota() {
         );
     }
 }
+
+fn level(conn: &mut redis::Connection, key: &str) -> f64 {
+    let state = get(conn, key).expect("a bucket");
+    state.split(':').next().unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_are_per_key_cut_round_trips_and_are_given_back_when_idle() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let quota: RedisKeyedRateLimiter<String> =
+        RedisKeyedRateLimiter::builder(&server.url(), "lease", Rate::per_second(2_000), 50)
+            .lease(20, Duration::from_millis(50))
+            .build()
+            .unwrap();
+    for _ in 0..200 {
+        quota.acquire("busy", 1).await.unwrap();
+    }
+    let stats = quota.stats();
+    assert_eq!(stats.granted, 200);
+    assert!(stats.round_trips <= 20, "{stats:?}");
+    assert!(stats.from_lease >= 180, "{stats:?}");
+    // One slow key: a try takes the cost and a lease's worth more.
+    let slow: RedisKeyedRateLimiter<String> =
+        RedisKeyedRateLimiter::builder(&server.url(), "slow", Rate::per_minute(1), 50)
+            .lease(20, Duration::from_millis(50))
+            .build()
+            .unwrap();
+    slow.try_acquire("k", 1).await.unwrap();
+    slow.try_acquire("other", 1).await.unwrap();
+    let taken = level(&mut conn, "{slow:k}");
+    assert!((taken - 30.0).abs() < 0.01, "{taken}");
+    // Spent locally, per key.
+    for _ in 0..19 {
+        slow.try_acquire("k", 1).await.unwrap();
+    }
+    slow.try_acquire("k", 1).await.unwrap();
+    assert_eq!(slow.stats().from_lease, 19);
+    assert_eq!(slow.stats().keys, 2);
+    // Idle past their age: given back, and the local state dropped.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(slow.stats().keys, 0);
+    let back = level(&mut conn, "{slow:other}");
+    assert!((back - 49.0).abs() < 0.01, "{back}");
+    let k = level(&mut conn, "{slow:k}");
+    assert!((k - 29.0).abs() < 0.01, "{k}");
+}

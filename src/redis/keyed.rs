@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::fmt::{self, Display, Write as _};
 use std::hash::Hash;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,8 +37,10 @@ use crate::sync::{lock, Mutex};
 pub struct RedisKeyedStats {
     /// Script calls sent to Redis (successful or not), limit changes included.
     pub round_trips: u64,
-    /// Acquisitions granted, from Redis or from the fail-open fallback.
+    /// Acquisitions granted, from Redis, from a lease, or from the fail-open fallback.
     pub granted: u64,
+    /// Acquisitions served from a key's local lease, without a round trip.
+    pub from_lease: u64,
     /// Acquisitions granted by the fail-open fallback while Redis was unreachable.
     pub fallback: u64,
     /// `try_acquire` calls refused, and `acquire_timeout` calls that timed out.
@@ -48,16 +50,30 @@ pub struct RedisKeyedStats {
     /// Round trips that Redis answered with an error (a key of another type, a refused
     /// command): not outages, each also logged at error level with the `tracing` feature.
     pub reply_errors: u64,
-    /// Keys this process holds local state for now: those with an acquisition in flight.
-    /// A key's local state is dropped as soon as nothing uses it.
+    /// Keys this process holds local state for now: those with an acquisition in flight or a
+    /// lease. A key's local state is dropped as soon as nothing uses it and its lease, if
+    /// any, has expired (and been given back).
     pub keys: usize,
 }
 
-/// What this process keeps for one key while it is in use.
-#[derive(Default)]
+/// What this process keeps for one key while it is in use: while an acquisition is in
+/// flight, or a lease is held.
 struct KeyLocal {
     /// Acquisitions in flight.
     users: usize,
+    redis: Arc<RedisKeys>,
+    lease: Option<Lease>,
+    /// Tokens to give back with the key's next round trip: an expired or replaced lease.
+    to_return: u64,
+    /// With leases, one task at a time refills the key's lease; the others wait for it rather
+    /// than each asking Redis for a whole lease of its own.
+    refill: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// Tokens of one key taken from Redis ahead of use, spent locally.
+struct Lease {
+    tokens: u64,
+    expires: Instant,
 }
 
 struct Inner<K> {
@@ -70,6 +86,10 @@ struct Inner<K> {
     /// Microseconds per token, the script's unit: the default limit.
     interval_us: f64,
     policy: FailurePolicy,
+    lease_tokens: u64,
+    lease_age: Duration,
+    /// Whether a task is sweeping expired leases of idle keys.
+    sweeping: AtomicBool,
     /// Under `FailOpen`, during an outage: a local keyed limiter at `share` of the default
     /// limit.
     fallback: Mutex<Fallback<KeyedRateLimiter<K>>>,
@@ -100,7 +120,9 @@ struct Inner<K> {
 ///
 /// A key's bucket expires from Redis once it would be full again, so idle keys cost nothing;
 /// its own limit is configuration and does not expire. This process keeps local state for a
-/// key only while an acquisition of it is in flight ([`RedisKeyedStats::keys`]).
+/// key only while an acquisition of it is in flight or, with
+/// [leases](RedisKeyedRateLimiterBuilder::lease), until its lease expires and is given back
+/// ([`RedisKeyedStats::keys`]).
 ///
 /// Within a process, waiters of one key are served in the order their requests reach Redis,
 /// which for concurrent requests is not necessarily the order they were made. Under
@@ -175,6 +197,7 @@ pub struct RedisKeyedRateLimiterBuilder<K> {
     burst: u64,
     policy: FailurePolicy,
     response_timeout: Duration,
+    lease: Option<(u64, Duration)>,
     key: PhantomData<fn() -> K>,
 }
 
@@ -187,11 +210,38 @@ impl<K> fmt::Debug for RedisKeyedRateLimiterBuilder<K> {
             .field("burst", &self.burst)
             .field("policy", &self.policy)
             .field("response_timeout", &self.response_timeout)
+            .field("lease", &self.lease)
             .finish()
     }
 }
 
 impl<K> RedisKeyedRateLimiterBuilder<K> {
+    /// Takes up to `max_tokens` of a key from Redis per round trip and spends them locally,
+    /// so that a busy key does not cost one round trip per acquisition. Leases are per key
+    /// and only for keys in use: a key's unspent tokens are given back once `max_age` has
+    /// passed (and when the last handle is dropped). The bound then holds to within `max_age`
+    /// of refill per key; while waiting, a process waits for a whole lease of the key rather
+    /// than one token.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{Rate, RedisKeyedRateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let busy = RedisKeyedRateLimiter::<String>::builder("redis://127.0.0.1/", "t", Rate::per_second(1_000), 50)
+    ///     .lease(20, Duration::from_millis(5))
+    ///     .build();
+    /// assert!(busy.is_ok());
+    /// # }
+    /// ```
+    pub fn lease(mut self, max_tokens: u64, max_age: Duration) -> Self {
+        self.lease = Some((max_tokens, max_age));
+        self
+    }
+
     /// What to do while Redis is unreachable (default: [`FailurePolicy::default`]). Under
     /// `FailOpen`, each key falls back to `share` of the default limit.
     ///
@@ -241,8 +291,8 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
     ///
     /// # Errors
     ///
-    /// [`RedisQuotaError::Config`] for a zero burst, a `FailOpen` share outside `(0, 1]` or a
-    /// zero response timeout; [`RedisQuotaError::Client`] for an invalid URL.
+    /// [`RedisQuotaError::Config`] for a zero burst, a zero lease, a `FailOpen` share outside
+    /// `(0, 1]` or a zero response timeout; [`RedisQuotaError::Client`] for an invalid URL.
     ///
     /// # Examples
     ///
@@ -256,7 +306,8 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
     /// # }
     /// ```
     pub fn build(self) -> Result<RedisKeyedRateLimiter<K>, RedisQuotaError> {
-        policy::validate(self.burst, self.response_timeout, None, self.policy)?;
+        policy::validate(self.burst, self.response_timeout, self.lease, self.policy)?;
+        let (lease_tokens, lease_age) = self.lease.unwrap_or((0, Duration::ZERO));
         let conn = policy::connect(&self.url, self.response_timeout)?;
         Ok(RedisKeyedRateLimiter {
             inner: Arc::new(Inner {
@@ -267,6 +318,9 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
                 burst: self.burst,
                 interval_us: policy::interval_us(self.rate),
                 policy: self.policy,
+                lease_tokens,
+                lease_age,
+                sweeping: AtomicBool::new(false),
                 fallback: Mutex::new(Fallback::default()),
                 keys: Mutex::new(HashMap::new()),
                 counters: Counters::default(),
@@ -302,35 +356,75 @@ enum WaitError {
     Refused(NotUntil),
 }
 
+/// Gives `back` tokens of a key back to Redis, in the background (if there is a runtime; if
+/// not, or if it fails, they stay taken: on the quota's side).
+fn give_back<K>(inner: &Inner<K>, keys: Arc<RedisKeys>, back: u64) {
+    if back == 0 {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (conn, script) = (inner.conn.clone(), inner.script.clone());
+    let (interval_us, burst) = (inner.interval_us, inner.burst);
+    runtime.spawn(async move {
+        let call = Call {
+            key: &keys.state,
+            limit_key: Some(&keys.limit),
+            interval_us,
+            burst,
+            amounts: (0, 0, back),
+            mode: "try",
+            max_wait_us: None,
+            new_limit: None,
+        };
+        let _ = call.run(&script, conn).await;
+    });
+}
+
+impl<K> Inner<K> {
+    /// Moves expired leases to be given back, drops the local state of keys nobody uses, and
+    /// returns what to give back for them and whether leases remain.
+    fn sweep(&self) -> (Vec<(Arc<RedisKeys>, u64)>, bool) {
+        let now = Instant::now();
+        let mut gone = Vec::new();
+        let mut leases = false;
+        lock(&self.keys).retain(|_, local| {
+            if local.lease.as_ref().is_some_and(|l| l.expires <= now) {
+                let unused = local.lease.take().map_or(0, |l| l.tokens);
+                local.to_return = local.to_return.saturating_add(unused);
+            }
+            leases |= local.lease.is_some();
+            if local.users == 0 && local.lease.is_none() {
+                gone.push((local.redis.clone(), local.to_return));
+                return false;
+            }
+            true
+        });
+        (gone, leases)
+    }
+}
+
+impl<K> Drop for Inner<K> {
+    fn drop(&mut self) {
+        let keys = std::mem::take(&mut *lock(&self.keys));
+        for (_, local) in keys {
+            let unused = local.lease.map_or(0, |l| l.tokens);
+            give_back(self, local.redis, unused.saturating_add(local.to_return));
+        }
+    }
+}
+
 /// A grant not used yet: given back (in the background) if its waiter goes away.
 struct Reserved<'a, K> {
-    inner: &'a Arc<Inner<K>>,
-    keys: &'a RedisKeys,
+    inner: &'a Inner<K>,
+    keys: &'a Arc<RedisKeys>,
     tokens: u64,
 }
 
 impl<K> Drop for Reserved<'_, K> {
     fn drop(&mut self) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (conn, script) = (self.inner.conn.clone(), self.inner.script.clone());
-        let (state, limit) = (self.keys.state.clone(), self.keys.limit.clone());
-        let (interval_us, burst, back) = (self.inner.interval_us, self.inner.burst, self.tokens);
-        runtime.spawn(async move {
-            let call = Call {
-                key: &state,
-                limit_key: Some(&limit),
-                interval_us,
-                burst,
-                amounts: (0, 0, back),
-                mode: "try",
-                max_wait_us: None,
-                new_limit: None,
-            };
-            // If it fails, the tokens stay taken: on the quota's side.
-            let _ = call.run(&script, conn).await;
-        });
+        give_back(self.inner, self.keys.clone(), self.tokens);
     }
 }
 
@@ -342,6 +436,8 @@ where
 {
     inner: &'a Inner<K>,
     key: &'a Q,
+    redis: Arc<RedisKeys>,
+    refill: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl<K, Q> Drop for Hold<'_, K, Q>
@@ -351,11 +447,15 @@ where
 {
     fn drop(&mut self) {
         let mut keys = lock(&self.inner.keys);
-        if let Some(local) = keys.get_mut(self.key) {
-            local.users -= 1;
-            if local.users == 0 {
-                keys.remove(self.key);
-            }
+        let Some(local) = keys.get_mut(self.key) else {
+            return;
+        };
+        local.users -= 1;
+        if local.users == 0 && local.lease.is_none() {
+            let back = local.to_return;
+            keys.remove(self.key);
+            drop(keys);
+            give_back(self.inner, self.redis.clone(), back);
         }
     }
 }
@@ -395,6 +495,7 @@ where
             burst,
             policy: FailurePolicy::default(),
             response_timeout: Duration::from_millis(250),
+            lease: None,
             key: PhantomData,
         }
     }
@@ -408,19 +509,142 @@ where
     fn hold<'a, Q>(&'a self, key: &'a Q) -> Hold<'a, K, Q>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
         let mut keys = lock(&self.inner.keys);
-        match keys.get_mut(key) {
-            Some(local) => local.users += 1,
-            None => {
-                keys.insert(key.to_owned(), KeyLocal { users: 1 });
+        let (redis, refill) = match keys.get_mut(key) {
+            Some(local) => {
+                local.users += 1;
+                (local.redis.clone(), local.refill.clone())
             }
-        }
+            None => {
+                let local = KeyLocal {
+                    users: 1,
+                    redis: Arc::new(self.redis_keys(key)),
+                    lease: None,
+                    to_return: 0,
+                    refill: Arc::new(tokio::sync::Mutex::new(())),
+                };
+                let held = (local.redis.clone(), local.refill.clone());
+                keys.insert(key.to_owned(), local);
+                held
+            }
+        };
         Hold {
             inner: &self.inner,
             key,
+            redis,
+            refill,
         }
+    }
+
+    /// Takes `cost` from `key`'s local lease, if it holds enough and has not expired.
+    fn spend_lease<Q>(&self, key: &Q, cost: u64) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if self.inner.lease_tokens == 0 {
+            return false;
+        }
+        let mut keys = lock(&self.inner.keys);
+        let Some(local) = keys.get_mut(key) else {
+            return false;
+        };
+        let Some(lease) = local.lease.as_mut() else {
+            return false;
+        };
+        if lease.expires <= Instant::now() {
+            let unused = lease.tokens;
+            local.lease = None;
+            local.to_return = local.to_return.saturating_add(unused);
+            return false;
+        }
+        if lease.tokens < cost {
+            return false;
+        }
+        lease.tokens -= cost;
+        bump(&self.inner.counters.from_lease);
+        true
+    }
+
+    /// The tokens of `key` to give back with its next round trip.
+    fn take_back<Q>(&self, key: &Q) -> u64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        lock(&self.inner.keys)
+            .get_mut(key)
+            .map_or(0, |local| std::mem::take(&mut local.to_return))
+    }
+
+    /// Keeps the surplus of a grant as `key`'s lease, usable until `max_age` from now; what
+    /// was left of an older lease is given back with the key's next round trip.
+    fn keep_lease<Q>(&self, key: &Q, surplus: u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if surplus == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let expires = now
+            .checked_add(self.inner.lease_age)
+            .unwrap_or(now + Duration::from_secs(86_400));
+        {
+            let mut keys = lock(&self.inner.keys);
+            // The caller holds the key: its local state is there.
+            let Some(local) = keys.get_mut(key) else {
+                return;
+            };
+            let lease = Lease {
+                tokens: surplus,
+                expires,
+            };
+            if let Some(old) = local.lease.replace(lease) {
+                local.to_return = local.to_return.saturating_add(old.tokens);
+            }
+        }
+        self.schedule_sweep();
+    }
+
+    /// Makes sure a task gives back the expired leases of keys nobody uses any more, every
+    /// `max_age`, for as long as leases are held.
+    fn schedule_sweep(&self) {
+        if self.inner.sweeping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.inner.sweeping.store(false, Ordering::Release);
+            return;
+        };
+        let every = self
+            .inner
+            .lease_age
+            .clamp(Duration::from_millis(1), Duration::from_secs(3_600));
+        let weak = Arc::downgrade(&self.inner);
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(inner) = weak.upgrade() else {
+                    return;
+                };
+                let (gone, leases) = inner.sweep();
+                for (keys, back) in gone {
+                    give_back(&inner, keys, back);
+                }
+                if !leases {
+                    inner.sweeping.store(false, Ordering::Release);
+                    // A lease kept meanwhile may have found the flag still set: look again.
+                    let (_, leases) = inner.sweep();
+                    if !leases || inner.sweeping.swap(true, Ordering::AcqRel) {
+                        return;
+                    }
+                }
+            }
+        });
     }
 
     async fn call(&self, call: Call<'_>) -> Result<Reply, Failure> {
@@ -431,12 +655,13 @@ where
             .map_err(|e| Failure::classify(e, &inner.counters, call.key, call.amounts.0))
     }
 
-    /// One script call on `keys`: take `cost`, reserving (granted with a wait of at most
-    /// `max_wait_us`, if given) or only trying.
+    /// One script call on `keys`: take at least `cost`, up to `want`, after giving `back`
+    /// back, reserving (granted with a wait of at most `max_wait_us`, if given) or only
+    /// trying.
     async fn round_trip(
         &self,
         keys: &RedisKeys,
-        cost: u64,
+        (cost, want, back): (u64, u64, u64),
         reserve: bool,
         max_wait_us: Option<u64>,
     ) -> Result<Answer, Failure> {
@@ -446,7 +671,7 @@ where
                 limit_key: Some(&keys.limit),
                 interval_us: self.inner.interval_us,
                 burst: self.inner.burst,
-                amounts: (cost, cost, 0),
+                amounts: (cost, want, back),
                 mode: if reserve { "reserve" } else { "try" },
                 max_wait_us,
                 new_limit: None,
@@ -456,8 +681,9 @@ where
             (0, _, wait_us) => Answer::Refused {
                 wait: wait_from_us(wait_us),
             },
-            (_, _, wait_us) => Answer::Granted {
-                surplus: 0,
+            (_, surplus, wait_us) => Answer::Granted {
+                // Never more than was asked for, whatever the script's rounding.
+                surplus: surplus.min(want - cost),
                 wait: wait_from_us(wait_us),
             },
         })
@@ -571,8 +797,9 @@ where
             bump(&counters.granted);
             return Ok(());
         }
-        let _hold = self.hold(key);
-        let keys = self.redis_keys(key);
+        let hold = self.hold(key);
+        let keys = &hold.redis;
+        let lease_tokens = self.inner.lease_tokens;
         let mut backoff = Duration::from_millis(10);
         let mut failing_since: Option<Instant> = None;
         let left = |now: Instant| match deadline {
@@ -580,7 +807,34 @@ where
             _ => None,
         };
         loop {
+            if self.spend_lease(key, cost) {
+                bump(&counters.granted);
+                return Ok(());
+            }
+            // With leases, one task at a time refills the key's lease; the others queue here
+            // and take from the lease it brings back.
+            let refilling = if lease_tokens > 0 {
+                let lock = hold.refill.clone().lock_owned();
+                let guard = match deadline {
+                    Some(Some(d)) => match tokio::time::timeout_at(d, lock).await {
+                        Ok(guard) => guard,
+                        Err(_) => {
+                            let retry = Duration::from_millis(1);
+                            return Err(WaitError::Refused(NotUntil::after(retry)));
+                        }
+                    },
+                    _ => lock.await,
+                };
+                if self.spend_lease(key, cost) {
+                    bump(&counters.granted);
+                    return Ok(());
+                }
+                Some(guard)
+            } else {
+                None
+            };
             if let Some(fallback) = self.fallback() {
+                drop(refilling);
                 match deadline {
                     None => fallback.acquire(key, cost).await,
                     Some(_) => {
@@ -598,13 +852,14 @@ where
             let attempt = Instant::now();
             let max_wait_us =
                 left(attempt).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-            match self.round_trip(&keys, cost, true, max_wait_us).await {
-                Ok(Answer::Granted { wait, .. }) => {
+            let amounts = (cost, cost.max(lease_tokens), self.take_back(key));
+            match self.round_trip(keys, amounts, true, max_wait_us).await {
+                Ok(Answer::Granted { surplus, wait }) => {
                     self.recovered();
                     let reserved = Reserved {
                         inner: &self.inner,
-                        keys: &keys,
-                        tokens: cost,
+                        keys,
+                        tokens: cost.saturating_add(surplus),
                     };
                     if wait == Nanos::MAX {
                         std::future::pending::<()>().await;
@@ -612,6 +867,7 @@ where
                         tokio::time::sleep(wait.to_duration()).await;
                     }
                     std::mem::forget(reserved);
+                    self.keep_lease(key, surplus);
                     bump(&counters.granted);
                     return Ok(());
                 }
@@ -627,6 +883,7 @@ where
                 }
                 Err(Failure::Reply(e)) => return Err(WaitError::Quota(RedisQuotaError::Reply(e))),
                 Err(Failure::Outage(e)) => {
+                    drop(refilling);
                     let since = *failing_since.get_or_insert(attempt);
                     match self.inner.policy {
                         FailurePolicy::FailClosed {
@@ -681,7 +938,7 @@ where
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
         let counters = &self.inner.counters;
-        if cost == 0 {
+        if cost == 0 || self.spend_lease(key, cost) {
             bump(&counters.granted);
             return Ok(());
         }
@@ -692,11 +949,14 @@ where
             }
             answer
         } else {
-            let _hold = self.hold(key);
-            let keys = self.redis_keys(key);
-            match self.round_trip(&keys, cost, false, None).await {
-                Ok(Answer::Granted { .. }) => {
+            let hold = self.hold(key);
+            // A try takes `cost` if it is there, and with leases whatever more is there, up
+            // to a lease; it never waits for a whole one.
+            let amounts = (cost, cost.max(self.inner.lease_tokens), self.take_back(key));
+            match self.round_trip(&hold.redis, amounts, false, None).await {
+                Ok(Answer::Granted { surplus, .. }) => {
                     self.recovered();
+                    self.keep_lease(key, surplus);
                     Ok(())
                 }
                 Ok(Answer::Refused { wait }) => {
@@ -707,7 +967,7 @@ where
                 Err(Failure::Outage(_)) => match self.inner.policy {
                     FailurePolicy::FailOpen { share } => {
                         self.open_fallback(share);
-                        drop(_hold);
+                        drop(hold);
                         return Box::pin(self.try_acquire(key, cost)).await;
                     }
                     FailurePolicy::FailClosed { .. } => {
@@ -824,6 +1084,7 @@ where
         RedisKeyedStats {
             round_trips: get(&c.round_trips),
             granted: get(&c.granted),
+            from_lease: get(&c.from_lease),
             fallback: get(&c.fallback),
             rejected: get(&c.rejected),
             errors: get(&c.errors),
