@@ -597,3 +597,26 @@ async fn leases_are_per_key_cut_round_trips_and_are_given_back_when_idle() {
     let k = level(&mut conn, "{slow:k}");
     assert!((k - 29.0).abs() < 0.01, "{k}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_that_is_never_granted_holds_nobody_up() {
+    let server = Server::start();
+    let quota = limiter::<String>(&server, "never", Rate::per_minute(1), 2);
+    // Under the key's own limit too, which only Redis knows.
+    quota
+        .set_limit("own", Rate::per_minute(1), 3)
+        .await
+        .unwrap();
+    for key in ["k", "own"] {
+        let waited =
+            tokio::time::timeout(Duration::from_millis(100), quota.acquire(key, u64::MAX)).await;
+        assert!(waited.is_err(), "{key}");
+        let refused = quota
+            .acquire_timeout(key, u64::MAX, Duration::MAX)
+            .await
+            .unwrap_err();
+        assert!(refusal(refused).is_never(), "{key}");
+        // Nothing was charged.
+        quota.try_acquire(key, 2).await.unwrap();
+    }
+}

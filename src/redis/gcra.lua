@@ -186,6 +186,12 @@ if not reserve then
   end
   return refuse(cost)
 end
+-- A cost whose debt alone (beyond a full bucket) takes 2^64 ns or more is never granted, as in
+-- process; it is not charged, so it holds nobody up. (The client of a single quota knows this
+-- already; a keyed client does not know a key's own limit.)
+if (cost - burst) * interval >= NEVER_US then
+  return { 1, 0, NEVER_US }
+end
 -- Reserve: charge now, use once the level would have reached what is taken. For a cost above
 -- the burst this is "full, then the rest", as in the local bucket.
 local take = math.max(cost, want)

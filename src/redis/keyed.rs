@@ -862,6 +862,10 @@ where
                         tokens: cost.saturating_add(surplus),
                     };
                     if wait == Nanos::MAX {
+                        if deadline.is_some() {
+                            // Never within any timeout: given back (if it was charged at all).
+                            return Err(WaitError::Refused(NotUntil::NEVER));
+                        }
                         std::future::pending::<()>().await;
                     } else if wait > Nanos::ZERO {
                         tokio::time::sleep(wait.to_duration()).await;
