@@ -620,3 +620,56 @@ async fn a_cost_that_is_never_granted_holds_nobody_up() {
         quota.try_acquire(key, 2).await.unwrap();
     }
 }
+
+fn epoch_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_with_leases_keep_each_keys_bound() {
+    let server = Server::start();
+    let make = || -> RedisKeyedRateLimiter<u64> {
+        RedisKeyedRateLimiter::builder(&server.url(), "fleet", Rate::per_second(200), 10)
+            .lease(5, Duration::from_millis(20))
+            .build()
+            .unwrap()
+    };
+    let instances = [make(), make()];
+    let stop = tokio::time::Instant::now() + Duration::from_secs(1);
+    let mut tasks = Vec::new();
+    for quota in &instances {
+        for key in [1u64, 1, 2, 2] {
+            let quota = quota.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut grants = Vec::new();
+                loop {
+                    let sent = epoch_nanos();
+                    match tokio::time::timeout_at(stop, quota.acquire(&key, 1)).await {
+                        Ok(granted) => granted.unwrap(),
+                        Err(_) => return (key, grants),
+                    }
+                    grants.push((sent, epoch_nanos()));
+                }
+            }));
+        }
+    }
+    let mut per_key: std::collections::HashMap<u64, Vec<(u128, u128)>> = Default::default();
+    for task in tasks {
+        let (key, grants) = task.await.unwrap();
+        per_key.entry(key).or_default().extend(grants);
+    }
+    for (key, grants) in &per_key {
+        // The bound to within a round trip and the lease age (20 ms of refill: 4 tokens).
+        check_bound(grants, 200.0, 14).unwrap_or_else(|e| panic!("key {key}: {e}"));
+        assert!(
+            grants.len() >= 150,
+            "key {key}: only {} grants",
+            grants.len()
+        );
+    }
+    let stats = instances[0].stats();
+    assert!(stats.from_lease > 0, "{stats:?}");
+}
