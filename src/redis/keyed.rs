@@ -124,8 +124,11 @@ struct Inner<K> {
 /// [leases](RedisKeyedRateLimiterBuilder::lease), until its lease expires and is given back
 /// ([`RedisKeyedStats::keys`]).
 ///
-/// Within a process, waiters of one key are served in the order their requests reach Redis,
-/// which for concurrent requests is not necessarily the order they were made. Under
+/// Waiters of one key are served in the order their requests reach Redis. Within a process
+/// that is the order they were made: the requests share one ordered connection, and each is
+/// charged (reserved) as it arrives; there is no local queue, so the exceptions are requests
+/// resent after a reconnection or after Redis lost the script (`NOSCRIPT`). With leases, one
+/// task at a time refills a key's lease, in the order they asked (tokio's fair mutex). Under
 /// `FailOpen`, the fallback grants each key `share` of the *default* limit: limits set with
 /// `set_limit` are not known locally.
 ///
