@@ -16,8 +16,8 @@
 --          later requests queue behind this one (across processes, in arrival order at Redis);
 --          "try": grant `cost` only if it is there now, otherwise refuse and take nothing;
 --          "limit": give the key the limit ARGV[8], ARGV[9] in KEYS[2], keeping its level (in
---          tokens, at most the new burst; a full bucket stays full); "clear": delete KEYS[2], back to the default limit,
---          keeping the level likewise. Both return { 1, 0, 0 }.
+--          tokens, at most the new burst; a full bucket stays full); "clear": delete KEYS[2],
+--          back to the default limit, keeping the level likewise. Both return { 1, 0, 0 }.
 -- ARGV[7]  ("reserve" only; empty for none) the longest wait, in microseconds, to grant with:
 --          a reservation that would wait longer is refused, taking nothing, as a "try" is
 -- ARGV[8]  ("limit" only) the key's microseconds per token
@@ -190,6 +190,9 @@ end
 -- process; it is not charged, so it holds nobody up. (The client of a single quota knows this
 -- already; a keyed client does not know a key's own limit.)
 if (cost - burst) * interval >= NEVER_US then
+  if back > 0 then
+    store(level)
+  end
   return { 1, 0, NEVER_US }
 end
 -- Reserve: charge now, use once the level would have reached what is taken. For a cost above
