@@ -456,6 +456,37 @@
 //!   policies.
 //! - The feature needs Rust 1.88 (the `redis` crate's minimum); the default build needs 1.85.
 //!
+//! ## Across a fleet, per key
+//!
+//! When the limit is per tenant, per user or per partner rather than one for the account,
+//! [`RedisKeyedRateLimiter`] keeps one such bucket per key in
+//! Redis, with the same script, reservations, failure policy and reply errors, and
+//! [`KeyedRateLimiter`]'s per-key semantics (borrowed keys: `&str` for `String` keys). A key
+//! `k` under prefix `p` lives in the Redis key `{p:k}` (a Cluster hash tag; `%`, `{`, `}` and
+//! `:` percent-encoded), which expires once its bucket is full again, so idle keys cost
+//! nothing. `set_limit(key, rate, burst)` stores a key's own limit beside it (no expiry), and
+//! every process's next request for the key obeys it, keeping the key's level in tokens.
+//! `try_acquire` never writes on a refusal; `acquire_timeout` refuses, uncharged, a request
+//! that would wait too long. Three processes on two keys keep each key's `burst + w × rate`
+//! to within a round trip (`tests/redis_keyed.rs`).
+//!
+//! ```no_run
+//! # #[cfg(feature = "redis")]
+//! async fn per_tenant() -> Result<(), Box<dyn std::error::Error>> {
+//!     use pacer::{Rate, RedisKeyedRateLimiter};
+//!
+//!     let tenants: RedisKeyedRateLimiter<String> =
+//!         RedisKeyedRateLimiter::builder("redis://redis.internal/", "tenants", Rate::per_second(20), 5)
+//!             .build()?;
+//!     tenants.set_limit("big-customer", Rate::per_second(200), 50).await?;
+//!     tenants.acquire("big-customer", 1).await?;
+//!     if let Err(refused) = tenants.try_acquire("small-customer", 1).await {
+//!         println!("429: {refused}");
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
 //! # Pacing a Sink
 //!
 //! Often the rate-limited thing is the *output*: a Kafka producer, a socket written through a
@@ -875,12 +906,14 @@
 #![cfg_attr(
     feature = "redis",
     doc = "[`RedisRateLimiter`]: crate::RedisRateLimiter\n\n\
+           [`RedisKeyedRateLimiter`]: crate::RedisKeyedRateLimiter\n\n\
            [`FailurePolicy`]: crate::redis::FailurePolicy\n\n\
            [redis]: crate::redis"
 )]
 #![cfg_attr(
     not(feature = "redis"),
     doc = "[`RedisRateLimiter`]: https://docs.rs/pacer/latest/pacer/struct.RedisRateLimiter.html\n\n\
+           [`RedisKeyedRateLimiter`]: https://docs.rs/pacer/latest/pacer/struct.RedisKeyedRateLimiter.html\n\n\
            [`FailurePolicy`]: https://docs.rs/pacer/latest/pacer/redis/enum.FailurePolicy.html\n\n\
            [redis]: https://docs.rs/pacer/latest/pacer/redis/"
 )]

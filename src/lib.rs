@@ -30,6 +30,7 @@
 //! | a limit learned from `429`s | [`Adaptive`] | |
 //! | a tower `Service` | `pacer::tower` (feature `tower`) | shaping clients, enforcing servers |
 //! | one quota across machines | `RedisRateLimiter` (feature `redis`) | details in `pacer::redis` |
+//! | one quota per key across machines | `RedisKeyedRateLimiter` (feature `redis`) | per-key limits for the whole fleet |
 //!
 //! Every refusal is a [`NotUntil`]; every configuration value that cannot be is a
 //! [`ConfigError`], and every setter that takes one has a `try_` form. The [`guide`] explains
@@ -59,7 +60,8 @@
 //! pin-project-lite and hashbrown only.
 //!
 //! - `tracing`: debug-level events when a shared limiter delays or refuses a request.
-//! - `redis`: `RedisRateLimiter`, one quota across processes and machines, kept in Redis.
+//! - `redis`: `RedisRateLimiter`, one quota across processes and machines, kept in Redis, and
+//!   `RedisKeyedRateLimiter`, one such quota per key.
 //! - `tower`: `pacer::tower`, a tower layer over a shared quota (shaping or enforcing, a cost
 //!   per request, keyed by client), and one that reports each response to an [`Adaptive`];
 //!   adds `tower-service` and `tower-layer`.
@@ -97,7 +99,7 @@ pub use mode::{Enforcing, Shaping};
 pub use rate::Rate;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::RedisRateLimiter;
+pub use redis::{RedisKeyedRateLimiter, RedisRateLimiter};
 pub use sink::PaceSinkExt;
 pub use stats::Stats;
 pub use stream::PaceExt;

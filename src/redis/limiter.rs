@@ -13,79 +13,20 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
+use super::policy::{self, FailurePolicy, Fallback};
+use super::script::{
+    bump, round_down, round_up, wait_from_us, Answer, Call, Counters, Failure, Reply,
+    REPLY_BACKOFF_MAX, REPLY_RETRY, SCRIPT,
+};
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
 use crate::limiter::quota::sealed;
 use crate::limiter::{Quota, RateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};
-
-const SCRIPT: &str = include_str!("gcra.lua");
-
-/// What a [`RedisRateLimiter`] does while Redis cannot be reached: an outage (see
-/// [outages and reply errors](RedisRateLimiter#outages-and-reply-errors); a reply error is not
-/// one, and no policy applies to it).
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use pacer::redis::FailurePolicy;
-///
-/// // Keep going at a tenth of the quota in every process until Redis is back.
-/// let open = FailurePolicy::FailOpen { share: 0.1 };
-/// // Wait for Redis, retrying every 10 ms up to every second; give up after 30 s.
-/// let closed = FailurePolicy::FailClosed {
-///     max_backoff: Duration::from_secs(1),
-///     deadline: Duration::from_secs(30),
-/// };
-/// # let _ = (open, closed);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-#[non_exhaustive]
-pub enum FailurePolicy {
-    /// Grant nothing without Redis: wait and retry, with exponential backoff from 10 ms up to
-    /// `max_backoff`. `acquire` gives up with [`RedisQuotaError::Unavailable`] once Redis has
-    /// been unreachable for `deadline`; a stream never gives up (it holds its item and keeps
-    /// retrying, so nothing is lost), and an enforcing stream hands items back meanwhile.
-    /// The quota is never exceeded; the price is a stall while Redis is down.
-    FailClosed {
-        /// The longest pause between two attempts.
-        max_backoff: Duration,
-        /// How long `acquire` waits for Redis before it returns an error.
-        deadline: Duration,
-    },
-    /// Keep going without Redis: each process falls back to a local limiter at `share` of the
-    /// rate and burst (at least one token), and tries Redis again every second. With `n`
-    /// processes the total may reach `n * share` of the quota while Redis is down; choose
-    /// `share` as about `1 / n` to stay within it. The price is that the quota is only
-    /// approximately kept during an outage.
-    ///
-    /// Each outage allows a burst: each process's fallback starts with a full bucket of
-    /// `share × burst` tokens (rounded down, at least one), which it may grant at once, then
-    /// refills at `share × rate`. Probing Redis during the outage keeps that bucket as it is
-    /// (it is not refilled by a failed probe); once Redis answers again the fallback is
-    /// dropped, and the next outage starts with a full one. So at the start of an outage the
-    /// `n` processes may grant up to `n × share × burst` at once, on top of what Redis had
-    /// just granted: up to twice the burst with `share = 1 / n`.
-    FailOpen {
-        /// The fraction of the rate each process grants on its own, in `(0, 1]`.
-        share: f64,
-    },
-}
-
-impl Default for FailurePolicy {
-    /// `FailClosed` with a 1 s backoff cap and a 30 s deadline.
-    fn default() -> Self {
-        FailurePolicy::FailClosed {
-            max_backoff: Duration::from_secs(1),
-            deadline: Duration::from_secs(30),
-        }
-    }
-}
 
 /// Why a [`RedisRateLimiter`] could not be built or could not answer.
 #[derive(Debug)]
@@ -211,34 +152,6 @@ impl std::error::Error for TryAcquireError {
     }
 }
 
-/// Whether Redis *answered* with an error about this request (a script error, `WRONGTYPE`,
-/// a value out of range, `NOPERM`, an unexpected reply), rather than failed to answer (a
-/// connection refused, dropped or timed out) or answered that it cannot serve anyone now
-/// (`LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, `TRYAGAIN`, `CLUSTERDOWN`, `OOM`, `MISCONF`,
-/// `NOREPLICAS`), which are outages.
-fn is_reply_error(e: &redis::RedisError) -> bool {
-    use redis::{ErrorKind, ServerErrorKind};
-    match e.kind() {
-        ErrorKind::Server(
-            ServerErrorKind::BusyLoading
-            | ServerErrorKind::TryAgain
-            | ServerErrorKind::ClusterDown
-            | ServerErrorKind::MasterDown
-            | ServerErrorKind::ReadOnly
-            // Reloaded by `Script` on its own; a second one is a race with `SCRIPT FLUSH`.
-            | ServerErrorKind::NoScript,
-        ) => false,
-        ErrorKind::Server(_) => true,
-        ErrorKind::Extension => !matches!(
-            e.code(),
-            Some("BUSY" | "OOM" | "MISCONF" | "NOREPLICAS" | "UNBLOCKED")
-        ),
-        // The reply came, but not in the script's shape.
-        ErrorKind::UnexpectedReturnType => true,
-        _ => false,
-    }
-}
-
 /// Counters of a [`RedisRateLimiter`] in this process.
 ///
 /// # Examples
@@ -267,36 +180,6 @@ pub struct RedisStats {
     pub reply_errors: u64,
 }
 
-#[derive(Default)]
-struct Counters {
-    round_trips: AtomicU64,
-    granted: AtomicU64,
-    from_lease: AtomicU64,
-    fallback: AtomicU64,
-    rejected: AtomicU64,
-    errors: AtomicU64,
-    reply_errors: AtomicU64,
-}
-
-/// How a round trip failed.
-enum Failure {
-    /// Redis did not answer, or cannot serve anyone now: the failure policy applies.
-    Outage(redis::RedisError),
-    /// Redis answered this request with an error: permanent for the request.
-    Reply(redis::RedisError),
-}
-
-/// The longest pause between two attempts of a waiting stream whose requests Redis answers
-/// with an error; the first is 100 ms.
-const REPLY_BACKOFF_MAX: Duration = Duration::from_secs(1);
-
-/// The wait an enforcing stream is told when Redis answered its request with an error.
-const REPLY_RETRY: Duration = Duration::from_secs(1);
-
-fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
-}
-
 /// Tokens taken from Redis ahead of use, spent locally.
 struct Lease {
     tokens: u64,
@@ -309,10 +192,8 @@ struct Local {
     /// Tokens to give back with the next round trip: an expired or replaced lease, a
     /// reservation whose waiter went away.
     to_return: u64,
-    /// Under `FailOpen`, during an outage: the local limiter (kept for the whole outage, so
-    /// that probing Redis again does not refill it) and, while it is in charge, until when.
-    fallback: Option<RateLimiter>,
-    fallback_until: Option<Instant>,
+    /// Under `FailOpen`, during an outage.
+    fallback: Fallback<RateLimiter>,
 }
 
 struct Inner {
@@ -475,31 +356,8 @@ impl RedisRateLimiterBuilder {
     /// [`RedisQuotaError::Config`] for a zero burst, a zero lease, a `FailOpen` share outside
     /// `(0, 1]` or a zero response timeout; [`RedisQuotaError::Client`] for an invalid URL.
     pub fn build(self) -> Result<RedisRateLimiter, RedisQuotaError> {
-        if self.burst == 0 {
-            return Err(RedisQuotaError::Config(ConfigError::ZeroBurst));
-        }
-        if self.response_timeout.is_zero() {
-            return Err(RedisQuotaError::Config(ConfigError::ZeroTimeout));
-        }
-        if let Some((0, _)) = self.lease {
-            return Err(RedisQuotaError::Config(ConfigError::ZeroLease));
-        }
-        if let FailurePolicy::FailOpen { share } = self.policy {
-            if !(share > 0.0 && share <= 1.0) {
-                return Err(RedisQuotaError::Config(ConfigError::Share));
-            }
-        }
-        let client = redis::Client::open(self.url.as_str()).map_err(RedisQuotaError::Client)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.response_timeout))
-            .set_response_timeout(Some(self.response_timeout))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(500));
-        let conn = client
-            .get_connection_manager_lazy(config)
-            .map_err(RedisQuotaError::Client)?;
-        let per_us = self.rate.per().as_nanos() as f64 / 1_000.0;
+        policy::validate(self.burst, self.response_timeout, self.lease, self.policy)?;
+        let conn = policy::connect(&self.url, self.response_timeout)?;
         let (lease_tokens, lease_age) = self.lease.unwrap_or((0, Duration::ZERO));
         Ok(RedisRateLimiter {
             inner: Arc::new(Inner {
@@ -508,7 +366,7 @@ impl RedisRateLimiterBuilder {
                 key: self.key,
                 rate: self.rate,
                 burst: self.burst,
-                interval_us: per_us / self.rate.tokens() as f64,
+                interval_us: policy::interval_us(self.rate),
                 lease_tokens,
                 lease_age,
                 policy: self.policy,
@@ -533,88 +391,33 @@ impl Drop for Reserved<'_> {
     }
 }
 
-/// What one round trip answered.
-enum Answer {
-    /// The cost and `surplus` tokens more (a lease) granted, usable after `wait`: a reservation
-    /// queued behind earlier ones, or a cost above the burst paying its debt. `Nanos::MAX`:
-    /// never (the debts ahead of it take 584 years or more).
-    Granted { surplus: u64, wait: Nanos },
-    /// Refused; ask again in `wait` (never, for `Nanos::MAX`).
-    Refused { wait: Nanos },
-}
-
-/// The script's reply: granted (0 or 1), surplus tokens, wait in microseconds.
-type Reply = (u64, u64, u64);
-
-/// A wait in whole microseconds as the script returns it, in nanoseconds; the script's
-/// "never" (2^64 ns or more) saturates to `Nanos::MAX`, the in-process bucket's.
-fn wait_from_us(us: u64) -> Nanos {
-    Nanos(us.saturating_mul(1_000))
-}
-
-/// `n` as a double no smaller than `n`, for an amount the script must not under-count (a cost).
-/// The script's amounts are doubles, exact only up to 2^53.
-fn round_up(n: u64) -> f64 {
-    let f = n as f64;
-    if (f as u128) < u128::from(n) {
-        f64::from_bits(f.to_bits() + 1)
-    } else {
-        f
-    }
-}
-
-/// `n` as a double no larger than `n`, for an amount the script must not over-count (a burst,
-/// a lease, tokens given back).
-fn round_down(n: u64) -> f64 {
-    let f = n as f64;
-    if (f as u128) > u128::from(n) {
-        f64::from_bits(f.to_bits() - 1)
-    } else {
-        f
-    }
-}
-
-/// One call of the script: take at least `cost`, up to `want`, after giving `back` back;
-/// `mode` is "reserve" or "try". The only place the script's arguments are spelled out: the
-/// amounts go as doubles rounded in the quota's favour (see the script's "Exactness").
-async fn call_script(
-    script: &redis::Script,
-    mut conn: ConnectionManager,
-    key: &str,
-    interval_us: f64,
-    burst: u64,
-    (cost, want, back): (u64, u64, u64),
-    mode: &str,
-) -> redis::RedisResult<Reply> {
-    script
-        .key(key)
-        .arg(interval_us)
-        .arg(round_down(burst))
-        .arg(round_up(cost))
-        .arg(round_down(want))
-        .arg(round_down(back))
-        .arg(mode)
-        .invoke_async(&mut conn)
-        .await
-}
-
 impl RedisRateLimiter {
     /// The script with this limiter's key and bucket.
     async fn call(&self, amounts: (u64, u64, u64), mode: &str) -> redis::RedisResult<Reply> {
         let inner = &self.inner;
         bump(&inner.counters.round_trips);
-        let conn = inner.conn.clone();
-        let (key, burst) = (inner.key.as_str(), inner.burst);
-        call_script(
-            &inner.script,
-            conn,
-            key,
-            inner.interval_us,
-            burst,
+        inner.call(amounts, mode).await
+    }
+}
+
+impl Inner {
+    fn script_call<'a>(&'a self, amounts: (u64, u64, u64), mode: &'a str) -> Call<'a> {
+        Call {
+            key: &self.key,
+            limit_key: None,
+            interval_us: self.interval_us,
+            burst: self.burst,
             amounts,
             mode,
-        )
-        .await
+            max_wait_us: None,
+            new_limit: None,
+        }
+    }
+
+    async fn call(&self, amounts: (u64, u64, u64), mode: &str) -> redis::RedisResult<Reply> {
+        self.script_call(amounts, mode)
+            .run(&self.script, self.conn.clone())
+            .await
     }
 }
 
@@ -702,22 +505,7 @@ impl RedisRateLimiter {
     /// Sorts a failed call into an outage or a reply error, and counts (and, for a reply
     /// error, logs) it.
     fn failure(&self, e: redis::RedisError, cost: u64) -> Failure {
-        if is_reply_error(&e) {
-            bump(&self.inner.counters.reply_errors);
-            #[cfg(feature = "tracing")]
-            tracing::error!(
-                key = %self.inner.key,
-                cost,
-                error = %e,
-                "pacer: Redis answered the quota's script with an error; nothing granted"
-            );
-            #[cfg(not(feature = "tracing"))]
-            let _ = cost;
-            Failure::Reply(e)
-        } else {
-            bump(&self.inner.counters.errors);
-            Failure::Outage(e)
-        }
+        Failure::classify(e, &self.inner.counters, &self.inner.key, cost)
     }
 
     /// Whether `cost` can never be granted: even from a full bucket, its debt beyond the burst
@@ -955,37 +743,18 @@ impl RedisRateLimiter {
 
     /// The fail-open fallback, while it is in charge.
     fn fallback(&self) -> Option<RateLimiter> {
-        let mut local = self.local();
-        match local.fallback_until {
-            Some(until) if Instant::now() < until => local.fallback.clone(),
-            Some(_) => {
-                // Time to try Redis again; the fallback keeps its state in case it still fails.
-                local.fallback_until = None;
-                None
-            }
-            None => None,
-        }
+        self.local().fallback.current()
     }
 
-    /// Puts the fallback in charge for a second: `share` of the rate (by stretching the
-    /// period, so the share is exact) and of the burst (at least one token).
+    /// Puts the fallback in charge for a second: `share` of the rate and of the burst.
     fn open_fallback(&self, share: f64) {
-        let rate = self.inner.rate;
-        let mut local = self.local();
-        if local.fallback.is_none() {
-            let per = Duration::try_from_secs_f64(rate.per().as_secs_f64() / share)
-                .unwrap_or(Duration::MAX);
-            let burst = ((self.inner.burst as f64 * share).floor() as u64).max(1);
-            local.fallback = Some(RateLimiter::new(Rate::new(rate.tokens(), per), burst));
-        }
-        local.fallback_until = Some(Instant::now() + Duration::from_secs(1));
+        let (rate, burst) = policy::share_of(self.inner.rate, self.inner.burst, share);
+        self.local().fallback.open(|| RateLimiter::new(rate, burst));
     }
 
     /// Redis answered: the outage, if any, is over.
     fn recovered(&self) {
-        let mut local = self.local();
-        local.fallback = None;
-        local.fallback_until = None;
+        self.local().fallback.recovered();
     }
 
     /// This process's counters.
@@ -1050,10 +819,19 @@ impl Drop for Inner {
             return;
         }
         let (conn, script) = (self.conn.clone(), self.script.clone());
-        let (key, interval, burst) = (self.key.clone(), self.interval_us, self.burst);
+        let (key, interval_us, burst) = (self.key.clone(), self.interval_us, self.burst);
         runtime.spawn(async move {
-            let amounts = (0, 0, back);
-            let _ = call_script(&script, conn, &key, interval, burst, amounts, "try").await;
+            let call = Call {
+                key: &key,
+                limit_key: None,
+                interval_us,
+                burst,
+                amounts: (0, 0, back),
+                mode: "try",
+                max_wait_us: None,
+                new_limit: None,
+            };
+            let _ = call.run(&script, conn).await;
         });
     }
 }

@@ -1,6 +1,7 @@
 //! One quota across processes and machines, kept in Redis (feature `redis`):
 //! [`RedisRateLimiter`] (also at the crate root), its builder, its failure policy, its errors
-//! and its counters.
+//! and its counters; and [`RedisKeyedRateLimiter`] (also at the crate root), one such quota
+//! per key.
 //!
 //! The bucket is pacer's GCRA, evaluated by one Lua script on Redis's own clock, so the
 //! clocks of the client machines do not matter and every decision is atomic. Streams draw on
@@ -19,9 +20,13 @@
 //! # }
 //! ```
 
+mod keyed;
 mod limiter;
+mod policy;
+mod script;
 
+pub use keyed::{RedisKeyedRateLimiter, RedisKeyedRateLimiterBuilder, RedisKeyedStats};
 pub use limiter::{
-    FailurePolicy, RedisQuotaError, RedisRateLimiter, RedisRateLimiterBuilder, RedisStats,
-    TryAcquireError,
+    RedisQuotaError, RedisRateLimiter, RedisRateLimiterBuilder, RedisStats, TryAcquireError,
 };
+pub use policy::FailurePolicy;

@@ -1,0 +1,183 @@
+//! What [`RedisRateLimiter`](super::RedisRateLimiter) and
+//! [`RedisKeyedRateLimiter`](super::RedisKeyedRateLimiter) share: the one GCRA script and its
+//! arguments, the sorting of failures into outages and reply errors, the counters.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+
+use crate::core::Nanos;
+
+/// pacer's GCRA, the one script of both Redis limiters.
+pub(crate) const SCRIPT: &str = include_str!("gcra.lua");
+
+/// Whether Redis *answered* with an error about this request (a script error, `WRONGTYPE`,
+/// a value out of range, `NOPERM`, an unexpected reply), rather than failed to answer (a
+/// connection refused, dropped or timed out) or answered that it cannot serve anyone now
+/// (`LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, `TRYAGAIN`, `CLUSTERDOWN`, `OOM`, `MISCONF`,
+/// `NOREPLICAS`), which are outages.
+fn is_reply_error(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    match e.kind() {
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly
+            // Reloaded by `Script` on its own; a second one is a race with `SCRIPT FLUSH`.
+            | ServerErrorKind::NoScript,
+        ) => false,
+        ErrorKind::Server(_) => true,
+        ErrorKind::Extension => !matches!(
+            e.code(),
+            Some("BUSY" | "OOM" | "MISCONF" | "NOREPLICAS" | "UNBLOCKED")
+        ),
+        // The reply came, but not in the script's shape.
+        ErrorKind::UnexpectedReturnType => true,
+        _ => false,
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) round_trips: AtomicU64,
+    pub(crate) granted: AtomicU64,
+    pub(crate) from_lease: AtomicU64,
+    pub(crate) fallback: AtomicU64,
+    pub(crate) rejected: AtomicU64,
+    pub(crate) errors: AtomicU64,
+    pub(crate) reply_errors: AtomicU64,
+}
+
+/// How a round trip failed.
+pub(crate) enum Failure {
+    /// Redis did not answer, or cannot serve anyone now: the failure policy applies.
+    Outage(redis::RedisError),
+    /// Redis answered this request with an error: permanent for the request.
+    Reply(redis::RedisError),
+}
+
+/// The longest pause between two attempts of a waiting stream whose requests Redis answers
+/// with an error; the first is 100 ms.
+impl Failure {
+    /// Sorts a failed call on `key` into an outage or a reply error, and counts (and, for a
+    /// reply error, logs) it.
+    pub(crate) fn classify(
+        e: redis::RedisError,
+        counters: &Counters,
+        key: &str,
+        cost: u64,
+    ) -> Failure {
+        if is_reply_error(&e) {
+            bump(&counters.reply_errors);
+            #[cfg(feature = "tracing")]
+            tracing::error!(
+                key = %key,
+                cost,
+                error = %e,
+                "pacer: Redis answered the quota's script with an error; nothing granted"
+            );
+            #[cfg(not(feature = "tracing"))]
+            let _ = (key, cost);
+            Failure::Reply(e)
+        } else {
+            bump(&counters.errors);
+            Failure::Outage(e)
+        }
+    }
+}
+
+pub(crate) const REPLY_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The wait an enforcing stream is told when Redis answered its request with an error.
+pub(crate) const REPLY_RETRY: Duration = Duration::from_secs(1);
+
+pub(crate) fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What one round trip answered.
+pub(crate) enum Answer {
+    /// The cost and `surplus` tokens more (a lease) granted, usable after `wait`: a reservation
+    /// queued behind earlier ones, or a cost above the burst paying its debt. `Nanos::MAX`:
+    /// never (the debts ahead of it take 584 years or more).
+    Granted { surplus: u64, wait: Nanos },
+    /// Refused; ask again in `wait` (never, for `Nanos::MAX`).
+    Refused { wait: Nanos },
+}
+
+/// The script's reply: granted (0 or 1), surplus tokens, wait in microseconds.
+pub(crate) type Reply = (u64, u64, u64);
+
+/// A wait in whole microseconds as the script returns it, in nanoseconds; the script's
+/// "never" (2^64 ns or more) saturates to `Nanos::MAX`, the in-process bucket's.
+pub(crate) fn wait_from_us(us: u64) -> Nanos {
+    Nanos(us.saturating_mul(1_000))
+}
+
+/// `n` as a double no smaller than `n`, for an amount the script must not under-count (a cost).
+/// The script's amounts are doubles, exact only up to 2^53.
+pub(crate) fn round_up(n: u64) -> f64 {
+    let f = n as f64;
+    if (f as u128) < u128::from(n) {
+        f64::from_bits(f.to_bits() + 1)
+    } else {
+        f
+    }
+}
+
+/// `n` as a double no larger than `n`, for an amount the script must not over-count (a burst,
+/// a lease, tokens given back).
+pub(crate) fn round_down(n: u64) -> f64 {
+    let f = n as f64;
+    if (f as u128) > u128::from(n) {
+        f64::from_bits(f.to_bits() - 1)
+    } else {
+        f
+    }
+}
+
+/// One call of the script: on `key` (with the key's own limit in `limit_key`, if any), take at
+/// least `cost`, up to `want`, after giving `back` back; `mode` is "reserve", "try", "limit"
+/// or "clear". The only place the script's arguments are spelled out: the amounts go as
+/// doubles rounded in the quota's favour (see the script's "Exactness").
+pub(crate) struct Call<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) limit_key: Option<&'a str>,
+    pub(crate) interval_us: f64,
+    pub(crate) burst: u64,
+    pub(crate) amounts: (u64, u64, u64),
+    pub(crate) mode: &'a str,
+    /// "reserve" only: refuse (taking nothing) rather than grant with a longer wait.
+    pub(crate) max_wait_us: Option<u64>,
+    /// "limit" only: the key's new interval (microseconds per token) and burst.
+    pub(crate) new_limit: Option<(f64, u64)>,
+}
+
+impl Call<'_> {
+    pub(crate) async fn run(
+        &self,
+        script: &redis::Script,
+        mut conn: ConnectionManager,
+    ) -> redis::RedisResult<Reply> {
+        let (cost, want, back) = self.amounts;
+        let mut invocation = script.key(self.key);
+        if let Some(limit_key) = self.limit_key {
+            invocation.key(limit_key);
+        }
+        invocation
+            .arg(self.interval_us)
+            .arg(round_down(self.burst))
+            .arg(round_up(cost))
+            .arg(round_down(want))
+            .arg(round_down(back))
+            .arg(self.mode)
+            .arg(self.max_wait_us.map_or(String::new(), |w| w.to_string()));
+        if let Some((interval_us, burst)) = self.new_limit {
+            invocation.arg(interval_us).arg(round_down(burst));
+        }
+        invocation.invoke_async(&mut conn).await
+    }
+}

@@ -1,0 +1,700 @@
+//! `RedisKeyedRateLimiter` against a real, private `redis-server` that each test starts on a
+//! free loopback port, without persistence, and stops at the end. Real time: Redis does not
+//! run on tokio's paused clock.
+#![cfg(feature = "redis")]
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pacer::redis::{FailurePolicy, RedisQuotaError, TryAcquireError};
+use pacer::{Rate, RedisKeyedRateLimiter};
+
+/// A private redis-server.
+struct Server {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Server {
+    fn start() -> Server {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut server = Server { port, child: None };
+        server.restart();
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Starts (again) on the same port, and waits until it answers.
+    fn restart(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed for `cargo test --features redis`");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let client = redis::Client::open(self.url()).expect("url");
+            if let Ok(mut conn) = client.get_connection() {
+                if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "redis-server did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The most grants whose windows could overlap: sorted by when they were *received*, grants
+/// i..=j happened on Redis within [sent_i, received_j], so count them against that span.
+fn check_bound(grants: &[(u128, u128)], rate: f64, burst: u64) -> Result<(), String> {
+    let mut sorted = grants.to_vec();
+    sorted.sort_by_key(|&(_, received)| received);
+    let round_trip = sorted.iter().map(|&(s, r)| r - s).max().unwrap_or(0);
+    for i in 0..sorted.len() {
+        for j in i..sorted.len() {
+            let count = (j - i + 1) as f64;
+            // Grant i happened no earlier than it was sent, grant j no later than received.
+            let span = sorted[j].1.saturating_sub(sorted[i].1) as f64 / 1e9;
+            let slack = round_trip as f64 / 1e9;
+            let allowed = burst as f64 + (span + slack) * rate;
+            if count > allowed + 1e-9 {
+                return Err(format!(
+                    "{count} grants within {span:.6} s (allowed {allowed:.2})"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A plain connection to `server`, to look at keys or break them behind the limiter's back.
+fn admin(server: &Server) -> redis::Connection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+fn dbsize(conn: &mut redis::Connection) -> u64 {
+    redis::cmd("DBSIZE").query(conn).unwrap()
+}
+
+fn get(conn: &mut redis::Connection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(conn).unwrap()
+}
+
+fn exists(conn: &mut redis::Connection, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query::<u64>(conn).unwrap() == 1
+}
+
+fn limiter<K: std::hash::Hash + Eq + Send + Sync + 'static>(
+    server: &Server,
+    prefix: &str,
+    rate: Rate,
+    burst: u64,
+) -> RedisKeyedRateLimiter<K> {
+    RedisKeyedRateLimiter::builder(&server.url(), prefix, rate, burst)
+        .build()
+        .unwrap()
+}
+
+fn refusal(e: TryAcquireError) -> pacer::NotUntil {
+    e.not_until().expect("a refusal, not a reply error")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_independent_and_refusals_exact() {
+    let server = Server::start();
+    let quota = limiter::<String>(&server, "ind", Rate::per_second(10), 3);
+    for _ in 0..3 {
+        quota.try_acquire("a", 1).await.unwrap();
+    }
+    let refused = refusal(quota.try_acquire("a", 1).await.unwrap_err());
+    assert!(!refused.is_never());
+    assert!(
+        refused.retry_after() > Duration::from_millis(80),
+        "{refused:?}"
+    );
+    assert!(
+        refused.retry_after() <= Duration::from_millis(100),
+        "{refused:?}"
+    );
+    // "b" has its own full bucket.
+    quota.try_acquire("b", 3).await.unwrap();
+    assert!(quota.try_acquire("b", 1).await.is_err());
+    // Above the burst: never without waiting.
+    assert!(refusal(quota.try_acquire("c", 4).await.unwrap_err()).is_never());
+    assert!(quota.try_acquire("c", 0).await.is_ok());
+    let stats = quota.stats();
+    assert_eq!(stats.granted, 5);
+    assert_eq!(stats.rejected, 3);
+    assert_eq!(stats.round_trips, 7);
+    assert_eq!(stats.keys, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn string_keys_take_str_and_integer_keys_work() {
+    let server = Server::start();
+    let by_name = limiter::<String>(&server, "names", Rate::per_minute(1), 1);
+    by_name.try_acquire("alice", 1).await.unwrap();
+    let alice = String::from("alice");
+    assert!(by_name.try_acquire(alice.as_str(), 1).await.is_err());
+    assert!(by_name.try_acquire(&alice, 1).await.is_err());
+    by_name.acquire("bob", 1).await.unwrap();
+    let by_id = limiter::<u64>(&server, "ids", Rate::per_minute(1), 1);
+    by_id.try_acquire(&7, 1).await.unwrap();
+    assert!(by_id.try_acquire(&7, 1).await.is_err());
+    by_id.acquire(&8, 1).await.unwrap();
+    let mut conn = admin(&server);
+    for key in ["{names:alice}", "{names:bob}", "{ids:7}", "{ids:8}"] {
+        assert!(exists(&mut conn, key), "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_with_braces_colons_and_percents_are_escaped() {
+    let server = Server::start();
+    let quota = limiter::<String>(&server, "odd:{p}", Rate::per_minute(1), 1);
+    let keys = ["a:b", "{a}", "a}b{", "%3A", ":", "a%3Ab", ""];
+    for key in keys {
+        quota.try_acquire(key, 1).await.unwrap();
+    }
+    // Each key had its own bucket, now empty.
+    for key in keys {
+        assert!(quota.try_acquire(key, 1).await.is_err(), "{key:?}");
+    }
+    let mut conn = admin(&server);
+    assert_eq!(dbsize(&mut conn), keys.len() as u64);
+    assert!(exists(&mut conn, "{odd%3A%7Bp%7D:a%3Ab}"));
+    assert!(exists(&mut conn, "{odd%3A%7Bp%7D:%7Ba%7D}"));
+    assert!(exists(&mut conn, "{odd%3A%7Bp%7D:%253A}"));
+    assert!(exists(&mut conn, "{odd%3A%7Bp%7D:}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_try_acquire_writes_nothing() {
+    let server = Server::start();
+    let quota = limiter::<String>(&server, "ro", Rate::per_second(1), 2);
+    let mut conn = admin(&server);
+    quota.try_acquire("k", 2).await.unwrap();
+    let before = get(&mut conn, "{ro:k}").expect("state after a grant");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(quota.try_acquire("k", 1).await.is_err());
+    assert_eq!(get(&mut conn, "{ro:k}").as_deref(), Some(before.as_str()));
+    // A refusal on a fresh key (a cost above the burst) creates nothing.
+    assert!(quota.try_acquire("fresh", 3).await.is_err());
+    assert!(!exists(&mut conn, "{ro:fresh}"));
+    assert_eq!(dbsize(&mut conn), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keys_vanish_from_redis_and_from_the_process() {
+    let server = Server::start();
+    // 2 tokens at 20 per second: full again within 100 ms.
+    let quota = limiter::<u64>(&server, "idle", Rate::per_second(20), 2);
+    for key in 0..50u64 {
+        quota.acquire(&key, 2).await.unwrap();
+    }
+    let mut conn = admin(&server);
+    assert_eq!(dbsize(&mut conn), 50);
+    assert_eq!(quota.stats().keys, 0);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(dbsize(&mut conn), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_is_a_reservation_and_a_timeout_takes_nothing() {
+    let server = Server::start();
+    let quota = limiter::<String>(&server, "wait", Rate::per_second(10), 1);
+    let start = Instant::now();
+    for _ in 0..4 {
+        quota.acquire("k", 1).await.unwrap();
+    }
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(290), "{took:?}");
+    assert!(took <= Duration::from_millis(420), "{took:?}");
+    // The next is due in about 100 ms: not within 30 ms, and refusing it took nothing.
+    let start = Instant::now();
+    let refused = quota
+        .acquire_timeout("k", 1, Duration::from_millis(30))
+        .await
+        .unwrap_err();
+    assert!(start.elapsed() < Duration::from_millis(30));
+    let refused = refusal(refused);
+    assert!(
+        refused.retry_after() > Duration::from_millis(30),
+        "{refused:?}"
+    );
+    let start = Instant::now();
+    quota
+        .acquire_timeout("k", 1, Duration::from_millis(200))
+        .await
+        .unwrap();
+    let took = start.elapsed();
+    assert!(took <= Duration::from_millis(150), "{took:?}");
+    assert_eq!(quota.stats().rejected, 1);
+    // Concurrent waiters of one key: each one round trip, spaced 100 ms apart.
+    let quota2 = quota.clone();
+    let start = Instant::now();
+    let waiters: Vec<_> = (0..5)
+        .map(|_| {
+            let q = quota2.clone();
+            tokio::spawn(async move {
+                q.acquire("c", 1).await.unwrap();
+                start.elapsed()
+            })
+        })
+        .collect();
+    let mut times = Vec::new();
+    for w in waiters {
+        times.push(w.await.unwrap());
+    }
+    times.sort();
+    for (i, t) in times.iter().enumerate() {
+        let due = Duration::from_millis(100 * i as u64);
+        assert!(*t + Duration::from_millis(5) >= due, "{times:?}");
+        assert!(*t <= due + Duration::from_millis(80), "{times:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_before_its_turn_gives_its_tokens_back() {
+    let server = Server::start();
+    let quota = limiter::<String>(&server, "drop", Rate::per_second(2), 1);
+    quota.acquire("k", 1).await.unwrap();
+    // Reserves 4 tokens (about 2 s), then gives up after 100 ms.
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), quota.acquire("k", 4)).await;
+    assert!(gave_up.is_err());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Only the first token's refill stands between us and the next grant.
+    let start = Instant::now();
+    quota.acquire("k", 1).await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_type_is_a_reply_error_for_that_key_only() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    redis::cmd("HSET")
+        .arg("{bad:h}")
+        .arg("f")
+        .arg("v")
+        .exec(&mut conn)
+        .unwrap();
+    redis::cmd("SET")
+        .arg("{bad:s}")
+        .arg("hello")
+        .exec(&mut conn)
+        .unwrap();
+    redis::cmd("SET")
+        .arg("{bad:l}:limit")
+        .arg("hello")
+        .exec(&mut conn)
+        .unwrap();
+    for policy in [
+        FailurePolicy::default(),
+        FailurePolicy::FailOpen { share: 0.5 },
+    ] {
+        let quota: RedisKeyedRateLimiter<String> =
+            RedisKeyedRateLimiter::builder(&server.url(), "bad", Rate::per_second(10), 5)
+                .failure_policy(policy)
+                .build()
+                .unwrap();
+        for (key, expected) in [
+            ("h", "WRONGTYPE"),
+            ("s", "not a pacer quota"),
+            ("l", "WRONGTYPE"),
+        ] {
+            let start = Instant::now();
+            let err = quota.acquire(key, 1).await.unwrap_err();
+            assert!(start.elapsed() < Duration::from_secs(1));
+            assert!(matches!(err, RedisQuotaError::Reply(_)), "{key}: {err}");
+            assert!(err.to_string().contains(expected), "{key}: {err}");
+            let err = quota.try_acquire(key, 1).await.unwrap_err();
+            assert!(matches!(err, TryAcquireError::Reply(_)), "{key}: {err}");
+            let err = quota
+                .acquire_timeout(key, 1, Duration::from_secs(1))
+                .await
+                .unwrap_err();
+            assert!(matches!(err, TryAcquireError::Reply(_)), "{key}: {err}");
+        }
+        quota.try_acquire("fine", 1).await.unwrap();
+        let stats = quota.stats();
+        assert_eq!(stats.reply_errors, 9);
+        assert_eq!((stats.errors, stats.fallback), (0, 0));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_closed_and_fail_open_without_redis() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    let closed: RedisKeyedRateLimiter<String> =
+        RedisKeyedRateLimiter::builder(&url, "x", Rate::per_second(10), 4)
+            .failure_policy(FailurePolicy::FailClosed {
+                max_backoff: Duration::from_millis(50),
+                deadline: Duration::from_millis(300),
+            })
+            .build()
+            .unwrap();
+    let start = Instant::now();
+    let err = closed.acquire("k", 1).await.unwrap_err();
+    assert!(matches!(err, RedisQuotaError::Unavailable(_)), "{err}");
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    assert!(closed.try_acquire("k", 1).await.is_err());
+    let err = closed
+        .acquire_timeout("k", 1, Duration::from_millis(100))
+        .await
+        .unwrap_err();
+    assert!(err.not_until().is_some(), "{err}");
+    let open: RedisKeyedRateLimiter<String> =
+        RedisKeyedRateLimiter::builder(&url, "x", Rate::per_second(10), 4)
+            .failure_policy(FailurePolicy::FailOpen { share: 0.5 })
+            .build()
+            .unwrap();
+    // Half the burst per key, locally.
+    for key in ["a", "b"] {
+        open.try_acquire(key, 1).await.unwrap();
+        open.acquire(key, 1).await.unwrap();
+        assert!(open.try_acquire(key, 1).await.is_err());
+    }
+    assert_eq!(open.stats().fallback, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_builder_refuses_what_cannot_be() {
+    let build = |burst, timeout| {
+        RedisKeyedRateLimiter::<String>::builder(
+            "redis://127.0.0.1/",
+            "t",
+            Rate::per_second(1),
+            burst,
+        )
+        .response_timeout(timeout)
+        .build()
+    };
+    assert!(matches!(
+        build(0, Duration::from_secs(1)),
+        Err(RedisQuotaError::Config(_))
+    ));
+    assert!(matches!(
+        build(1, Duration::ZERO),
+        Err(RedisQuotaError::Config(_))
+    ));
+    assert!(build(1, Duration::from_secs(1)).is_ok());
+    let share =
+        RedisKeyedRateLimiter::<u64>::builder("redis://127.0.0.1/", "t", Rate::per_second(1), 1)
+            .failure_policy(FailurePolicy::FailOpen { share: 0.0 })
+            .build();
+    assert!(matches!(share, Err(RedisQuotaError::Config(_))));
+    assert!(matches!(
+        RedisKeyedRateLimiter::<u64>::builder("nonsense", "t", Rate::per_second(1), 1).build(),
+        Err(RedisQuotaError::Client(_))
+    ));
+}
+
+fn pttl(conn: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(conn).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_set_by_one_process_applies_to_every_process_and_keeps_the_level() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    // Two processes: two limiters, two connections, one Redis. One token a minute: no refill
+    // to speak of during the test.
+    let one = limiter::<String>(&server, "lim", Rate::per_minute(1), 2);
+    let two = limiter::<String>(&server, "lim", Rate::per_minute(1), 2);
+    // A fresh key under its own limit starts full of it.
+    one.set_limit("big", Rate::per_minute(1), 10).await.unwrap();
+    two.try_acquire("big", 4).await.unwrap();
+    // Another key keeps the default.
+    assert!(refusal(two.try_acquire("small", 3).await.unwrap_err()).is_never());
+    // A bigger burst keeps the level (6 tokens), it does not fill the bucket.
+    one.set_limit("big", Rate::per_minute(1), 100)
+        .await
+        .unwrap();
+    let refused = refusal(two.try_acquire("big", 7).await.unwrap_err());
+    assert!(!refused.is_never());
+    two.try_acquire("big", 6).await.unwrap();
+    // The limit is configuration: no expiry, beside the key's bucket in the same hash tag.
+    assert_eq!(pttl(&mut conn, "{lim:big}:limit"), -1);
+    assert!(pttl(&mut conn, "{lim:big}") > 0);
+    // A smaller burst caps the level.
+    one.set_limit("full", Rate::per_minute(1), 10)
+        .await
+        .unwrap();
+    one.set_limit("full", Rate::per_minute(1), 3).await.unwrap();
+    two.try_acquire("full", 3).await.unwrap();
+    assert!(two.try_acquire("full", 1).await.is_err());
+    // Back to the default, for both: the level stays (0), the burst is 2 again.
+    two.clear_limit("big").await.unwrap();
+    assert!(!exists(&mut conn, "{lim:big}:limit"));
+    assert!(one.try_acquire("big", 1).await.is_err());
+    assert!(refusal(one.try_acquire("big", 3).await.unwrap_err()).is_never());
+    // A faster rate set elsewhere is seen at once by the waiters' next request.
+    one.set_limit("fast", Rate::per_second(20), 1)
+        .await
+        .unwrap();
+    let start = Instant::now();
+    for _ in 0..5 {
+        two.acquire("fast", 1).await.unwrap();
+    }
+    assert!(
+        start.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(matches!(
+        one.set_limit("x", Rate::per_second(1), 0).await,
+        Err(RedisQuotaError::Config(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_outlive_idle_buckets() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let quota = limiter::<u64>(&server, "keep", Rate::per_second(20), 1);
+    quota.set_limit(&1, Rate::per_second(20), 2).await.unwrap();
+    quota.try_acquire(&1, 2).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    // The bucket expired once full; the limit did not.
+    assert!(!exists(&mut conn, "{keep:1}"));
+    assert!(exists(&mut conn, "{keep:1}:limit"));
+    quota.try_acquire(&1, 2).await.unwrap();
+    assert_eq!(dbsize(&mut conn), 2);
+}
+
+fn worker_binary() -> std::path::PathBuf {
+    // target/<profile>/deps/redis_keyed-<hash> -> target/<profile>/examples/redis_worker
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let worker = dir.join("examples").join("redis_worker");
+    assert!(
+        worker.exists(),
+        "{} missing: build it with `cargo test --features redis` (it builds the examples)",
+        worker.display()
+    );
+    worker
+}
+
+#[test]
+fn three_processes_share_each_keys_quota() {
+    let server = Server::start();
+    let workers: Vec<Child> = (0..3)
+        .map(|_| {
+            Command::new(worker_binary())
+                .args([&server.url(), "fleet", "2", "100", "10", "keyed"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn a worker")
+        })
+        .collect();
+    let mut per_key: std::collections::HashMap<String, Vec<(u128, u128)>> = Default::default();
+    for worker in workers {
+        let out = worker.wait_with_output().expect("worker output");
+        assert!(out.status.success(), "a worker failed: {out:?}");
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.first() == Some(&"grant") {
+                let grant = (fields[1].parse().unwrap(), fields[2].parse().unwrap());
+                per_key.entry(fields[3].to_owned()).or_default().push(grant);
+            }
+        }
+    }
+    assert_eq!(per_key.len(), 2);
+    for (key, grants) in &per_key {
+        // Each key's merged timeline keeps its bound in every window, to within one round trip.
+        check_bound(grants, 100.0, 10).unwrap_or_else(|e| panic!("key {key}: {e}"));
+        // And each key's quota is used on its own: rate × time + burst, within 3 %.
+        let first = grants.iter().map(|g| g.1).min().unwrap();
+        let last = grants.iter().map(|g| g.1).max().unwrap();
+        let expected = 10.0 + 100.0 * (last - first) as f64 / 1e9;
+        let total = grants.len() as f64;
+        assert!(
+            (total - expected).abs() <= 0.03 * expected,
+            "key {key}: {total} grants, expected {expected:.0} ± 3 %"
+        );
+    }
+}
+
+fn level(conn: &mut redis::Connection, key: &str) -> f64 {
+    let state = get(conn, key).expect("a bucket");
+    state.split(':').next().unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_are_per_key_cut_round_trips_and_are_given_back_when_idle() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let quota: RedisKeyedRateLimiter<String> =
+        RedisKeyedRateLimiter::builder(&server.url(), "lease", Rate::per_second(2_000), 50)
+            .lease(20, Duration::from_millis(50))
+            .build()
+            .unwrap();
+    for _ in 0..200 {
+        quota.acquire("busy", 1).await.unwrap();
+    }
+    let stats = quota.stats();
+    assert_eq!(stats.granted, 200);
+    assert!(stats.round_trips <= 20, "{stats:?}");
+    assert!(stats.from_lease >= 180, "{stats:?}");
+    // One slow key: a try takes the cost and a lease's worth more.
+    let slow: RedisKeyedRateLimiter<String> =
+        RedisKeyedRateLimiter::builder(&server.url(), "slow", Rate::per_minute(1), 50)
+            .lease(20, Duration::from_millis(50))
+            .build()
+            .unwrap();
+    slow.try_acquire("k", 1).await.unwrap();
+    slow.try_acquire("other", 1).await.unwrap();
+    let taken = level(&mut conn, "{slow:k}");
+    assert!((taken - 30.0).abs() < 0.01, "{taken}");
+    // Spent locally, per key.
+    for _ in 0..19 {
+        slow.try_acquire("k", 1).await.unwrap();
+    }
+    slow.try_acquire("k", 1).await.unwrap();
+    assert_eq!(slow.stats().from_lease, 19);
+    assert_eq!(slow.stats().keys, 2);
+    // Idle past their age: given back, and the local state dropped.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(slow.stats().keys, 0);
+    let back = level(&mut conn, "{slow:other}");
+    assert!((back - 49.0).abs() < 0.01, "{back}");
+    let k = level(&mut conn, "{slow:k}");
+    assert!((k - 29.0).abs() < 0.01, "{k}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_that_is_never_granted_holds_nobody_up() {
+    let server = Server::start();
+    let quota = limiter::<String>(&server, "never", Rate::per_minute(1), 2);
+    // Under the key's own limit too, which only Redis knows.
+    quota
+        .set_limit("own", Rate::per_minute(1), 3)
+        .await
+        .unwrap();
+    for key in ["k", "own"] {
+        let waited =
+            tokio::time::timeout(Duration::from_millis(100), quota.acquire(key, u64::MAX)).await;
+        assert!(waited.is_err(), "{key}");
+        let refused = quota
+            .acquire_timeout(key, u64::MAX, Duration::MAX)
+            .await
+            .unwrap_err();
+        assert!(refusal(refused).is_never(), "{key}");
+        // Nothing was charged.
+        quota.try_acquire(key, 2).await.unwrap();
+    }
+}
+
+fn epoch_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_with_leases_keep_each_keys_bound() {
+    let server = Server::start();
+    let make = || -> RedisKeyedRateLimiter<u64> {
+        RedisKeyedRateLimiter::builder(&server.url(), "fleet", Rate::per_second(200), 10)
+            .lease(5, Duration::from_millis(20))
+            .build()
+            .unwrap()
+    };
+    let instances = [make(), make()];
+    let stop = tokio::time::Instant::now() + Duration::from_secs(1);
+    let mut tasks = Vec::new();
+    for quota in &instances {
+        for key in [1u64, 1, 2, 2] {
+            let quota = quota.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut grants = Vec::new();
+                loop {
+                    let sent = epoch_nanos();
+                    match tokio::time::timeout_at(stop, quota.acquire(&key, 1)).await {
+                        Ok(granted) => granted.unwrap(),
+                        Err(_) => return (key, grants),
+                    }
+                    grants.push((sent, epoch_nanos()));
+                }
+            }));
+        }
+    }
+    let mut per_key: std::collections::HashMap<u64, Vec<(u128, u128)>> = Default::default();
+    for task in tasks {
+        let (key, grants) = task.await.unwrap();
+        per_key.entry(key).or_default().extend(grants);
+    }
+    for (key, grants) in &per_key {
+        // The bound to within a round trip and the lease age (20 ms of refill: 4 tokens).
+        check_bound(grants, 200.0, 14).unwrap_or_else(|e| panic!("key {key}: {e}"));
+        assert!(
+            grants.len() >= 150,
+            "key {key}: only {} grants",
+            grants.len()
+        );
+    }
+    let stats = instances[0].stats();
+    assert!(stats.from_lease > 0, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiters_of_one_key_are_served_in_the_order_they_asked() {
+    let server = Server::start();
+    let quota = limiter::<String>(&server, "fifo", Rate::per_second(50), 1);
+    // Load the script first: the order holds once Redis knows it.
+    quota.acquire("warm", 1).await.unwrap();
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..10u64 {
+        let quota = quota.clone();
+        tasks.push(tokio::spawn(async move {
+            // Big and small costs alike: a large request is not overtaken.
+            let cost = if i % 3 == 0 { 2 } else { 1 };
+            quota.acquire("k", cost).await.unwrap();
+            start.elapsed()
+        }));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let mut times = Vec::new();
+    for task in tasks {
+        times.push(task.await.unwrap());
+    }
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+}
