@@ -37,9 +37,6 @@ use crate::stats::Stats;
 use crate::sync::{lock, Mutex};
 use crate::timer;
 
-/// A key's new limit (`None`: back to the default), with how to own the key if it has none yet.
-type LimitChange<Q, K> = Option<(KeyLimit, fn(&Q) -> K)>;
-
 /// A rate and a burst: the limit of one key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct KeyLimit {
