@@ -15,7 +15,6 @@ use tower_service::Service;
 
 use crate::error::NotUntil;
 use crate::stats::QuotaState;
-use crate::tower::error::BoxError;
 use crate::tower::quota::RequestQuota;
 
 /// Which quota headers an enforcing [`RateLimitLayer`](super::RateLimitLayer) announces on
@@ -216,22 +215,22 @@ where
 impl<S, Req, Q, B> Future for AnnouncingFuture<S, Req, Q>
 where
     S: Service<Req, Response = Response<B>>,
-    S::Error: Into<BoxError>,
     Q: RequestQuota<Req>,
     B: Default,
 {
-    type Output = Result<Response<B>, BoxError>;
+    type Output = Result<Response<B>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut me = self.project();
         if me.response.is_none() {
             let decided = ready!(Q::poll_try_acquire(me.permit.as_mut(), cx, *me.cost));
             *me.state = Q::state(me.permit.as_mut());
-            let Some((mut service, req)) = me.call.take() else {
-                return Poll::Ready(Err(
-                    "pacer::tower::AnnouncingFuture polled after completion".into(),
-                ));
-            };
+            // A future is not polled after it completed (as tower's own futures, this one
+            // panics if it is).
+            let (mut service, req) = me
+                .call
+                .take()
+                .expect("pacer::tower::AnnouncingFuture polled after completion");
             if let Err(refused) = decided {
                 // Dropping the ready inner service gives back whatever its readiness reserved.
                 drop(service);
@@ -242,7 +241,7 @@ where
         let Some(response) = me.response.as_pin_mut() else {
             return Poll::Pending;
         };
-        let mut response = ready!(response.poll(cx)).map_err(Into::into)?;
+        let mut response = ready!(response.poll(cx))?;
         if let Some(state) = me.state.as_ref() {
             write(response.headers_mut(), *me.headers, state);
         }

@@ -193,8 +193,9 @@ impl<Q, C> RateLimitLayer<Q, C, Enforcing> {
     /// carry `which` headers, read from the quota right after the decision, and a request that
     /// does not conform is answered by the layer itself, `429 Too Many Requests` with
     /// `Retry-After` (whole seconds, rounded up; none for a request that never conforms) and
-    /// the same headers, instead of an error. The inner service must answer
-    /// `http::Response<B>` with `B: Default` (the body of a `429` is empty). See
+    /// the same headers, instead of an error: the service's errors are the inner service's
+    /// (an axum `Router` takes the layer without a `HandleErrorLayer`). The inner service
+    /// must answer `http::Response<B>` with `B: Default` (the body of a `429` is empty). See
     /// [`QuotaHeaders`](super::QuotaHeaders) for how the bucket maps onto the fields.
     ///
     /// # Examples

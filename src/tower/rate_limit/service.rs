@@ -190,17 +190,18 @@ where
 impl<S, Req, Q, C, B> Service<Req> for RateLimit<S, Q, C, super::Announcing>
 where
     S: Service<Req, Response = http::Response<B>> + Clone,
-    S::Error: Into<BoxError>,
     Q: RequestQuota<Req>,
     C: Cost<Req>,
     B: Default,
 {
     type Response = http::Response<B>;
-    type Error = BoxError;
+    // A refusal is a response (429), so the only errors are the inner service's: an axum
+    // `Router` takes the layer as it is.
+    type Error = S::Error;
     type Future = super::AnnouncingFuture<S, Req, Q>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
