@@ -710,6 +710,27 @@
 //!   limit on the simulated provider, against 0.97–0.99 without `Retry-After`; figures in
 //!   BENCHMARKS.md). If your partner tolerates it, classify with `retry_after: None`.
 //!
+//! ## Announcing the quota (feature `http`)
+//!
+//! An enforcing layer can tell its clients their quota on every response, allowed or
+//! refused, so that a client paces to it instead of probing:
+//! `RateLimitLayer::new(&quota).enforcing().headers(QuotaHeaders::Both)`. A token bucket maps
+//! onto the fields as follows (see `pacer::tower::QuotaHeaders`):
+//!
+//! | header | value |
+//! |---|---|
+//! | `RateLimit-Policy: "default";q=Q;w=W` | `Q` the burst; `W` the seconds to refill from empty (`burst / rate`), rounded up |
+//! | `RateLimit: "default";r=R;t=T` | `R` the whole tokens left; `T` the seconds until full again, rounded up |
+//! | `X-RateLimit-Limit`, `-Remaining`, `-Reset` | the burst, the tokens left, the seconds until full (a delay, not an epoch time) |
+//!
+//! A refused request is answered by the layer itself: `429 Too Many Requests`, `Retry-After`
+//! (whole seconds, rounded up; none for a request whose cost is above the burst, which never
+//! conforms) and the same headers. The values are read just after the decision, so under
+//! concurrency they may already count a request decided a moment later: `remaining` is never
+//! more than there is, and `reset` never early. Only plain token buckets announce (a
+//! `RateLimiter` that is not warming up, a key of a `KeyedRateLimiter`); other quotas send
+//! `Retry-After` alone.
+//!
 //! # Finding the limit (Adaptive)
 //!
 //! **A partner API that answers 429.** The partner does not publish its limit, lowers it when

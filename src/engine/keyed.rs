@@ -479,6 +479,26 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         })
     }
 
+    /// The bucket of `key` (hashed to `hash`) as quota headers describe it now: a full bucket
+    /// of its limit if it has no state.
+    #[cfg(feature = "http")]
+    pub(crate) fn quota_state<Q>(&self, hash: u64, key: &Q) -> crate::stats::QuotaState
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        self.with(|st, now, _| {
+            let limit = st.limit(hash, key);
+            match st
+                .lanes
+                .find(hash, |e| e.hash == hash && e.key.borrow() == key)
+            {
+                Some(entry) => crate::stats::QuotaState::of(entry.lane.rule(), limit.rate, now),
+                None => crate::stats::QuotaState::of(&limit.bucket(), limit.rate, now),
+            }
+        })
+    }
+
     /// How many keys hold state now.
     pub(crate) fn tracked_keys(&self) -> usize {
         self.with(|st, _, _| st.lanes.len())
@@ -539,6 +559,12 @@ where
     #[cfg(feature = "tower")]
     pub(crate) fn try_acquire(&self, cost: u64) -> Result<(), NotUntil> {
         self.shared.try_acquire(self.hash, self.key.borrow(), cost)
+    }
+
+    /// This key's bucket as quota headers describe it now.
+    #[cfg(feature = "http")]
+    pub(crate) fn quota_state(&self) -> crate::stats::QuotaState {
+        self.shared.quota_state(self.hash, self.key.borrow())
     }
 }
 

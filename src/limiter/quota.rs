@@ -25,6 +25,13 @@ pub(crate) mod sealed {
         /// The state of one request in flight, kept pinned in the stream that waits.
         type Permit;
 
+        /// The quota as HTTP headers announce it, now; `None` for a quota that cannot say
+        /// (a warming-up limiter, a stagger, a quota kept in Redis).
+        #[cfg(feature = "http")]
+        fn state(&self) -> Option<crate::stats::QuotaState> {
+            None
+        }
+
         /// A fresh, idle request state.
         fn permit(&self) -> Self::Permit;
 
@@ -93,6 +100,11 @@ pin_project! {
 
 impl Sealed for RateLimiter {
     type Permit = LimiterPermit;
+
+    #[cfg(feature = "http")]
+    fn state(&self) -> Option<crate::stats::QuotaState> {
+        self.quota_state()
+    }
 
     fn permit(&self) -> Self::Permit {
         LimiterPermit {

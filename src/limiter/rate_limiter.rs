@@ -572,6 +572,25 @@ impl RateLimiter {
         });
     }
 
+    /// The bucket as quota headers describe it now; `None` for a warming-up limiter, which
+    /// has no burst. While paused, nothing remains and the reset is no earlier than the pause's
+    /// end.
+    #[cfg(feature = "http")]
+    pub(crate) fn quota_state(&self) -> Option<crate::stats::QuotaState> {
+        self.shared.read(|limit, now| match &limit.curve {
+            Curve::Bucket(b) => {
+                let mut state = crate::stats::QuotaState::of(b, limit.rate, now);
+                if limit.is_paused(now) {
+                    state.remaining = 0;
+                    let pause = limit.paused_until.saturating_sub(now).to_duration();
+                    state.reset = state.reset.max(pause);
+                }
+                Some(state)
+            }
+            Curve::WarmingUp(_) => None,
+        })
+    }
+
     /// A snapshot of the limiter's counters: granted, rejected, waiting now, total wait.
     ///
     /// # Examples

@@ -57,4 +57,7 @@ mod rate_limit;
 pub use adaptive::{AdaptiveFuture, AdaptiveLayer, AdaptiveService, Outcome};
 pub use error::{BoxError, RateLimited};
 pub use quota::{ByKey, Cost, OnePerRequest, RequestQuota};
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use rate_limit::{Announcing, AnnouncingFuture, QuotaHeaders};
 pub use rate_limit::{RateLimit, RateLimitLayer, ResponseFuture};

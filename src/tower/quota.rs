@@ -40,6 +40,10 @@ pub(crate) mod sealed {
             cx: &mut Context<'_>,
             cost: u64,
         ) -> Poll<Result<(), NotUntil>>;
+
+        /// The request's quota as HTTP headers announce it, now (see `Sealed::state`).
+        #[cfg(feature = "http")]
+        fn state(permit: Pin<&mut Self::Permit>) -> Option<crate::stats::QuotaState>;
     }
 }
 
@@ -118,6 +122,11 @@ impl<Q: Quota, Req> RequestSealed<Req> for Q {
     ) -> Poll<Result<(), NotUntil>> {
         let me = permit.project();
         me.quota.poll_try_acquire(me.permit, cx, cost)
+    }
+
+    #[cfg(feature = "http")]
+    fn state(permit: Pin<&mut QuotaPermit<Q>>) -> Option<crate::stats::QuotaState> {
+        permit.quota.state()
     }
 }
 
@@ -211,6 +220,11 @@ where
         cost: u64,
     ) -> Poll<Result<(), NotUntil>> {
         Poll::Ready(permit.waiter.handle().try_acquire(cost))
+    }
+
+    #[cfg(feature = "http")]
+    fn state(permit: Pin<&mut KeyPermit<K, S>>) -> Option<crate::stats::QuotaState> {
+        Some(permit.waiter.handle().quota_state())
     }
 }
 

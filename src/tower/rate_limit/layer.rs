@@ -187,6 +187,50 @@ impl<Q, C, M> RateLimitLayer<Q, C, M> {
     }
 }
 
+#[cfg(feature = "http")]
+impl<Q, C> RateLimitLayer<Q, C, Enforcing> {
+    /// Announces the quota on every response (feature `http`): the inner service's responses
+    /// carry `which` headers, read from the quota right after the decision, and a request that
+    /// does not conform is answered by the layer itself, `429 Too Many Requests` with
+    /// `Retry-After` (whole seconds, rounded up; none for a request that never conforms) and
+    /// the same headers, instead of an error: the service's errors are the inner service's
+    /// (an axum `Router` takes the layer without a `HandleErrorLayer`). The inner service
+    /// must answer `http::Response<B>` with `B: Default` (the body of a `429` is empty). See
+    /// [`QuotaHeaders`](super::QuotaHeaders) for how the bucket maps onto the fields.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use pacer::tower::{QuotaHeaders, RateLimitLayer};
+    /// use pacer::{Rate, RateLimiter};
+    /// use tower::{ServiceBuilder, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let quota = RateLimiter::new(Rate::per_second(1), 2);
+    /// let api = ServiceBuilder::new()
+    ///     .layer(RateLimitLayer::new(&quota).enforcing().headers(QuotaHeaders::XRateLimit))
+    ///     .service_fn(|_req: ()| async { Ok::<_, Infallible>(http::Response::new(String::from("ok"))) });
+    /// let first = api.clone().oneshot(()).await.unwrap();
+    /// assert_eq!(first.headers()["x-ratelimit-remaining"], "1");
+    /// let second = api.clone().oneshot(()).await.unwrap();
+    /// assert_eq!(second.headers()["x-ratelimit-remaining"], "0");
+    /// assert_eq!(second.headers()["x-ratelimit-reset"], "2");
+    /// let refused = api.oneshot(()).await.unwrap();
+    /// assert_eq!(refused.status(), 429);
+    /// assert_eq!(refused.headers()["retry-after"], "1");
+    /// # }
+    /// ```
+    pub fn headers(self, which: super::QuotaHeaders) -> RateLimitLayer<Q, C, super::Announcing> {
+        RateLimitLayer {
+            quota: self.quota,
+            cost: self.cost,
+            mode: super::Announcing::new(which),
+        }
+    }
+}
+
 impl<S, Q: Clone, C: Clone, M: Clone> Layer<S> for RateLimitLayer<Q, C, M> {
     type Service = RateLimit<S, Q, C, M>;
 

@@ -186,6 +186,33 @@ where
 
 /// Shows the inner service and the mode only: a quota's own `Debug` may read its shared
 /// state, and a cost is usually a closure.
+#[cfg(feature = "http")]
+impl<S, Req, Q, C, B> Service<Req> for RateLimit<S, Q, C, super::Announcing>
+where
+    S: Service<Req, Response = http::Response<B>> + Clone,
+    Q: RequestQuota<Req>,
+    C: Cost<Req>,
+    B: Default,
+{
+    type Response = http::Response<B>;
+    // A refusal is a response (429), so the only errors are the inner service's: an axum
+    // `Router` takes the layer as it is.
+    type Error = S::Error;
+    type Future = super::AnnouncingFuture<S, Req, Q>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let fresh = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, fresh);
+        let permit = self.quota.permit(&req);
+        let cost = self.cost.cost(&req);
+        super::AnnouncingFuture::new(permit, cost, self._mode.headers(), ready, req)
+    }
+}
+
 impl<S: fmt::Debug, Q, C, M: fmt::Debug> fmt::Debug for RateLimit<S, Q, C, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
