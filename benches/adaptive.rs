@@ -11,7 +11,7 @@
 //! - **goodput / L** and **refused**: successful calls per second over `L`, and refused calls
 //!   over all calls, from 20 s to 60 s (both runs, averaged);
 //! - **converge**: the first whole second from which every 10 s window up to 60 s meets the
-//!   issue's figures (goodput ≥ 0.9 L and ≤ 5 % refused with `Retry-After`, ≥ 0.85 L and
+//!   convergence goals (goodput ≥ 0.9 L and ≤ 5 % refused with `Retry-After`, ≥ 0.85 L and
 //!   ≤ 10 % without); `never` if none does;
 //! - **halved**: the same after `L` is halved at 60 s (windows up to 100 s), counted from 60 s;
 //! - **doubled**: from 60 s, the time until 5 s of goodput reach 0.85 × the doubled `L`.

@@ -1,4 +1,4 @@
-//! `Adaptive`: the promises against the simulated provider (`common/provider.rs`),
+//! `Adaptive`: its promises against the simulated provider (`common/provider.rs`),
 //! under paused time.
 //!
 //! Simulated runs at high rates cost real CPU (5,000 calls/s for 80 s is 400,000 calls), so
@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use common::{nanos_since, paused, within_an_hour, MS};
 use provider::{check_windows, per_second, rate_of, simulate, window, Scenario};
 
-/// The figures: goodput at least this share of `L`, refusals at most this share of
+/// The convergence goals: goodput at least this share of `L`, refusals at most this share of
 /// the calls, with and without `Retry-After`.
 fn figures(retry_after: bool) -> (f64, f64) {
     if retry_after {

@@ -1,4 +1,4 @@
-//! `batched_interval`: the scenarios and edge cases, under paused time.
+//! `batched_interval`: its scenarios and edge cases, under paused time.
 
 mod common;
 

@@ -352,7 +352,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// A long random run: after every operation, the keys kept are at most those not full or
-    /// waited on (the issue allows twice that plus 64), and grants follow each key's bucket.
+    /// waited on (tighter than the goal of twice that plus 64), and grants follow each key's bucket.
     #[test]
     fn tracked_keys_follow_the_keys_in_use(
         ops in prop::collection::vec((0u64..40, 0u32..200, 0u64..4), 1..300),

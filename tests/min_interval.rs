@@ -1,4 +1,4 @@
-//! `min_interval`: the scenarios and edge cases, under paused time.
+//! `min_interval`: its scenarios and edge cases, under paused time.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! `RateLimiter`: the scenarios and edge cases, under paused time unless marked.
+//! `RateLimiter`: its scenarios and edge cases, under paused time unless marked.
 
 mod common;
 #[path = "common/exact.rs"]

@@ -196,7 +196,7 @@ proptest! {
     }
 }
 
-/// The scale: 1,000 streams with pseudo-random arrivals and costs share one limiter.
+/// At scale: 1,000 streams with pseudo-random arrivals and costs share one limiter.
 #[test]
 fn a_thousand_streams_share_one_limiter() {
     let (tokens, per, burst) = (50u64, Duration::from_secs(1), 10u64);

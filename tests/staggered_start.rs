@@ -1,4 +1,4 @@
-//! `staggered_start`: the scenarios and edge cases, under paused time.
+//! `staggered_start`: its scenarios and edge cases, under paused time.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! `throttle`: the scenarios and edge cases, under paused time.
+//! `throttle`: its scenarios and edge cases, under paused time.
 
 mod common;
 

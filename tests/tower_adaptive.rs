@@ -181,7 +181,7 @@ proptest! {
 
     /// Through the layer, started at 10 × L, the client finds the provider's limit: the rate
     /// comes down from `max` and stays near L, every response is reported (the stats count
-    /// exactly the 200s and 429s the client saw), and the figures hold from 20 s on:
+    /// exactly the 200s and 429s the client saw), and the convergence goals hold from 20 s on:
     /// without `Retry-After` in every 10 s window (goodput ≥ 0.85 L, ≤ 10 % refused); with it,
     /// over the time the pauses it asked for leave (goodput ≥ 0.9 L, ≤ 5 % refused). A
     /// whole-second `Retry-After` pauses the client far longer than the provider needs, so

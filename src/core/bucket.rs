@@ -732,7 +732,7 @@ mod tests {
 
     #[test]
     fn raising_the_rate_keeps_what_is_owed() {
-        // The example: 1/s, one token owed, raised to 100/s after 0.1 s: the waiter,
+        // 1/s, one token owed, raised to 100/s after 0.1 s: the waiter,
         // 0.9 token short, is served 9 ms later.
         let mut b = Bucket::new(1, SEC, 1);
         b.commit(Nanos::ZERO, 1);
