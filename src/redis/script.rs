@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
 
 use crate::core::Nanos;
 
@@ -98,6 +99,15 @@ pub(crate) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
+/// A limiter's one connection (shared by its clones, cheap to clone): to one Redis server, or
+/// to a Redis Cluster. Both reconnect by themselves; the cluster client also follows
+/// redirections (`MOVED`, `ASK`) and finds the new master after a failover.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
 /// What one round trip answered.
 pub(crate) enum Answer {
     /// The cost and `surplus` tokens more (a lease) granted, usable after `wait`: a reservation
@@ -160,7 +170,7 @@ impl Call<'_> {
     pub(crate) async fn run(
         &self,
         script: &redis::Script,
-        mut conn: ConnectionManager,
+        conn: Conn,
     ) -> redis::RedisResult<Reply> {
         let (cost, want, back) = self.amounts;
         let mut invocation = script.key(self.key);
@@ -178,6 +188,11 @@ impl Call<'_> {
         if let Some((interval_us, burst)) = self.new_limit {
             invocation.arg(interval_us).arg(round_down(burst));
         }
-        invocation.invoke_async(&mut conn).await
+        // Every key the script touches is in one slot: the single quota's one key, or a keyed
+        // quota's `{prefix:key}` and `{prefix:key}:limit`, which share their hash tag.
+        match conn {
+            Conn::Single(mut conn) => invocation.invoke_async(&mut conn).await,
+            Conn::Cluster(mut conn) => invocation.invoke_async(&mut conn).await,
+        }
     }
 }
