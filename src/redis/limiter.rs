@@ -244,8 +244,9 @@ struct Inner {
 /// An *outage* is Redis not answering: a connection refused, dropped or timed out (see
 /// [`response_timeout`](RedisRateLimiterBuilder::response_timeout)), or Redis answering that it
 /// cannot serve anyone now (`LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, `TRYAGAIN`,
-/// `CLUSTERDOWN`, `OOM`, `MISCONF`). The [`FailurePolicy`] applies, and
-/// [`RedisStats::errors`] counts it.
+/// `CLUSTERDOWN`, `OOM`, `MISCONF`; on a Redis Cluster, redirections (`MOVED`, `ASK`) not
+/// settled within the timeout, while a failover moves the slots). The [`FailurePolicy`]
+/// applies, and [`RedisStats::errors`] counts it.
 ///
 /// A *reply error* is Redis answering this request with an error: the key holds a value of
 /// another type (`WRONGTYPE`) or a string that is not a pacer quota, a command is refused

@@ -17,7 +17,8 @@ pub(crate) const SCRIPT: &str = include_str!("gcra.lua");
 /// a value out of range, `NOPERM`, an unexpected reply), rather than failed to answer (a
 /// connection refused, dropped or timed out) or answered that it cannot serve anyone now
 /// (`LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, `TRYAGAIN`, `CLUSTERDOWN`, `OOM`, `MISCONF`,
-/// `NOREPLICAS`), which are outages.
+/// `NOREPLICAS`), or, on a Redis Cluster, redirected it (`MOVED`, `ASK`) more times than the
+/// client follows within its timeout while the slots move (a failover), which are outages.
 fn is_reply_error(e: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind};
     match e.kind() {
@@ -27,6 +28,8 @@ fn is_reply_error(e: &redis::RedisError) -> bool {
             | ServerErrorKind::ClusterDown
             | ServerErrorKind::MasterDown
             | ServerErrorKind::ReadOnly
+            | ServerErrorKind::Moved
+            | ServerErrorKind::Ask
             // Reloaded by `Script` on its own; a second one is a race with `SCRIPT FLUSH`.
             | ServerErrorKind::NoScript,
         ) => false,
