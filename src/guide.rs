@@ -487,6 +487,38 @@
 //! }
 //! ```
 //!
+//! ## Redis Cluster
+//!
+//! `RedisRateLimiter::cluster_builder(nodes, key, rate, burst)` and
+//! `RedisKeyedRateLimiter::cluster_builder(nodes, prefix, rate, burst)` return the same
+//! builders, with the same options, on the `redis` crate's async cluster client: `nodes` are
+//! the URLs of some of the cluster's nodes (one that answers is enough). Every key the script
+//! touches is in one slot (the single quota is one key; a keyed quota's `{p:k}` and
+//! `{p:k}:limit` share their hash tag), so each decision is still one atomic script on one
+//! master, and the keys of a keyed limiter spread over all the masters. The client follows
+//! redirections and, when a master fails and its replica takes over, finds the new master by
+//! itself; until then the round trips on that master's slots fail within the
+//! `response_timeout` (a `MOVED` left over from the failover included) and the failure policy
+//! applies to them, while keys on the other masters go on. Replication is asynchronous, so a
+//! failover may lose the failed master's last charges. `tests/redis_cluster.rs` starts a
+//! private cluster of three masters and three replicas, `kill -9`s a master mid-run and
+//! checks that nothing is granted beyond the bound under `FailClosed` (no acquire lost), that
+//! `FailOpen` stays within its per-outage allowance, and that every limiter recovers (about
+//! 2.5 s with `cluster-node-timeout 1000`).
+//!
+//! ```no_run
+//! # #[cfg(feature = "redis")]
+//! async fn on_a_cluster() -> Result<(), Box<dyn std::error::Error>> {
+//!     use pacer::{Rate, RedisKeyedRateLimiter};
+//!
+//!     let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"];
+//!     let tenants: RedisKeyedRateLimiter<String> =
+//!         RedisKeyedRateLimiter::cluster_builder(&nodes, "tenants", Rate::per_second(20), 5).build()?;
+//!     tenants.acquire("big-customer", 1).await?;
+//!     Ok(())
+//! }
+//! ```
+//!
 //! # Pacing a Sink
 //!
 //! Often the rate-limited thing is the *output*: a Kafka producer, a socket written through a

@@ -12,12 +12,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
 use super::limiter::{RedisQuotaError, TryAcquireError};
-use super::policy::{self, FailurePolicy, Fallback};
-use super::script::{bump, wait_from_us, Answer, Call, Counters, Failure, Reply, SCRIPT};
+use super::policy::{self, FailurePolicy, Fallback, Target};
+use super::script::{bump, wait_from_us, Answer, Call, Conn, Counters, Failure, Reply, SCRIPT};
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
 use crate::limiter::KeyedRateLimiter;
@@ -77,7 +76,7 @@ struct Lease {
 }
 
 struct Inner<K> {
-    conn: ConnectionManager,
+    conn: Conn,
     script: redis::Script,
     /// The prefix, escaped as a key is.
     prefix: String,
@@ -194,7 +193,7 @@ impl<K> fmt::Debug for RedisKeyedRateLimiter<K> {
 /// ```
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct RedisKeyedRateLimiterBuilder<K> {
-    url: String,
+    target: Target,
     prefix: String,
     rate: Rate,
     burst: u64,
@@ -207,7 +206,7 @@ pub struct RedisKeyedRateLimiterBuilder<K> {
 impl<K> fmt::Debug for RedisKeyedRateLimiterBuilder<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisKeyedRateLimiterBuilder")
-            .field("url", &self.url)
+            .field("target", &self.target)
             .field("prefix", &self.prefix)
             .field("rate", &self.rate)
             .field("burst", &self.burst)
@@ -311,7 +310,7 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
     pub fn build(self) -> Result<RedisKeyedRateLimiter<K>, RedisQuotaError> {
         policy::validate(self.burst, self.response_timeout, self.lease, self.policy)?;
         let (lease_tokens, lease_age) = self.lease.unwrap_or((0, Duration::ZERO));
-        let conn = policy::connect(&self.url, self.response_timeout)?;
+        let conn = self.target.connect(self.response_timeout)?;
         Ok(RedisKeyedRateLimiter {
             inner: Arc::new(Inner {
                 conn,
@@ -492,7 +491,7 @@ where
         burst: u64,
     ) -> RedisKeyedRateLimiterBuilder<K> {
         RedisKeyedRateLimiterBuilder {
-            url: url.to_owned(),
+            target: Target::Url(url.to_owned()),
             prefix: prefix.to_owned(),
             rate,
             burst,
@@ -500,6 +499,49 @@ where
             response_timeout: Duration::from_millis(250),
             lease: None,
             key: PhantomData,
+        }
+    }
+
+    /// A builder for per-key quotas under `prefix` on a Redis Cluster, reached through
+    /// `nodes` (the URLs of some of its nodes; one that answers is enough): each key has
+    /// `burst` tokens refilled at `rate`, failing closed. The same builder, with the same
+    /// options, as [`builder`](RedisKeyedRateLimiter::builder).
+    ///
+    /// A key's quota and its own limit are named with one hash tag (`{prefix:key}` and
+    /// `{prefix:key}:limit`), so they share a slot and the script runs on that slot's master;
+    /// different keys spread over the masters. The cluster client follows redirections and,
+    /// when a master fails and its replica takes over, finds the new master by itself;
+    /// meanwhile the keys of that master's slots see an outage (each round trip bounded by the
+    /// [`response_timeout`](RedisKeyedRateLimiterBuilder::response_timeout)) and the
+    /// [`FailurePolicy`] applies to them, while the other keys go on. (Redis replicates
+    /// asynchronously: a failover can lose the failed master's last charges.)
+    ///
+    /// Nothing is sent until the first request: [`build`](RedisKeyedRateLimiterBuilder::build)
+    /// succeeds while the cluster is down, and an empty `nodes` is
+    /// [`RedisQuotaError::Client`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use pacer::{Rate, RedisKeyedRateLimiter};
+    ///
+    /// # async fn demo() -> Result<(), pacer::redis::RedisQuotaError> {
+    /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"];
+    /// let per_user: RedisKeyedRateLimiter<u64> =
+    ///     RedisKeyedRateLimiter::cluster_builder(&nodes, "users", Rate::per_second(5), 5).build()?;
+    /// per_user.acquire(&42, 1).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cluster_builder(
+        nodes: &[&str],
+        prefix: &str,
+        rate: Rate,
+        burst: u64,
+    ) -> RedisKeyedRateLimiterBuilder<K> {
+        RedisKeyedRateLimiterBuilder {
+            target: Target::cluster(nodes),
+            ..RedisKeyedRateLimiter::builder("", prefix, rate, burst)
         }
     }
 

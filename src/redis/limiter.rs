@@ -13,12 +13,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
-use super::policy::{self, FailurePolicy, Fallback};
+use super::policy::{self, FailurePolicy, Fallback, Target};
 use super::script::{
-    bump, round_down, round_up, wait_from_us, Answer, Call, Counters, Failure, Reply,
+    bump, round_down, round_up, wait_from_us, Answer, Call, Conn, Counters, Failure, Reply,
     REPLY_BACKOFF_MAX, REPLY_RETRY, SCRIPT,
 };
 use crate::core::Nanos;
@@ -197,7 +196,7 @@ struct Local {
 }
 
 struct Inner {
-    conn: ConnectionManager,
+    conn: Conn,
     script: redis::Script,
     key: String,
     rate: Rate,
@@ -245,8 +244,9 @@ struct Inner {
 /// An *outage* is Redis not answering: a connection refused, dropped or timed out (see
 /// [`response_timeout`](RedisRateLimiterBuilder::response_timeout)), or Redis answering that it
 /// cannot serve anyone now (`LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, `TRYAGAIN`,
-/// `CLUSTERDOWN`, `OOM`, `MISCONF`). The [`FailurePolicy`] applies, and
-/// [`RedisStats::errors`] counts it.
+/// `CLUSTERDOWN`, `OOM`, `MISCONF`; on a Redis Cluster, redirections (`MOVED`, `ASK`) not
+/// settled within the timeout, while a failover moves the slots). The [`FailurePolicy`]
+/// applies, and [`RedisStats::errors`] counts it.
 ///
 /// A *reply error* is Redis answering this request with an error: the key holds a value of
 /// another type (`WRONGTYPE`) or a string that is not a pacer quota, a command is refused
@@ -308,7 +308,7 @@ pub struct RedisRateLimiter {
 #[derive(Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct RedisRateLimiterBuilder {
-    url: String,
+    target: Target,
     key: String,
     rate: Rate,
     burst: u64,
@@ -357,7 +357,7 @@ impl RedisRateLimiterBuilder {
     /// `(0, 1]` or a zero response timeout; [`RedisQuotaError::Client`] for an invalid URL.
     pub fn build(self) -> Result<RedisRateLimiter, RedisQuotaError> {
         policy::validate(self.burst, self.response_timeout, self.lease, self.policy)?;
-        let conn = policy::connect(&self.url, self.response_timeout)?;
+        let conn = self.target.connect(self.response_timeout)?;
         let (lease_tokens, lease_age) = self.lease.unwrap_or((0, Duration::ZERO));
         Ok(RedisRateLimiter {
             inner: Arc::new(Inner {
@@ -445,13 +445,57 @@ impl RedisRateLimiter {
         burst: u64,
     ) -> RedisRateLimiterBuilder {
         RedisRateLimiterBuilder {
-            url: url.into(),
+            target: Target::Url(url.into()),
             key: key.into(),
             rate,
             burst,
             lease: None,
             policy: FailurePolicy::default(),
             response_timeout: Duration::from_millis(250),
+        }
+    }
+
+    /// A builder for the quota named `key` on a Redis Cluster, reached through `nodes` (the
+    /// URLs of some of its nodes, e.g. `redis://10.0.0.1:6379`; one that answers is enough):
+    /// `burst` tokens refilled at `rate`, without leases, failing closed. The same builder,
+    /// with the same options, as [`builder`](RedisRateLimiter::builder).
+    ///
+    /// The quota is one key (the script touches no other), so it lives on the master of that
+    /// key's slot. The cluster client follows redirections and, when a master fails and its
+    /// replica takes over, finds the new master by itself; meanwhile round trips fail, within
+    /// the [`response_timeout`](RedisRateLimiterBuilder::response_timeout), and the
+    /// [`FailurePolicy`] applies as to any outage. (Redis replicates asynchronously: what the
+    /// failed master granted last may not have reached its replica, so a failover can lose up
+    /// to one round trip's worth of charges.)
+    ///
+    /// Nothing is sent until the first acquisition: [`build`](RedisRateLimiterBuilder::build)
+    /// succeeds while the cluster is down, and an empty `nodes` is
+    /// [`RedisQuotaError::Client`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use pacer::redis::FailurePolicy;
+    /// use pacer::{Rate, RedisRateLimiter};
+    ///
+    /// # async fn demo() -> Result<(), pacer::redis::RedisQuotaError> {
+    /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"];
+    /// let quota = RedisRateLimiter::cluster_builder(&nodes, "partner-api", Rate::per_second(100), 10)
+    ///     .failure_policy(FailurePolicy::FailOpen { share: 0.25 })
+    ///     .build()?;
+    /// quota.acquire(1).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cluster_builder(
+        nodes: &[&str],
+        key: impl Into<String>,
+        rate: Rate,
+        burst: u64,
+    ) -> RedisRateLimiterBuilder {
+        RedisRateLimiterBuilder {
+            target: Target::cluster(nodes),
+            ..RedisRateLimiter::builder(String::new(), key, rate, burst)
         }
     }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
 
+use super::script::Conn;
 use super::RedisQuotaError;
 use crate::error::ConfigError;
 use crate::rate::Rate;
@@ -114,6 +115,54 @@ pub(crate) fn connect(
     client
         .get_connection_manager_lazy(config)
         .map_err(RedisQuotaError::Client)
+}
+
+/// Where a builder's limiter keeps its quotas: one Redis server, or a Redis Cluster reached
+/// through some of its nodes.
+#[derive(Clone, Debug)]
+pub(crate) enum Target {
+    Url(String),
+    Cluster(Vec<String>),
+}
+
+impl Target {
+    pub(crate) fn cluster(nodes: &[&str]) -> Target {
+        Target::Cluster(nodes.iter().map(|&n| n.to_owned()).collect())
+    }
+
+    /// The limiter's one connection, lazy either way.
+    pub(crate) fn connect(&self, response_timeout: Duration) -> Result<Conn, RedisQuotaError> {
+        match self {
+            Target::Url(url) => connect(url, response_timeout).map(Conn::Single),
+            Target::Cluster(nodes) => connect_cluster(nodes, response_timeout).map(Conn::Cluster),
+        }
+    }
+}
+
+/// A lazy connection to a Redis Cluster: the client connects to the nodes in the background
+/// and learns the slots' masters from the first that answers; it follows redirections and,
+/// after a failover, refreshes the slots by itself. Every request (its retries and
+/// redirections included) is bounded by `response_timeout`, after which it is an outage.
+fn connect_cluster(
+    nodes: &[String],
+    response_timeout: Duration,
+) -> Result<redis::cluster_async::ClusterConnection, RedisQuotaError> {
+    if nodes.is_empty() {
+        return Err(RedisQuotaError::Client(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "a Redis Cluster needs at least one node",
+        ))));
+    }
+    let client = redis::cluster::ClusterClient::builder(nodes.iter().map(String::as_str))
+        .connection_timeout(response_timeout)
+        .response_timeout(response_timeout)
+        .overall_response_timeout(Some(response_timeout))
+        .retries(3)
+        .min_retry_wait(10)
+        .max_retry_wait(100)
+        .build()
+        .map_err(RedisQuotaError::Client)?;
+    Ok(client.get_pending_async_connection_with_config(redis::cluster::ClusterConfig::default()))
 }
 
 /// Microseconds per token, the script's unit.

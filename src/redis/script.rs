@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
 
 use crate::core::Nanos;
 
@@ -16,7 +17,8 @@ pub(crate) const SCRIPT: &str = include_str!("gcra.lua");
 /// a value out of range, `NOPERM`, an unexpected reply), rather than failed to answer (a
 /// connection refused, dropped or timed out) or answered that it cannot serve anyone now
 /// (`LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, `TRYAGAIN`, `CLUSTERDOWN`, `OOM`, `MISCONF`,
-/// `NOREPLICAS`), which are outages.
+/// `NOREPLICAS`), or, on a Redis Cluster, redirected it (`MOVED`, `ASK`) more times than the
+/// client follows within its timeout while the slots move (a failover), which are outages.
 fn is_reply_error(e: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind};
     match e.kind() {
@@ -26,6 +28,8 @@ fn is_reply_error(e: &redis::RedisError) -> bool {
             | ServerErrorKind::ClusterDown
             | ServerErrorKind::MasterDown
             | ServerErrorKind::ReadOnly
+            | ServerErrorKind::Moved
+            | ServerErrorKind::Ask
             // Reloaded by `Script` on its own; a second one is a race with `SCRIPT FLUSH`.
             | ServerErrorKind::NoScript,
         ) => false,
@@ -98,6 +102,15 @@ pub(crate) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
+/// A limiter's one connection (shared by its clones, cheap to clone): to one Redis server, or
+/// to a Redis Cluster. Both reconnect by themselves; the cluster client also follows
+/// redirections (`MOVED`, `ASK`) and finds the new master after a failover.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
 /// What one round trip answered.
 pub(crate) enum Answer {
     /// The cost and `surplus` tokens more (a lease) granted, usable after `wait`: a reservation
@@ -160,7 +173,7 @@ impl Call<'_> {
     pub(crate) async fn run(
         &self,
         script: &redis::Script,
-        mut conn: ConnectionManager,
+        conn: Conn,
     ) -> redis::RedisResult<Reply> {
         let (cost, want, back) = self.amounts;
         let mut invocation = script.key(self.key);
@@ -178,6 +191,11 @@ impl Call<'_> {
         if let Some((interval_us, burst)) = self.new_limit {
             invocation.arg(interval_us).arg(round_down(burst));
         }
-        invocation.invoke_async(&mut conn).await
+        // Every key the script touches is in one slot: the single quota's one key, or a keyed
+        // quota's `{prefix:key}` and `{prefix:key}:limit`, which share their hash tag.
+        match conn {
+            Conn::Single(mut conn) => invocation.invoke_async(&mut conn).await,
+            Conn::Cluster(mut conn) => invocation.invoke_async(&mut conn).await,
+        }
     }
 }
