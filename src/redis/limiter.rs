@@ -276,6 +276,67 @@ struct Counters {
     rejected: AtomicU64,
     errors: AtomicU64,
     reply_errors: AtomicU64,
+    /// The handles a named limiter records to (`metrics_name`).
+    #[cfg(feature = "metrics")]
+    metrics: Option<crate::instrument::RedisMetrics>,
+}
+
+impl Counters {
+    /// An acquisition of `cost` granted.
+    fn grant(&self, cost: u64) {
+        bump(&self.granted);
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            m.grants.increment(1);
+            m.tokens.increment(cost);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = cost;
+    }
+
+    /// A `try_acquire` refused.
+    fn refuse(&self) {
+        bump(&self.rejected);
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            m.refusals.increment(1);
+        }
+    }
+
+    /// A grant by the fail-open fallback (counted as a grant too, with [`Counters::grant`]).
+    fn fall_back(&self) {
+        bump(&self.fallback);
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            m.fallbacks.increment(1);
+        }
+    }
+
+    /// A script call sent.
+    fn round_trip(&self) {
+        bump(&self.round_trips);
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            m.round_trips.increment(1);
+        }
+    }
+
+    /// A round trip failed: Redis answered with an error (`reply`), or an outage.
+    fn error(&self, reply: bool) {
+        bump(if reply {
+            &self.reply_errors
+        } else {
+            &self.errors
+        });
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            if reply {
+                m.reply_errors.increment(1);
+            } else {
+                m.outages.increment(1);
+            }
+        }
+    }
 }
 
 /// How a round trip failed.
@@ -434,6 +495,8 @@ pub struct RedisRateLimiterBuilder {
     lease: Option<(u64, Duration)>,
     policy: FailurePolicy,
     response_timeout: Duration,
+    #[cfg(feature = "metrics")]
+    metrics_name: Option<String>,
 }
 
 impl RedisRateLimiterBuilder {
@@ -464,6 +527,44 @@ impl RedisRateLimiterBuilder {
     /// very long one, up to `Duration::MAX`, is accepted.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
+        self
+    }
+
+    /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
+    /// `metrics`), every metric with the label `limiter = name`:
+    ///
+    /// | metric | kind | what |
+    /// | --- | --- | --- |
+    /// | `pacer_grants_total` | counter | acquisitions granted (from Redis, a lease or the fallback) |
+    /// | `pacer_tokens_granted_total` | counter | tokens (cost) granted |
+    /// | `pacer_refusals_total` | counter | `try_acquire` calls refused |
+    /// | `pacer_redis_round_trips_total` | counter | script calls sent (successful or not) |
+    /// | `pacer_redis_errors_total` | counter | failed round trips, with a label `kind`: `outage` (unreachable, slow, restarting) or `reply` (Redis answered with an error) |
+    /// | `pacer_redis_fallbacks_total` | counter | grants by the fail-open fallback |
+    ///
+    /// The counters of [`RedisRateLimiter::stats`], for this process; the handles are
+    /// registered by [`build`](RedisRateLimiterBuilder::build), with the recorder in force
+    /// then, and shared by every clone. (Waits happen in Redis's reservations, not in a local
+    /// queue: there is no wait histogram or waiters gauge.)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Rate, RedisRateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let quota = RedisRateLimiter::builder("redis://127.0.0.1/", "api", Rate::per_second(5), 5)
+    ///     .metrics_name("partner-api")
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = quota;
+    /// # }
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn metrics_name(mut self, name: impl Into<String>) -> Self {
+        self.metrics_name = Some(name.into());
         self
     }
 
@@ -514,7 +615,14 @@ impl RedisRateLimiterBuilder {
                 policy: self.policy,
                 local: Mutex::new(Local::default()),
                 refill: tokio::sync::Mutex::new(()),
-                counters: Counters::default(),
+                counters: Counters {
+                    #[cfg(feature = "metrics")]
+                    metrics: self
+                        .metrics_name
+                        .as_deref()
+                        .map(crate::instrument::RedisMetrics::new),
+                    ..Counters::default()
+                },
             }),
         })
     }
@@ -602,7 +710,7 @@ impl RedisRateLimiter {
     /// The script with this limiter's key and bucket.
     async fn call(&self, amounts: (u64, u64, u64), mode: &str) -> redis::RedisResult<Reply> {
         let inner = &self.inner;
-        bump(&inner.counters.round_trips);
+        inner.counters.round_trip();
         let conn = inner.conn.clone();
         let (key, burst) = (inner.key.as_str(), inner.burst);
         call_script(
@@ -649,6 +757,8 @@ impl RedisRateLimiter {
             lease: None,
             policy: FailurePolicy::default(),
             response_timeout: Duration::from_millis(250),
+            #[cfg(feature = "metrics")]
+            metrics_name: None,
         }
     }
 
@@ -703,7 +813,7 @@ impl RedisRateLimiter {
     /// error, logs) it.
     fn failure(&self, e: redis::RedisError, cost: u64) -> Failure {
         if is_reply_error(&e) {
-            bump(&self.inner.counters.reply_errors);
+            self.inner.counters.error(true);
             #[cfg(feature = "tracing")]
             tracing::error!(
                 key = %self.inner.key,
@@ -715,7 +825,7 @@ impl RedisRateLimiter {
             let _ = cost;
             Failure::Reply(e)
         } else {
-            bump(&self.inner.counters.errors);
+            self.inner.counters.error(false);
             Failure::Outage(e)
         }
     }
@@ -786,7 +896,7 @@ impl RedisRateLimiter {
     async fn acquire_inner(&self, cost: u64, give_up: bool) -> Result<(), RedisQuotaError> {
         let counters = &self.inner.counters;
         if cost == 0 {
-            bump(&counters.granted);
+            counters.grant(cost);
             return Ok(());
         }
         if self.never(cost) {
@@ -800,7 +910,7 @@ impl RedisRateLimiter {
         let mut failing_since: Option<Instant> = None;
         loop {
             if self.spend_lease(cost) {
-                bump(&counters.granted);
+                counters.grant(cost);
                 return Ok(());
             }
             // With leases, one task at a time refills; the others queue here and take from
@@ -808,7 +918,7 @@ impl RedisRateLimiter {
             let refilling = if self.inner.lease_tokens > 0 {
                 let guard = self.inner.refill.lock().await;
                 if self.spend_lease(cost) {
-                    bump(&counters.granted);
+                    counters.grant(cost);
                     return Ok(());
                 }
                 Some(guard)
@@ -818,8 +928,8 @@ impl RedisRateLimiter {
             if let Some(fallback) = self.fallback() {
                 drop(refilling);
                 fallback.acquire(cost).await;
-                bump(&counters.granted);
-                bump(&counters.fallback);
+                counters.grant(cost);
+                counters.fall_back();
                 return Ok(());
             }
             let attempt = Instant::now();
@@ -840,7 +950,7 @@ impl RedisRateLimiter {
                     }
                     std::mem::forget(reserved);
                     self.keep_lease(surplus);
-                    bump(&counters.granted);
+                    counters.grant(cost);
                     return Ok(());
                 }
                 Ok(Answer::Refused { wait }) => {
@@ -904,22 +1014,22 @@ impl RedisRateLimiter {
     pub async fn try_acquire(&self, cost: u64) -> Result<(), TryAcquireError> {
         let counters = &self.inner.counters;
         if cost == 0 || self.spend_lease(cost) {
-            bump(&counters.granted);
+            counters.grant(cost);
             return Ok(());
         }
         // Above the burst (as the script counts it, rounded down beyond 2^53): never without
         // waiting.
         if round_up(cost) > round_down(self.inner.burst) {
-            bump(&counters.rejected);
+            counters.refuse();
             return Err(NotUntil::NEVER.into());
         }
         if let Some(fallback) = self.fallback() {
             let answer = fallback.try_acquire(cost);
             if answer.is_ok() {
-                bump(&counters.granted);
-                bump(&counters.fallback);
+                counters.grant(cost);
+                counters.fall_back();
             } else {
-                bump(&counters.rejected);
+                counters.refuse();
             }
             return answer.map_err(TryAcquireError::NotUntil);
         }
@@ -945,11 +1055,11 @@ impl RedisRateLimiter {
                 FailurePolicy::FailClosed { .. } => Err(NotUntil::after(Duration::from_millis(10))),
             },
         };
-        bump(if answer.is_ok() {
-            &counters.granted
+        if answer.is_ok() {
+            counters.grant(cost);
         } else {
-            &counters.rejected
-        });
+            counters.refuse();
+        }
         answer.map_err(TryAcquireError::NotUntil)
     }
 
