@@ -12,6 +12,7 @@
 //! - [Pacing a Sink](#pacing-a-sink)
 //! - [tower and HTTP](#tower-and-http)
 //! - [Finding the limit (Adaptive)](#finding-the-limit-adaptive)
+//! - [Metrics](#metrics)
 //! - [Limits, honestly](#limits-honestly)
 //! - [The design](#the-design)
 //! - [Migrating from 0.x](#migrating-from-0x)
@@ -839,6 +840,65 @@
 //! `L` halved and used a doubled `L` within 7–19 s. BENCHMARKS.md compares it with AWS's cubic
 //! constants and a plain AIMD (`cargo bench --features unstable-laws --bench adaptive`: the
 //! laws it compares are outside semver).
+//!
+//! # Metrics
+//!
+//! With the `metrics` feature, every limiter that has `stats()` can also record to the
+//! [`metrics`](https://docs.rs/metrics) facade, so that whatever recorder the application
+//! installs (Prometheus, StatsD, OpenTelemetry...) sees it. Name it: `with_metrics(name)` on
+//! `RateLimiter`, `Stagger`, `KeyedRateLimiter` and `Adaptive` (consuming and returning the
+//! limiter), `metrics_name(name)` on `RedisRateLimiter`'s builder. Every metric carries the
+//! label `limiter = name`:
+//!
+//! | metric | kind | recorded by | what |
+//! | --- | --- | --- | --- |
+//! | `pacer_grants_total` | counter | all | requests granted |
+//! | `pacer_tokens_granted_total` | counter | all | tokens (the cost) granted |
+//! | `pacer_refusals_total` | counter | all | requests refused: `try_acquire`, a timeout too short, an enforcing stream's item |
+//! | `pacer_cancellations_total` | counter | in process | waiters dropped before their grant |
+//! | `pacer_wait_seconds` | histogram | in process | time a granted request spent queued (0 if it did not queue) |
+//! | `pacer_waiters` | gauge | in process | requests queued now |
+//! | `pacer_adaptive_rate` | gauge | `Adaptive` | the rate the controller set, in tokens per second |
+//! | `pacer_adaptive_decreases_total` | counter | `Adaptive` | decreases of the rate |
+//! | `pacer_redis_round_trips_total` | counter | Redis | script calls sent |
+//! | `pacer_redis_errors_total` | counter | Redis | failed round trips, label `kind` = `outage` or `reply` |
+//! | `pacer_redis_fallbacks_total` | counter | Redis | grants by the fail-open fallback |
+//!
+//! A keyed limiter counts over all its keys (a key is not a label: keys are unbounded). An
+//! `Adaptive` names its limiter too, under the same name. The counters match `stats()` from the
+//! moment of naming.
+//!
+//! - **Registered once.** The handles are registered with the recorder in force when the
+//!   limiter is named, so install the recorder first, and kept in the state every clone
+//!   shares: naming any handle names them all, clones made before included. The first name
+//!   given wins; naming again changes nothing.
+//! - **Cheap.** Recording an event is one call on a handle, with no look-up in the recorder's
+//!   registry. Without the feature nothing is compiled in; with it, an unnamed limiter pays one
+//!   branch per event. On the lock-free path a grant records three (a grant, its tokens, a wait
+//!   of 0): BENCHMARKS.md has the figures.
+//!
+//! ```
+//! # #[cfg(feature = "metrics")] {
+//! use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+//! use pacer::{Rate, RateLimiter};
+//!
+//! let recorder = DebuggingRecorder::new();
+//! let snapshotter = recorder.snapshotter();
+//! // Here a recorder for this thread only; an application installs its recorder globally.
+//! let limiter = metrics::with_local_recorder(&recorder, || {
+//!     RateLimiter::new(Rate::per_second(10), 2).with_metrics("partner-api")
+//! });
+//! limiter.try_acquire(2).unwrap();
+//! limiter.try_acquire(1).unwrap_err();
+//! let grants = snapshotter.snapshot().into_vec().into_iter().find_map(|(key, _, _, value)| {
+//!     (key.key().name() == "pacer_grants_total").then_some(value)
+//! });
+//! assert_eq!(grants, Some(DebugValue::Counter(1)));
+//! # }
+//! ```
+//!
+//! `cargo run --example metrics_prometheus --features metrics` runs a paced workload under
+//! `metrics-exporter-prometheus` and prints the scrape.
 //!
 //! # Limits, honestly
 //!

@@ -75,6 +75,8 @@ mod core;
 mod engine;
 mod error;
 pub mod guide;
+#[cfg(feature = "metrics")]
+mod instrument;
 mod limiter;
 mod mode;
 mod rate;

@@ -124,6 +124,9 @@ pub(crate) struct KeyedShared<K, S> {
     origin: Instant,
     hasher: S,
     state: Mutex<KeyedState<K>>,
+    /// The handles a named limiter records to: set once, under the lock, for every clone.
+    #[cfg(feature = "metrics")]
+    metrics: std::sync::OnceLock<crate::instrument::LimiterMetrics>,
 }
 
 impl<K> KeyedState<K> {
@@ -342,6 +345,8 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
                 forget: BinaryHeap::new(),
                 tally: Tally::default(),
             }),
+            #[cfg(feature = "metrics")]
+            metrics: std::sync::OnceLock::new(),
         }
     }
 
@@ -361,7 +366,11 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         st.sweep(now);
         let mut after = After::default();
         let out = f(&mut st, now, &mut after);
+        #[cfg(feature = "metrics")]
+        let metrics = self.metrics.get();
         drop(st);
+        #[cfg(feature = "metrics")]
+        after.record(metrics);
         after.run();
         out
     }
@@ -502,6 +511,24 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
     /// How many keys hold state now.
     pub(crate) fn tracked_keys(&self) -> usize {
         self.with(|st, _, _| st.lanes.len())
+    }
+
+    /// Records to the metrics of the limiter called `name` from now on, on every handle;
+    /// returns `false` (and changes nothing) if the limiter already has a name.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn set_metrics(&self, name: &str) -> bool {
+        if self.metrics.get().is_some() {
+            return false;
+        }
+        // Registered before the lock: the recorder is the application's code.
+        let metrics = crate::instrument::LimiterMetrics::new(name);
+        let st = lock(&self.state);
+        let waiting: usize = st.lanes.iter().map(|e| e.lane.waiting()).sum();
+        #[allow(clippy::cast_precision_loss)]
+        metrics.waiters.set(waiting as f64);
+        let set = self.metrics.set(metrics).is_ok();
+        drop(st);
+        set
     }
 
     pub(crate) fn stats(&self) -> Stats {

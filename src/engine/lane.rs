@@ -142,9 +142,72 @@ pub(crate) struct After {
     pub(crate) wake: Option<Waker>,
     pub(crate) rejected: Option<(u64, Nanos)>,
     pub(crate) delayed: Option<(u64, usize)>,
+    /// A request granted: its cost and the nanoseconds it spent queued (for `metrics`).
+    #[cfg(feature = "metrics")]
+    pub(crate) granted: Option<(u64, u64)>,
+    /// A waiter left the queue before its grant (for `metrics`).
+    #[cfg(feature = "metrics")]
+    pub(crate) cancelled: bool,
+    /// The change in the number of requests queued (for `metrics`).
+    #[cfg(feature = "metrics")]
+    pub(crate) queued: i64,
 }
 
 impl After {
+    /// Notes a request of `cost` granted after `waited` in the queue.
+    #[inline]
+    #[allow(unused_variables, clippy::unused_self)]
+    pub(crate) fn grant(&mut self, cost: u64, waited: Nanos) {
+        #[cfg(feature = "metrics")]
+        {
+            self.granted = Some((cost, waited.0));
+        }
+    }
+
+    /// Notes a change of `by` in the number of requests queued.
+    #[inline]
+    #[allow(unused_variables, clippy::unused_self)]
+    fn queue(&mut self, by: i64) {
+        #[cfg(feature = "metrics")]
+        {
+            self.queued = self.queued.wrapping_add(by);
+        }
+    }
+
+    /// Notes a waiter that left the queue before its grant.
+    #[inline]
+    #[allow(clippy::unused_self)]
+    fn cancel(&mut self) {
+        #[cfg(feature = "metrics")]
+        {
+            self.cancelled = true;
+        }
+    }
+
+    /// Records the events noted to the limiter's metrics, if it has a name; call it with the
+    /// handles read under the lock the events were decided under (so that the waiters gauge
+    /// set when the name was given is not moved by an event decided before).
+    #[cfg(feature = "metrics")]
+    #[inline]
+    pub(crate) fn record(&self, metrics: Option<&crate::instrument::LimiterMetrics>) {
+        let Some(m) = metrics else {
+            return;
+        };
+        if let Some((cost, waited)) = self.granted {
+            m.granted(cost, waited);
+        }
+        if self.rejected.is_some() {
+            m.refusals.increment(1);
+        }
+        if self.cancelled {
+            m.cancellations.increment(1);
+        }
+        if self.queued != 0 {
+            #[allow(clippy::cast_precision_loss)]
+            m.waiters.increment(self.queued as f64);
+        }
+    }
+
     /// Runs the deferred work; call it after the lock is released.
     pub(crate) fn run(self) {
         if let Some((cost, wait)) = self.rejected {
@@ -267,6 +330,7 @@ impl<R: Rule> Lane<R> {
     ) -> Result<(), NotUntil> {
         if cost == 0 {
             tally.granted += 1;
+            after.grant(0, Nanos::ZERO);
             return Ok(());
         }
         let refused = if self.rule.needs_wait(cost) {
@@ -278,6 +342,7 @@ impl<R: Rule> Lane<R> {
                 at if at <= now => {
                     self.rule.commit(now, now, cost);
                     tally.granted += 1;
+                    after.grant(cost, Nanos::ZERO);
                     return Ok(());
                 }
                 at => at.wait_from(now),
@@ -336,10 +401,13 @@ impl<R: Rule> Lane<R> {
         }
         let enqueued = head.enqueued;
         self.pop_head();
-        tally.waited += u128::from(now.saturating_sub(enqueued).0);
+        let waited = now.saturating_sub(enqueued);
+        tally.waited += u128::from(waited.0);
         *ticket = None;
         self.rule.commit(now, since, cost);
         tally.granted += 1;
+        after.grant(cost, waited);
+        after.queue(-1);
         after.wake = self.promote(now);
         Step::Granted
     }
@@ -357,6 +425,7 @@ impl<R: Rule> Lane<R> {
     ) -> Result<Step, NotUntil> {
         if cost == 0 {
             tally.granted += 1;
+            after.grant(0, Nanos::ZERO);
             return Ok(Step::Granted);
         }
         let step = if self.queue.is_empty() {
@@ -364,6 +433,7 @@ impl<R: Rule> Lane<R> {
             if at <= now {
                 self.rule.commit(now, now, cost);
                 tally.granted += 1;
+                after.grant(cost, Nanos::ZERO);
                 return Ok(Step::Granted);
             }
             Step::Wait(at)
@@ -398,6 +468,7 @@ impl<R: Rule> Lane<R> {
         });
         *ticket = Some(mine);
         after.delayed = Some((cost, self.queue.len()));
+        after.queue(1);
         Ok(step)
     }
 
@@ -407,6 +478,8 @@ impl<R: Rule> Lane<R> {
             return;
         };
         self.queue.remove(i);
+        after.cancel();
+        after.queue(-1);
         if self.queue.is_empty() {
             self.projection = None;
         } else if let Some(p) = &mut self.projection {

@@ -89,6 +89,9 @@ pub(crate) struct Shared<R> {
     rejected: AtomicU64,
     origin: Instant,
     state: Mutex<Locked<R>>,
+    /// The handles a named limiter records to: set once, under the lock, for every clone.
+    #[cfg(feature = "metrics")]
+    metrics: std::sync::OnceLock<crate::instrument::LimiterMetrics>,
 }
 
 impl<R: Rule> Shared<R> {
@@ -111,6 +114,8 @@ impl<R: Rule> Shared<R> {
                 taken: 0,
                 published: None,
             }),
+            #[cfg(feature = "metrics")]
+            metrics: std::sync::OnceLock::new(),
         };
         shared.release(&mut shared.lock(), Nanos::ZERO);
         shared
@@ -166,6 +171,10 @@ impl<R: Rule> Shared<R> {
                     ) {
                         Ok(_) => {
                             self.granted.increment();
+                            #[cfg(feature = "metrics")]
+                            if let Some(m) = self.metrics.get() {
+                                m.granted(cost, 0);
+                            }
                             return FastAnswer::Granted;
                         }
                         Err(actual) => word = actual,
@@ -253,12 +262,20 @@ impl<R: Rule> Shared<R> {
     pub(crate) fn try_acquire_at(&self, at: Option<Nanos>, cost: u64) -> Result<(), NotUntil> {
         if cost == 0 {
             self.granted.increment();
+            #[cfg(feature = "metrics")]
+            if let Some(m) = self.metrics.get() {
+                m.granted(0, 0);
+            }
             return Ok(());
         }
         match self.try_fast(at, cost) {
             (FastAnswer::Granted, _) => return Ok(()),
             (FastAnswer::NotUntil(when), now) => {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
+                #[cfg(feature = "metrics")]
+                if let Some(m) = self.metrics.get() {
+                    m.refusals.increment(1);
+                }
                 let wait = when.wait_from(now);
                 After {
                     rejected: Some((cost, wait)),
@@ -277,7 +294,7 @@ impl<R: Rule> Shared<R> {
         let Locked { lane, tally, .. } = &mut *st;
         let result = lane.try_acquire(tally, now, cost, &mut after);
         self.release(&mut st, now);
-        unlock_then(st, after);
+        self.unlock_then(st, after);
         result
     }
 
@@ -303,7 +320,7 @@ impl<R: Rule> Shared<R> {
         let Locked { lane, tally, .. } = &mut *st;
         let step = lane.poll(tally, now, ticket, cost, waker, limit, &mut after);
         self.release(&mut st, now);
-        unlock_then(st, after);
+        self.unlock_then(st, after);
         step
     }
 
@@ -314,7 +331,7 @@ impl<R: Rule> Shared<R> {
         let mut after = After::default();
         st.lane.cancel(now, ticket, &mut after);
         self.release(&mut st, now);
-        unlock_then(st, after);
+        self.unlock_then(st, after);
     }
 
     /// Changes the rule at `now`; the head of the queue re-reads its deadline.
@@ -364,6 +381,35 @@ impl<R: Rule> Shared<R> {
         out
     }
 
+    /// Records to the metrics of the limiter called `name` from now on, on every handle;
+    /// returns `false` (and changes nothing) if the limiter already has a name.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn set_metrics(&self, name: &str) -> bool {
+        if self.metrics.get().is_some() {
+            return false;
+        }
+        // Registered before the lock: the recorder is the application's code.
+        let metrics = crate::instrument::LimiterMetrics::new(name);
+        let st = self.lock();
+        #[allow(clippy::cast_precision_loss)]
+        metrics.waiters.set(st.lane.waiting() as f64);
+        let set = self.metrics.set(metrics).is_ok();
+        drop(st);
+        set
+    }
+
+    /// Releases the lock, records the events `after` noted (with the handles as they were
+    /// under the lock), then does what the lane deferred: a woken task should not find the
+    /// mutex still held, and tracing should not run under it.
+    fn unlock_then(&self, guard: MutexGuard<'_, Locked<R>>, after: After) {
+        #[cfg(feature = "metrics")]
+        let metrics = self.metrics.get();
+        drop(guard);
+        #[cfg(feature = "metrics")]
+        after.record(metrics);
+        after.run();
+    }
+
     pub(crate) fn stats(&self) -> Stats {
         let st = self.lock();
         let mut stats = st.tally.stats(st.lane.waiting());
@@ -371,13 +417,6 @@ impl<R: Rule> Shared<R> {
         stats.rejected += self.rejected.load(Ordering::Relaxed);
         stats
     }
-}
-
-/// Releases the lock, then does what the lane deferred: a woken task should not find the
-/// mutex still held, and tracing should not run under it.
-pub(crate) fn unlock_then<T>(guard: MutexGuard<'_, T>, after: After) {
-    drop(guard);
-    after.run();
 }
 
 /// Any way to a limiter's state is a way into its queue: borrowed (`&Shared`, for a future of

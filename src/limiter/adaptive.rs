@@ -150,6 +150,9 @@ struct Inner {
     law: AdaptiveLaw,
     origin: Instant,
     state: Mutex<State>,
+    /// The controller's handles, set once for every clone.
+    #[cfg(feature = "metrics")]
+    metrics: std::sync::OnceLock<crate::instrument::AdaptiveMetrics>,
 }
 
 #[derive(Debug)]
@@ -319,6 +322,8 @@ impl Adaptive {
             max,
             law,
             origin,
+            #[cfg(feature = "metrics")]
+            metrics: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 set: min,
                 w_max: 0.0,
@@ -472,6 +477,46 @@ impl Adaptive {
             rate: self.inner.limiter.rate(),
         }
     }
+
+    /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
+    /// `metrics`): the controller's
+    ///
+    /// | metric | kind | what |
+    /// | --- | --- | --- |
+    /// | `pacer_adaptive_rate` | gauge | the rate the controller set, in tokens per second (updated on every report) |
+    /// | `pacer_adaptive_decreases_total` | counter | decreases of the rate |
+    ///
+    /// and the limiter's own (it is named too, unless it already has a name: see
+    /// [`RateLimiter::with_metrics`]), all with the label `limiter = name`. As there, the
+    /// handles are registered once, here, with the recorder in force, and shared by every
+    /// clone; the first name given wins.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Adaptive, Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10))
+    ///     .with_metrics("partner-api");
+    /// adaptive.on_throttled(None); // pacer_adaptive_decreases_total{limiter="partner-api"} 1
+    /// assert_eq!(adaptive.stats().decreases, 1);
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    #[must_use]
+    pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
+        let name = name.as_ref();
+        self.inner.limiter.shared.set_metrics(name);
+        if self.inner.metrics.get().is_none() {
+            let metrics = crate::instrument::AdaptiveMetrics::new(name);
+            let st = self.inner.lock();
+            metrics.rate.set(per_second(st.set));
+            let _ = self.inner.metrics.set(metrics);
+            drop(st);
+        }
+        self
+    }
 }
 
 impl Inner {
@@ -487,7 +532,16 @@ impl Inner {
             .saturating_duration_since(self.origin)
             .as_secs_f64();
         let mut wakes = Wakes::default();
-        self.decide(&mut self.lock(), refused, retry_after, now, &mut wakes);
+        let mut st = self.lock();
+        #[cfg(feature = "metrics")]
+        let decreases = st.decreases;
+        self.decide(&mut st, refused, retry_after, now, &mut wakes);
+        #[cfg(feature = "metrics")]
+        if let Some(m) = self.metrics.get() {
+            m.rate.set(per_second(st.set));
+            m.decreases.increment(st.decreases - decreases);
+        }
+        drop(st);
         // The lock released, the limiter's head waiter re-reads its deadline.
         wakes.run();
     }

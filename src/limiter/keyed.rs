@@ -417,6 +417,42 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     pub fn stats(&self) -> Stats {
         self.shared.stats()
     }
+
+    /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
+    /// `metrics`), over all keys (keys are not labels: their number is unbounded):
+    ///
+    /// | metric | kind | what |
+    /// | --- | --- | --- |
+    /// | `pacer_grants_total` | counter | requests granted |
+    /// | `pacer_tokens_granted_total` | counter | tokens (cost) granted |
+    /// | `pacer_refusals_total` | counter | requests refused (`try_acquire`, timeouts, enforcing) |
+    /// | `pacer_cancellations_total` | counter | waiters dropped before their grant |
+    /// | `pacer_wait_seconds` | histogram | time a granted request spent queued (0 if none) |
+    /// | `pacer_waiters` | gauge | requests queued now |
+    ///
+    /// Every metric carries the label `limiter = name`. The handles are registered once, here,
+    /// with the recorder in force (install the recorder first), and kept in the state every
+    /// clone shares: the name applies to every handle of the limiter, those cloned before the
+    /// call too, and recording an event is one call on a handle. A limiter has one name: the
+    /// first call names it, later calls (on any handle) change nothing. Without a name, the
+    /// cost is one branch per event. See the [guide](crate::guide#metrics).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{KeyedRateLimiter, Rate};
+    ///
+    /// let limiter = KeyedRateLimiter::new(Rate::per_second(1), 1).with_metrics("per-tenant");
+    /// limiter.try_acquire(&"a", 1).unwrap();
+    /// limiter.try_acquire(&"a", 1).unwrap_err(); // pacer_refusals_total{limiter="per-tenant"}
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    #[must_use]
+    pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
+        self.shared.set_metrics(name.as_ref());
+        self
+    }
 }
 
 /// Shows the limiter's identity only: reading its state would take its lock.

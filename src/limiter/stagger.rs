@@ -249,6 +249,42 @@ impl Stagger {
     pub fn stats(&self) -> Stats {
         self.shared.stats()
     }
+
+    /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
+    /// `metrics`); a start is a grant of one token:
+    ///
+    /// | metric | kind | what |
+    /// | --- | --- | --- |
+    /// | `pacer_grants_total` | counter | requests granted |
+    /// | `pacer_tokens_granted_total` | counter | tokens (cost) granted |
+    /// | `pacer_refusals_total` | counter | requests refused (`try_acquire`, timeouts, enforcing) |
+    /// | `pacer_cancellations_total` | counter | waiters dropped before their grant |
+    /// | `pacer_wait_seconds` | histogram | time a granted request spent queued (0 if none) |
+    /// | `pacer_waiters` | gauge | requests queued now |
+    ///
+    /// Every metric carries the label `limiter = name`. The handles are registered once, here,
+    /// with the recorder in force (install the recorder first), and kept in the state every
+    /// clone shares: the name applies to every handle of the limiter, those cloned before the
+    /// call too, and recording an event is one call on a handle. A limiter has one name: the
+    /// first call names it, later calls (on any handle) change nothing. Without a name, the
+    /// cost is one branch per event. See the [guide](crate::guide#metrics).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let stagger = pacer::Stagger::new(2, Duration::from_secs(1)).with_metrics("workers");
+    /// stagger.try_acquire().unwrap();
+    /// assert_eq!(stagger.stats().granted, 1);
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    #[must_use]
+    pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
+        self.shared.set_metrics(name.as_ref());
+        self
+    }
 }
 
 /// Shows the stagger's identity only (clones show the same): its window is shared state.

@@ -694,7 +694,7 @@ where
 
     async fn call(&self, call: Call<'_>) -> Result<Reply, Failure> {
         let inner = &self.inner;
-        bump(&inner.counters.round_trips);
+        inner.counters.round_trip();
         call.run(&inner.script, inner.conn.clone())
             .await
             .map_err(|e| Failure::classify(e, &inner.counters, call.key, call.amounts.0))
@@ -817,7 +817,7 @@ where
         match self.wait(key, cost, Some(deadline)).await {
             Ok(()) => Ok(()),
             Err(WaitError::Refused(refused)) => {
-                bump(&self.inner.counters.rejected);
+                self.inner.counters.refuse();
                 Err(TryAcquireError::NotUntil(refused))
             }
             Err(WaitError::Quota(RedisQuotaError::Reply(e))) => Err(TryAcquireError::Reply(e)),
@@ -839,7 +839,7 @@ where
     {
         let counters = &self.inner.counters;
         if cost == 0 {
-            bump(&counters.granted);
+            counters.grant(cost);
             return Ok(());
         }
         let hold = self.hold(key);
@@ -853,7 +853,7 @@ where
         };
         loop {
             if self.spend_lease(key, cost) {
-                bump(&counters.granted);
+                counters.grant(cost);
                 return Ok(());
             }
             // With leases, one task at a time refills the key's lease; the others queue here
@@ -871,7 +871,7 @@ where
                     _ => lock.await,
                 };
                 if self.spend_lease(key, cost) {
-                    bump(&counters.granted);
+                    counters.grant(cost);
                     return Ok(());
                 }
                 Some(guard)
@@ -890,8 +890,8 @@ where
                             .map_err(WaitError::Refused)?;
                     }
                 }
-                bump(&counters.granted);
-                bump(&counters.fallback);
+                counters.grant(cost);
+                counters.fall_back();
                 return Ok(());
             }
             let attempt = Instant::now();
@@ -917,7 +917,7 @@ where
                     }
                     std::mem::forget(reserved);
                     self.keep_lease(key, surplus);
-                    bump(&counters.granted);
+                    counters.grant(cost);
                     return Ok(());
                 }
                 Ok(Answer::Refused { wait }) => {
@@ -988,13 +988,13 @@ where
     {
         let counters = &self.inner.counters;
         if cost == 0 || self.spend_lease(key, cost) {
-            bump(&counters.granted);
+            counters.grant(cost);
             return Ok(());
         }
         let answer = if let Some(fallback) = self.fallback() {
             let answer = fallback.try_acquire(key, cost);
             if answer.is_ok() {
-                bump(&counters.fallback);
+                counters.fall_back();
             }
             answer
         } else {
@@ -1025,11 +1025,11 @@ where
                 },
             }
         };
-        bump(if answer.is_ok() {
-            &counters.granted
+        if answer.is_ok() {
+            counters.grant(cost);
         } else {
-            &counters.rejected
-        });
+            counters.refuse();
+        }
         answer.map_err(TryAcquireError::NotUntil)
     }
 

@@ -315,6 +315,8 @@ pub struct RedisRateLimiterBuilder {
     lease: Option<(u64, Duration)>,
     policy: FailurePolicy,
     response_timeout: Duration,
+    #[cfg(feature = "metrics")]
+    metrics_name: Option<String>,
 }
 
 impl RedisRateLimiterBuilder {
@@ -348,6 +350,44 @@ impl RedisRateLimiterBuilder {
         self
     }
 
+    /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
+    /// `metrics`), every metric with the label `limiter = name`:
+    ///
+    /// | metric | kind | what |
+    /// | --- | --- | --- |
+    /// | `pacer_grants_total` | counter | acquisitions granted (from Redis, a lease or the fallback) |
+    /// | `pacer_tokens_granted_total` | counter | tokens (cost) granted |
+    /// | `pacer_refusals_total` | counter | `try_acquire` calls refused |
+    /// | `pacer_redis_round_trips_total` | counter | script calls sent (successful or not) |
+    /// | `pacer_redis_errors_total` | counter | failed round trips, with a label `kind`: `outage` (unreachable, slow, restarting) or `reply` (Redis answered with an error) |
+    /// | `pacer_redis_fallbacks_total` | counter | grants by the fail-open fallback |
+    ///
+    /// The counters of [`RedisRateLimiter::stats`], for this process; the handles are
+    /// registered by [`build`](RedisRateLimiterBuilder::build), with the recorder in force
+    /// then, and shared by every clone. (Waits happen in Redis's reservations, not in a local
+    /// queue: there is no wait histogram or waiters gauge.)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Rate, RedisRateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let quota = RedisRateLimiter::builder("redis://127.0.0.1/", "api", Rate::per_second(5), 5)
+    ///     .metrics_name("partner-api")
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = quota;
+    /// # }
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn metrics_name(mut self, name: impl Into<String>) -> Self {
+        self.metrics_name = Some(name.into());
+        self
+    }
+
     /// Builds the limiter. Nothing is sent to Redis until the first acquisition, so this
     /// succeeds while Redis is down; it needs a tokio runtime.
     ///
@@ -372,7 +412,14 @@ impl RedisRateLimiterBuilder {
                 policy: self.policy,
                 local: Mutex::new(Local::default()),
                 refill: tokio::sync::Mutex::new(()),
-                counters: Counters::default(),
+                counters: Counters {
+                    #[cfg(feature = "metrics")]
+                    metrics: self
+                        .metrics_name
+                        .as_deref()
+                        .map(crate::instrument::RedisMetrics::new),
+                    ..Counters::default()
+                },
             }),
         })
     }
@@ -395,7 +442,7 @@ impl RedisRateLimiter {
     /// The script with this limiter's key and bucket.
     async fn call(&self, amounts: (u64, u64, u64), mode: &str) -> redis::RedisResult<Reply> {
         let inner = &self.inner;
-        bump(&inner.counters.round_trips);
+        inner.counters.round_trip();
         inner.call(amounts, mode).await
     }
 }
@@ -452,6 +499,8 @@ impl RedisRateLimiter {
             lease: None,
             policy: FailurePolicy::default(),
             response_timeout: Duration::from_millis(250),
+            #[cfg(feature = "metrics")]
+            metrics_name: None,
         }
     }
 
@@ -618,7 +667,7 @@ impl RedisRateLimiter {
     async fn acquire_inner(&self, cost: u64, give_up: bool) -> Result<(), RedisQuotaError> {
         let counters = &self.inner.counters;
         if cost == 0 {
-            bump(&counters.granted);
+            counters.grant(cost);
             return Ok(());
         }
         if self.never(cost) {
@@ -632,7 +681,7 @@ impl RedisRateLimiter {
         let mut failing_since: Option<Instant> = None;
         loop {
             if self.spend_lease(cost) {
-                bump(&counters.granted);
+                counters.grant(cost);
                 return Ok(());
             }
             // With leases, one task at a time refills; the others queue here and take from
@@ -640,7 +689,7 @@ impl RedisRateLimiter {
             let refilling = if self.inner.lease_tokens > 0 {
                 let guard = self.inner.refill.lock().await;
                 if self.spend_lease(cost) {
-                    bump(&counters.granted);
+                    counters.grant(cost);
                     return Ok(());
                 }
                 Some(guard)
@@ -650,8 +699,8 @@ impl RedisRateLimiter {
             if let Some(fallback) = self.fallback() {
                 drop(refilling);
                 fallback.acquire(cost).await;
-                bump(&counters.granted);
-                bump(&counters.fallback);
+                counters.grant(cost);
+                counters.fall_back();
                 return Ok(());
             }
             let attempt = Instant::now();
@@ -672,7 +721,7 @@ impl RedisRateLimiter {
                     }
                     std::mem::forget(reserved);
                     self.keep_lease(surplus);
-                    bump(&counters.granted);
+                    counters.grant(cost);
                     return Ok(());
                 }
                 Ok(Answer::Refused { wait }) => {
@@ -736,22 +785,22 @@ impl RedisRateLimiter {
     pub async fn try_acquire(&self, cost: u64) -> Result<(), TryAcquireError> {
         let counters = &self.inner.counters;
         if cost == 0 || self.spend_lease(cost) {
-            bump(&counters.granted);
+            counters.grant(cost);
             return Ok(());
         }
         // Above the burst (as the script counts it, rounded down beyond 2^53): never without
         // waiting.
         if round_up(cost) > round_down(self.inner.burst) {
-            bump(&counters.rejected);
+            counters.refuse();
             return Err(NotUntil::NEVER.into());
         }
         if let Some(fallback) = self.fallback() {
             let answer = fallback.try_acquire(cost);
             if answer.is_ok() {
-                bump(&counters.granted);
-                bump(&counters.fallback);
+                counters.grant(cost);
+                counters.fall_back();
             } else {
-                bump(&counters.rejected);
+                counters.refuse();
             }
             return answer.map_err(TryAcquireError::NotUntil);
         }
@@ -777,11 +826,11 @@ impl RedisRateLimiter {
                 FailurePolicy::FailClosed { .. } => Err(NotUntil::after(Duration::from_millis(10))),
             },
         };
-        bump(if answer.is_ok() {
-            &counters.granted
+        if answer.is_ok() {
+            counters.grant(cost);
         } else {
-            &counters.rejected
-        });
+            counters.refuse();
+        }
         answer.map_err(TryAcquireError::NotUntil)
     }
 

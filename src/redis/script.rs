@@ -53,6 +53,67 @@ pub(crate) struct Counters {
     pub(crate) rejected: AtomicU64,
     pub(crate) errors: AtomicU64,
     pub(crate) reply_errors: AtomicU64,
+    /// The handles a named limiter records to (`metrics_name`).
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics: Option<crate::instrument::RedisMetrics>,
+}
+
+impl Counters {
+    /// An acquisition of `cost` granted.
+    pub(crate) fn grant(&self, cost: u64) {
+        bump(&self.granted);
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            m.grants.increment(1);
+            m.tokens.increment(cost);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = cost;
+    }
+
+    /// A `try_acquire` refused.
+    pub(crate) fn refuse(&self) {
+        bump(&self.rejected);
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            m.refusals.increment(1);
+        }
+    }
+
+    /// A grant by the fail-open fallback (counted as a grant too, with [`Counters::grant`]).
+    pub(crate) fn fall_back(&self) {
+        bump(&self.fallback);
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            m.fallbacks.increment(1);
+        }
+    }
+
+    /// A script call sent.
+    pub(crate) fn round_trip(&self) {
+        bump(&self.round_trips);
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            m.round_trips.increment(1);
+        }
+    }
+
+    /// A round trip failed: Redis answered with an error (`reply`), or an outage.
+    pub(crate) fn error(&self, reply: bool) {
+        bump(if reply {
+            &self.reply_errors
+        } else {
+            &self.errors
+        });
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            if reply {
+                m.reply_errors.increment(1);
+            } else {
+                m.outages.increment(1);
+            }
+        }
+    }
 }
 
 /// How a round trip failed.
@@ -75,7 +136,7 @@ impl Failure {
         cost: u64,
     ) -> Failure {
         if is_reply_error(&e) {
-            bump(&counters.reply_errors);
+            counters.error(true);
             #[cfg(feature = "tracing")]
             tracing::error!(
                 key = %key,
@@ -87,7 +148,7 @@ impl Failure {
             let _ = (key, cost);
             Failure::Reply(e)
         } else {
-            bump(&counters.errors);
+            counters.error(false);
             Failure::Outage(e)
         }
     }

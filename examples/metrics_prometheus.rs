@@ -1,0 +1,66 @@
+//! A paced workload recorded to Prometheus through the `metrics` facade, then one scrape.
+//!
+//! The application installs a recorder (here `metrics-exporter-prometheus`'s, without its HTTP
+//! listener: a real service would serve `handle.render()` on `/metrics`), then names its
+//! limiters with `with_metrics`. Twenty calls at 20 per second with a burst of 5, one refused
+//! `try_acquire`, and one caller that gives up waiting: the scrape shows the grants, the
+//! refusal, the cancellation and the wait histogram, each labelled `limiter="partner-api"`.
+//!
+//! ```text
+//! cargo run --example metrics_prometheus --features metrics
+//! ```
+
+use std::time::Duration;
+
+use metrics_exporter_prometheus::PrometheusBuilder;
+use pacer::{Adaptive, Rate, RateLimiter};
+use tokio::task::JoinSet;
+use tokio::time::{timeout, Instant};
+
+#[tokio::main]
+async fn main() {
+    // Install the recorder first: a limiter registers its metrics when it is named.
+    let handle = PrometheusBuilder::new()
+        .install_recorder()
+        .expect("no other recorder is installed");
+
+    let limiter = RateLimiter::new(Rate::per_second(20), 5).with_metrics("partner-api");
+    let adaptive = Adaptive::new(
+        RateLimiter::new(Rate::per_second(50), 1),
+        Rate::per_second(5),
+        Rate::per_second(50),
+    )
+    .with_metrics("search-api");
+
+    let start = Instant::now();
+    let mut calls = JoinSet::new();
+    for _ in 0..20 {
+        let limiter = limiter.clone();
+        calls.spawn(async move { limiter.acquire(1).await });
+    }
+    // Everyone ahead is queued: a request that cannot wait is refused...
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(limiter.try_acquire(1).is_err());
+    // ...and one that gives up after 50 ms leaves the queue (a cancellation).
+    assert!(timeout(Duration::from_millis(50), limiter.acquire(1))
+        .await
+        .is_err());
+    while let Some(call) = calls.join_next().await {
+        call.expect("a call panicked");
+    }
+    // The partner answered 429 once: the adaptive limiter slows down.
+    adaptive.on_throttled(None);
+
+    let stats = limiter.stats();
+    println!(
+        "{} calls in {:.2}s ({} refused); the scrape:\n",
+        stats.granted,
+        start.elapsed().as_secs_f64(),
+        stats.rejected
+    );
+    let scrape = handle.render();
+    print!("{scrape}");
+    assert!(scrape.contains("pacer_grants_total{limiter=\"partner-api\"} 20"));
+    assert!(scrape.contains("pacer_cancellations_total{limiter=\"partner-api\"} 1"));
+    assert!(scrape.contains("pacer_adaptive_decreases_total{limiter=\"search-api\"} 1"));
+}

@@ -1,0 +1,92 @@
+//! The handles a named limiter records to on the `metrics` facade (feature `metrics`).
+//!
+//! Each handle is registered once, when the limiter is given its name, and kept in the state
+//! every clone shares (a set-once slot), so recording an event is one call on a handle: no
+//! look-up in the recorder's registry per event. The names and labels are listed in the
+//! guide's "Metrics" section.
+
+use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
+
+/// The label every metric carries: the limiter's name.
+const LABEL: &str = "limiter";
+
+/// The handles of a shared limiter (one lane, or one per key).
+#[derive(Debug)]
+pub(crate) struct LimiterMetrics {
+    pub(crate) grants: Counter,
+    pub(crate) refusals: Counter,
+    pub(crate) cancellations: Counter,
+    pub(crate) tokens: Counter,
+    pub(crate) wait: Histogram,
+    pub(crate) waiters: Gauge,
+}
+
+impl LimiterMetrics {
+    /// Registers the handles of the limiter called `name` with the recorder in force.
+    pub(crate) fn new(name: &str) -> LimiterMetrics {
+        let name = name.to_owned();
+        LimiterMetrics {
+            grants: counter!("pacer_grants_total", LABEL => name.clone()),
+            refusals: counter!("pacer_refusals_total", LABEL => name.clone()),
+            cancellations: counter!("pacer_cancellations_total", LABEL => name.clone()),
+            tokens: counter!("pacer_tokens_granted_total", LABEL => name.clone()),
+            wait: histogram!("pacer_wait_seconds", LABEL => name.clone()),
+            waiters: gauge!("pacer_waiters", LABEL => name),
+        }
+    }
+
+    /// A request of `cost` granted after `waited` nanoseconds in the queue.
+    #[inline]
+    pub(crate) fn granted(&self, cost: u64, waited_nanos: u64) {
+        self.grants.increment(1);
+        self.tokens.increment(cost);
+        #[allow(clippy::cast_precision_loss)]
+        self.wait.record(waited_nanos as f64 / 1e9);
+    }
+}
+
+/// The handles of an [`Adaptive`](crate::Adaptive)'s controller.
+#[derive(Debug)]
+pub(crate) struct AdaptiveMetrics {
+    pub(crate) rate: Gauge,
+    pub(crate) decreases: Counter,
+}
+
+impl AdaptiveMetrics {
+    pub(crate) fn new(name: &str) -> AdaptiveMetrics {
+        let name = name.to_owned();
+        AdaptiveMetrics {
+            rate: gauge!("pacer_adaptive_rate", LABEL => name.clone()),
+            decreases: counter!("pacer_adaptive_decreases_total", LABEL => name),
+        }
+    }
+}
+
+/// The handles of a [`RedisRateLimiter`](crate::RedisRateLimiter).
+#[cfg(feature = "redis")]
+#[derive(Debug)]
+pub(crate) struct RedisMetrics {
+    pub(crate) grants: Counter,
+    pub(crate) refusals: Counter,
+    pub(crate) tokens: Counter,
+    pub(crate) round_trips: Counter,
+    pub(crate) outages: Counter,
+    pub(crate) reply_errors: Counter,
+    pub(crate) fallbacks: Counter,
+}
+
+#[cfg(feature = "redis")]
+impl RedisMetrics {
+    pub(crate) fn new(name: &str) -> RedisMetrics {
+        let name = name.to_owned();
+        RedisMetrics {
+            grants: counter!("pacer_grants_total", LABEL => name.clone()),
+            refusals: counter!("pacer_refusals_total", LABEL => name.clone()),
+            tokens: counter!("pacer_tokens_granted_total", LABEL => name.clone()),
+            round_trips: counter!("pacer_redis_round_trips_total", LABEL => name.clone()),
+            outages: counter!("pacer_redis_errors_total", LABEL => name.clone(), "kind" => "outage"),
+            reply_errors: counter!("pacer_redis_errors_total", LABEL => name.clone(), "kind" => "reply"),
+            fallbacks: counter!("pacer_redis_fallbacks_total", LABEL => name),
+        }
+    }
+}
