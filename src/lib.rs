@@ -92,7 +92,9 @@ pub use error::{ConfigError, NotUntil, RateExceeded};
 #[cfg(feature = "unstable-laws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-laws")))]
 pub use limiter::AdaptiveLaw;
-pub use limiter::{Adaptive, AdaptiveStats, KeyedRateLimiter, Quota, RateLimiter, Stagger};
+pub use limiter::{
+    Adaptive, AdaptiveStats, Announced, KeyedRateLimiter, Quota, RateLimiter, Stagger,
+};
 pub use mode::{Enforcing, Shaping};
 pub use rate::Rate;
 #[cfg(feature = "redis")]
