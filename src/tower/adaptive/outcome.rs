@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::limiter::Announced;
+
 /// What a response says about the destination's limit: the classifier of an
 /// [`AdaptiveLayer`] turns each `Result` into one.
 ///
@@ -40,6 +42,11 @@ pub enum Outcome {
         /// The destination's `Retry-After`, if it sent one.
         retry_after: Option<Duration>,
     },
+    /// The call went through and the answer announced the destination's quota: reported with
+    /// [`Adaptive::on_quota`], which counts a success and paces to the quota.
+    ///
+    /// [`Adaptive::on_quota`]: crate::Adaptive::on_quota
+    Quota(Announced),
     /// The answer says nothing about the rate (a connection error, a `500`): not reported.
     Ignore,
 }
