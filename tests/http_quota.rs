@@ -96,3 +96,103 @@ fn a_refusal_without_retry_after_waits_for_the_announced_reset() {
         Outcome::Ignore
     );
 }
+
+/// Real HTTP on 127.0.0.1, in real time: an axum server whose quota is a token bucket of
+/// 100/s (burst 10), announced with every answer (`RateLimit-Policy: "default";q=100;w=1`,
+/// `RateLimit: "default";r=<tokens left>;t=<seconds until full, rounded up>`), and a hyper-util
+/// client through `AdaptiveLayer::http` + `RateLimitLayer`, starting at 10/s (it knows nothing
+/// before the first answer) with `max` 250/s, from 8 tasks for 2 s. Not one 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_real_http_an_announced_quota_is_never_exceeded() {
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::routing::get;
+    use axum::Router;
+    use http_body_util::Empty;
+    use hyper::body::Bytes;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    use pacer::tower::{AdaptiveLayer, RateLimitLayer};
+    use tower::{ServiceBuilder, ServiceExt};
+
+    const TASKS: usize = 8;
+    let quota = RateLimiter::new(Rate::per_second(100), 10);
+    let app = Router::new().route(
+        "/",
+        get(move || {
+            let quota = quota.clone();
+            async move {
+                let granted = quota.try_acquire(1).is_ok();
+                let left = quota.available();
+                let mut headers = HeaderMap::new();
+                headers.insert(
+                    "ratelimit-policy",
+                    HeaderValue::from_static("\"default\";q=100;w=1"),
+                );
+                // Until full: (10 - left) tokens at 100/s, in whole seconds, rounded up.
+                let reset = if left >= 10 { 0 } else { 1 };
+                let value = format!("\"default\";r={left};t={reset}");
+                headers.insert("ratelimit", HeaderValue::from_str(&value).unwrap());
+                let status = if granted {
+                    StatusCode::OK
+                } else {
+                    StatusCode::TOO_MANY_REQUESTS
+                };
+                (status, headers, "ok")
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let max = Rate::per_second(250);
+    let adaptive = Adaptive::new(
+        RateLimiter::new(Rate::per_second(10), 2),
+        Rate::per_second(10),
+        max,
+    );
+    let client = ServiceBuilder::new()
+        .layer(AdaptiveLayer::http(&adaptive))
+        .layer(RateLimitLayer::new(adaptive.limiter()))
+        .service(Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>());
+    let start = std::time::Instant::now();
+    let deadline = start + Duration::from_millis(2_000);
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while std::time::Instant::now() < deadline {
+                    let request = http::Request::get(format!("http://{addr}/"))
+                        .body(Empty::new())
+                        .unwrap();
+                    let bound = tokio::time::Instant::from_std(deadline);
+                    match tokio::time::timeout_at(bound, client.clone().oneshot(request)).await {
+                        Ok(response) => seen.push(response.unwrap().status()),
+                        Err(_) => break,
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for task in tasks {
+        seen.extend(task.await.unwrap());
+    }
+    let ok = seen.iter().filter(|&&s| s == StatusCode::OK).count();
+    let refused = seen
+        .iter()
+        .filter(|&&s| s == StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    let stats = adaptive.stats();
+    println!(
+        "{ok} × 200, {refused} × 429 in {:?}; {stats:?}",
+        start.elapsed()
+    );
+    assert_eq!(refused, 0, "{stats:?}");
+    assert_eq!(ok, seen.len());
+    assert_eq!(stats.rate, Rate::per_second(100));
+    // Goodput: the 2 s at 100/s less the first round trip; a loaded machine may lose some.
+    assert!(ok >= 150, "{ok} × 200");
+}
