@@ -216,6 +216,11 @@ pub enum AdaptiveLaw {
 /// time, since every cycle ends with at least one refusal. The rate never climbs above twice
 /// the measured sending rate, so a client that cannot use its rate does not inflate it.
 ///
+/// **A destination that announces its quota** (`RateLimit`, `X-RateLimit-*`) needs no
+/// probing: report its answers with [`on_quota`](Adaptive::on_quota) and the rate follows the
+/// announcements, held there while they keep coming; probing resumes from the last announced
+/// rate when they stop.
+///
 /// **Time paused by a `Retry-After`** counts neither as probing time nor as sending time:
 /// HTTP's header has whole seconds, so a server asks for 1 s where 20 ms would do, and
 /// counting that second would let the curve climb back during the pause and make the calls

@@ -132,7 +132,8 @@ impl<F> AdaptiveLayer<F> {
 impl<B, E> AdaptiveLayer<fn(&Result<http::Response<B>, E>) -> Outcome> {
     /// A layer over an HTTP client that reports each response to `adaptive` as
     /// [`classify_http`](crate::tower::classify_http) reads it: `429` and `503` with their
-    /// `Retry-After`, and the quota the headers announce (feature `http`).
+    /// `Retry-After`, and the quota the headers announce (feature `http`). The body and error
+    /// types are inferred from the service it wraps, once that service is called.
     ///
     /// # Examples
     ///
