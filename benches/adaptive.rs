@@ -16,6 +16,12 @@
 //! - **halved**: the same after `L` is halved at 60 s (windows up to 100 s), counted from 60 s;
 //! - **doubled**: from 60 s, the time until 5 s of goodput reach 0.85 × the doubled `L`.
 //!
+//! A second table: the provider announces its quota with every answer (`Adaptive::on_quota`;
+//! a token bucket as `B` per `B / L` with its whole tokens left and the seconds until full
+//! rounded up, or a fixed window of 10 s), the default law, the client starting at 1/s: goodput
+//! over `L` from 0 s to 60 s, and from 60 s to 100 s after `L` is halved or doubled at 60 s
+//! (over the new `L`), and the refused calls of the whole run.
+//!
 //! Run: `cargo bench --features unstable-laws --bench adaptive` (a few seconds; everything runs in paused time).
 
 #[path = "../tests/common/provider.rs"]
@@ -24,7 +30,8 @@ mod provider;
 use std::time::Duration;
 
 use pacer::AdaptiveLaw;
-use provider::{settled_from, simulate, window, Run, Scenario};
+use pacer::Rate;
+use provider::{settled_from, simulate, window, Announce, Run, Scenario};
 
 const LIMITS: [f64; 4] = [5.0, 50.0, 500.0, 5000.0];
 
@@ -78,6 +85,26 @@ fn measure(law: AdaptiveLaw, limit: f64, retry_after: bool) -> Row {
     }
 }
 
+/// Goodput over `L` in [0, 60), then over the new `L` in [60, 100) after `change`, and the
+/// refused calls of the run.
+fn announced(limit: f64, announce: Announce, change: f64) -> (f64, f64, u64) {
+    let latency = if limit > 1000.0 { 2 } else { 10 };
+    let mut s = Scenario::new(limit, latency, 32, true);
+    s.announce = announce;
+    s.start = Some(Rate::per_second(1));
+    s.duration = Duration::from_secs(100);
+    s.changes = vec![(Duration::from_secs(60), limit * change)];
+    let r = run(&s);
+    let (before, _) = window(&r, 0, 60);
+    let (after, _) = window(&r, 60, 100);
+    let refused = r.refused.iter().sum();
+    (
+        before as f64 / 60.0 / limit,
+        after as f64 / 40.0 / (limit * change),
+        refused,
+    )
+}
+
 fn secs(t: Option<usize>) -> String {
     t.map_or_else(|| "never".to_string(), |t| format!("{t} s"))
 }
@@ -118,5 +145,18 @@ fn main() {
     println!("|---|---:|---:|");
     for (name, g, r) in summary {
         println!("| {name} | {g:.3} | {:.2} % |", r * 100.0);
+    }
+    println!();
+    println!("| announced quota | L/s | goodput / L, 0-60 s | L halved: goodput / L', 60-100 s | refused | L doubled: goodput / L', 60-100 s | refused |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (name, announce) in [
+        ("token bucket", Announce::Bucket),
+        ("fixed window 10 s", Announce::FixedWindow(10.0)),
+    ] {
+        for limit in LIMITS {
+            let (g, h, hr) = announced(limit, announce, 0.5);
+            let (_, d, dr) = announced(limit, announce, 2.0);
+            println!("| {name} | {limit} | {g:.3} | {h:.3} | {hr} | {d:.3} | {dr} |");
+        }
     }
 }

@@ -997,6 +997,69 @@
 //! The [CHANGELOG](https://docs.rs/crate/pacer/latest/source/CHANGELOG.md) lists every
 //! change, with a migration table from each old name or signature to the new one.
 //!
+//! # Reading quota headers
+//!
+//! Many APIs say how much quota is left with every answer: the IETF draft's
+//! `RateLimit-Policy: "default";q=600;w=60` and `RateLimit: "default";r=120;t=12`, or the de
+//! facto `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` (GitHub, Discord,
+//! and many others). Report them with [`Adaptive::on_quota`](crate::Adaptive::on_quota) instead
+//! of `on_success`, and the client paces to the quota from the first answer on, with no
+//! refusal to find it: the calls left are spread over the time to reset, a token bucket is
+//! paced at its refill rate `q / w`, and probing above the announced rate waits while the
+//! announcements keep coming (it resumes from the last announced rate if they stop; a server
+//! that announces nothing is probed as before). With the `http` feature,
+//! `AdaptiveLayer::http(&adaptive)` reads the headers of every `http::Response`, with `429` /
+//! `503` and their `Retry-After`:
+//!
+//! ```
+//! # #[cfg(feature = "http")]
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! use pacer::tower::{AdaptiveLayer, RateLimitLayer};
+//! use pacer::{Adaptive, Rate, RateLimiter};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! let limiter = RateLimiter::new(Rate::per_second(1), 5);
+//! let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(500));
+//! // Your HTTP client (a hyper-util `Client`, ...); here one that answers at once.
+//! let client = tower::service_fn(|_: http::Request<()>| async {
+//!     let response = http::Response::builder()
+//!         .header("x-ratelimit-limit", "5000")
+//!         .header("x-ratelimit-remaining", "4000")
+//!         .header("x-ratelimit-reset", "1800")
+//!         .body(())
+//!         .unwrap();
+//!     Ok::<_, std::convert::Infallible>(response)
+//! });
+//! let client = ServiceBuilder::new()
+//!     .layer(AdaptiveLayer::http(&adaptive))
+//!     .layer(RateLimitLayer::new(adaptive.limiter()))
+//!     .service(client);
+//! client.oneshot(http::Request::new(())).await.unwrap();
+//! assert!(adaptive.rate() > Rate::per_second(2)); // 4,001 calls in 30 minutes: 2.2/s
+//! # }
+//! # #[cfg(not(feature = "http"))]
+//! # fn main() {}
+//! ```
+//!
+//! Start the limiter low when the server announces its quota: the calls sent before the first
+//! answer cannot know it. Without `http`, read the headers yourself into an
+//! [`Announced`](crate::Announced):
+//!
+//! ```
+//! use std::time::Duration;
+//! use pacer::{Adaptive, Announced, Rate, RateLimiter};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let limiter = RateLimiter::new(Rate::per_second(1), 5);
+//! let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(500));
+//! // X-RateLimit-Remaining: 4000, X-RateLimit-Reset: 1800 (seconds).
+//! adaptive.on_quota(Announced::new(4000, Duration::from_secs(1800)));
+//! assert!(adaptive.rate() > Rate::per_second(2) && adaptive.rate() < Rate::per_second(3));
+//! # }
+//! ```
+//!
 //! [`PaceExt`]: crate::PaceExt
 //! [`PaceSinkExt`]: crate::PaceSinkExt
 //! [`Rate`]: crate::Rate

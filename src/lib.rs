@@ -65,6 +65,9 @@
 //! - `tower`: `pacer::tower`, a tower layer over a shared quota (shaping or enforcing, a cost
 //!   per request, keyed by client), and one that reports each response to an [`Adaptive`];
 //!   adds `tower-service` and `tower-layer`.
+//! - `http`: `pacer::tower::classify_http` and `AdaptiveLayer::http`: an [`Adaptive`] fed by
+//!   `429`/`503`, `Retry-After` and the quota headers (`RateLimit`, `X-RateLimit-*`) of an
+//!   `http::Response`; implies `tower`, adds `http` and `httpdate`.
 //! - `unstable-laws`: `AdaptiveLaw` and `Adaptive::try_with_law`, the control laws the
 //!   adaptive benchmark compares. Outside semver: they may change or go in any release.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -96,7 +99,9 @@ pub use error::{ConfigError, NotUntil, RateExceeded};
 #[cfg(feature = "unstable-laws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-laws")))]
 pub use limiter::AdaptiveLaw;
-pub use limiter::{Adaptive, AdaptiveStats, KeyedRateLimiter, Quota, RateLimiter, Stagger};
+pub use limiter::{
+    Adaptive, AdaptiveStats, Announced, KeyedRateLimiter, Quota, RateLimiter, Stagger,
+};
 pub use mode::{Enforcing, Shaping};
 pub use rate::Rate;
 #[cfg(feature = "redis")]

@@ -47,6 +47,119 @@ const MEASURE_MAX_SECS: f64 = 5.0;
 /// How long the refusals after a decrease may still belong to the same overload when the
 /// calls in flight do not all come back (another user of the limiter that does not report).
 const OVERLOAD_MAX_SECS: f64 = 2.0;
+/// How long an announced quota holds the rate after it came: successes in that time do not
+/// probe above it. Announcements that keep coming keep it held.
+const QUOTA_HOLD_SECS: f64 = 2.0;
+/// The shortest `reset` an announcement is read with (a zero `reset` would spread the quota
+/// over no time at all).
+const QUOTA_MIN_RESET_SECS: f64 = 0.001;
+/// The longest pause an exhausted quota without a policy asks for: a `reset` beyond a day is
+/// more likely a misread clock than a real wait.
+const QUOTA_MAX_PAUSE: Duration = Duration::from_secs(86_400);
+
+/// A quota a destination announced with a response: how many calls it still accepts
+/// (`remaining`) before its count is restored (`reset` from now), and, when it says so, its
+/// policy: `limit` calls per `window`.
+///
+/// Report it with [`Adaptive::on_quota`]. With the `http` feature,
+/// `pacer::tower::quota_from_headers` reads one from the IETF draft's `RateLimit` /
+/// `RateLimit-Policy` headers or the de facto `X-RateLimit-*` ones.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use pacer::Announced;
+///
+/// // A fixed window of 5,000 calls an hour, 4,000 left, restored in 30 minutes.
+/// let quota = Announced::new(4000, Duration::from_secs(1800))
+///     .with_policy(5000, Duration::from_secs(3600));
+/// assert_eq!(quota.remaining, 4000);
+/// assert_eq!(quota.limit, Some(5000));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Announced {
+    /// The calls the destination still accepts before `reset`.
+    pub remaining: u64,
+    /// The time from now until the quota is restored: the end of a fixed window, or the time
+    /// a token bucket takes to fill again.
+    pub reset: Duration,
+    /// The policy's limit (`q`, `X-RateLimit-Limit`), if announced.
+    pub limit: Option<u64>,
+    /// The policy's window (`w`), if announced.
+    pub window: Option<Duration>,
+}
+
+impl Announced {
+    /// `remaining` calls until `reset`, no policy.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::Announced;
+    ///
+    /// let quota = Announced::new(50, Duration::from_secs(30));
+    /// assert_eq!((quota.limit, quota.window), (None, None));
+    /// ```
+    #[must_use]
+    pub const fn new(remaining: u64, reset: Duration) -> Announced {
+        Announced {
+            remaining,
+            reset,
+            limit: None,
+            window: None,
+        }
+    }
+
+    /// The same, with the policy: `limit` calls per `window`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::Announced;
+    ///
+    /// let quota = Announced::new(50, Duration::from_secs(30)).with_policy(100, Duration::from_secs(60));
+    /// assert_eq!(quota.window, Some(Duration::from_secs(60)));
+    /// ```
+    #[must_use]
+    pub const fn with_policy(mut self, limit: u64, window: Duration) -> Announced {
+        self.limit = Some(limit);
+        self.window = Some(window);
+        self
+    }
+
+    /// The rate this announcement allows, in calls per second, before clamping (see
+    /// [`Adaptive::on_quota`]). Never NaN; may be infinite or zero.
+    fn rate(&self) -> f64 {
+        let reset = self.reset.as_secs_f64().max(QUOTA_MIN_RESET_SECS);
+        // The call that brought the announcement and the `remaining` after it, one interval
+        // apart: the last of them leaves just before `reset`, the next one just after.
+        let spread = (self.remaining as f64 + 1.0) / reset;
+        match self.policy_rate() {
+            Some(sustained) if self.is_bucket() => spread.max(sustained),
+            _ => spread,
+        }
+    }
+
+    /// Whether the destination reads as a token bucket: its count is restored a whole window
+    /// from now or later, which a fixed window does only at the instant it starts.
+    fn is_bucket(&self) -> bool {
+        matches!(self.window, Some(w) if self.reset >= w) && self.policy_rate().is_some()
+    }
+
+    /// `limit / window`, if both are announced and the window is not zero.
+    fn policy_rate(&self) -> Option<f64> {
+        match (self.limit, self.window) {
+            (Some(limit), Some(window)) if !window.is_zero() => {
+                Some(limit as f64 / window.as_secs_f64())
+            }
+            _ => None,
+        }
+    }
+}
 
 /// The control laws the adaptive benchmark compares (feature `unstable-laws`, outside semver:
 /// they may change or go in any release).
@@ -102,6 +215,11 @@ pub enum AdaptiveLaw {
 /// responsive; the 40 calls keep small ones from being refused more than a few per cent of the
 /// time, since every cycle ends with at least one refusal. The rate never climbs above twice
 /// the measured sending rate, so a client that cannot use its rate does not inflate it.
+///
+/// **A destination that announces its quota** (`RateLimit`, `X-RateLimit-*`) needs no
+/// probing: report its answers with [`on_quota`](Adaptive::on_quota) and the rate follows the
+/// announcements, held there while they keep coming; probing resumes from the last announced
+/// rate when they stop.
 ///
 /// **Time paused by a `Retry-After`** counts neither as probing time nor as sending time:
 /// HTTP's header has whole seconds, so a server asks for 1 s where 20 ms would do, and
@@ -189,6 +307,9 @@ struct State {
     pause_end: f64,
     paused_before: f64,
     bucket_paused: f64,
+    /// Successes before this time (seconds since the origin) do not probe: a quota was
+    /// announced.
+    hold_until: f64,
     successes: u64,
     refusals: u64,
     decreases: u64,
@@ -341,6 +462,7 @@ impl Adaptive {
                 pause_end: 0.0,
                 paused_before: 0.0,
                 bucket_paused: 0.0,
+                hold_until: f64::NEG_INFINITY,
                 successes: 0,
                 refusals: 0,
                 decreases: 0,
@@ -412,6 +534,71 @@ impl Adaptive {
     /// ```
     pub fn on_throttled(&self, retry_after: Option<Duration>) {
         self.inner.report(true, retry_after);
+    }
+
+    /// Reports a call that succeeded and announced the destination's quota: call it instead
+    /// of [`on_success`](Adaptive::on_success) (it counts as a success).
+    ///
+    /// The rate is set to spread the quota over the time it lasts, clamped into `[min, max]`:
+    ///
+    /// - `(remaining + 1) / reset`: the calls left, spread over the time until the count is
+    ///   restored (a fixed window of 5,000 an hour with 4,000 left and 30 minutes to go:
+    ///   2.2/s), one interval apart from the call that brought the announcement, so that the
+    ///   last leaves just before `reset` (`remaining` counts the calls left after that one, as
+    ///   servers announce it). Paced so from the start of a window, this stays at
+    ///   `limit / window`; whatever else used the quota, it is not exhausted before `reset`.
+    /// - a token bucket (a policy of `limit` calls per `window` announced, and a `reset` at
+    ///   least as long as the window, which a fixed window announces only as it starts: the
+    ///   bucket takes that long to fill) refills at `limit / window`: the rate is the larger of that and
+    ///   `remaining / reset`, since pacing at its refill rate never runs it dry, however little
+    ///   is left in it. (Servers that round `reset` up to whole seconds make a bucket of less
+    ///   than a second read so; a bucket whose `reset` is within its window reads as a fixed
+    ///   window: safe, but slower until its level settles.)
+    /// - nothing left (`remaining == 0`) and not a token bucket: the limiter grants nothing
+    ///   until `reset` (a day at most), as for a `Retry-After`, and keeps its rate.
+    ///
+    /// **Probing is suspended** while announcements keep coming: for 2 s after each one, a
+    /// success does not raise the rate above the announced one (the curve waits on its
+    /// plateau). A refusal still lowers it, as in [`on_throttled`](Adaptive::on_throttled),
+    /// until the next announcement sets it again. When announcements stop, probing resumes
+    /// from the last announced rate, as after a start at it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use pacer::{Adaptive, Announced, Rate, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(100), 10);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(100));
+    /// // A token bucket of 600 per 60 s, drained: `RateLimit-Policy: "default";q=600;w=60`
+    /// // and `RateLimit: "default";r=0;t=60`.
+    /// let window = Duration::from_secs(60);
+    /// adaptive.on_quota(Announced::new(0, window).with_policy(600, window));
+    /// assert_eq!(adaptive.rate(), Rate::per_second(10)); // its refill rate
+    /// adaptive.on_success(); // no probing above it while announcements come
+    /// assert_eq!(adaptive.rate(), Rate::per_second(10));
+    /// // A fixed window: 199 left after this call, 20 s to go.
+    /// adaptive.on_quota(Announced::new(199, Duration::from_secs(20)).with_policy(600, window));
+    /// assert_eq!(adaptive.rate(), Rate::per_second(10)); // 200 calls in 20 s
+    /// # }
+    /// ```
+    pub fn on_quota(&self, quota: Announced) {
+        let exhausted = quota.remaining == 0 && !quota.is_bucket();
+        if exhausted {
+            self.inner
+                .limiter
+                .pause_for(quota.reset.min(QUOTA_MAX_PAUSE));
+        }
+        let now = Instant::now()
+            .saturating_duration_since(self.inner.origin)
+            .as_secs_f64();
+        let mut wakes = Wakes::default();
+        self.inner
+            .announce(&mut self.inner.lock(), quota, exhausted, now, &mut wakes);
+        wakes.run();
     }
 
     /// The limiter's rate now.
@@ -588,6 +775,9 @@ impl Inner {
                 return;
             }
             self.decrease(st, current, now, wakes);
+        } else if now < st.hold_until {
+            // An announced quota holds the rate: no probing above it.
+            self.hold(st, now);
         } else {
             let probing = now - st.curve_start - (paused_through(st, now) - st.curve_paused);
             let mut rate = curve(self.law, st.w_max, probing);
@@ -602,6 +792,50 @@ impl Inner {
                 self.set(st, rate, wakes);
             }
         }
+    }
+
+    /// Folds an announced quota into the state: a success, then the announced rate, held.
+    fn announce(
+        &self,
+        st: &mut State,
+        quota: Announced,
+        exhausted: bool,
+        now: f64,
+        wakes: &mut Wakes,
+    ) {
+        if exhausted {
+            note_pause(st, now, quota.reset.min(QUOTA_MAX_PAUSE));
+        }
+        st.reports += 1;
+        st.successes += 1;
+        measure(self.law, st, now);
+        let current = self.limiter.rate();
+        if current != st.set {
+            // Set by hand: start over from there.
+            Inner::restart(
+                &self.limiter,
+                self.min,
+                self.max,
+                self.law,
+                st,
+                current,
+                now,
+                wakes,
+            );
+        }
+        if !exhausted {
+            self.set(st, quota.rate(), wakes);
+        }
+        // The curve waits on its plateau at the announced rate (or the rate kept).
+        st.w_max = per_second(st.set);
+        self.hold(st, now);
+        st.hold_until = now + QUOTA_HOLD_SECS;
+    }
+
+    /// Keeps the curve on its plateau at `w_max` as of `now`.
+    fn hold(&self, st: &mut State, now: f64) {
+        st.curve_start = now - climb_secs(self.law, st.w_max);
+        st.curve_paused = paused_through(st, now);
     }
 
     fn decrease(&self, st: &mut State, current: Rate, now: f64, wakes: &mut Wakes) {

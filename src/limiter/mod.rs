@@ -9,7 +9,7 @@ mod stagger;
 
 #[cfg(feature = "unstable-laws")]
 pub use adaptive::AdaptiveLaw;
-pub use adaptive::{Adaptive, AdaptiveStats};
+pub use adaptive::{Adaptive, AdaptiveStats, Announced};
 pub use keyed::KeyedRateLimiter;
 pub use quota::Quota;
 pub use rate_limiter::RateLimiter;

@@ -51,11 +51,19 @@
 
 mod adaptive;
 mod error;
+#[cfg(feature = "http")]
+mod headers;
 mod quota;
 mod rate_limit;
 
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use adaptive::classify_http;
 pub use adaptive::{AdaptiveFuture, AdaptiveLayer, AdaptiveService, Outcome};
 pub use error::{BoxError, RateLimited};
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use headers::{quota_from_headers, retry_after, EPOCH_THRESHOLD_SECS, MAX_DELAY};
 pub use quota::{ByKey, Cost, OnePerRequest, RequestQuota};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]

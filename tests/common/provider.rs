@@ -10,6 +10,14 @@
 //! call is retried: it goes back through the limiter as the next call (all calls are alike, so
 //! the stream of calls is endless and a retry is simply the next one).
 //!
+//! With [`Scenario::announce`], the provider also announces its quota with every answer, and
+//! the clients report it with `Adaptive::on_quota`: a token bucket (GCRA) announces
+//! `limit` = its burst `B` per `window` = `B / L` (the time it takes to fill from empty, so that
+//! `limit / window` = `L`), `remaining` = its whole tokens left and `reset` = the seconds until
+//! it is full, rounded up; a fixed window of `w` announces `limit` = `L × w` per `w`,
+//! `remaining` = the calls left in the window and `reset` = the time to its end, rounded up to a
+//! millisecond. A fixed window's new limit applies from its next window.
+//!
 //! Everything runs on tokio's paused clock: a run of 80 s of simulated time takes only the
 //! CPU its calls cost.
 #![allow(dead_code)]
@@ -20,7 +28,7 @@ use std::time::Duration;
 use futures_util::{stream, StreamExt};
 #[cfg(feature = "unstable-laws")]
 pub use pacer::AdaptiveLaw;
-use pacer::{Adaptive, AdaptiveStats, PaceExt, Rate, RateLimiter, Shaping};
+use pacer::{Adaptive, AdaptiveStats, Announced, PaceExt, Rate, RateLimiter, Shaping};
 
 /// Without the `unstable-laws` feature, the default law only.
 #[cfg(not(feature = "unstable-laws"))]
@@ -50,11 +58,32 @@ pub enum Answer {
     Refused(Option<Duration>),
 }
 
+/// What the provider announces with its answers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Announce {
+    /// Nothing: the limit is hidden.
+    Nothing,
+    /// Its token bucket (see the module's documentation).
+    Bucket,
+    /// It is a fixed window of this many seconds instead of a token bucket, and says so.
+    FixedWindow(f64),
+}
+
 /// The provider's token bucket: `rate` per second, at most `burst`, starting full.
 #[derive(Debug)]
 pub struct Provider {
     state: Mutex<Bucket>,
     retry_after: bool,
+    announce: Announce,
+}
+
+/// A fixed window's count: the window `index` started at `index × w`.
+#[derive(Debug, Default)]
+struct Window {
+    index: u64,
+    used: u64,
+    /// The limit per second from the next window on, if it changes.
+    next_rate: Option<f64>,
 }
 
 #[derive(Debug)]
@@ -63,19 +92,72 @@ struct Bucket {
     burst: f64,
     level: f64,
     at: Instant,
+    start: Instant,
+    window: Window,
 }
 
 impl Provider {
     pub fn new(rate: f64, burst: f64, retry_after: bool) -> Provider {
+        Provider::announcing(rate, burst, retry_after, Announce::Nothing)
+    }
+
+    pub fn announcing(rate: f64, burst: f64, retry_after: bool, announce: Announce) -> Provider {
+        let now = Instant::now();
         Provider {
             state: Mutex::new(Bucket {
                 rate,
                 burst,
                 level: burst,
-                at: Instant::now(),
+                at: now,
+                start: now,
+                window: Window::default(),
             }),
             retry_after,
+            announce,
         }
+    }
+
+    /// A call arriving now, and what the provider announces with its answer.
+    pub fn call_announced(&self) -> (Answer, Option<Announced>) {
+        let Announce::FixedWindow(w) = self.announce else {
+            let answer = self.call();
+            if self.announce == Announce::Nothing {
+                return (answer, None);
+            }
+            let b = self.state.lock().unwrap();
+            let remaining = b.level.floor() as u64;
+            let reset = ((b.burst - b.level) / b.rate).ceil().max(0.0);
+            let quota = Announced::new(remaining, Duration::from_secs(reset as u64)).with_policy(
+                b.burst.round() as u64,
+                Duration::from_secs_f64(b.burst / b.rate),
+            );
+            return (answer, Some(quota));
+        };
+        let mut b = self.state.lock().unwrap();
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(b.start).as_secs_f64();
+        let index = (elapsed / w).floor() as u64;
+        if index != b.window.index {
+            b.window.index = index;
+            b.window.used = 0;
+            if let Some(rate) = b.window.next_rate.take() {
+                b.rate = rate;
+            }
+        }
+        let limit = (b.rate * w).round() as u64;
+        let end = (index + 1) as f64 * w - elapsed;
+        let reset = Duration::from_millis((end * 1000.0).ceil() as u64);
+        let answer = if b.window.used < limit {
+            b.window.used += 1;
+            Answer::Ok
+        } else if self.retry_after {
+            Answer::Refused(Some(reset))
+        } else {
+            Answer::Refused(None)
+        };
+        let remaining = limit - b.window.used;
+        let quota = Announced::new(remaining, reset).with_policy(limit, Duration::from_secs_f64(w));
+        (answer, Some(quota))
     }
 
     fn refill(b: &mut Bucket, now: Instant) {
@@ -103,6 +185,10 @@ impl Provider {
     /// The provider changes its limit (keeping the tokens it holds).
     pub fn set_rate(&self, rate: f64) {
         let mut b = self.state.lock().unwrap();
+        if let Announce::FixedWindow(_) = self.announce {
+            b.window.next_rate = Some(rate);
+            return;
+        }
         Provider::refill(&mut b, Instant::now());
         b.rate = rate;
     }
@@ -130,6 +216,10 @@ pub struct Scenario {
     pub changes: Vec<(Duration, f64)>,
     pub duration: Duration,
     pub law: AdaptiveLaw,
+    /// What the provider announces with its answers.
+    pub announce: Announce,
+    /// The client limiter's starting rate (default `max`).
+    pub start: Option<Rate>,
 }
 
 impl Scenario {
@@ -152,6 +242,8 @@ impl Scenario {
             changes: Vec::new(),
             duration: Duration::from_secs(80),
             law: AdaptiveLaw::Cubic,
+            announce: Announce::Nothing,
+            start: None,
         }
     }
 }
@@ -198,13 +290,14 @@ impl Record {
 /// call leaves: a fixed delay on the way there would only shift the provider's clock, and one
 /// timer per call instead of two keeps the simulation cheap.
 async fn call(provider: &Provider, adaptive: &Adaptive, record: &Mutex<Record>, latency: Duration) {
-    let answer = provider.call();
+    let (answer, quota) = provider.call_announced();
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    match answer {
-        Answer::Ok => adaptive.on_success(),
-        Answer::Refused(retry_after) => adaptive.on_throttled(retry_after),
+    match (answer, quota) {
+        (Answer::Ok, Some(quota)) => adaptive.on_quota(quota),
+        (Answer::Ok, None) => adaptive.on_success(),
+        (Answer::Refused(retry_after), _) => adaptive.on_throttled(retry_after),
     }
     let rate = per_second(adaptive.rate());
     record.lock().unwrap().note(answer == Answer::Ok, rate);
@@ -213,7 +306,10 @@ async fn call(provider: &Provider, adaptive: &Adaptive, record: &Mutex<Record>, 
 /// Runs `scenario` on the current (paused) runtime, with the controller `adaptive` over a
 /// limiter at `max`, or a fresh one.
 pub async fn simulate(scenario: &Scenario) -> Run {
-    let limiter = RateLimiter::new(scenario.max, scenario.client_burst);
+    let limiter = RateLimiter::new(
+        scenario.start.unwrap_or(scenario.max),
+        scenario.client_burst,
+    );
     #[cfg(feature = "unstable-laws")]
     let adaptive = Adaptive::try_with_law(limiter, scenario.min, scenario.max, scenario.law);
     #[cfg(not(feature = "unstable-laws"))]
@@ -230,10 +326,11 @@ pub async fn simulate_with(scenario: &Scenario, adaptive: &Adaptive) -> Run {
     let start = Instant::now();
     let end = start + scenario.duration;
     let seconds = scenario.duration.as_secs() as usize + 1;
-    let provider = Arc::new(Provider::new(
+    let provider = Arc::new(Provider::announcing(
         scenario.limit,
         scenario.provider_burst,
         scenario.retry_after,
+        scenario.announce,
     ));
     let record = Arc::new(Mutex::new(Record {
         start,

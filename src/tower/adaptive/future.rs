@@ -73,6 +73,7 @@ where
             match classify(&result) {
                 Outcome::Success => adaptive.on_success(),
                 Outcome::Throttled { retry_after } => adaptive.on_throttled(retry_after),
+                Outcome::Quota(quota) => adaptive.on_quota(quota),
                 Outcome::Ignore => {}
             }
         }

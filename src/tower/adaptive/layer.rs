@@ -4,6 +4,8 @@ use std::fmt;
 
 use tower_layer::Layer;
 
+#[cfg(feature = "http")]
+use super::outcome::Outcome;
 use super::service::AdaptiveService;
 use crate::limiter::Adaptive;
 
@@ -29,7 +31,9 @@ use crate::limiter::Adaptive;
 ///
 /// # A classifier for `http::Response`
 ///
-/// pacer does not depend on `http`; the classifier for an HTTP client is yours, a few lines:
+/// With the `http` feature, [`AdaptiveLayer::http`] (or `AdaptiveLayer::new(&adaptive,
+/// pacer::tower::classify_http)`) reads `429`/`503`, `Retry-After` in both forms and the quota
+/// headers. Without it, pacer does not depend on `http`, and a classifier is a few lines:
 /// `429` and `503` are refusals, with `Retry-After` in its delta-seconds form (`Retry-After:
 /// 2`); the HTTP-date form (`Retry-After: Wed, 21 Oct 2026 07:28:00 GMT`) is not parsed and
 /// reads as a refusal without a delay; other server errors and transport errors say nothing
@@ -120,6 +124,48 @@ impl<F> AdaptiveLayer<F> {
             adaptive: adaptive.clone(),
             classify,
         }
+    }
+}
+
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+impl<B, E> AdaptiveLayer<fn(&Result<http::Response<B>, E>) -> Outcome> {
+    /// A layer over an HTTP client that reports each response to `adaptive` as
+    /// [`classify_http`](crate::tower::classify_http) reads it: `429` and `503` with their
+    /// `Retry-After`, and the quota the headers announce (feature `http`). The body and error
+    /// types are inferred from the service it wraps, once that service is called.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use http::Response;
+    /// use pacer::tower::{AdaptiveLayer, RateLimitLayer};
+    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use tower::{ServiceBuilder, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(100), 10);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(100));
+    /// let api = ServiceBuilder::new()
+    ///     .layer(AdaptiveLayer::http(&adaptive))
+    ///     .layer(RateLimitLayer::new(adaptive.limiter()))
+    ///     .service_fn(|_: ()| async {
+    ///         let response = Response::builder()
+    ///             .header("ratelimit-policy", r#""default";q=600;w=60"#)
+    ///             .header("ratelimit", r#""default";r=599;t=60"#)
+    ///             .body(())
+    ///             .unwrap();
+    ///         Ok::<_, Infallible>(response)
+    ///     });
+    /// api.oneshot(()).await.unwrap();
+    /// assert_eq!(adaptive.rate(), Rate::per_second(10)); // 600 a minute
+    /// # }
+    /// ```
+    pub fn http(adaptive: &Adaptive) -> Self {
+        AdaptiveLayer::new(adaptive, super::classify_http::<B, E>)
     }
 }
 

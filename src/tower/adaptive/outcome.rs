@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::limiter::Announced;
+
 /// What a response says about the destination's limit: the classifier of an
 /// [`AdaptiveLayer`] turns each `Result` into one.
 ///
@@ -26,6 +28,7 @@ use std::time::Duration;
 ///
 /// [`AdaptiveLayer`]: super::AdaptiveLayer
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Outcome {
     /// The call went through: reported with [`Adaptive::on_success`].
     ///
@@ -40,6 +43,11 @@ pub enum Outcome {
         /// The destination's `Retry-After`, if it sent one.
         retry_after: Option<Duration>,
     },
+    /// The call went through and the answer announced the destination's quota: reported with
+    /// [`Adaptive::on_quota`], which counts a success and paces to the quota.
+    ///
+    /// [`Adaptive::on_quota`]: crate::Adaptive::on_quota
+    Quota(Announced),
     /// The answer says nothing about the rate (a connection error, a `500`): not reported.
     Ignore,
 }
