@@ -200,6 +200,8 @@ pub struct RedisKeyedRateLimiterBuilder<K> {
     policy: FailurePolicy,
     response_timeout: Duration,
     lease: Option<(u64, Duration)>,
+    #[cfg(feature = "metrics")]
+    metrics_name: Option<String>,
     key: PhantomData<fn() -> K>,
 }
 
@@ -287,6 +289,32 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
         self
     }
 
+    /// Records the limiter's counters (over all keys: keys are not labels, their number is
+    /// unbounded) to the `metrics` facade under `name` (feature `metrics`), as
+    /// [`RedisRateLimiterBuilder::metrics_name`](crate::redis::RedisRateLimiterBuilder::metrics_name)
+    /// does. The handles are registered with the recorder installed when the limiter is built.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pacer::{Rate, RedisKeyedRateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let tenants = RedisKeyedRateLimiter::<String>::builder("redis://127.0.0.1/", "tenants", Rate::per_second(5), 5)
+    ///     .metrics_name("tenants")
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = tenants;
+    /// # }
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn metrics_name(mut self, name: impl Into<String>) -> Self {
+        self.metrics_name = Some(name.into());
+        self
+    }
+
     /// Builds the limiter, with one connection (reconnecting by itself) shared by every key
     /// and clone. Nothing is sent to Redis until the first request, so this succeeds while
     /// Redis is down; it needs a tokio runtime.
@@ -325,7 +353,14 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
                 sweeping: AtomicBool::new(false),
                 fallback: Mutex::new(Fallback::default()),
                 keys: Mutex::new(HashMap::new()),
-                counters: Counters::default(),
+                counters: Counters {
+                    #[cfg(feature = "metrics")]
+                    metrics: self
+                        .metrics_name
+                        .as_deref()
+                        .map(crate::instrument::RedisMetrics::new),
+                    ..Counters::default()
+                },
             }),
         })
     }
@@ -498,6 +533,8 @@ where
             policy: FailurePolicy::default(),
             response_timeout: Duration::from_millis(250),
             lease: None,
+            #[cfg(feature = "metrics")]
+            metrics_name: None,
             key: PhantomData,
         }
     }
