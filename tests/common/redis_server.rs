@@ -1,0 +1,87 @@
+//! What the Redis tests share: a private `redis-server` (started on a free loopback port
+//! without persistence, waited for, restartable on the same port, stopped when dropped), and
+//! the check of the bound over a merged timeline of grants.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A private redis-server.
+pub struct Server {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut server = Server { port, child: None };
+        server.restart();
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Starts (again) on the same port, and waits until it answers.
+    pub fn restart(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed for `cargo test --features redis`");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let client = redis::Client::open(self.url()).expect("url");
+            if let Ok(mut conn) = client.get_connection() {
+                if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "redis-server did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The most grants whose windows could overlap: sorted by when they were *received*, grants
+/// i..=j happened on Redis within [sent_i, received_j], so count them against that span.
+pub fn check_bound(grants: &[(u128, u128)], rate: f64, burst: u64) -> Result<(), String> {
+    let mut sorted = grants.to_vec();
+    sorted.sort_by_key(|&(_, received)| received);
+    let round_trip = sorted.iter().map(|&(s, r)| r - s).max().unwrap_or(0);
+    for i in 0..sorted.len() {
+        for j in i..sorted.len() {
+            let count = (j - i + 1) as f64;
+            // Grant i happened no earlier than it was sent, grant j no later than received.
+            let span = sorted[j].1.saturating_sub(sorted[i].1) as f64 / 1e9;
+            let slack = round_trip as f64 / 1e9;
+            let allowed = burst as f64 + (span + slack) * rate;
+            if count > allowed + 1e-9 {
+                return Err(format!(
+                    "{count} grants within {span:.6} s (allowed {allowed:.2})"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
