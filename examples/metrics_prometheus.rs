@@ -1,8 +1,9 @@
-//! A paced workload recorded to Prometheus through the `metrics` facade, then one scrape.
+//! A paced workload recorded to Prometheus through the `metrics` facade, served on a scrape
+//! endpoint, and scraped once.
 //!
-//! The application installs a recorder (here `metrics-exporter-prometheus`'s, without its HTTP
-//! listener: a real service would serve `handle.render()` on `/metrics`), then names its
-//! limiters with `with_metrics`. Twenty calls at 20 per second with a burst of 5, one refused
+//! The application installs a recorder (here `metrics-exporter-prometheus`'s), then names its
+//! limiters with `with_metrics`, and serves `handle.render()` on `/metrics` (an axum server on
+//! 127.0.0.1, as a service would); the example then scrapes it over HTTP and prints the scrape. Twenty calls at 20 per second with a burst of 5, one refused
 //! `try_acquire`, and one caller that gives up waiting: the scrape shows the grants, the
 //! refusal, the cancellation and the wait histogram, each labelled `limiter="partner-api"`.
 //!
@@ -58,9 +59,32 @@ async fn main() {
         start.elapsed().as_secs_f64(),
         stats.rejected
     );
-    let scrape = handle.render();
+    let scrape = scrape_over_http(handle).await;
     print!("{scrape}");
     assert!(scrape.contains("pacer_grants_total{limiter=\"partner-api\"} 20"));
     assert!(scrape.contains("pacer_cancellations_total{limiter=\"partner-api\"} 1"));
     assert!(scrape.contains("pacer_adaptive_decreases_total{limiter=\"search-api\"} 1"));
+}
+
+/// Serves the recorder's scrape on `/metrics` of an ephemeral port of 127.0.0.1, then fetches
+/// it once, as Prometheus would.
+async fn scrape_over_http(handle: metrics_exporter_prometheus::PrometheusHandle) -> String {
+    use axum::routing::get;
+    use http_body_util::{BodyExt, Empty};
+    use hyper::body::Bytes;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let app = axum::Router::new().route("/metrics", get(move || async move { handle.render() }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let addr = listener.local_addr().expect("its address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let uri = format!("http://{addr}/metrics").parse().expect("a URI");
+    let response = client.get(uri).await.expect("the scrape endpoint answers");
+    assert!(response.status().is_success());
+    let body = response.into_body().collect().await.expect("the body");
+    String::from_utf8(body.to_bytes().to_vec()).expect("text")
 }
