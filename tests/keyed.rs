@@ -418,3 +418,149 @@ async fn a_mass_expiry_keeps_exactly_the_keys_in_use() {
     assert_eq!(limiter.tracked_keys(), 0);
     assert_eq!(limiter.available(&200_000), 1);
 }
+
+#[path = "common/exact.rs"]
+mod exact;
+
+/// One step of a random run against one exact bucket per key.
+#[derive(Clone, Debug)]
+enum Step {
+    Try { key: u8, cost: u64 },
+    SetLimit { key: u8, rate: usize, burst: u64 },
+    ClearLimit { key: u8 },
+}
+
+/// Rates whose state fits a packed word and rates whose state does not (a token of more than
+/// 64 bits; time units that overflow 64 bits within nanoseconds).
+fn model_rates() -> [Rate; 5] {
+    [
+        Rate::per_second(20),
+        Rate::new(7, Duration::from_millis(1300)),
+        Rate::new(3, Duration::from_secs(1)),
+        Rate::new(u64::MAX, Duration::from_nanos(3)),
+        Rate::new(1, Duration::MAX),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0u8..6, 0u64..7).prop_map(|(key, cost)| Step::Try { key, cost }),
+        1 => (0u8..6, 0usize..5, 1u64..6)
+            .prop_map(|(key, rate, burst)| Step::SetLimit { key, rate, burst }),
+        1 => (0u8..6).prop_map(|key| Step::ClearLimit { key }),
+    ]
+}
+
+fn gap() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        2 => Just(0u64),
+        3 => 0u64..1_000_000,
+        3 => 0u64..3_000_000_000,
+        1 => Just(u64::from(u32::MAX)),
+    ]
+}
+
+fn exact_bucket(rate: Rate, burst: u64) -> exact::ExactBucket {
+    exact::ExactBucket::new(rate.tokens(), rate.per().as_nanos(), burst)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Whatever the default rate (a key's state packed in one word, or kept exactly in a lane),
+    /// every answer is that of one exact bucket per key: grants, refusals and their waits,
+    /// available tokens, and limits changed at run time keeping the level. The keys kept are
+    /// exactly those not full: none forgotten early, none kept late.
+    #[test]
+    fn every_key_is_one_exact_bucket(
+        default in 0usize..5,
+        default_burst in 1u64..6,
+        steps in prop::collection::vec((gap(), step()), 1..200),
+    ) {
+        common::paused(async move {
+            let rates = model_rates();
+            let limiter: KeyedRateLimiter<u8> =
+                KeyedRateLimiter::new(rates[default], default_burst);
+            let start = Instant::now();
+            let mut model: std::collections::HashMap<u8, exact::ExactBucket> = Default::default();
+            let mut limits: std::collections::HashMap<u8, (Rate, u64)> = Default::default();
+            for (gap, step) in steps {
+                tokio::time::advance(Duration::from_nanos(gap)).await;
+                let now = nanos_since(start);
+                for bucket in model.values_mut() {
+                    bucket.advance(now);
+                }
+                match step {
+                    Step::Try { key, cost } => {
+                        let bucket = model.entry(key).or_insert_with(|| {
+                            let (rate, burst) = limits.get(&key).copied()
+                                .unwrap_or((rates[default], default_burst));
+                            let mut b = exact_bucket(rate, burst);
+                            b.advance(now);
+                            b
+                        });
+                        let got = limiter.try_acquire(&key, cost);
+                        if cost == 0 || bucket.holds(cost) {
+                            prop_assert!(got.is_ok(), "key {} cost {} at {}: {:?}", key, cost, now, got);
+                            bucket.take(cost);
+                        } else {
+                            let refused = got.expect_err("the model refuses");
+                            let at = bucket.earliest(cost);
+                            if refused.is_never() {
+                                prop_assert!(bucket_never(bucket, cost, now), "{:?} at {}", refused, now);
+                            } else {
+                                prop_assert_eq!(refused.retry_after(), Duration::from_nanos(at - now));
+                            }
+                        }
+                    }
+                    Step::SetLimit { key, rate, burst } => {
+                        let rate = rates[rate];
+                        limiter.set_limit(key, rate, burst);
+                        limits.insert(key, (rate, burst));
+                        // A full bucket is a key never seen: it starts afresh at its new limit.
+                        model.retain(|_, b| b.full_at() > now);
+                        if let Some(bucket) = model.get_mut(&key) {
+                            bucket.set_rate(rate.tokens(), rate.per().as_nanos());
+                            bucket.set_burst(burst);
+                        }
+                    }
+                    Step::ClearLimit { key } => {
+                        limiter.clear_limit(&key);
+                        limits.remove(&key);
+                        model.retain(|_, b| b.full_at() > now);
+                        if let Some(bucket) = model.get_mut(&key) {
+                            bucket.set_rate(rates[default].tokens(), rates[default].per().as_nanos());
+                            bucket.set_burst(default_burst);
+                        }
+                    }
+                }
+                for key in 0..6u8 {
+                    let expected = model.get(&key).map_or_else(|| {
+                        limits.get(&key).map_or(default_burst, |l| l.1)
+                    }, exact::ExactBucket::available);
+                    prop_assert_eq!(limiter.available(&key), expected, "key {} at {}", key, now);
+                }
+                // A key the model has never touched, or full again, is a fresh key.
+                let in_use = model.values().filter(|b| b.full_at() > now).count();
+                prop_assert_eq!(limiter.tracked_keys(), in_use, "at {}", now);
+            }
+            Ok(())
+        })?;
+    }
+}
+
+/// Whether a refusal of `cost` "never" is right: a cost above the burst, or a wait beyond what
+/// a `u64` of nanoseconds holds.
+fn bucket_never(bucket: &exact::ExactBucket, cost: u64, now: u64) -> bool {
+    !bucket.holds(cost)
+        && (bucket.earliest(cost) == u64::MAX
+            || bucket.earliest(cost) - now == u64::MAX
+            || cost_above_burst(bucket, cost))
+}
+
+fn cost_above_burst(bucket: &exact::ExactBucket, cost: u64) -> bool {
+    // A cost above the burst is never held, even by a full bucket.
+    let mut full = bucket.clone();
+    full.advance(u64::MAX);
+    !full.holds(cost)
+}

@@ -477,6 +477,7 @@ impl Packed {
     /// [`Bucket::offer`] on the word: `Some(Ok(new word))` if an item of `cost` conforms at
     /// `now` (the new word is below `limit`), `Some(Err(at))` if it may not go before `at`,
     /// `None` if the answer needs more than 64 bits or the item must queue (`cost > burst`).
+    #[inline]
     pub(crate) fn offer(
         &self,
         word: u64,

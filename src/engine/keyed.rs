@@ -1,27 +1,41 @@
-//! One lane per key behind one mutex: the table under [`KeyedRateLimiter`], which forgets a
-//! key as soon as its bucket is full again and nobody waits on it.
+//! The key table under [`KeyedRateLimiter`]: one word per key while nobody waits on it, a lane
+//! (the engine's FIFO queue) only for a key that has waiters or a limit of its own, in shards
+//! of their own mutex; a key is forgotten once its bucket is full again and nobody waits on it.
 //!
-//! A full bucket with an empty queue is indistinguishable from a key never seen, so forgetting
-//! it is exact. Each idle lane is scheduled in a min-heap at the instant its bucket will be
-//! full; every operation first forgets the lanes whose instant has passed (re-scheduling those
-//! charged again meanwhile). So after any operation the lanes kept are exactly those not full
-//! or with waiters, and memory follows the keys in use, not the keys ever seen.
+//! **A word per key.** Most keys only ever take tokens that are there: for them the whole state
+//! is the bucket's `tat` under the default limit, packed in one `u64` ([`Packed`], the
+//! arithmetic the shared limiter's lock-free path uses). A slot of the table is the key and that
+//! word: 16 bytes for a `u64` key. A key whose request must queue, whose limit is its own, or
+//! whose state does not fit in 63 bits gets a [`Lane`] of the exact [`Bucket`] (in the shard's
+//! `lanes`, the word then holding its index); it goes back to a word as soon as it is idle again
+//! under the default limit.
 //!
-//! **No user code runs where a panic could leave the table inconsistent.** A key is hashed
-//! (with the limiter's `BuildHasher`) before the lock is taken, and every entry keeps its hash,
-//! so the table never calls `Hash` under the lock, not even to grow; the forget-heap finds its
-//! lanes by hash and due time alone. The one call under the lock is the key's `Eq`, which runs
-//! in a look-up before anything is changed. A key is turned into an owned `K` (`ToOwned`) only
-//! when it gets state, also before anything is changed.
+//! **Forgetting.** A full bucket with an empty queue is the same as a key never seen, so
+//! forgetting it is exact, and a key is never forgotten before. Three sweeps, none with a
+//! per-key cost in memory:
+//! - every operation looks at one more slot of its shard (a clock hand) and forgets it if full;
+//! - a shard remembers when the last of its idle keys is full again; the first operation after
+//!   that instant forgets them all in one pass (a million keys touched once, then idle);
+//! - before the table would grow, one pass forgets every key that is full, so the table grows
+//!   only for keys in use. It shrinks once under an eighth full, to twice what it holds: a
+//!   working set that stays within a factor of four of itself never moves the table.
+//!
+//! [`KeyedShared::tracked_keys`] sweeps everything first, so it counts exactly the keys in use.
+//!
+//! **User code under the lock.** A key is hashed (with the limiter's `BuildHasher`) before the
+//! lock is taken and turned into an owned `K` (`ToOwned`) before anything is changed; the key's
+//! `Eq` runs in look-ups, before anything is changed. The one call that can run in the middle of
+//! a change is the key's `Hash`, when the table grows or shrinks: hashbrown keeps the table
+//! whole if it panics there (a `Hash` that panics on a key it hashed fine before), though keys
+//! being moved may then be forgotten early.
 //!
 //! [`KeyedRateLimiter`]: crate::KeyedRateLimiter
 
 use std::borrow::Borrow;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::ops::Deref;
+use std::sync::OnceLock;
 use std::task::Waker;
 use std::time::Duration;
 
@@ -30,11 +44,11 @@ use tokio::time::Instant;
 
 use super::lane::{After, Lane, Step, Tally};
 use super::waiter::Handle;
-use crate::core::{Bucket, Nanos};
+use crate::core::{Bucket, Nanos, Packed};
 use crate::error::NotUntil;
 use crate::rate::Rate;
 use crate::stats::Stats;
-use crate::sync::{lock, Mutex};
+use crate::sync::{lock, Mutex, MutexGuard};
 use crate::timer;
 
 /// A rate and a burst: the limit of one key.
@@ -50,12 +64,14 @@ impl KeyLimit {
     }
 }
 
-/// One key's lane, its hash and key, and when its entry in the forget-heap falls due.
-struct KeyLane<K> {
-    hash: u64,
+/// A word with this bit set holds the index of the key's lane in [`Shard::lanes`]; one
+/// without it, the `tat` of a bucket of the default limit ([`Packed`], offset 0).
+const LANE: u64 = 1 << 63;
+
+/// One key with state: the key and its word.
+struct Slot<K> {
     key: K,
-    lane: Lane<Bucket>,
-    due: Option<Nanos>,
+    word: u64,
 }
 
 /// A per-key limit: configuration, kept whether or not the key has state.
@@ -65,179 +81,327 @@ struct KeyConfig<K> {
     limit: KeyLimit,
 }
 
-/// What is to become of a lane after an operation.
-enum Settled {
-    Keep,
-    /// Keep it, and forget it at this instant unless it is charged again.
-    Schedule(Nanos),
-    /// Full and idle: the same as a key never seen.
-    Forget,
-}
-
-/// Settles a lane after an operation at `now` (`due`: its entry in the forget-heap).
-fn settle(lane: &Lane<Bucket>, due: &mut Option<Nanos>, now: Nanos) -> Settled {
-    if lane.waiting() > 0 {
-        return Settled::Keep; // scheduled again when its queue empties
-    }
-    let full_at = lane.rule().full_at();
-    if full_at <= now {
-        return Settled::Forget;
-    }
-    if due.is_none_or(|due| full_at < due) {
-        *due = Some(full_at);
-        return Settled::Schedule(full_at);
-    }
-    Settled::Keep
-}
-
-/// How many due lanes a sweep forgets one by one before it turns to one pass over the table
-/// (or an eighth of the table, if more).
-const BULK_SWEEP_AFTER: usize = 4096;
-
-/// An idle lane's bucket is full at `at`: forget it then, unless charged again. The lane is
-/// found again by its hash and this due time, with no call to the key's `Hash` or `Eq`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Due {
-    at: Nanos,
-    hash: u64,
-}
-
-/// Entries the key table and the forget-heap keep room for when they shrink.
-const KEEP_CAPACITY: usize = 64;
-
 /// A limit to set, with how to own the key if it has no limit yet; or `None`, to clear it.
 type LimitChange<Q, K> = Option<(KeyLimit, fn(&Q) -> K)>;
 
-/// What the mutex guards.
-struct KeyedState<K> {
-    default: KeyLimit,
-    /// A full bucket of the default limit, copied for every new key.
-    default_bucket: Bucket,
-    limits: HashTable<KeyConfig<K>>,
-    lanes: HashTable<KeyLane<K>>,
-    forget: BinaryHeap<Reverse<Due>>,
-    tally: Tally,
+/// The default limit, fixed when the limiter is made.
+struct Defaults {
+    limit: KeyLimit,
+    /// A full bucket of the default limit, copied for a key that needs a lane.
+    bucket: Bucket,
+    /// The default bucket's arithmetic on a word; `None` if its token needs more than 64 bits
+    /// (every key then has a lane).
+    packed: Option<Packed>,
 }
 
-/// The state shared by every handle of one keyed limiter.
-pub(crate) struct KeyedShared<K, S> {
-    origin: Instant,
-    hasher: S,
-    state: Mutex<KeyedState<K>>,
-    /// The handles a named limiter records to: set once, under the lock, for every clone.
-    #[cfg(feature = "metrics")]
-    metrics: std::sync::OnceLock<crate::instrument::LimiterMetrics>,
-}
-
-impl<K> KeyedState<K> {
-    fn limit<Q>(&self, hash: u64, key: &Q) -> KeyLimit
-    where
-        K: Borrow<Q>,
-        Q: Eq + ?Sized,
-    {
-        self.limits
-            .find(hash, |c| c.hash == hash && c.key.borrow() == key)
-            .map_or(self.default, |c| c.limit)
+impl Defaults {
+    /// The default bucket whose `tat` the word `word` holds.
+    fn bucket_of(&self, packed: &Packed, word: u64) -> Bucket {
+        let mut bucket = self.bucket.clone();
+        packed.restore(&mut bucket, word);
+        bucket
     }
 
-    /// Forgets the idle lanes that are full by `now`; re-schedules those charged again since.
-    fn sweep(&mut self, now: Nanos) {
-        let mut forgot = false;
-        // One by one, each is a heap pop and a table look-up at a random place; when a large
-        // share of the table is due (a million keys touched once, then idle), one pass over
-        // the table is much cheaper.
-        let mut budget = BULK_SWEEP_AFTER.max(self.lanes.len() / 8);
-        while let Some(&Reverse(due)) = self.forget.peek() {
-            if due.at > now {
-                break;
+    /// What `lane` becomes after an operation at `now`: forgotten (full, nobody waiting), a
+    /// word (idle under the default limit, and it fits), or kept as it is.
+    fn settle(&self, lane: &Lane<Bucket>, now: Nanos) -> Settled {
+        if lane.waiting() > 0 {
+            return Settled::Lane;
+        }
+        let bucket = lane.rule();
+        if bucket.full_at() <= now {
+            return Settled::Forget;
+        }
+        match self.packed {
+            Some(p) if Packed::of(bucket, 0) == Some(p) => {
+                p.word(bucket, LANE).map_or(Settled::Lane, Settled::Word)
             }
-            if budget == 0 {
-                self.sweep_all(now);
-                return;
+            _ => Settled::Lane,
+        }
+    }
+}
+
+/// What becomes of a key's state after an operation.
+enum Settled {
+    Forget,
+    Word(u64),
+    Lane,
+}
+
+/// A shard's table never shrinks below room for this many keys, so that keys coming and going
+/// one at a time do not free and reallocate it on every operation.
+const KEEP_CAPACITY: usize = 64;
+
+/// One shard of the table: the keys whose hash falls in it, and everything about them.
+struct Shard<K> {
+    slots: HashTable<Slot<K>>,
+    /// The lanes of keys that have one (waiters, a limit of their own); `None`: free.
+    lanes: Vec<Option<Lane<Bucket>>>,
+    free: Vec<usize>,
+    limits: HashTable<KeyConfig<K>>,
+    tally: Tally,
+    /// The latest `now` an operation ran at: the clock is read before the lock, and a shard
+    /// never goes back in time.
+    last: Nanos,
+    /// The clock hand's slot.
+    hand: usize,
+    /// The latest `tat` of any word written since the last whole sweep (time units), and the
+    /// latest time an idle lane is full: once both have passed, every key not waited on is
+    /// full. `None`: nothing written since.
+    latest_word: Option<u64>,
+    latest_lane: Option<Nanos>,
+}
+
+impl<K> Shard<K> {
+    fn new() -> Shard<K> {
+        Shard {
+            slots: HashTable::new(),
+            lanes: Vec::new(),
+            free: Vec::new(),
+            limits: HashTable::new(),
+            tally: Tally::default(),
+            last: Nanos::ZERO,
+            hand: 0,
+            latest_word: None,
+            latest_lane: None,
+        }
+    }
+
+    /// The clock hand: looks at one more slot, and forgets its key if full and idle.
+    fn tick(&mut self, now: Nanos, units: u64) {
+        let buckets = self.slots.num_buckets();
+        if buckets == 0 {
+            return;
+        }
+        self.hand = (self.hand + 1) & (buckets - 1);
+        let Ok(entry) = self.slots.get_bucket_entry(self.hand) else {
+            return;
+        };
+        let word = entry.get().word;
+        if is_idle_full(&self.lanes, word, now, units) {
+            entry.remove();
+            if word & LANE != 0 {
+                drop_lane(&mut self.lanes, &mut self.free, word);
             }
-            budget -= 1;
-            self.forget.pop();
-            // A lane with this hash still scheduled at this time; none if the entry is stale
-            // (the lane was re-scheduled, or forgotten and re-created).
-            let Ok(mut entry) = self.lanes.find_entry(due.hash, |e| e.due == Some(due.at)) else {
-                continue;
-            };
-            let lane = entry.get_mut();
-            lane.due = None;
-            match settle(&lane.lane, &mut lane.due, now) {
-                Settled::Keep => {}
-                Settled::Schedule(at) => self.forget.push(Reverse(Due { at, hash: due.hash })),
-                Settled::Forget => {
-                    entry.remove();
-                    forgot = true;
+        }
+    }
+
+    /// Whether every key not waited on is full by `now`, so that one pass forgets them all.
+    fn all_due(&self, now: Nanos, units: u64) -> bool {
+        (self.latest_word.is_some() || self.latest_lane.is_some())
+            && self.latest_word.is_none_or(|w| w <= units)
+            && self.latest_lane.is_none_or(|at| at <= now)
+    }
+
+    /// Forgets every key full and idle at `now` in one pass, and gives memory back if the table
+    /// is mostly empty.
+    fn sweep<S: BuildHasher>(&mut self, hasher: &S, now: Nanos, units: u64)
+    where
+        K: Hash,
+    {
+        let (lanes, free) = (&mut self.lanes, &mut self.free);
+        let (mut latest_word, mut latest_lane) = (None, None::<Nanos>);
+        self.slots.retain(|slot| {
+            let word = slot.word;
+            if is_idle_full(lanes, word, now, units) {
+                if word & LANE != 0 {
+                    drop_lane(lanes, free, word);
+                }
+                return false;
+            }
+            if word & LANE == 0 {
+                latest_word = Some(latest_word.map_or(word, |w: u64| w.max(word)));
+            } else {
+                let lane = lane_of(lanes, word);
+                if lane.waiting() == 0 {
+                    let at = lane.rule().full_at();
+                    latest_lane = Some(latest_lane.map_or(at, |l| l.max(at)));
                 }
             }
+            true
+        });
+        self.latest_word = latest_word;
+        self.latest_lane = latest_lane;
+        let (len, capacity) = (self.slots.len(), self.slots.capacity());
+        if capacity > KEEP_CAPACITY && len < capacity / 8 {
+            self.slots
+                .shrink_to((len * 2).max(KEEP_CAPACITY), |s| hasher.hash_one(&s.key));
         }
-        if forgot {
-            self.shrink();
+        if self.free.len() == self.lanes.len() && self.lanes.capacity() > KEEP_CAPACITY {
+            self.lanes = Vec::new();
+            self.free = Vec::new();
         }
     }
 
-    /// Forgets every idle lane that is full by `now` in one pass over the table, and
-    /// schedules the idle lanes kept afresh (a lane with waiters is scheduled when its queue
-    /// empties, as ever).
-    fn sweep_all(&mut self, now: Nanos) {
-        self.lanes
-            .retain(|e| e.lane.waiting() > 0 || e.lane.rule().full_at() > now);
-        let mut dues = Vec::with_capacity(self.lanes.len());
-        for entry in self.lanes.iter_mut() {
-            entry.due = None;
-            if entry.lane.waiting() == 0 {
-                let at = entry.lane.rule().full_at();
-                entry.due = Some(at);
-                dues.push(Reverse(Due {
-                    at,
-                    hash: entry.hash,
-                }));
+    /// Stores a new key. If the table is full, forgets the full keys first, and makes room
+    /// for a quarter of it more (in place if the keys kept fit in half of it).
+    fn insert<S: BuildHasher>(
+        &mut self,
+        hasher: &S,
+        hash: u64,
+        slot: Slot<K>,
+        now: Nanos,
+        units: u64,
+    ) where
+        K: Hash,
+    {
+        if self.slots.len() == self.slots.capacity() {
+            self.sweep(hasher, now, units);
+            let (len, capacity) = (self.slots.len(), self.slots.capacity());
+            if capacity - len < capacity / 4 + 1 {
+                self.slots
+                    .reserve(capacity / 4 + 1, |s| hasher.hash_one(&s.key));
             }
         }
-        self.forget = BinaryHeap::from(dues);
-        self.shrink();
-    }
-
-    /// Gives memory back after many lanes were forgotten at once.
-    fn shrink(&mut self) {
-        // Never below `KEEP_CAPACITY`, or keys that come and go one at a time would free and
-        // reallocate both tables on every operation.
-        if self.lanes.len() < self.lanes.capacity() / 4 {
-            self.lanes
-                .shrink_to((self.lanes.len() * 2).max(KEEP_CAPACITY), |e| e.hash);
+        if slot.word & LANE == 0 {
+            note(&mut self.latest_word, slot.word);
         }
-        if self.forget.len() < self.forget.capacity() / 4 {
-            self.forget
-                .shrink_to((self.forget.len() * 2).max(KEEP_CAPACITY));
-        }
+        self.slots
+            .insert_unique(hash, slot, |s| hasher.hash_one(&s.key));
     }
+}
 
-    /// Runs `f` on the lane of `key` (hashed to `hash`; a full lane if the key has none) and
-    /// the counters, then settles the lane. The hot path: one look-up for a key that is there;
-    /// a new lane that `f` leaves full and idle is never stored, and its key never owned.
-    fn on_lane<Q, T>(
+/// Stores `lane` and returns its word.
+fn add_lane(
+    lanes: &mut Vec<Option<Lane<Bucket>>>,
+    free: &mut Vec<usize>,
+    lane: Lane<Bucket>,
+) -> u64 {
+    let i = match free.pop() {
+        Some(i) => {
+            lanes[i] = Some(lane);
+            i
+        }
+        None => {
+            lanes.push(Some(lane));
+            lanes.len() - 1
+        }
+    };
+    LANE | i as u64
+}
+
+/// The lane of a word with the lane bit.
+fn lane_of(lanes: &mut [Option<Lane<Bucket>>], word: u64) -> &mut Lane<Bucket> {
+    #[allow(clippy::cast_possible_truncation)]
+    let i = (word & !LANE) as usize;
+    match lanes.get_mut(i) {
+        Some(Some(lane)) => lane,
+        // A word with the lane bit is only ever written with the index of a lane in use.
+        _ => unreachable!("a key's lane is gone"),
+    }
+}
+
+/// Frees the lane of a word with the lane bit.
+fn drop_lane(lanes: &mut [Option<Lane<Bucket>>], free: &mut Vec<usize>, word: u64) {
+    #[allow(clippy::cast_possible_truncation)]
+    let i = (word & !LANE) as usize;
+    if let Some(lane) = lanes.get_mut(i) {
+        *lane = None;
+        free.push(i);
+    }
+}
+
+/// Whether the key of `word` is full at `now` (`units`: `now` in the default bucket's time
+/// units, saturated) with nobody waiting.
+fn is_idle_full(lanes: &[Option<Lane<Bucket>>], word: u64, now: Nanos, units: u64) -> bool {
+    if word & LANE == 0 {
+        return word <= units;
+    }
+    #[allow(clippy::cast_possible_truncation)]
+    match lanes.get((word & !LANE) as usize) {
+        Some(Some(lane)) => lane.waiting() == 0 && lane.rule().full_at() <= now,
+        _ => false,
+    }
+}
+
+/// What an operation does to one key: `fast` on the word of a key under the default limit
+/// (`None`: it needs the key's lane), `slow` on the key's lane.
+struct Op<F, L> {
+    fast: F,
+    slow: L,
+}
+
+impl<K> Shard<K> {
+    /// Runs `op` on the state of `key` (hashed to `hash`; a full bucket if it has none) at
+    /// `now`, then settles the state: the hot path is one look-up and `op.fast` on the word.
+    /// A new key that the operation leaves full and idle is never stored, nor its key owned.
+    #[allow(clippy::too_many_arguments)]
+    fn on_key<Q, S, T, F, L>(
         &mut self,
+        defaults: &Defaults,
+        hasher: &S,
         hash: u64,
         key: &Q,
         now: Nanos,
-        f: impl FnOnce(&mut Lane<Bucket>, &mut Tally) -> T,
+        units: u64,
+        after: &mut After,
+        op: Op<F, L>,
     ) -> T
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Hash,
         Q: Eq + ToOwned<Owned = K> + ?Sized,
+        S: BuildHasher,
+        F: FnOnce(&Packed, u64, &mut Tally, &mut After) -> Option<(u64, T)>,
+        L: FnOnce(&mut Lane<Bucket>, &mut Tally, &mut After) -> T,
     {
-        match self
-            .lanes
-            .find_entry(hash, |e| e.hash == hash && e.key.borrow() == key)
-        {
+        let Shard {
+            slots,
+            lanes,
+            free,
+            limits,
+            tally,
+            latest_word,
+            latest_lane,
+            ..
+        } = self;
+        match slots.find_entry(hash, |s| s.key.borrow() == key) {
             Ok(mut entry) => {
-                let lane = entry.get_mut();
-                let out = f(&mut lane.lane, &mut self.tally);
-                match settle(&lane.lane, &mut lane.due, now) {
-                    Settled::Keep => {}
-                    Settled::Schedule(at) => self.forget.push(Reverse(Due { at, hash })),
+                let word = entry.get().word;
+                if word & LANE != 0 {
+                    let lane = lane_of(lanes, word);
+                    let out = (op.slow)(lane, tally, after);
+                    match defaults.settle(lane, now) {
+                        Settled::Lane => {
+                            if lane.waiting() == 0 {
+                                let at = lane.rule().full_at();
+                                note(latest_lane, at);
+                            }
+                        }
+                        Settled::Word(w) => {
+                            entry.get_mut().word = w;
+                            drop_lane(lanes, free, word);
+                            note(latest_word, w);
+                        }
+                        Settled::Forget => {
+                            entry.remove();
+                            drop_lane(lanes, free, word);
+                        }
+                    }
+                    return out;
+                }
+                // A word: under the default limit, so `packed` is there.
+                let Some(packed) = &defaults.packed else {
+                    unreachable!("a word without a packed default");
+                };
+                if let Some((w, out)) = (op.fast)(packed, word, tally, after) {
+                    entry.get_mut().word = w;
+                    note(latest_word, w);
+                    return out;
+                }
+                let mut lane = Lane::new(defaults.bucket_of(packed, word));
+                let out = (op.slow)(&mut lane, tally, after);
+                match defaults.settle(&lane, now) {
+                    Settled::Lane => {
+                        let idle = (lane.waiting() == 0).then(|| lane.rule().full_at());
+                        entry.get_mut().word = add_lane(lanes, free, lane);
+                        if let Some(at) = idle {
+                            note(latest_lane, at);
+                        }
+                    }
+                    Settled::Word(w) => {
+                        entry.get_mut().word = w;
+                        note(latest_word, w);
+                    }
                     Settled::Forget => {
                         entry.remove();
                     }
@@ -245,108 +409,90 @@ impl<K> KeyedState<K> {
                 out
             }
             Err(_) => {
-                let config = self
-                    .limits
-                    .find(hash, |c| c.hash == hash && c.key.borrow() == key);
-                let mut lane = Lane::new(match config {
-                    Some(config) => config.limit.bucket(),
-                    None => self.default_bucket.clone(),
-                });
-                // The last user code (`Clone`), before anything changes.
-                let key = key.to_owned();
-                let out = f(&mut lane, &mut self.tally);
-                let mut due = None;
-                let settled = settle(&lane, &mut due, now);
-                if !matches!(settled, Settled::Forget) {
-                    let entry = KeyLane {
-                        hash,
-                        key,
-                        lane,
-                        due,
-                    };
-                    if let Settled::Schedule(at) = settled {
-                        self.forget.push(Reverse(Due { at, hash }));
+                let own = if limits.is_empty() {
+                    None
+                } else {
+                    limits
+                        .find(hash, |c| c.hash == hash && c.key.borrow() == key)
+                        .map(|c| c.limit)
+                };
+                if let (None, Some(packed)) = (own, &defaults.packed) {
+                    if let Some((w, out)) = (op.fast)(packed, 0, tally, after) {
+                        if w > units {
+                            // The last user code (`Clone`), before anything changes.
+                            let slot = Slot {
+                                key: key.to_owned(),
+                                word: w,
+                            };
+                            self.insert(hasher, hash, slot, now, units);
+                        }
+                        return out;
                     }
-                    self.lanes.insert_unique(hash, entry, |e| e.hash);
                 }
+                let mut lane = Lane::new(match own {
+                    Some(limit) => limit.bucket(),
+                    None => defaults.bucket.clone(),
+                });
+                let key = key.to_owned();
+                let out = (op.slow)(&mut lane, tally, after);
+                let word = match defaults.settle(&lane, now) {
+                    Settled::Forget => return out,
+                    Settled::Word(w) => w,
+                    Settled::Lane => {
+                        if lane.waiting() == 0 {
+                            note(&mut self.latest_lane, lane.rule().full_at());
+                        }
+                        add_lane(&mut self.lanes, &mut self.free, lane)
+                    }
+                };
+                self.insert(hasher, hash, Slot { key, word }, now, units);
                 out
             }
         }
     }
+}
 
-    /// Sets (`Some`, with the owned key to store if the key has no limit yet) or clears
-    /// (`None`) the limit of `key`, and applies it to the key's lane, if it has one, keeping
-    /// the level. Returns whether anything changed, and the head's waker so that it re-reads
-    /// its deadline. The key's `Eq` and `Clone` run before anything changes.
-    fn set_limit<Q>(
-        &mut self,
-        hash: u64,
-        key: &Q,
-        limit: LimitChange<Q, K>,
-        now: Nanos,
-    ) -> Option<Option<Waker>>
-    where
-        K: Borrow<Q>,
-        Q: Eq + ?Sized,
-    {
-        let config = self
-            .limits
-            .find_entry(hash, |c| c.hash == hash && c.key.borrow() == key);
-        let lane = self
-            .lanes
-            .find_entry(hash, |e| e.hash == hash && e.key.borrow() == key);
-        let new_key = match (&config, limit) {
-            (Err(_), Some((_, to_owned))) => Some(to_owned(key)),
-            _ => None,
-        };
-        let limit = limit.map(|(limit, _)| limit);
-        // No user code from here on.
-        match (config, limit, new_key) {
-            (Ok(mut config), Some(limit), _) => config.get_mut().limit = limit,
-            (Ok(config), None, _) => {
-                config.remove();
-            }
-            (Err(absent), Some(limit), Some(key)) => {
-                let config = KeyConfig { hash, key, limit };
-                absent.into_table().insert_unique(hash, config, |c| c.hash);
-            }
-            (Err(_), _, _) => return None,
-        }
-        let Ok(mut entry) = lane else {
-            return Some(None);
-        };
-        let limit = limit.unwrap_or(self.default);
-        let lane = entry.get_mut();
-        let bucket = lane.lane.rule_mut();
-        bucket.set_rate(now, limit.rate.tokens(), limit.rate.per().as_nanos());
-        bucket.set_burst(now, limit.burst);
-        let head = lane.lane.head_waker();
-        match settle(&lane.lane, &mut lane.due, now) {
-            Settled::Keep => {}
-            Settled::Schedule(at) => self.forget.push(Reverse(Due { at, hash })),
-            Settled::Forget => {
-                entry.remove();
-            }
-        }
-        Some(head)
-    }
+/// A shard, on cache lines of its own.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// How many shards a keyed limiter has: four per core, a power of two, from 4 to 64.
+fn shard_count() -> usize {
+    static COUNT: OnceLock<usize> = OnceLock::new();
+    *COUNT.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        (cores * 4).next_power_of_two().clamp(4, 64)
+    })
+}
+
+/// The state shared by every handle of one keyed limiter.
+pub(crate) struct KeyedShared<K, S> {
+    origin: Instant,
+    hasher: S,
+    defaults: Defaults,
+    shards: Box<[Padded<Mutex<Shard<K>>>]>,
+    /// The handles a named limiter records to: set once, with every shard locked, for every
+    /// clone.
+    #[cfg(feature = "metrics")]
+    metrics: OnceLock<crate::instrument::LimiterMetrics>,
 }
 
 impl<K, S: BuildHasher> KeyedShared<K, S> {
     pub(crate) fn new(default: KeyLimit, hasher: S) -> KeyedShared<K, S> {
+        let bucket = default.bucket();
         KeyedShared {
             origin: Instant::now(),
             hasher,
-            state: Mutex::new(KeyedState {
-                default,
-                default_bucket: default.bucket(),
-                limits: HashTable::new(),
-                lanes: HashTable::new(),
-                forget: BinaryHeap::new(),
-                tally: Tally::default(),
-            }),
+            defaults: Defaults {
+                limit: default,
+                packed: Packed::of(&bucket, 0),
+                bucket,
+            },
+            shards: (0..shard_count())
+                .map(|_| Padded(Mutex::new(Shard::new())))
+                .collect(),
             #[cfg(feature = "metrics")]
-            metrics: std::sync::OnceLock::new(),
+            metrics: OnceLock::new(),
         }
     }
 
@@ -355,20 +501,42 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         self.hasher.hash_one(key)
     }
 
-    fn now(&self) -> Nanos {
-        timer::since(self.origin, Instant::now())
+    /// The shard of a key hashed to `hash`: the product's top bits mix in every bit of the
+    /// hash (a weak hasher's low bits alone would crowd a few shards).
+    fn shard(&self, hash: u64) -> &Mutex<Shard<K>> {
+        #[allow(clippy::cast_possible_truncation)]
+        let i = (hash.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.shards.len() - 1);
+        &self.shards[i].0
     }
 
-    /// Locks, reads the clock, forgets what is due, then runs `f` on the state at `now`.
-    fn with<T>(&self, f: impl FnOnce(&mut KeyedState<K>, Nanos, &mut After) -> T) -> T {
-        let mut st = lock(&self.state);
-        let now = self.now();
-        st.sweep(now);
+    /// `now` in the default bucket's time units, saturated (every word is then below it).
+    fn units(&self, now: Nanos) -> u64 {
+        self.defaults
+            .packed
+            .map_or(u64::MAX, |p| now.0.saturating_mul(p.scale))
+    }
+
+    /// Locks the shard of `hash` at `now` (never before the shard's latest), forgets what is
+    /// due there, runs `f`, and does the deferred work once the lock is released.
+    fn with<T>(&self, hash: u64, f: impl FnOnce(&mut Shard<K>, Nanos, u64, &mut After) -> T) -> T
+    where
+        K: Hash,
+    {
+        let read = timer::since(self.origin, Instant::now());
+        let mut shard = lock(self.shard(hash));
+        let now = read.max(shard.last);
+        shard.last = now;
+        let units = self.units(now);
+        if shard.all_due(now, units) {
+            shard.sweep(&self.hasher, now, units);
+        } else {
+            shard.tick(now, units);
+        }
         let mut after = After::default();
-        let out = f(&mut st, now, &mut after);
+        let out = f(&mut shard, now, units, &mut after);
         #[cfg(feature = "metrics")]
         let metrics = self.metrics.get();
-        drop(st);
+        drop(shard);
         #[cfg(feature = "metrics")]
         after.record(metrics);
         after.run();
@@ -378,13 +546,40 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
     /// Grants `cost` of the key (hashed to `hash`) now, if nobody waits for it.
     pub(crate) fn try_acquire<Q>(&self, hash: u64, key: &Q, cost: u64) -> Result<(), NotUntil>
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Hash,
         Q: Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.with(|st, now, after| {
-            st.on_lane(hash, key, now, |lane, tally| {
-                lane.try_acquire(tally, now, cost, after)
-            })
+        self.with(hash, |shard, now, units, after| {
+            let op = Op {
+                fast: |packed: &Packed, word, tally: &mut Tally, after: &mut After| match packed
+                    .offer(word, now, cost, LANE)?
+                {
+                    Ok(w) => {
+                        tally.granted += 1;
+                        after.grant(cost, Nanos::ZERO);
+                        Some((w, Ok(())))
+                    }
+                    Err(at) => {
+                        let wait = at.wait_from(now);
+                        tally.rejected += 1;
+                        after.rejected = Some((cost, wait));
+                        Some((word, Err(NotUntil::new(wait))))
+                    }
+                },
+                slow: |lane: &mut Lane<Bucket>, tally: &mut Tally, after: &mut After| {
+                    lane.try_acquire(tally, now, cost, after)
+                },
+            };
+            shard.on_key(
+                &self.defaults,
+                &self.hasher,
+                hash,
+                key,
+                now,
+                units,
+                after,
+                op,
+            )
         })
     }
 
@@ -399,49 +594,81 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         timeout: Option<Duration>,
     ) -> Result<Step, NotUntil>
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Hash,
         Q: Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.with(|st, now, after| {
+        self.with(hash, |shard, now, units, after| {
             let limit = timeout.map(|t| now.saturating_add(Nanos::from_duration(t)));
-            // A lane with a waiter is never forgotten, so a ticket's lane is there; were it not,
-            // the lane would not know the ticket and take the request as a new arrival.
-            st.on_lane(hash, key, now, |lane, tally| {
-                lane.poll(tally, now, ticket, cost, waker, limit, after)
-            })
+            // A key with a waiter always has its lane; a request arriving with a ticket finds
+            // it there (were it not, the lane would take it as a new arrival).
+            let arriving = ticket.is_none();
+            let op = Op {
+                fast: |packed: &Packed, word, tally: &mut Tally, after: &mut After| {
+                    if !arriving {
+                        return None;
+                    }
+                    let w = packed.offer(word, now, cost, LANE)?.ok()?;
+                    tally.granted += 1;
+                    after.grant(cost, Nanos::ZERO);
+                    Some((w, Ok(Step::Granted)))
+                },
+                slow: |lane: &mut Lane<Bucket>, tally: &mut Tally, after: &mut After| {
+                    lane.poll(tally, now, ticket, cost, waker, limit, after)
+                },
+            };
+            shard.on_key(
+                &self.defaults,
+                &self.hasher,
+                hash,
+                key,
+                now,
+                units,
+                after,
+                op,
+            )
         })
     }
 
     /// See [`Handle::cancel`], for the lane of `key`, hashed to `hash`.
     pub(crate) fn cancel<Q>(&self, hash: u64, key: &Q, ticket: u64)
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Hash,
         Q: Eq + ?Sized,
     {
-        self.with(|st, now, after| {
-            let Ok(mut entry) = st
-                .lanes
-                .find_entry(hash, |e| e.hash == hash && e.key.borrow() == key)
-            else {
+        self.with(hash, |shard, now, _, after| {
+            let Ok(mut entry) = shard.slots.find_entry(hash, |s| s.key.borrow() == key) else {
                 return;
             };
-            let lane = entry.get_mut();
-            lane.lane.cancel(now, ticket, after);
-            match settle(&lane.lane, &mut lane.due, now) {
-                Settled::Keep => {}
-                Settled::Schedule(at) => st.forget.push(Reverse(Due { at, hash })),
+            let word = entry.get().word;
+            if word & LANE == 0 {
+                return;
+            }
+            let lane = lane_of(&mut shard.lanes, word);
+            lane.cancel(now, ticket, after);
+            match self.defaults.settle(lane, now) {
+                Settled::Lane => {
+                    if lane.waiting() == 0 {
+                        let at = lane.rule().full_at();
+                        note(&mut shard.latest_lane, at);
+                    }
+                }
+                Settled::Word(w) => {
+                    entry.get_mut().word = w;
+                    drop_lane(&mut shard.lanes, &mut shard.free, word);
+                    note(&mut shard.latest_word, w);
+                }
                 Settled::Forget => {
                     entry.remove();
+                    drop_lane(&mut shard.lanes, &mut shard.free, word);
                 }
             }
         });
     }
 
-    /// Sets (`Some`) or clears (`None`) the limit of `key`, applying it to the key's lane at
-    /// once.
+    /// Sets the limit of `key`, applying it to the key's state at once.
     pub(crate) fn set_limit<Q>(&self, key: &Q, limit: KeyLimit)
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Hash,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.change_limit(key, Some((limit, Q::to_owned)));
@@ -450,22 +677,93 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
     /// Gives `key` the default limit again.
     pub(crate) fn clear_limit<Q>(&self, key: &Q)
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Hash,
         Q: Hash + Eq + ?Sized,
     {
         self.change_limit(key, None);
     }
 
-    fn change_limit<Q>(&self, key: &Q, limit: LimitChange<Q, K>)
+    /// Sets (`Some`, with how to own the key if it has no limit yet) or clears (`None`) the
+    /// limit of `key`, and applies it to the key's state, keeping the level; its head waiter,
+    /// if any, is woken to re-read its deadline. A key that is full (and not waited on) is a
+    /// key never seen: it starts afresh, full at its new limit. The key's `Eq` and `Clone` run
+    /// before anything changes.
+    fn change_limit<Q>(&self, key: &Q, change: LimitChange<Q, K>)
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Hash,
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(key);
-        self.with(|st, now, after| {
-            if let Some(head) = st.set_limit(hash, key, limit, now) {
-                // The key's head waiter (a task, or a stream's front) re-reads its deadline.
-                after.wake = head;
+        self.with(hash, |shard, now, units, after| {
+            let config = shard
+                .limits
+                .find_entry(hash, |c| c.hash == hash && c.key.borrow() == key);
+            // Both look-ups (the key's `Eq`) before anything changes.
+            let state = shard
+                .slots
+                .find_bucket_index(hash, |s| s.key.borrow() == key);
+            let new_key = match (&config, change) {
+                (Err(_), Some((_, to_owned))) => Some(to_owned(key)),
+                _ => None,
+            };
+            // No user code from here on.
+            let new = change.map_or(self.defaults.limit, |(limit, _)| limit);
+            match (config, change, new_key) {
+                (Ok(mut config), Some((limit, _)), _) => config.get_mut().limit = limit,
+                (Ok(config), None, _) => {
+                    config.remove();
+                }
+                (Err(absent), Some((limit, _)), Some(key)) => {
+                    let config = KeyConfig { hash, key, limit };
+                    absent.into_table().insert_unique(hash, config, |c| c.hash);
+                }
+                (Err(_), _, _) => return,
+            }
+            let Some(Ok(mut entry)) = state.map(|i| shard.slots.get_bucket_entry(i)) else {
+                return;
+            };
+            let word = entry.get().word;
+            if is_idle_full(&shard.lanes, word, now, units) {
+                entry.remove();
+                if word & LANE != 0 {
+                    drop_lane(&mut shard.lanes, &mut shard.free, word);
+                }
+                return;
+            }
+            let w = if word & LANE == 0 {
+                let Some(packed) = &self.defaults.packed else {
+                    unreachable!("a word without a packed default");
+                };
+                add_lane(
+                    &mut shard.lanes,
+                    &mut shard.free,
+                    Lane::new(self.defaults.bucket_of(packed, word)),
+                )
+            } else {
+                word
+            };
+            entry.get_mut().word = w;
+            let lane = lane_of(&mut shard.lanes, w);
+            let bucket = lane.rule_mut();
+            bucket.set_rate(now, new.rate.tokens(), new.rate.per().as_nanos());
+            bucket.set_burst(now, new.burst);
+            after.wake = lane.head_waker();
+            match self.defaults.settle(lane, now) {
+                Settled::Lane => {
+                    if lane.waiting() == 0 {
+                        let at = lane.rule().full_at();
+                        note(&mut shard.latest_lane, at);
+                    }
+                }
+                Settled::Word(word) => {
+                    entry.get_mut().word = word;
+                    drop_lane(&mut shard.lanes, &mut shard.free, w);
+                    note(&mut shard.latest_word, word);
+                }
+                Settled::Forget => {
+                    entry.remove();
+                    drop_lane(&mut shard.lanes, &mut shard.free, w);
+                }
             }
         });
     }
@@ -473,18 +771,12 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
     /// The whole tokens of `key` that could be taken now, ignoring its waiters.
     pub(crate) fn available<Q>(&self, key: &Q) -> u64
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Hash,
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(key);
-        self.with(|st, now, _| {
-            match st
-                .lanes
-                .find(hash, |e| e.hash == hash && e.key.borrow() == key)
-            {
-                Some(entry) => entry.lane.rule().available(now),
-                None => st.limit(hash, key).burst,
-            }
+        self.with(hash, |shard, now, _, _| {
+            shard.bucket(&self.defaults, hash, key, |bucket, _| bucket.available(now))
         })
     }
 
@@ -493,24 +785,38 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
     #[cfg(feature = "http")]
     pub(crate) fn quota_state<Q>(&self, hash: u64, key: &Q) -> crate::stats::QuotaState
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Hash,
         Q: Eq + ?Sized,
     {
-        self.with(|st, now, _| {
-            let limit = st.limit(hash, key);
-            match st
-                .lanes
-                .find(hash, |e| e.hash == hash && e.key.borrow() == key)
-            {
-                Some(entry) => crate::stats::QuotaState::of(entry.lane.rule(), limit.rate, now),
-                None => crate::stats::QuotaState::of(&limit.bucket(), limit.rate, now),
-            }
+        self.with(hash, |shard, now, _, _| {
+            shard.bucket(&self.defaults, hash, key, |bucket, limit| {
+                crate::stats::QuotaState::of(bucket, limit.rate, now)
+            })
         })
     }
 
-    /// How many keys hold state now.
-    pub(crate) fn tracked_keys(&self) -> usize {
-        self.with(|st, _, _| st.lanes.len())
+    /// Locks every shard, in order.
+    fn lock_all(&self) -> Vec<MutexGuard<'_, Shard<K>>> {
+        self.shards.iter().map(|s| lock(&s.0)).collect()
+    }
+
+    /// How many keys hold state now: every shard is swept first, so that this counts exactly
+    /// the keys not full or waited on.
+    pub(crate) fn tracked_keys(&self) -> usize
+    where
+        K: Hash,
+    {
+        let read = timer::since(self.origin, Instant::now());
+        self.shards
+            .iter()
+            .map(|s| {
+                let mut shard = lock(&s.0);
+                let now = read.max(shard.last);
+                shard.last = now;
+                shard.sweep(&self.hasher, now, self.units(now));
+                shard.slots.len()
+            })
+            .sum()
     }
 
     /// Records to the metrics of the limiter called `name` from now on, on every handle;
@@ -520,23 +826,77 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         if self.metrics.get().is_some() {
             return false;
         }
-        // Registered before the lock: the recorder is the application's code.
+        // Registered before the locks: the recorder is the application's code.
         let metrics = crate::instrument::LimiterMetrics::new(name);
-        let st = lock(&self.state);
-        let waiting: usize = st.lanes.iter().map(|e| e.lane.waiting()).sum();
+        let shards = self.lock_all();
+        let waiting: usize = shards.iter().map(|s| s.waiting()).sum();
         #[allow(clippy::cast_precision_loss)]
         metrics.waiters.set(waiting as f64);
         let set = self.metrics.set(metrics).is_ok();
-        drop(st);
+        drop(shards);
         set
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        self.with(|st, _, _| {
-            let waiting = st.lanes.iter().map(|e| e.lane.waiting()).sum();
-            st.tally.stats(waiting)
-        })
+        let shards = self.lock_all();
+        let mut sum = Tally::default();
+        let mut waiting = 0;
+        for shard in &shards {
+            sum.granted += shard.tally.granted;
+            sum.rejected += shard.tally.rejected;
+            sum.waited += shard.tally.waited;
+            waiting += shard.waiting();
+        }
+        sum.stats(waiting)
     }
+}
+
+impl<K> Shard<K> {
+    /// How many requests wait in this shard.
+    fn waiting(&self) -> usize {
+        self.lanes.iter().flatten().map(Lane::waiting).sum()
+    }
+
+    /// Runs `f` on the bucket of `key` (hashed to `hash`; a full bucket of its limit if it has
+    /// no state) and the key's limit.
+    fn bucket<Q, T>(
+        &self,
+        defaults: &Defaults,
+        hash: u64,
+        key: &Q,
+        f: impl FnOnce(&Bucket, KeyLimit) -> T,
+    ) -> T
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let limit = if self.limits.is_empty() {
+            defaults.limit
+        } else {
+            self.limits
+                .find(hash, |c| c.hash == hash && c.key.borrow() == key)
+                .map_or(defaults.limit, |c| c.limit)
+        };
+        match self.slots.find(hash, |s| s.key.borrow() == key) {
+            Some(slot) if slot.word & LANE != 0 => {
+                #[allow(clippy::cast_possible_truncation)]
+                match self.lanes.get((slot.word & !LANE) as usize) {
+                    Some(Some(lane)) => f(lane.rule(), limit),
+                    _ => f(&limit.bucket(), limit),
+                }
+            }
+            Some(slot) => match &defaults.packed {
+                Some(packed) => f(&defaults.bucket_of(packed, slot.word), limit),
+                None => f(&limit.bucket(), limit),
+            },
+            None => f(&limit.bucket(), limit),
+        }
+    }
+}
+
+/// Raises a watermark to `value`.
+fn note<T: Ord + Copy>(latest: &mut Option<T>, value: T) {
+    *latest = Some(latest.map_or(value, |l| l.max(value)));
 }
 
 /// A way into one key's queue: the limiter's state and the key (each borrowed or owned, the
@@ -579,7 +939,7 @@ where
     P: Deref<Target = KeyedShared<K, S>>,
     S: BuildHasher,
     Q: Borrow<R>,
-    K: Borrow<R>,
+    K: Borrow<R> + Hash,
     R: Eq + ToOwned<Owned = K> + ?Sized,
 {
     /// Grants `cost` of this key now, if nobody waits for it.
@@ -600,7 +960,7 @@ where
     P: Deref<Target = KeyedShared<K, S>>,
     S: BuildHasher,
     Q: Borrow<R>,
-    K: Borrow<R>,
+    K: Borrow<R> + Hash,
     R: Eq + ToOwned<Owned = K> + ?Sized,
 {
     fn origin(&self) -> Instant {
@@ -618,5 +978,165 @@ where
     }
     fn cancel(&self, ticket: u64) {
         self.shared.cancel(self.hash, self.key.borrow(), ticket);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::hash_map::DefaultHasher;
+    use std::hash::BuildHasherDefault;
+    use std::time::Duration;
+
+    use super::{KeyLimit, KeyedShared, LANE};
+    use crate::rate::Rate;
+
+    type Fixed = BuildHasherDefault<DefaultHasher>;
+
+    /// 10 per second, a burst of 1: a key charged once is full again 100 ms later.
+    fn shared() -> KeyedShared<u64, Fixed> {
+        let limit = KeyLimit {
+            rate: Rate::per_second(10),
+            burst: 1,
+        };
+        KeyedShared::new(limit, Fixed::default())
+    }
+
+    impl<K, S> KeyedShared<K, S> {
+        /// The keys with state now, without any sweep.
+        fn held(&self) -> usize {
+            self.shards
+                .iter()
+                .map(|s| super::lock(&s.0).slots.len())
+                .sum()
+        }
+
+        /// The slots of every shard's table: what it has allocated.
+        fn capacity(&self) -> usize {
+            self.shards
+                .iter()
+                .map(|s| super::lock(&s.0).slots.num_buckets())
+                .sum()
+        }
+
+        /// The lanes in use, and the words that point at one.
+        fn lanes(&self) -> (usize, usize) {
+            self.shards.iter().fold((0, 0), |(lanes, words), s| {
+                let shard = super::lock(&s.0);
+                let pointing = shard.slots.iter().filter(|s| s.word & LANE != 0).count();
+                (
+                    lanes + shard.lanes.iter().flatten().count(),
+                    words + pointing,
+                )
+            })
+        }
+    }
+
+    fn take(shared: &KeyedShared<u64, Fixed>, key: u64) -> bool {
+        shared.try_acquire(shared.hash(&key), &key, 1).is_ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_mass_expiry_is_forgotten_by_the_next_operation() {
+        let shared = shared();
+        for key in 0..20_000 {
+            assert!(take(&shared, key));
+        }
+        assert_eq!(shared.held(), 20_000);
+        let grown = shared.capacity();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        // One operation per shard: each finds every key it holds full, and forgets them all.
+        for key in 100_000..100_000 + 64 * shared.shards.len() as u64 {
+            assert!(take(&shared, key));
+        }
+        assert_eq!(shared.held(), 64 * shared.shards.len());
+        assert!(
+            shared.capacity() < grown / 4,
+            "{} of {grown}",
+            shared.capacity()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_clock_hand_forgets_full_keys_among_busy_ones() {
+        let shared = shared();
+        // Charged once, full again at 100 ms.
+        for key in 1_000..3_000 {
+            assert!(take(&shared, key));
+        }
+        // Busy keys, each charged every 100 ms, half of them in turn every 50 ms: some key of
+        // every shard is never full, so no shard finds all its keys due at once, and only the
+        // clock hand forgets the others.
+        for round in 0..200u64 {
+            for key in 0..200u64 {
+                if (key + round) % 2 == 0 {
+                    assert!(take(&shared, key), "key {key} round {round}");
+                }
+            }
+            if round == 199 {
+                assert_eq!(shared.held(), 200);
+            }
+            tokio::time::advance(Duration::from_millis(50)).await;
+        }
+        // Half of them are full now.
+        assert_eq!(shared.tracked_keys(), 100);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_steady_working_set_never_moves_the_table() {
+        let shared = shared();
+        let mut next = 0;
+        let mut capacities = Vec::new();
+        // 2,000 new keys every 25 ms, each full again 100 ms after its charge: about 8,000 in
+        // use at any time, and 800,000 keys in all.
+        for round in 0..400 {
+            for _ in 0..2_000 {
+                assert!(take(&shared, next));
+                next += 1;
+            }
+            tokio::time::advance(Duration::from_millis(25)).await;
+            if round >= 20 {
+                capacities.push(shared.capacity());
+            }
+        }
+        let moves = capacities.windows(2).filter(|w| w[0] != w[1]).count();
+        assert_eq!(moves, 0, "{capacities:?}");
+        let held = shared.held();
+        assert!(held <= 2 * 10_000, "{held}");
+        assert!(shared.capacity() <= 4 * 10_000, "{}", shared.capacity());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_has_a_lane_only_while_it_needs_one() {
+        let shared = std::sync::Arc::new(shared());
+        assert!(take(&shared, 7));
+        assert_eq!(shared.lanes(), (0, 0));
+        let waiter = tokio::spawn({
+            let shared = shared.clone();
+            async move {
+                let handle = super::KeyOwned::new(shared, 7u64);
+                let mut waiter = std::pin::pin!(crate::engine::Waiter::new(handle));
+                std::future::poll_fn(|cx| waiter.as_mut().poll_acquire(cx, 1, None))
+                    .await
+                    .unwrap();
+            }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(shared.lanes(), (1, 1));
+        waiter.await.unwrap();
+        // Served at 100 ms: idle again, under the default limit, back to a word.
+        assert_eq!(shared.lanes(), (0, 0));
+        assert_eq!(shared.held(), 1);
+        // A limit of its own keeps a lane while the key has state.
+        shared.set_limit(
+            &7,
+            KeyLimit {
+                rate: Rate::per_second(1),
+                burst: 1,
+            },
+        );
+        assert_eq!(shared.lanes(), (1, 1));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(shared.tracked_keys(), 0);
+        assert_eq!(shared.lanes(), (0, 0));
     }
 }

@@ -209,6 +209,7 @@ impl After {
     }
 
     /// Runs the deferred work; call it after the lock is released.
+    #[inline]
     pub(crate) fn run(self) {
         if let Some((cost, wait)) = self.rejected {
             trace_rejected(cost, wait);

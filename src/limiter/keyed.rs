@@ -28,16 +28,22 @@ use crate::stats::Stats;
 ///
 /// **Memory follows the keys in use.** A key whose bucket is full again and that nobody waits
 /// for is indistinguishable from a key never seen, so it is forgotten, without any call from
-/// you: after any operation, [`tracked_keys`](KeyedRateLimiter::tracked_keys) counts only the
-/// keys whose bucket is not full or that have waiters. (governor's keyed limiter keeps every
-/// key until `retain_recent()` is called.) Per-key limits are configuration and are kept.
+/// you, and never before: [`tracked_keys`](KeyedRateLimiter::tracked_keys) counts exactly the
+/// keys whose bucket is not full or that have waiters. The table forgets full keys as it goes
+/// (each operation looks at one more entry), all at once when every key it holds is full
+/// again, and before it would grow, so it grows only for keys in use. (governor's keyed limiter
+/// keeps every key until `retain_recent()` is called.) A key takes one table entry of its key
+/// and one `u64` while nobody waits on it and its limit is the default; a key with waiters or
+/// a limit of its own also has a queue. Per-key limits are configuration and are kept.
 ///
-/// Cloning is cheap (an `Arc`); every clone is the same limiter. All keys share one short
-/// mutex; a key is hashed before the mutex is taken, with `S` (std's `RandomState` unless
-/// you give another to [`with_hasher`](KeyedRateLimiter::with_hasher)). Every method that
-/// takes a key by reference takes any borrowed form of it: a `KeyedRateLimiter<String>` is
-/// asked with a `&str`, and a key that has state is found without allocating. Streams draw
-/// on it with [`throttle_by_key`](crate::PaceExt::throttle_by_key).
+/// Cloning is cheap (an `Arc`); every clone is the same limiter. The keys are spread over a
+/// few shards, each behind its own short mutex (four per core, from 4 to 64). A key is hashed
+/// once per call, before any mutex is taken, with `S` (std's `RandomState` unless you give
+/// another to [`with_hasher`](KeyedRateLimiter::with_hasher)); the table hashes the keys it
+/// holds again only when it grows or shrinks. Every method that takes a key by reference takes
+/// any borrowed form of it: a `KeyedRateLimiter<String>` is asked with a `&str`, and a key that
+/// has state is found without allocating. Streams draw on it with
+/// [`throttle_by_key`](crate::PaceExt::throttle_by_key).
 ///
 /// [`RateLimiter`]: crate::RateLimiter
 ///
@@ -249,7 +255,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// ```
     pub fn clear_limit<Q>(&self, key: &Q)
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Hash,
         Q: Hash + Eq + ?Sized,
     {
         self.shared.clear_limit(key);
@@ -278,7 +284,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// ```
     pub async fn acquire<Q>(&self, key: &Q, cost: u64)
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Hash,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let handle: KeyRef<'_, K, Q, S> = KeyHandle::new(&*self.shared, key);
@@ -309,7 +315,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// ```
     pub fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), NotUntil>
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Hash,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.shared.try_acquire(self.shared.hash(key), key, cost)
@@ -344,7 +350,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
         timeout: Duration,
     ) -> Result<(), NotUntil>
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Hash,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let handle: KeyRef<'_, K, Q, S> = KeyHandle::new(&*self.shared, key);
@@ -368,7 +374,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     #[must_use]
     pub fn available<Q>(&self, key: &Q) -> u64
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Hash,
         Q: Hash + Eq + ?Sized,
     {
         self.shared.available(key)
@@ -395,7 +401,10 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// # }
     /// ```
     #[must_use]
-    pub fn tracked_keys(&self) -> usize {
+    pub fn tracked_keys(&self) -> usize
+    where
+        K: Hash,
+    {
         self.shared.tracked_keys()
     }
 
