@@ -4,22 +4,28 @@
 //! evaluated by the same script; a key's own limit lives in a hash beside it.
 
 use std::borrow::Borrow;
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::fmt::{self, Display, Write as _};
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::limiter::{RedisQuotaError, TryAcquireError};
+use super::limiter::{poll_slot, Pending, RedisQuotaError, TryAcquireError};
 use super::policy::{self, FailurePolicy, Fallback, Target};
-use super::script::{bump, wait_from_us, Answer, Call, Conn, Counters, Failure, Reply, SCRIPT};
+use super::script::{
+    bump, wait_from_us, Answer, Call, Conn, Counters, Failure, Reply, REPLY_BACKOFF_MAX, SCRIPT,
+};
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
-use crate::limiter::KeyedRateLimiter;
+use crate::limiter::keyed_quota::sealed::{Arrival, KeyedSealed};
+use crate::limiter::{KeyedQuota, KeyedRateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};
 
@@ -93,6 +99,8 @@ struct Inner<K> {
     /// limit.
     fallback: Mutex<Fallback<KeyedRateLimiter<K>>>,
     keys: Mutex<HashMap<K, KeyLocal>>,
+    /// Hashes keys for the streams that file their items by key (`throttle_by_key`).
+    hasher: RandomState,
     counters: Counters,
 }
 
@@ -130,6 +138,10 @@ struct Inner<K> {
 /// task at a time refills a key's lease, in the order they asked (tokio's fair mutex). Under
 /// `FailOpen`, the fallback grants each key `share` of the *default* limit: limits set with
 /// `set_limit` are not known locally.
+///
+/// Streams and tower services draw on it as on a [`KeyedRateLimiter`]: it is a
+/// [`KeyedQuota`], so [`throttle_by_key`](crate::PaceExt::throttle_by_key) and
+/// `pacer::tower::RateLimitLayer::keyed` take it (see [`KeyedQuota`] for what holds).
 ///
 /// # Examples
 ///
@@ -353,6 +365,7 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
                 sweeping: AtomicBool::new(false),
                 fallback: Mutex::new(Fallback::default()),
                 keys: Mutex::new(HashMap::new()),
+                hasher: RandomState::new(),
                 counters: Counters {
                     #[cfg(feature = "metrics")]
                     metrics: self
@@ -808,7 +821,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
-        match self.wait(key, cost, None).await {
+        match self.wait(key, cost, None, false).await {
             Ok(()) => Ok(()),
             Err(WaitError::Quota(e)) => Err(e),
             // Without a deadline nothing is refused.
@@ -851,7 +864,7 @@ where
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
         let deadline = Instant::now().checked_add(timeout);
-        match self.wait(key, cost, Some(deadline)).await {
+        match self.wait(key, cost, Some(deadline), false).await {
             Ok(()) => Ok(()),
             Err(WaitError::Refused(refused)) => {
                 self.inner.counters.refuse();
@@ -862,13 +875,28 @@ where
         }
     }
 
+    /// Like `acquire`, but never gives up: what a stream or a tower future does, holding its
+    /// item or request. An outage is waited out whatever the fail-closed deadline, and a reply
+    /// error (counted and logged as always) is asked again after 100 ms, then at a backoff
+    /// doubling up to [`REPLY_BACKOFF_MAX`].
+    async fn acquire_patiently<Q>(&self, key: &Q, cost: u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
+    {
+        // Without a deadline, and retrying reply errors, there is no error to return.
+        let _ = self.wait(key, cost, None, true).await;
+    }
+
     /// The wait of `acquire` (`deadline: None`) and `acquire_timeout` (`Some(deadline)`,
-    /// `Some(None)` being a deadline beyond time).
+    /// `Some(None)` being a deadline beyond time); `patient` (without a deadline only) never
+    /// gives up, and retries reply errors at a backoff.
     async fn wait<Q>(
         &self,
         key: &Q,
         cost: u64,
         deadline: Option<Option<Instant>>,
+        patient: bool,
     ) -> Result<(), WaitError>
     where
         K: Borrow<Q>,
@@ -883,6 +911,7 @@ where
         let keys = &hold.redis;
         let lease_tokens = self.inner.lease_tokens;
         let mut backoff = Duration::from_millis(10);
+        let mut reply_backoff = Duration::from_millis(100);
         let mut failing_since: Option<Instant> = None;
         let left = |now: Instant| match deadline {
             Some(Some(d)) => Some(d.saturating_duration_since(now)),
@@ -967,7 +996,16 @@ where
                     let wait = wait.to_duration().min(Duration::from_secs(1));
                     tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
                 }
-                Err(Failure::Reply(e)) => return Err(WaitError::Quota(RedisQuotaError::Reply(e))),
+                Err(Failure::Reply(e)) => {
+                    if !patient {
+                        return Err(WaitError::Quota(RedisQuotaError::Reply(e)));
+                    }
+                    // A stream holds its item and asks again, slowly: granting without Redis's
+                    // say-so could exceed the quota, and the key may be repaired meanwhile.
+                    drop(refilling);
+                    tokio::time::sleep(reply_backoff).await;
+                    reply_backoff = (reply_backoff * 2).min(REPLY_BACKOFF_MAX);
+                }
                 Err(Failure::Outage(e)) => {
                     drop(refilling);
                     let since = *failing_since.get_or_insert(attempt);
@@ -982,7 +1020,10 @@ where
                                     return Err(WaitError::Refused(NotUntil::after(backoff)));
                                 }
                                 pause = pause.min(left);
-                            } else if deadline.is_none() && since.elapsed() >= give_up_after {
+                            } else if deadline.is_none()
+                                && !patient
+                                && since.elapsed() >= give_up_after
+                            {
                                 return Err(WaitError::Quota(RedisQuotaError::Unavailable(e)));
                             }
                             tokio::time::sleep(pause).await;
@@ -1177,6 +1218,110 @@ where
             reply_errors: get(&c.reply_errors),
             keys: lock(&self.inner.keys).len(),
         }
+    }
+}
+
+/// A stream's front item or a tower request of one key in flight on a
+/// [`RedisKeyedRateLimiter`] (not nameable outside the crate): the key, and the round trip
+/// (with the wait that follows it) in flight.
+pub struct RedisKeyPermit<K> {
+    quota: RedisKeyedRateLimiter<K>,
+    key: K,
+    acquire: Option<Pending<()>>,
+    #[cfg(feature = "tower")]
+    check: Option<Pending<Result<(), NotUntil>>>,
+}
+
+/// Nothing in it is ever pinned in place: the key is cloned into each round trip, and the
+/// round trips are boxed.
+impl<K> Unpin for RedisKeyPermit<K> {}
+
+impl<K> fmt::Debug for RedisKeyPermit<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisKeyPermit")
+            .field("in_flight", &self.acquire.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> KeyedQuota for RedisKeyedRateLimiter<K> where
+    K: Hash + Eq + Clone + Display + Send + Sync + 'static
+{
+}
+
+/// A stream holds its item while its key's request is in flight: nothing is lost if it is
+/// dropped (a reservation not yet used is given back), and the stream never fails (see
+/// `acquire_patiently`).
+impl<K> KeyedSealed for RedisKeyedRateLimiter<K>
+where
+    K: Hash + Eq + Clone + Display + Send + Sync + 'static,
+{
+    type Key = K;
+    type Hasher = RandomState;
+    type Permit = RedisKeyPermit<K>;
+
+    fn hash_key(&self, key: &K) -> u64 {
+        self.inner.hasher.hash_one(key)
+    }
+
+    fn permit(&self, key: K, _: u64) -> RedisKeyPermit<K> {
+        RedisKeyPermit {
+            quota: self.clone(),
+            key,
+            acquire: None,
+            #[cfg(feature = "tower")]
+            check: None,
+        }
+    }
+
+    fn arrive(&self, key: &K, hash: u64, cost: u64, waker: &Waker) -> Arrival<RedisKeyPermit<K>> {
+        let mut permit = self.permit(key.clone(), hash);
+        let mut cx = Context::from_waker(waker);
+        // From a key's lease, or when the cost is 0, this is ready at once.
+        match Self::poll_acquire(Pin::new(&mut permit), &mut cx, cost) {
+            Poll::Ready(()) => Arrival::Granted,
+            // Its round trip or its sleep wakes `waker`.
+            Poll::Pending => Arrival::Waiting { permit, ask: false },
+        }
+    }
+
+    fn poll_acquire(
+        permit: Pin<&mut RedisKeyPermit<K>>,
+        cx: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<()> {
+        let permit = permit.get_mut();
+        let (quota, key) = (&permit.quota, &permit.key);
+        poll_slot(&mut permit.acquire, cx, || {
+            let (quota, key) = (quota.clone(), key.clone());
+            async move { quota.acquire_patiently(&key, cost).await }
+        })
+    }
+
+    #[cfg(feature = "tower")]
+    fn poll_try_acquire(
+        permit: Pin<&mut RedisKeyPermit<K>>,
+        cx: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<Result<(), NotUntil>> {
+        let permit = permit.get_mut();
+        let (quota, key) = (&permit.quota, &permit.key);
+        poll_slot(&mut permit.check, cx, || {
+            let (quota, key) = (quota.clone(), key.clone());
+            async move {
+                // A reply error (counted and logged by `try_acquire`) refuses the request: it
+                // is not let through without Redis's say-so.
+                quota.try_acquire(&key, cost).await.map_err(|e| match e {
+                    TryAcquireError::NotUntil(refused) => refused,
+                    TryAcquireError::Reply(_) => NotUntil::after(super::script::REPLY_RETRY),
+                })
+            }
+        })
+    }
+
+    #[cfg(feature = "http")]
+    fn state(_: Pin<&mut RedisKeyPermit<K>>) -> Option<crate::stats::QuotaState> {
+        None
     }
 }
 

@@ -940,7 +940,8 @@ impl fmt::Debug for RedisRateLimiter {
     }
 }
 
-type Pending<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+/// A round trip (and whatever waiting follows it) in flight for a stream or a tower future.
+pub(super) type Pending<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
 /// A stream's request in flight on a [`RedisRateLimiter`] (not nameable outside the crate).
 pub struct RedisPermit {
@@ -961,7 +962,7 @@ impl fmt::Debug for RedisPermit {
 
 /// Polls the request in flight in `slot`, starting it with `start` if there is none, and
 /// empties the slot once it has answered.
-fn poll_slot<T, F>(
+pub(super) fn poll_slot<T, F>(
     slot: &mut Option<Pending<T>>,
     cx: &mut Context<'_>,
     start: impl FnOnce() -> F,
