@@ -25,7 +25,7 @@ use super::script::{
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
 use crate::limiter::keyed_quota::sealed::{Arrival, KeyedSealed};
-use crate::limiter::{KeyedQuota, KeyedRateLimiter};
+use crate::limiter::{KeyedQuota, KeyedRateLimiter, RateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};
 
@@ -95,9 +95,12 @@ struct Inner<K> {
     lease_age: Duration,
     /// Whether a task is sweeping expired leases of idle keys.
     sweeping: AtomicBool,
-    /// Under `FailOpen`, during an outage: a local keyed limiter at `share` of the default
-    /// limit.
-    fallback: Mutex<Fallback<KeyedRateLimiter<K>>>,
+    /// Under `FailOpen`, during an outage: local limiters at `share` of each key's limit as
+    /// this process knows it.
+    fallback: Mutex<Fallback<KeyedFallback<K>>>,
+    /// The limits this process gave keys with `set_limit` (and did not clear since): what the
+    /// fail-open fallback knows of per-key limits. Configuration: one entry per such key.
+    limits: Mutex<HashMap<K, (Rate, u64)>>,
     keys: Mutex<HashMap<K, KeyLocal>>,
     /// Hashes keys for the streams that file their items by key (`throttle_by_key`).
     hasher: RandomState,
@@ -136,8 +139,9 @@ struct Inner<K> {
 /// charged (reserved) as it arrives; there is no local queue, so the exceptions are requests
 /// resent after a reconnection or after Redis lost the script (`NOSCRIPT`). With leases, one
 /// task at a time refills a key's lease, in the order they asked (tokio's fair mutex). Under
-/// `FailOpen`, the fallback grants each key `share` of the *default* limit: limits set with
-/// `set_limit` are not known locally.
+/// `FailOpen`, the fallback grants each key `share` of its limit as this process knows it: the
+/// limit this process gave it with [`set_limit`](RedisKeyedRateLimiter::set_limit) (and did
+/// not clear), else the default limit; limits that other processes set are not known locally.
 ///
 /// Streams and tower services draw on it as on a [`KeyedRateLimiter`]: it is a
 /// [`KeyedQuota`], so [`throttle_by_key`](crate::PaceExt::throttle_by_key) and
@@ -259,7 +263,8 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
     }
 
     /// What to do while Redis is unreachable (default: [`FailurePolicy::default`]). Under
-    /// `FailOpen`, each key falls back to `share` of the default limit.
+    /// `FailOpen`, each key falls back to `share` of its limit as this process knows it (the
+    /// one it set with `set_limit`, else the default limit).
     ///
     /// # Examples
     ///
@@ -364,6 +369,7 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
                 lease_age,
                 sweeping: AtomicBool::new(false),
                 fallback: Mutex::new(Fallback::default()),
+                limits: Mutex::new(HashMap::new()),
                 keys: Mutex::new(HashMap::new()),
                 hasher: RandomState::new(),
                 counters: Counters {
@@ -392,6 +398,72 @@ fn escape(s: &str) -> String {
         }
     }
     out
+}
+
+/// The fail-open fallback of one outage: a keyed limiter at `share` of the default limit, and
+/// for each key with a limit this process set, a limiter at `share` of that limit (made when
+/// the key is first used during the outage). Kept for the whole outage, so that probing Redis
+/// again does not refill it.
+struct KeyedFallback<K> {
+    default: KeyedRateLimiter<K>,
+    own: Arc<Mutex<HashMap<K, RateLimiter>>>,
+}
+
+impl<K> Clone for KeyedFallback<K> {
+    fn clone(&self) -> Self {
+        KeyedFallback {
+            default: self.default.clone(),
+            own: self.own.clone(),
+        }
+    }
+}
+
+/// The local limiter that stands in for one key's Redis bucket during an outage.
+enum Local<K> {
+    /// `share` of the default limit: one bucket of the fallback's keyed limiter.
+    Default(KeyedRateLimiter<K>),
+    /// `share` of the limit this process set for the key.
+    Own(RateLimiter),
+}
+
+impl<K: Hash + Eq> Local<K> {
+    async fn acquire<Q>(&self, key: &Q, cost: u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        match self {
+            Local::Default(keyed) => keyed.acquire(key, cost).await,
+            Local::Own(own) => own.acquire(cost).await,
+        }
+    }
+
+    async fn acquire_timeout<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        timeout: Duration,
+    ) -> Result<(), NotUntil>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        match self {
+            Local::Default(keyed) => keyed.acquire_timeout(key, cost, timeout).await,
+            Local::Own(own) => own.acquire_timeout(cost, timeout).await,
+        }
+    }
+
+    fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), NotUntil>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        match self {
+            Local::Default(keyed) => keyed.try_acquire(key, cost),
+            Local::Own(own) => own.try_acquire(cost),
+        }
+    }
 }
 
 /// The Redis keys of one key: its bucket and its own limit.
@@ -784,13 +856,36 @@ where
         })
     }
 
-    fn fallback(&self) -> Option<KeyedRateLimiter<K>> {
-        lock(&self.inner.fallback).current()
+    /// The local limiter in charge of `key` while the fail-open fallback is: `share` of the
+    /// limit this process set for the key, else of the default limit.
+    fn fallback<Q>(&self, key: &Q) -> Option<Local<K>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let fallback = lock(&self.inner.fallback).current()?;
+        let (FailurePolicy::FailOpen { share }, Some((rate, burst))) = (
+            self.inner.policy,
+            lock(&self.inner.limits).get(key).copied(),
+        ) else {
+            return Some(Local::Default(fallback.default));
+        };
+        let mut own = lock(&fallback.own);
+        if let Some(limiter) = own.get(key) {
+            return Some(Local::Own(limiter.clone()));
+        }
+        let (rate, burst) = policy::share_of(rate, burst, share);
+        let limiter = RateLimiter::new(rate, burst);
+        own.insert(key.to_owned(), limiter.clone());
+        Some(Local::Own(limiter))
     }
 
     fn open_fallback(&self, share: f64) {
         let (rate, burst) = policy::share_of(self.inner.rate, self.inner.burst, share);
-        lock(&self.inner.fallback).open(|| KeyedRateLimiter::new(rate, burst));
+        lock(&self.inner.fallback).open(|| KeyedFallback {
+            default: KeyedRateLimiter::new(rate, burst),
+            own: Arc::default(),
+        });
     }
 
     fn recovered(&self) {
@@ -944,7 +1039,7 @@ where
             } else {
                 None
             };
-            if let Some(fallback) = self.fallback() {
+            if let Some(fallback) = self.fallback(key) {
                 drop(refilling);
                 match deadline {
                     None => fallback.acquire(key, cost).await,
@@ -1069,7 +1164,7 @@ where
             counters.grant(cost);
             return Ok(());
         }
-        let answer = if let Some(fallback) = self.fallback() {
+        let answer = if let Some(fallback) = self.fallback(key) {
             let answer = fallback.try_acquire(key, cost);
             if answer.is_ok() {
                 counters.fall_back();
@@ -1115,11 +1210,17 @@ where
     /// (it does not expire), and read by every process's next request for the key. The key
     /// keeps its level, in tokens (at most the new burst); a full bucket stays full.
     ///
+    /// This process also remembers the limit (until it clears it), so that under `FailOpen`
+    /// its fallback grants the key `share` of it during an outage.
+    ///
     /// # Errors
     ///
     /// [`RedisQuotaError::Config`] for a zero burst; [`RedisQuotaError::Reply`] when Redis
-    /// answers with an error; [`RedisQuotaError::Unavailable`] when Redis cannot be reached
-    /// (at once: no failure policy applies to a change of configuration).
+    /// answers with an error; [`RedisQuotaError::Unavailable`] when Redis cannot be reached,
+    /// at once, whatever the failure policy: a change of configuration is neither retried nor
+    /// granted by a fallback, and a failed one changes nothing in this process (its fallback
+    /// keeps the limit it knew). A round trip that timed out may still have reached Redis:
+    /// set the limit again once Redis is back.
     ///
     /// # Examples
     ///
@@ -1140,15 +1241,19 @@ where
             return Err(RedisQuotaError::Config(ConfigError::ZeroBurst));
         }
         self.change_limit(key, Some((policy::interval_us(rate), burst)))
-            .await
+            .await?;
+        lock(&self.inner.limits).insert(key.to_owned(), (rate, burst));
+        Ok(())
     }
 
     /// Gives `key` the default limit again, for every process, keeping its level (at most the
-    /// default burst).
+    /// default burst). This process forgets the limit it had set for the key: its fail-open
+    /// fallback grants the key `share` of the default limit again.
     ///
     /// # Errors
     ///
-    /// As [`set_limit`](RedisKeyedRateLimiter::set_limit)'s, but for the burst.
+    /// As [`set_limit`](RedisKeyedRateLimiter::set_limit)'s, but for the burst: while Redis
+    /// cannot be reached, [`RedisQuotaError::Unavailable`] at once, and nothing changes.
     ///
     /// # Examples
     ///
@@ -1163,7 +1268,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
-        self.change_limit(key, None).await
+        self.change_limit(key, None).await?;
+        lock(&self.inner.limits).remove(key);
+        Ok(())
     }
 
     async fn change_limit<Q>(
@@ -1188,7 +1295,10 @@ where
             })
             .await;
         match reply {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.recovered();
+                Ok(())
+            }
             Err(Failure::Reply(e)) => Err(RedisQuotaError::Reply(e)),
             Err(Failure::Outage(e)) => Err(RedisQuotaError::Unavailable(e)),
         }
