@@ -469,7 +469,10 @@
 //! every process's next request for the key obeys it, keeping the key's level in tokens.
 //! `try_acquire` never writes on a refusal; `acquire_timeout` refuses, uncharged, a request
 //! that would wait too long. Three processes on two keys keep each key's `burst + w × rate`
-//! to within a round trip (`tests/redis_keyed.rs`).
+//! to within a round trip (`tests/redis_keyed.rs`), and so do four processes with a thousand
+//! tasks each over 1,000 keys with limits of various sizes, FIFO per key within each process,
+//! a limit lowered by one process obeyed by the others' next requests
+//! (`tests/redis_keyed_fleet.rs`).
 //!
 //! ```no_run
 //! # #[cfg(feature = "redis")]

@@ -782,7 +782,13 @@ async fn set_and_clear_limit_fail_at_once_while_redis_is_down_and_change_nothing
         // Back (empty: no persistence), a change succeeds, and ends the fail-open fallback at
         // once: the next request is Redis's, under the new limit.
         server.restart();
-        quota.set_limit("k", Rate::per_minute(1), 6).await.unwrap();
+        // As soon as the connection is made again (it reconnects by itself).
+        let back = Instant::now();
+        while let Err(e) = quota.set_limit("k", Rate::per_minute(1), 6).await {
+            assert!(matches!(e, RedisQuotaError::Unavailable(_)), "{e}");
+            assert!(back.elapsed() < Duration::from_secs(5), "not back: {e}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let fallback = quota.stats().fallback;
         quota.try_acquire("k", 6).await.unwrap();
         assert!(quota.try_acquire("k", 1).await.is_err());

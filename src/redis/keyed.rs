@@ -73,6 +73,75 @@ struct KeyLocal {
     /// With leases, one task at a time refills the key's lease; the others wait for it rather
     /// than each asking Redis for a whole lease of its own.
     refill: Arc<tokio::sync::Mutex<()>>,
+    /// The order of the key's reservations sent by this process.
+    turns: Arc<Turns>,
+}
+
+/// The order in which one key's reservations left this process, which is the order Redis
+/// charged them in (one ordered connection): each reservation takes a ticket as it is sent,
+/// and once it has slept out its wait it also waits until every earlier ticket is used or
+/// given up. A reservation's wait is counted from when its reply is read, so without this a
+/// reply read late (a busy thread) could let a later reservation of the key go first.
+#[derive(Debug, Default)]
+struct Turns {
+    state: Mutex<TurnsState>,
+}
+
+#[derive(Debug, Default)]
+struct TurnsState {
+    next: u64,
+    /// The tickets not used nor given up yet, with the waker of each one waiting its turn.
+    pending: std::collections::BTreeMap<u64, Option<Waker>>,
+}
+
+impl Turns {
+    /// A ticket behind every reservation of the key sent before.
+    fn take(self: &Arc<Self>) -> Turn {
+        let mut st = lock(&self.state);
+        let ticket = st.next;
+        st.next += 1;
+        st.pending.insert(ticket, None);
+        Turn {
+            turns: self.clone(),
+            ticket,
+        }
+    }
+}
+
+/// One reservation's place in its key's order; dropping it (used or given up) lets the next
+/// one go.
+#[derive(Debug)]
+struct Turn {
+    turns: Arc<Turns>,
+    ticket: u64,
+}
+
+impl Turn {
+    /// Waits until every reservation of the key sent before this one is used or given up.
+    async fn come(&self) {
+        std::future::poll_fn(|cx| {
+            let mut st = lock(&self.turns.state);
+            if st.pending.keys().next() == Some(&self.ticket) {
+                return Poll::Ready(());
+            }
+            st.pending.insert(self.ticket, Some(cx.waker().clone()));
+            Poll::Pending
+        })
+        .await;
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let next = {
+            let mut st = lock(&self.turns.state);
+            st.pending.remove(&self.ticket);
+            st.pending.values_mut().next().and_then(Option::take)
+        };
+        if let Some(waker) = next {
+            waker.wake();
+        }
+    }
 }
 
 /// Tokens of one key taken from Redis ahead of use, spent locally.
@@ -135,10 +204,13 @@ struct Inner<K> {
 /// ([`RedisKeyedStats::keys`]).
 ///
 /// Waiters of one key are served in the order their requests reach Redis. Within a process
-/// that is the order they were made: the requests share one ordered connection, and each is
-/// charged (reserved) as it arrives; there is no local queue, so the exceptions are requests
-/// resent after a reconnection or after Redis lost the script (`NOSCRIPT`). With leases, one
-/// task at a time refills a key's lease, in the order they asked (tokio's fair mutex). Under
+/// that is the order they were made: the requests share one ordered connection, each is
+/// charged (reserved) as it arrives, and a reservation whose wait is over still lets the key's
+/// reservations sent before it by this process go first (its wait counts from when its reply
+/// was read, which a busy thread may delay); the exceptions are requests resent after a
+/// reconnection or after Redis lost the script (`NOSCRIPT`), which may be served later than
+/// their turn, never earlier than their reservation. With leases, one task at a time refills a
+/// key's lease, in the order they asked (tokio's fair mutex). Under
 /// `FailOpen`, the fallback grants each key `share` of its limit as this process knows it: the
 /// limit this process gave it with [`set_limit`](RedisKeyedRateLimiter::set_limit) (and did
 /// not clear), else the default limit; limits that other processes set are not known locally.
@@ -560,6 +632,7 @@ where
     key: &'a Q,
     redis: Arc<RedisKeys>,
     refill: Arc<tokio::sync::Mutex<()>>,
+    turns: Arc<Turns>,
 }
 
 impl<K, Q> Drop for Hold<'_, K, Q>
@@ -679,10 +752,14 @@ where
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
         let mut keys = lock(&self.inner.keys);
-        let (redis, refill) = match keys.get_mut(key) {
+        let (redis, refill, turns) = match keys.get_mut(key) {
             Some(local) => {
                 local.users += 1;
-                (local.redis.clone(), local.refill.clone())
+                (
+                    local.redis.clone(),
+                    local.refill.clone(),
+                    local.turns.clone(),
+                )
             }
             None => {
                 let local = KeyLocal {
@@ -691,8 +768,13 @@ where
                     lease: None,
                     to_return: 0,
                     refill: Arc::new(tokio::sync::Mutex::new(())),
+                    turns: Arc::default(),
                 };
-                let held = (local.redis.clone(), local.refill.clone());
+                let held = (
+                    local.redis.clone(),
+                    local.refill.clone(),
+                    local.turns.clone(),
+                );
                 keys.insert(key.to_owned(), local);
                 held
             }
@@ -702,6 +784,7 @@ where
             key,
             redis,
             refill,
+            turns,
         }
     }
 
@@ -1059,7 +1142,12 @@ where
             let max_wait_us =
                 left(attempt).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
             let amounts = (cost, cost.max(lease_tokens), self.take_back(key));
-            match self.round_trip(keys, amounts, true, max_wait_us).await {
+            // Taken as the request is sent (nothing yields in between): the order Redis sees.
+            let turn = hold.turns.take();
+            let answer = self.round_trip(keys, amounts, true, max_wait_us).await;
+            // Anything but a reservation gives its place up at once.
+            let mut turn = matches!(answer, Ok(Answer::Granted { .. })).then_some(turn);
+            match answer {
                 Ok(Answer::Granted { surplus, wait }) => {
                     self.recovered();
                     let reserved = Reserved {
@@ -1068,6 +1156,8 @@ where
                         tokens: cost.saturating_add(surplus),
                     };
                     if wait == Nanos::MAX {
+                        // Never: it holds nobody up, here or in Redis (nothing was charged).
+                        drop(turn.take());
                         if deadline.is_some() {
                             // Never within any timeout: given back (if it was charged at all).
                             return Err(WaitError::Refused(NotUntil::NEVER));
@@ -1075,6 +1165,11 @@ where
                         std::future::pending::<()>().await;
                     } else if wait > Nanos::ZERO {
                         tokio::time::sleep(wait.to_duration()).await;
+                    }
+                    // After the key's reservations sent before it, however late their replies
+                    // were read.
+                    if let Some(turn) = &turn {
+                        turn.come().await;
                     }
                     std::mem::forget(reserved);
                     self.keep_lease(key, surplus);
@@ -1438,6 +1533,40 @@ where
 #[cfg(test)]
 mod tests {
     use super::escape;
+
+    #[tokio::test]
+    async fn a_reservation_goes_after_every_one_sent_before_it() {
+        use std::sync::Arc;
+        use tokio_test::{assert_pending, assert_ready, task};
+
+        use super::Turns;
+
+        let turns = Arc::new(Turns::default());
+        let (first, second, third) = (turns.take(), turns.take(), turns.take());
+        let mut third_comes = task::spawn(async move {
+            third.come().await;
+            third
+        });
+        assert_pending!(third_comes.poll());
+        // The second gives up (dropped, refused): the third still waits for the first.
+        drop(second);
+        assert!(!third_comes.is_woken());
+        assert_pending!(third_comes.poll());
+        let mut first_comes = task::spawn(first.come());
+        assert_ready!(first_comes.poll());
+        drop(first_comes);
+        // The first is used: the third's turn, and it is woken for it.
+        drop(first);
+        assert!(third_comes.is_woken());
+        let third = assert_ready!(third_comes.poll());
+        // A ticket taken now waits for the third only.
+        let fourth = turns.take();
+        let mut fourth_comes = task::spawn(fourth.come());
+        assert_pending!(fourth_comes.poll());
+        drop(third);
+        assert!(fourth_comes.is_woken());
+        assert_ready!(fourth_comes.poll());
+    }
 
     #[test]
     fn keys_are_escaped() {
