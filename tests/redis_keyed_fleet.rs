@@ -32,7 +32,7 @@ fn worker_binary() -> std::path::PathBuf {
 /// burst 1, halfway through by one process; the others have limits of various sizes, or
 /// (every seventh) the default; the keys `k % 50 == 1` checked for FIFO have 10/s, burst 2.
 const TENANTS: u64 = 1_000;
-const CHANGED: u64 = 20;
+const CHANGED: u64 = 40;
 const TENANT_DEFAULT: (u64, u64) = (3, 3);
 
 /// The limit the test gives key `k` before the run (rate per second, burst), if any.
@@ -185,15 +185,17 @@ fn four_processes_share_a_thousand_keys_each_under_its_own_limit() {
     // trips of 4,000 tasks on two shared cores (80 to 90 % on a quiet machine).
     let used = granted / capacity;
     println!(
-        "{} grants over {TENANTS} keys in {took:?} ({round_trips} round trips, {errors} failed): {:.1} % of the per-key limits",
+        "{} grants over {TENANTS} keys in {took:?} ({round_trips} round trips, {errors} failed): {:.1} % of the per-key limits; {followers_after} grants to the other processes after the changes",
         all().count(),
         used * 100.0
     );
     assert!(used > 0.6, "only {:.1} % of the limits used", used * 100.0);
     assert!(used <= 1.0, "{:.1} % of the limits used", used * 100.0);
+    // The other processes did ask after the changes, and were held to the new limits (the
+    // keys polled with `try_acquire` among them have no reservations queued from before).
     assert!(
         followers_after > 0,
-        "no other process asked after the changes"
+        "no other process was granted anything after the changes"
     );
     // FIFO per key within a process: three tasks on every key k % 50 == 1 are served in the
     // order they asked.
