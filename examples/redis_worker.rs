@@ -13,9 +13,22 @@
 //! when keyed): Unix-epoch nanoseconds when the request was sent and when the grant came back,
 //! so that runs of several processes can be merged (the grant happened on Redis somewhere in
 //! between). The last line is `stats <granted> <round trips>`.
+//!
+//! `tenants <keys> <change>` instead uses a `RedisKeyedRateLimiter<u64>` over keys
+//! `0..keys` (rate and burst are then the default limit; per-key limits are whatever is in
+//! Redis), with one task per key, or three for every key `k` with `k % 50 == 1`: keys with
+//! `k % 8 == 0` are polled with `try_acquire` (after a refusal, a sleep of its `retry_after`,
+//! at most 200 ms), the others waited for with `acquire`. Each grant is printed as
+//! `grant <sent> <received> <key> <asked> <served>`, where `asked` and `served` number this
+//! process's requests of the key in the order they were made and in the order they were
+//! granted. With `change` above 0, halfway through the run this process lowers the limit of
+//! keys `0..change` to 1 per second, burst 1, printing `limit <sent> <received> <key>` for each.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use pacer::redis::TryAcquireError;
 use pacer::{Rate, RedisKeyedRateLimiter, RedisRateLimiter};
 
 fn epoch_nanos() -> u128 {
@@ -33,7 +46,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seconds: f64 = arg(2, "3").parse()?;
     let rate: u64 = arg(3, "200").parse()?;
     let burst: u64 = arg(4, "20").parse()?;
-    let stop = tokio::time::Instant::now() + Duration::from_secs_f64(seconds);
+    let start = tokio::time::Instant::now();
+    let stop = start + Duration::from_secs_f64(seconds);
+    if arg(5, "") == "tenants" {
+        let keys: u64 = arg(6, "1000").parse()?;
+        let change: u64 = arg(7, "0").parse()?;
+        // A thousand tasks share one connection: give a round trip time to queue behind them.
+        let quota: RedisKeyedRateLimiter<u64> =
+            RedisKeyedRateLimiter::builder(&url, &key, Rate::per_second(rate), burst)
+                .response_timeout(Duration::from_secs(2))
+                .build()?;
+        return tenants(quota, keys, change, start, stop).await;
+    }
     if arg(5, "") == "keyed" {
         let quota: RedisKeyedRateLimiter<String> =
             RedisKeyedRateLimiter::builder(&url, &key, Rate::per_second(rate), burst).build()?;
@@ -85,6 +109,95 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     quota.return_lease().await;
     let stats = quota.stats();
     out.push_str(&format!("stats {} {}\n", stats.granted, stats.round_trips));
+    print!("{out}");
+    Ok(())
+}
+
+/// The `tenants` mode: many tasks over many keys, each key under its own limit.
+async fn tenants(
+    quota: RedisKeyedRateLimiter<u64>,
+    keys: u64,
+    change: u64,
+    start: tokio::time::Instant,
+    stop: tokio::time::Instant,
+) -> Result<(), Box<dyn std::error::Error>> {
+    // One round trip (on a key outside the range) before the tasks start: the connection is
+    // made, so that the first key's first request does not wait for it.
+    if let Err(TryAcquireError::Reply(e)) = quota.try_acquire(&keys, 1).await {
+        return Err(e.into());
+    }
+    // Per key: the next request number, and the next grant number, in this process.
+    let numbers: Arc<Vec<(AtomicU64, AtomicU64)>> = Arc::new(
+        (0..keys)
+            .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
+            .collect(),
+    );
+    let mut tasks = Vec::new();
+    for key in 0..keys {
+        let copies = if key % 50 == 1 { 3 } else { 1 };
+        for _ in 0..copies {
+            let (quota, numbers) = (quota.clone(), numbers.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut out = String::new();
+                let (asks, serves) = &numbers[usize::try_from(key)?];
+                while tokio::time::Instant::now() < stop {
+                    let sent = epoch_nanos();
+                    let asked = asks.fetch_add(1, Ordering::Relaxed);
+                    if key % 8 == 0 {
+                        match quota.try_acquire(&key, 1).await {
+                            Ok(()) => {}
+                            Err(TryAcquireError::NotUntil(refused)) => {
+                                let pause = refused.retry_after().min(Duration::from_millis(200));
+                                let at = tokio::time::Instant::now() + pause;
+                                tokio::time::sleep_until(at.min(stop)).await;
+                                continue;
+                            }
+                            Err(e) => {
+                                return Err(Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+                            }
+                        }
+                    } else {
+                        match tokio::time::timeout_at(stop, quota.acquire(&key, 1)).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => return Err(Box::new(e) as _),
+                            Err(_) => break,
+                        }
+                    }
+                    let received = epoch_nanos();
+                    let served = serves.fetch_add(1, Ordering::Relaxed);
+                    out.push_str(&format!("grant {sent} {received} {key} {asked} {served}\n"));
+                }
+                Ok(out)
+            }));
+        }
+    }
+    let mut out = String::new();
+    if change > 0 {
+        tokio::time::sleep_until(start + (stop - start) / 2).await;
+        // All at once, each printed with its own round trip.
+        let changes = (0..change).map(|key| {
+            let quota = quota.clone();
+            async move {
+                let sent = epoch_nanos();
+                quota.set_limit(&key, Rate::per_second(1), 1).await?;
+                Ok::<_, pacer::redis::RedisQuotaError>(format!(
+                    "limit {sent} {} {key}\n",
+                    epoch_nanos()
+                ))
+            }
+        });
+        for line in futures_util::future::try_join_all(changes).await? {
+            out.push_str(&line);
+        }
+    }
+    for task in tasks {
+        out.push_str(&task.await?.map_err(|e| e.to_string())?);
+    }
+    let stats = quota.stats();
+    out.push_str(&format!(
+        "stats {} {} {}\n",
+        stats.granted, stats.round_trips, stats.errors
+    ));
     print!("{out}");
     Ok(())
 }

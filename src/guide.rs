@@ -469,7 +469,10 @@
 //! every process's next request for the key obeys it, keeping the key's level in tokens.
 //! `try_acquire` never writes on a refusal; `acquire_timeout` refuses, uncharged, a request
 //! that would wait too long. Three processes on two keys keep each key's `burst + w × rate`
-//! to within a round trip (`tests/redis_keyed.rs`).
+//! to within a round trip (`tests/redis_keyed.rs`), and so do four processes with a thousand
+//! tasks each over 1,000 keys with limits of various sizes, FIFO per key within each process,
+//! a limit lowered by one process obeyed by the others' next requests
+//! (`tests/redis_keyed_fleet.rs`).
 //!
 //! ```no_run
 //! # #[cfg(feature = "redis")]
@@ -485,6 +488,29 @@
 //!         println!("429: {refused}");
 //!     }
 //!     Ok(())
+//! }
+//! ```
+//!
+//! Streams and tower draw on it as on a [`KeyedRateLimiter`]: `throttle_by_key` and
+//! `RateLimitLayer::keyed` take any [`KeyedQuota`]. A stream's oldest item of each key waits
+//! by the Redis limiter's own `acquire`, one request per key at a time, so each key's items
+//! still leave in upstream order and no key holds up another; a reply error on one key holds
+//! that key's items (retried at a backoff up to 1 s, each failure counted in
+//! `stats().reply_errors` and logged at error level) while the other keys go on. An
+//! enforcing layer refuses with the Redis `try_acquire`'s `NotUntil` (a `429` with
+//! `Retry-After`).
+//!
+//! ```no_run
+//! # #[cfg(feature = "redis")]
+//! async fn webhooks(tenants: pacer::RedisKeyedRateLimiter<String>) {
+//!     use futures_util::StreamExt;
+//!     use pacer::PaceExt;
+//!
+//!     let events = futures_util::stream::iter([("acme", "e1"), ("globex", "e2")]);
+//!     let mut paced = std::pin::pin!(events.throttle_by_key(&tenants, |e| e.0.to_string(), |_| 1, 256));
+//!     while let Some((tenant, event)) = paced.next().await {
+//!         println!("deliver {event} to {tenant}");
+//!     }
 //! }
 //! ```
 //!
@@ -591,7 +617,8 @@
 //! task that builds the stack) starts a fresh limit (axum #2634, tower #794), and it is a fixed
 //! window that cannot charge a cost per request. Here every clone draws on the same
 //! [`RateLimiter`], [`Stagger`], [`RedisRateLimiter`] or, one bucket per client or destination,
-//! [`KeyedRateLimiter`] (`RateLimitLayer::keyed(&limiter, |req| key)`).
+//! a [`KeyedRateLimiter`] or a [`RedisKeyedRateLimiter`] (`RateLimitLayer::keyed(&limiter, |req|
+//! key)`).
 //!
 //! **Clients: shaping** (the default). A request waits for its tokens, FIFO with every other
 //! user of the quota, then goes to the inner service; `.cost(|req| ..)` charges per request
@@ -1079,6 +1106,7 @@
 //! [`KeyedRateLimiter`]: crate::KeyedRateLimiter
 //! [`Adaptive`]: crate::Adaptive
 //! [`Quota`]: crate::Quota
+//! [`KeyedQuota`]: crate::KeyedQuota
 #![cfg_attr(
     feature = "redis",
     doc = "[`RedisRateLimiter`]: crate::RedisRateLimiter\n\n\

@@ -30,7 +30,7 @@
 //! | a limit learned from `429`s | [`Adaptive`] | |
 //! | a tower `Service` | `pacer::tower` (feature `tower`) | shaping clients, enforcing servers |
 //! | one quota across machines | `RedisRateLimiter` (feature `redis`) | details in `pacer::redis` |
-//! | one quota per key across machines | `RedisKeyedRateLimiter` (feature `redis`) | per-key limits for the whole fleet |
+//! | one quota per key across machines | `RedisKeyedRateLimiter` (feature `redis`) | per-key limits for the whole fleet; [`throttle_by_key`](PaceExt::throttle_by_key) and the keyed tower layer take it ([`KeyedQuota`]) |
 //!
 //! Every refusal is a [`NotUntil`]; every configuration value that cannot be is a
 //! [`ConfigError`], and every setter that takes one has a `try_` form. The [`guide`] explains
@@ -100,7 +100,7 @@ pub use error::{ConfigError, NotUntil, RateExceeded};
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-laws")))]
 pub use limiter::AdaptiveLaw;
 pub use limiter::{
-    Adaptive, AdaptiveStats, Announced, KeyedRateLimiter, Quota, RateLimiter, Stagger,
+    Adaptive, AdaptiveStats, Announced, KeyedQuota, KeyedRateLimiter, Quota, RateLimiter, Stagger,
 };
 pub use mode::{Enforcing, Shaping};
 pub use rate::Rate;

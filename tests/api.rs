@@ -356,3 +356,30 @@ fn rates_are_values() {
     const QUOTA: Rate = Rate::per_minute(3);
     assert_eq!(QUOTA.to_string(), "3/min");
 }
+
+/// `throttle_by_key` and `RateLimitLayer::keyed` take any `KeyedQuota` now; the types they
+/// returned before (named with the in-process limiter's hasher) are still what they return.
+#[tokio::test(start_paused = true)]
+async fn the_keyed_adapters_keep_their_types_with_a_given_hasher() {
+    type Fixed = BuildHasherDefault<DefaultHasher>;
+    let limiter =
+        KeyedRateLimiter::<u64, Fixed>::with_hasher(Rate::per_second(1), 1, Fixed::default());
+    let key = |n: &u64| *n % 2;
+    let cost = |_: &u64| 1;
+    let paced: pacer::stream::ThrottleByKey<_, u64, _, _, Fixed> =
+        futures_util::stream::iter([1u64, 2, 3]).throttle_by_key(&limiter, key, cost, 4);
+    let start = tokio::time::Instant::now();
+    let out: Vec<_> = paced
+        .map(|n| (n, start.elapsed().as_secs()))
+        .collect()
+        .await;
+    assert_eq!(out, [(1, 0), (2, 0), (3, 1)]);
+    let default: pacer::stream::ThrottleByKey<_, u64, _, _> = futures_util::stream::iter([1u64])
+        .throttle_by_key(&KeyedRateLimiter::new(Rate::per_second(1), 1), key, cost, 4);
+    assert_eq!(default.held(), 0);
+    #[cfg(feature = "tower")]
+    {
+        let _: pacer::tower::RateLimitLayer<pacer::tower::ByKey<u64, _, Fixed>> =
+            pacer::tower::RateLimitLayer::keyed(&limiter, key);
+    }
+}

@@ -667,3 +667,131 @@ async fn a_named_keyed_quota_records_to_the_metrics_facade() {
     assert_eq!(counter("pacer_refusals_total"), 2);
     assert_eq!(counter("pacer_redis_round_trips_total"), stats.round_trips);
 }
+
+/// Grants of `cost` 1 on `key` until the first refusal (at most 100).
+async fn grants_until_refused(quota: &RedisKeyedRateLimiter<String>, key: &str) -> u64 {
+    let mut granted = 0;
+    while granted < 100 && quota.try_acquire(key, 1).await.is_ok() {
+        granted += 1;
+    }
+    granted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_falls_back_to_a_share_of_the_limits_this_process_set() {
+    let mut server = Server::start();
+    // One token a minute by default: nothing refills during the test, so what the fallback
+    // grants is its share of each key's burst.
+    let quota: RedisKeyedRateLimiter<String> =
+        RedisKeyedRateLimiter::builder(&server.url(), "share", Rate::per_minute(1), 4)
+            .failure_policy(FailurePolicy::FailOpen { share: 0.5 })
+            .build()
+            .unwrap();
+    quota
+        .set_limit("big", Rate::per_minute(1), 10)
+        .await
+        .unwrap();
+    quota
+        .set_limit("small", Rate::per_minute(1), 3)
+        .await
+        .unwrap();
+    quota
+        .set_limit("cleared", Rate::per_minute(1), 10)
+        .await
+        .unwrap();
+    quota.clear_limit("cleared").await.unwrap();
+    quota
+        .set_limit("paced", Rate::per_second(20), 2)
+        .await
+        .unwrap();
+    // A limit set by another process is in Redis only.
+    let other = limiter::<String>(&server, "share", Rate::per_minute(1), 4);
+    other
+        .set_limit("elsewhere", Rate::per_minute(1), 10)
+        .await
+        .unwrap();
+    server.kill();
+
+    // Half of each key's burst, as this process knows its limit (rounded down, at least 1).
+    for (key, share) in [
+        ("big", 5),
+        ("small", 1),
+        ("cleared", 2),
+        ("default", 2),
+        ("elsewhere", 2),
+    ] {
+        assert_eq!(grants_until_refused(&quota, key).await, share, "{key}");
+    }
+    // Waiting goes through the same local limits: "paced" at half of 20/s, one at a time.
+    let start = Instant::now();
+    for _ in 0..3 {
+        tokio::time::timeout(Duration::from_secs(2), quota.acquire("paced", 1))
+            .await
+            .expect("bounded")
+            .unwrap();
+    }
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(190), "{took:?}");
+    assert!(took < Duration::from_millis(600), "{took:?}");
+    let refused = quota
+        .acquire_timeout("small", 1, Duration::from_millis(50))
+        .await
+        .unwrap_err();
+    assert!(refused.not_until().is_some(), "{refused}");
+    let stats = quota.stats();
+    assert_eq!(stats.fallback, 5 + 1 + 2 + 2 + 2 + 3, "{stats:?}");
+    assert!(stats.errors > 0, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_and_clear_limit_fail_at_once_while_redis_is_down_and_change_nothing() {
+    for policy in [
+        FailurePolicy::default(),
+        FailurePolicy::FailOpen { share: 0.5 },
+    ] {
+        let mut server = Server::start();
+        let quota: RedisKeyedRateLimiter<String> =
+            RedisKeyedRateLimiter::builder(&server.url(), "cfg", Rate::per_minute(1), 2)
+                .failure_policy(policy)
+                .build()
+                .unwrap();
+        quota.set_limit("k", Rate::per_minute(1), 8).await.unwrap();
+        server.kill();
+        let start = Instant::now();
+        let err = quota
+            .set_limit("k", Rate::per_minute(1), 100)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RedisQuotaError::Unavailable(_)), "{err}");
+        let err = quota.clear_limit("k").await.unwrap_err();
+        assert!(matches!(err, RedisQuotaError::Unavailable(_)), "{err}");
+        // At once: neither retried nor handed to a fallback, each one round trip.
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(1), "{policy:?}: {took:?}");
+        let stats = quota.stats();
+        assert_eq!(
+            (stats.errors, stats.fallback),
+            (2, 0),
+            "{policy:?}: {stats:?}"
+        );
+        if let FailurePolicy::FailOpen { .. } = policy {
+            // The failed changes changed nothing here: the fallback grants half of 8.
+            assert_eq!(grants_until_refused(&quota, "k").await, 4);
+            assert_eq!(quota.stats().fallback, 4);
+        }
+        // Back (empty: no persistence), a change succeeds, and ends the fail-open fallback at
+        // once: the next request is Redis's, under the new limit.
+        server.restart();
+        // As soon as the connection is made again (it reconnects by itself).
+        let back = Instant::now();
+        while let Err(e) = quota.set_limit("k", Rate::per_minute(1), 6).await {
+            assert!(matches!(e, RedisQuotaError::Unavailable(_)), "{e}");
+            assert!(back.elapsed() < Duration::from_secs(5), "not back: {e}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let fallback = quota.stats().fallback;
+        quota.try_acquire("k", 6).await.unwrap();
+        assert!(quota.try_acquire("k", 1).await.is_err());
+        assert_eq!(quota.stats().fallback, fallback, "{policy:?}");
+    }
+}

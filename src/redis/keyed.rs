@@ -4,22 +4,28 @@
 //! evaluated by the same script; a key's own limit lives in a hash beside it.
 
 use std::borrow::Borrow;
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::fmt::{self, Display, Write as _};
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::limiter::{RedisQuotaError, TryAcquireError};
+use super::limiter::{poll_slot, Pending, RedisQuotaError, TryAcquireError};
 use super::policy::{self, FailurePolicy, Fallback, Target};
-use super::script::{bump, wait_from_us, Answer, Call, Conn, Counters, Failure, Reply, SCRIPT};
+use super::script::{
+    bump, wait_from_us, Answer, Call, Conn, Counters, Failure, Reply, REPLY_BACKOFF_MAX, SCRIPT,
+};
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
-use crate::limiter::KeyedRateLimiter;
+use crate::limiter::keyed_quota::sealed::{Arrival, KeyedSealed};
+use crate::limiter::{KeyedQuota, KeyedRateLimiter, RateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};
 
@@ -67,6 +73,75 @@ struct KeyLocal {
     /// With leases, one task at a time refills the key's lease; the others wait for it rather
     /// than each asking Redis for a whole lease of its own.
     refill: Arc<tokio::sync::Mutex<()>>,
+    /// The order of the key's reservations sent by this process.
+    turns: Arc<Turns>,
+}
+
+/// The order in which one key's reservations left this process, which is the order Redis
+/// charged them in (one ordered connection): each reservation takes a ticket as it is sent,
+/// and once it has slept out its wait it also waits until every earlier ticket is used or
+/// given up. A reservation's wait is counted from when its reply is read, so without this a
+/// reply read late (a busy thread) could let a later reservation of the key go first.
+#[derive(Debug, Default)]
+struct Turns {
+    state: Mutex<TurnsState>,
+}
+
+#[derive(Debug, Default)]
+struct TurnsState {
+    next: u64,
+    /// The tickets not used nor given up yet, with the waker of each one waiting its turn.
+    pending: std::collections::BTreeMap<u64, Option<Waker>>,
+}
+
+impl Turns {
+    /// A ticket behind every reservation of the key sent before.
+    fn take(self: &Arc<Self>) -> Turn {
+        let mut st = lock(&self.state);
+        let ticket = st.next;
+        st.next += 1;
+        st.pending.insert(ticket, None);
+        Turn {
+            turns: self.clone(),
+            ticket,
+        }
+    }
+}
+
+/// One reservation's place in its key's order; dropping it (used or given up) lets the next
+/// one go.
+#[derive(Debug)]
+struct Turn {
+    turns: Arc<Turns>,
+    ticket: u64,
+}
+
+impl Turn {
+    /// Waits until every reservation of the key sent before this one is used or given up.
+    async fn come(&self) {
+        std::future::poll_fn(|cx| {
+            let mut st = lock(&self.turns.state);
+            if st.pending.keys().next() == Some(&self.ticket) {
+                return Poll::Ready(());
+            }
+            st.pending.insert(self.ticket, Some(cx.waker().clone()));
+            Poll::Pending
+        })
+        .await;
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let next = {
+            let mut st = lock(&self.turns.state);
+            st.pending.remove(&self.ticket);
+            st.pending.values_mut().next().and_then(Option::take)
+        };
+        if let Some(waker) = next {
+            waker.wake();
+        }
+    }
 }
 
 /// Tokens of one key taken from Redis ahead of use, spent locally.
@@ -89,10 +164,15 @@ struct Inner<K> {
     lease_age: Duration,
     /// Whether a task is sweeping expired leases of idle keys.
     sweeping: AtomicBool,
-    /// Under `FailOpen`, during an outage: a local keyed limiter at `share` of the default
-    /// limit.
-    fallback: Mutex<Fallback<KeyedRateLimiter<K>>>,
+    /// Under `FailOpen`, during an outage: local limiters at `share` of each key's limit as
+    /// this process knows it.
+    fallback: Mutex<Fallback<KeyedFallback<K>>>,
+    /// The limits this process gave keys with `set_limit` (and did not clear since): what the
+    /// fail-open fallback knows of per-key limits. Configuration: one entry per such key.
+    limits: Mutex<HashMap<K, (Rate, u64)>>,
     keys: Mutex<HashMap<K, KeyLocal>>,
+    /// Hashes keys for the streams that file their items by key (`throttle_by_key`).
+    hasher: RandomState,
     counters: Counters,
 }
 
@@ -124,12 +204,20 @@ struct Inner<K> {
 /// ([`RedisKeyedStats::keys`]).
 ///
 /// Waiters of one key are served in the order their requests reach Redis. Within a process
-/// that is the order they were made: the requests share one ordered connection, and each is
-/// charged (reserved) as it arrives; there is no local queue, so the exceptions are requests
-/// resent after a reconnection or after Redis lost the script (`NOSCRIPT`). With leases, one
-/// task at a time refills a key's lease, in the order they asked (tokio's fair mutex). Under
-/// `FailOpen`, the fallback grants each key `share` of the *default* limit: limits set with
-/// `set_limit` are not known locally.
+/// that is the order they were made: the requests share one ordered connection, each is
+/// charged (reserved) as it arrives, and a reservation whose wait is over still lets the key's
+/// reservations sent before it by this process go first (its wait counts from when its reply
+/// was read, which a busy thread may delay); the exceptions are requests resent after a
+/// reconnection or after Redis lost the script (`NOSCRIPT`), which may be served later than
+/// their turn, never earlier than their reservation. With leases, one task at a time refills a
+/// key's lease, in the order they asked (tokio's fair mutex). Under
+/// `FailOpen`, the fallback grants each key `share` of its limit as this process knows it: the
+/// limit this process gave it with [`set_limit`](RedisKeyedRateLimiter::set_limit) (and did
+/// not clear), else the default limit; limits that other processes set are not known locally.
+///
+/// Streams and tower services draw on it as on a [`KeyedRateLimiter`]: it is a
+/// [`KeyedQuota`], so [`throttle_by_key`](crate::PaceExt::throttle_by_key) and
+/// `pacer::tower::RateLimitLayer::keyed` take it (see [`KeyedQuota`] for what holds).
 ///
 /// # Examples
 ///
@@ -247,7 +335,8 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
     }
 
     /// What to do while Redis is unreachable (default: [`FailurePolicy::default`]). Under
-    /// `FailOpen`, each key falls back to `share` of the default limit.
+    /// `FailOpen`, each key falls back to `share` of its limit as this process knows it (the
+    /// one it set with `set_limit`, else the default limit).
     ///
     /// # Examples
     ///
@@ -352,7 +441,9 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
                 lease_age,
                 sweeping: AtomicBool::new(false),
                 fallback: Mutex::new(Fallback::default()),
+                limits: Mutex::new(HashMap::new()),
                 keys: Mutex::new(HashMap::new()),
+                hasher: RandomState::new(),
                 counters: Counters {
                     #[cfg(feature = "metrics")]
                     metrics: self
@@ -379,6 +470,72 @@ fn escape(s: &str) -> String {
         }
     }
     out
+}
+
+/// The fail-open fallback of one outage: a keyed limiter at `share` of the default limit, and
+/// for each key with a limit this process set, a limiter at `share` of that limit (made when
+/// the key is first used during the outage). Kept for the whole outage, so that probing Redis
+/// again does not refill it.
+struct KeyedFallback<K> {
+    default: KeyedRateLimiter<K>,
+    own: Arc<Mutex<HashMap<K, RateLimiter>>>,
+}
+
+impl<K> Clone for KeyedFallback<K> {
+    fn clone(&self) -> Self {
+        KeyedFallback {
+            default: self.default.clone(),
+            own: self.own.clone(),
+        }
+    }
+}
+
+/// The local limiter that stands in for one key's Redis bucket during an outage.
+enum Local<K> {
+    /// `share` of the default limit: one bucket of the fallback's keyed limiter.
+    Default(KeyedRateLimiter<K>),
+    /// `share` of the limit this process set for the key.
+    Own(RateLimiter),
+}
+
+impl<K: Hash + Eq> Local<K> {
+    async fn acquire<Q>(&self, key: &Q, cost: u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        match self {
+            Local::Default(keyed) => keyed.acquire(key, cost).await,
+            Local::Own(own) => own.acquire(cost).await,
+        }
+    }
+
+    async fn acquire_timeout<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        timeout: Duration,
+    ) -> Result<(), NotUntil>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        match self {
+            Local::Default(keyed) => keyed.acquire_timeout(key, cost, timeout).await,
+            Local::Own(own) => own.acquire_timeout(cost, timeout).await,
+        }
+    }
+
+    fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), NotUntil>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        match self {
+            Local::Default(keyed) => keyed.try_acquire(key, cost),
+            Local::Own(own) => own.try_acquire(cost),
+        }
+    }
 }
 
 /// The Redis keys of one key: its bucket and its own limit.
@@ -475,6 +632,7 @@ where
     key: &'a Q,
     redis: Arc<RedisKeys>,
     refill: Arc<tokio::sync::Mutex<()>>,
+    turns: Arc<Turns>,
 }
 
 impl<K, Q> Drop for Hold<'_, K, Q>
@@ -594,10 +752,14 @@ where
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
         let mut keys = lock(&self.inner.keys);
-        let (redis, refill) = match keys.get_mut(key) {
+        let (redis, refill, turns) = match keys.get_mut(key) {
             Some(local) => {
                 local.users += 1;
-                (local.redis.clone(), local.refill.clone())
+                (
+                    local.redis.clone(),
+                    local.refill.clone(),
+                    local.turns.clone(),
+                )
             }
             None => {
                 let local = KeyLocal {
@@ -606,8 +768,13 @@ where
                     lease: None,
                     to_return: 0,
                     refill: Arc::new(tokio::sync::Mutex::new(())),
+                    turns: Arc::default(),
                 };
-                let held = (local.redis.clone(), local.refill.clone());
+                let held = (
+                    local.redis.clone(),
+                    local.refill.clone(),
+                    local.turns.clone(),
+                );
                 keys.insert(key.to_owned(), local);
                 held
             }
@@ -617,6 +784,7 @@ where
             key,
             redis,
             refill,
+            turns,
         }
     }
 
@@ -771,13 +939,36 @@ where
         })
     }
 
-    fn fallback(&self) -> Option<KeyedRateLimiter<K>> {
-        lock(&self.inner.fallback).current()
+    /// The local limiter in charge of `key` while the fail-open fallback is: `share` of the
+    /// limit this process set for the key, else of the default limit.
+    fn fallback<Q>(&self, key: &Q) -> Option<Local<K>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let fallback = lock(&self.inner.fallback).current()?;
+        let (FailurePolicy::FailOpen { share }, Some((rate, burst))) = (
+            self.inner.policy,
+            lock(&self.inner.limits).get(key).copied(),
+        ) else {
+            return Some(Local::Default(fallback.default));
+        };
+        let mut own = lock(&fallback.own);
+        if let Some(limiter) = own.get(key) {
+            return Some(Local::Own(limiter.clone()));
+        }
+        let (rate, burst) = policy::share_of(rate, burst, share);
+        let limiter = RateLimiter::new(rate, burst);
+        own.insert(key.to_owned(), limiter.clone());
+        Some(Local::Own(limiter))
     }
 
     fn open_fallback(&self, share: f64) {
         let (rate, burst) = policy::share_of(self.inner.rate, self.inner.burst, share);
-        lock(&self.inner.fallback).open(|| KeyedRateLimiter::new(rate, burst));
+        lock(&self.inner.fallback).open(|| KeyedFallback {
+            default: KeyedRateLimiter::new(rate, burst),
+            own: Arc::default(),
+        });
     }
 
     fn recovered(&self) {
@@ -808,7 +999,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
-        match self.wait(key, cost, None).await {
+        match self.wait(key, cost, None, false).await {
             Ok(()) => Ok(()),
             Err(WaitError::Quota(e)) => Err(e),
             // Without a deadline nothing is refused.
@@ -851,7 +1042,7 @@ where
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
         let deadline = Instant::now().checked_add(timeout);
-        match self.wait(key, cost, Some(deadline)).await {
+        match self.wait(key, cost, Some(deadline), false).await {
             Ok(()) => Ok(()),
             Err(WaitError::Refused(refused)) => {
                 self.inner.counters.refuse();
@@ -862,13 +1053,28 @@ where
         }
     }
 
+    /// Like `acquire`, but never gives up: what a stream or a tower future does, holding its
+    /// item or request. An outage is waited out whatever the fail-closed deadline, and a reply
+    /// error (counted and logged as always) is asked again after 100 ms, then at a backoff
+    /// doubling up to [`REPLY_BACKOFF_MAX`].
+    async fn acquire_patiently<Q>(&self, key: &Q, cost: u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
+    {
+        // Without a deadline, and retrying reply errors, there is no error to return.
+        let _ = self.wait(key, cost, None, true).await;
+    }
+
     /// The wait of `acquire` (`deadline: None`) and `acquire_timeout` (`Some(deadline)`,
-    /// `Some(None)` being a deadline beyond time).
+    /// `Some(None)` being a deadline beyond time); `patient` (without a deadline only) never
+    /// gives up, and retries reply errors at a backoff.
     async fn wait<Q>(
         &self,
         key: &Q,
         cost: u64,
         deadline: Option<Option<Instant>>,
+        patient: bool,
     ) -> Result<(), WaitError>
     where
         K: Borrow<Q>,
@@ -883,6 +1089,7 @@ where
         let keys = &hold.redis;
         let lease_tokens = self.inner.lease_tokens;
         let mut backoff = Duration::from_millis(10);
+        let mut reply_backoff = Duration::from_millis(100);
         let mut failing_since: Option<Instant> = None;
         let left = |now: Instant| match deadline {
             Some(Some(d)) => Some(d.saturating_duration_since(now)),
@@ -915,7 +1122,7 @@ where
             } else {
                 None
             };
-            if let Some(fallback) = self.fallback() {
+            if let Some(fallback) = self.fallback(key) {
                 drop(refilling);
                 match deadline {
                     None => fallback.acquire(key, cost).await,
@@ -935,7 +1142,12 @@ where
             let max_wait_us =
                 left(attempt).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
             let amounts = (cost, cost.max(lease_tokens), self.take_back(key));
-            match self.round_trip(keys, amounts, true, max_wait_us).await {
+            // Taken as the request is sent (nothing yields in between): the order Redis sees.
+            let turn = hold.turns.take();
+            let answer = self.round_trip(keys, amounts, true, max_wait_us).await;
+            // Anything but a reservation gives its place up at once.
+            let mut turn = matches!(answer, Ok(Answer::Granted { .. })).then_some(turn);
+            match answer {
                 Ok(Answer::Granted { surplus, wait }) => {
                     self.recovered();
                     let reserved = Reserved {
@@ -944,6 +1156,8 @@ where
                         tokens: cost.saturating_add(surplus),
                     };
                     if wait == Nanos::MAX {
+                        // Never: it holds nobody up, here or in Redis (nothing was charged).
+                        drop(turn.take());
                         if deadline.is_some() {
                             // Never within any timeout: given back (if it was charged at all).
                             return Err(WaitError::Refused(NotUntil::NEVER));
@@ -951,6 +1165,11 @@ where
                         std::future::pending::<()>().await;
                     } else if wait > Nanos::ZERO {
                         tokio::time::sleep(wait.to_duration()).await;
+                    }
+                    // After the key's reservations sent before it, however late their replies
+                    // were read.
+                    if let Some(turn) = &turn {
+                        turn.come().await;
                     }
                     std::mem::forget(reserved);
                     self.keep_lease(key, surplus);
@@ -967,7 +1186,16 @@ where
                     let wait = wait.to_duration().min(Duration::from_secs(1));
                     tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
                 }
-                Err(Failure::Reply(e)) => return Err(WaitError::Quota(RedisQuotaError::Reply(e))),
+                Err(Failure::Reply(e)) => {
+                    if !patient {
+                        return Err(WaitError::Quota(RedisQuotaError::Reply(e)));
+                    }
+                    // A stream holds its item and asks again, slowly: granting without Redis's
+                    // say-so could exceed the quota, and the key may be repaired meanwhile.
+                    drop(refilling);
+                    tokio::time::sleep(reply_backoff).await;
+                    reply_backoff = (reply_backoff * 2).min(REPLY_BACKOFF_MAX);
+                }
                 Err(Failure::Outage(e)) => {
                     drop(refilling);
                     let since = *failing_since.get_or_insert(attempt);
@@ -982,7 +1210,10 @@ where
                                     return Err(WaitError::Refused(NotUntil::after(backoff)));
                                 }
                                 pause = pause.min(left);
-                            } else if deadline.is_none() && since.elapsed() >= give_up_after {
+                            } else if deadline.is_none()
+                                && !patient
+                                && since.elapsed() >= give_up_after
+                            {
                                 return Err(WaitError::Quota(RedisQuotaError::Unavailable(e)));
                             }
                             tokio::time::sleep(pause).await;
@@ -1028,7 +1259,7 @@ where
             counters.grant(cost);
             return Ok(());
         }
-        let answer = if let Some(fallback) = self.fallback() {
+        let answer = if let Some(fallback) = self.fallback(key) {
             let answer = fallback.try_acquire(key, cost);
             if answer.is_ok() {
                 counters.fall_back();
@@ -1074,11 +1305,17 @@ where
     /// (it does not expire), and read by every process's next request for the key. The key
     /// keeps its level, in tokens (at most the new burst); a full bucket stays full.
     ///
+    /// This process also remembers the limit (until it clears it), so that under `FailOpen`
+    /// its fallback grants the key `share` of it during an outage.
+    ///
     /// # Errors
     ///
     /// [`RedisQuotaError::Config`] for a zero burst; [`RedisQuotaError::Reply`] when Redis
-    /// answers with an error; [`RedisQuotaError::Unavailable`] when Redis cannot be reached
-    /// (at once: no failure policy applies to a change of configuration).
+    /// answers with an error; [`RedisQuotaError::Unavailable`] when Redis cannot be reached,
+    /// at once, whatever the failure policy: a change of configuration is neither retried nor
+    /// granted by a fallback, and a failed one changes nothing in this process (its fallback
+    /// keeps the limit it knew). A round trip that timed out may still have reached Redis:
+    /// set the limit again once Redis is back.
     ///
     /// # Examples
     ///
@@ -1099,15 +1336,19 @@ where
             return Err(RedisQuotaError::Config(ConfigError::ZeroBurst));
         }
         self.change_limit(key, Some((policy::interval_us(rate), burst)))
-            .await
+            .await?;
+        lock(&self.inner.limits).insert(key.to_owned(), (rate, burst));
+        Ok(())
     }
 
     /// Gives `key` the default limit again, for every process, keeping its level (at most the
-    /// default burst).
+    /// default burst). This process forgets the limit it had set for the key: its fail-open
+    /// fallback grants the key `share` of the default limit again.
     ///
     /// # Errors
     ///
-    /// As [`set_limit`](RedisKeyedRateLimiter::set_limit)'s, but for the burst.
+    /// As [`set_limit`](RedisKeyedRateLimiter::set_limit)'s, but for the burst: while Redis
+    /// cannot be reached, [`RedisQuotaError::Unavailable`] at once, and nothing changes.
     ///
     /// # Examples
     ///
@@ -1122,7 +1363,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
-        self.change_limit(key, None).await
+        self.change_limit(key, None).await?;
+        lock(&self.inner.limits).remove(key);
+        Ok(())
     }
 
     async fn change_limit<Q>(
@@ -1147,7 +1390,10 @@ where
             })
             .await;
         match reply {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.recovered();
+                Ok(())
+            }
             Err(Failure::Reply(e)) => Err(RedisQuotaError::Reply(e)),
             Err(Failure::Outage(e)) => Err(RedisQuotaError::Unavailable(e)),
         }
@@ -1180,9 +1426,147 @@ where
     }
 }
 
+/// A stream's front item or a tower request of one key in flight on a
+/// [`RedisKeyedRateLimiter`] (not nameable outside the crate): the key, and the round trip
+/// (with the wait that follows it) in flight.
+pub struct RedisKeyPermit<K> {
+    quota: RedisKeyedRateLimiter<K>,
+    key: K,
+    acquire: Option<Pending<()>>,
+    #[cfg(feature = "tower")]
+    check: Option<Pending<Result<(), NotUntil>>>,
+}
+
+/// Nothing in it is ever pinned in place: the key is cloned into each round trip, and the
+/// round trips are boxed.
+impl<K> Unpin for RedisKeyPermit<K> {}
+
+impl<K> fmt::Debug for RedisKeyPermit<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisKeyPermit")
+            .field("in_flight", &self.acquire.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> KeyedQuota for RedisKeyedRateLimiter<K> where
+    K: Hash + Eq + Clone + Display + Send + Sync + 'static
+{
+}
+
+/// A stream holds its item while its key's request is in flight: nothing is lost if it is
+/// dropped (a reservation not yet used is given back), and the stream never fails (see
+/// `acquire_patiently`).
+impl<K> KeyedSealed for RedisKeyedRateLimiter<K>
+where
+    K: Hash + Eq + Clone + Display + Send + Sync + 'static,
+{
+    type Key = K;
+    type Hasher = RandomState;
+    type Permit = RedisKeyPermit<K>;
+
+    fn hash_key(&self, key: &K) -> u64 {
+        self.inner.hasher.hash_one(key)
+    }
+
+    fn permit(&self, key: K, _: u64) -> RedisKeyPermit<K> {
+        RedisKeyPermit {
+            quota: self.clone(),
+            key,
+            acquire: None,
+            #[cfg(feature = "tower")]
+            check: None,
+        }
+    }
+
+    fn arrive(&self, key: &K, hash: u64, cost: u64, waker: &Waker) -> Arrival<RedisKeyPermit<K>> {
+        let mut permit = self.permit(key.clone(), hash);
+        let mut cx = Context::from_waker(waker);
+        // From a key's lease, or when the cost is 0, this is ready at once.
+        match Self::poll_acquire(Pin::new(&mut permit), &mut cx, cost) {
+            Poll::Ready(()) => Arrival::Granted,
+            // Its round trip or its sleep wakes `waker`.
+            Poll::Pending => Arrival::Waiting { permit, ask: false },
+        }
+    }
+
+    fn poll_acquire(
+        permit: Pin<&mut RedisKeyPermit<K>>,
+        cx: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<()> {
+        let permit = permit.get_mut();
+        let (quota, key) = (&permit.quota, &permit.key);
+        poll_slot(&mut permit.acquire, cx, || {
+            let (quota, key) = (quota.clone(), key.clone());
+            async move { quota.acquire_patiently(&key, cost).await }
+        })
+    }
+
+    #[cfg(feature = "tower")]
+    fn poll_try_acquire(
+        permit: Pin<&mut RedisKeyPermit<K>>,
+        cx: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<Result<(), NotUntil>> {
+        let permit = permit.get_mut();
+        let (quota, key) = (&permit.quota, &permit.key);
+        poll_slot(&mut permit.check, cx, || {
+            let (quota, key) = (quota.clone(), key.clone());
+            async move {
+                // A reply error (counted and logged by `try_acquire`) refuses the request: it
+                // is not let through without Redis's say-so.
+                quota.try_acquire(&key, cost).await.map_err(|e| match e {
+                    TryAcquireError::NotUntil(refused) => refused,
+                    TryAcquireError::Reply(_) => NotUntil::after(super::script::REPLY_RETRY),
+                })
+            }
+        })
+    }
+
+    #[cfg(feature = "http")]
+    fn state(_: Pin<&mut RedisKeyPermit<K>>) -> Option<crate::stats::QuotaState> {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::escape;
+
+    #[tokio::test]
+    async fn a_reservation_goes_after_every_one_sent_before_it() {
+        use std::sync::Arc;
+        use tokio_test::{assert_pending, assert_ready, task};
+
+        use super::Turns;
+
+        let turns = Arc::new(Turns::default());
+        let (first, second, third) = (turns.take(), turns.take(), turns.take());
+        let mut third_comes = task::spawn(async move {
+            third.come().await;
+            third
+        });
+        assert_pending!(third_comes.poll());
+        // The second gives up (dropped, refused): the third still waits for the first.
+        drop(second);
+        assert!(!third_comes.is_woken());
+        assert_pending!(third_comes.poll());
+        let mut first_comes = task::spawn(first.come());
+        assert_ready!(first_comes.poll());
+        drop(first_comes);
+        // The first is used: the third's turn, and it is woken for it.
+        drop(first);
+        assert!(third_comes.is_woken());
+        let third = assert_ready!(third_comes.poll());
+        // A ticket taken now waits for the third only.
+        let fourth = turns.take();
+        let mut fourth_comes = task::spawn(fourth.come());
+        assert_pending!(fourth_comes.poll());
+        drop(third);
+        assert!(fourth_comes.is_woken());
+        assert_ready!(fourth_comes.poll());
+    }
 
     #[test]
     fn keys_are_escaped() {

@@ -35,7 +35,9 @@ pub enum RedisQuotaError {
     Config(ConfigError),
     /// The Redis URL or client configuration was refused.
     Client(redis::RedisError),
-    /// Redis could not be reached for longer than the `FailClosed` deadline.
+    /// Redis could not be reached: for longer than the `FailClosed` deadline by an
+    /// `acquire`, or at all by a change of configuration (a keyed quota's `set_limit` and
+    /// `clear_limit`, which no failure policy applies to).
     Unavailable(redis::RedisError),
     /// Redis answered the request with an error (see
     /// [outages and reply errors](RedisRateLimiter#outages-and-reply-errors)): the key holds a value of another type or something that is not a pacer quota, or a
@@ -51,7 +53,7 @@ impl fmt::Display for RedisQuotaError {
             RedisQuotaError::Config(e) => e.fmt(f),
             RedisQuotaError::Client(e) => write!(f, "invalid Redis client configuration: {e}"),
             RedisQuotaError::Unavailable(e) => {
-                write!(f, "Redis unreachable past the fail-closed deadline: {e}")
+                write!(f, "Redis unreachable: {e}")
             }
             RedisQuotaError::Reply(e) => write!(f, "Redis answered the quota with an error: {e}"),
         }
@@ -940,7 +942,8 @@ impl fmt::Debug for RedisRateLimiter {
     }
 }
 
-type Pending<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+/// A round trip (and whatever waiting follows it) in flight for a stream or a tower future.
+pub(super) type Pending<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
 /// A stream's request in flight on a [`RedisRateLimiter`] (not nameable outside the crate).
 pub struct RedisPermit {
@@ -961,7 +964,7 @@ impl fmt::Debug for RedisPermit {
 
 /// Polls the request in flight in `slot`, starting it with `start` if there is none, and
 /// empties the slot once it has answered.
-fn poll_slot<T, F>(
+pub(super) fn poll_slot<T, F>(
     slot: &mut Option<Pending<T>>,
     cx: &mut Context<'_>,
     start: impl FnOnce() -> F,

@@ -2,13 +2,12 @@
 //! adapter types they return, one per file (as tokio-stream's adapters), each a short poll over
 //! the core's rules and, for shared quotas, the engine's waiters.
 
-use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 use futures_core::Stream;
 
 use crate::error::ConfigError;
-use crate::limiter::{KeyedRateLimiter, Quota, Stagger};
+use crate::limiter::{KeyedQuota, Quota, Stagger};
 use crate::rate::Rate;
 
 /// `get_ref`, `get_mut`, `get_pin_mut` and `into_inner` for an adapter whose underlying stream
@@ -514,7 +513,9 @@ pub trait PaceExt: Stream {
     }
 
     /// Paces items per key: each item costs `cost(&item)` tokens of the bucket that `limiter`
-    /// keeps for `key(&item)`, and no key holds up another.
+    /// keeps for `key(&item)`, and no key holds up another. `limiter` is any [`KeyedQuota`]: a
+    /// [`KeyedRateLimiter`](crate::KeyedRateLimiter) or, with the `redis` feature, a
+    /// `RedisKeyedRateLimiter` shared by a fleet.
     ///
     /// The adapter holds up to `capacity` items. An item whose key has nothing held and whose
     /// bucket holds its cost leaves at once, even while items of other keys wait; the others
@@ -535,8 +536,21 @@ pub trait PaceExt: Stream {
     /// the oldest. One timer serves the whole adapter (the earliest deadline among the held
     /// items), and it is armed only while something is held.
     ///
-    /// The key type needs `Hash + Eq + Clone`; the key function and the cost function run
-    /// outside any lock, so a panic in either propagates and leaves the limiter usable.
+    /// **Over Redis.** With a `RedisKeyedRateLimiter`, the oldest held item of each key waits
+    /// by the Redis limiter's own `acquire` (a reservation charged in Redis, then a local
+    /// sleep; leases, retries and the failure policy as for any caller), one request per key
+    /// at a time: a key's items still leave in upstream order, and across processes a key's
+    /// requests are served in the order they reach Redis. The stream never fails: while
+    /// Redis is unreachable, `FailClosed` holds the items (nothing is lost) and `FailOpen`
+    /// grants from the local fallback. A Redis reply error on a key (a key of another type)
+    /// holds that key's items and asks again after 100 ms, then at a backoff doubling up to
+    /// 1 s, each failure counted in the limiter's `stats().reply_errors` and logged at error
+    /// level (feature `tracing`); the other keys go on, and the key's items leave once it is
+    /// repaired. See [`KeyedQuota`].
+    ///
+    /// The key type needs `Hash + Eq + Clone` (and `Display + Send + Sync + 'static` for
+    /// Redis); the key function and the cost function run outside any lock, so a panic in
+    /// either propagates and leaves the limiter usable.
     ///
     /// # Panics
     ///
@@ -566,18 +580,17 @@ pub trait PaceExt: Stream {
     /// # }
     /// ```
     #[track_caller]
-    fn throttle_by_key<K, KF, F, H>(
+    fn throttle_by_key<Q, KF, F>(
         self,
-        limiter: &KeyedRateLimiter<K, H>,
+        limiter: &Q,
         key: KF,
         cost: F,
         capacity: usize,
-    ) -> ThrottleByKey<Self, K, KF, F, H>
+    ) -> ThrottleByKey<Self, Q::Key, KF, F, Q::Hasher, Q>
     where
         Self: Sized,
-        K: Hash + Eq + Clone,
-        H: BuildHasher,
-        KF: FnMut(&Self::Item) -> K,
+        Q: KeyedQuota,
+        KF: FnMut(&Self::Item) -> Q::Key,
         F: FnMut(&Self::Item) -> u64,
     {
         match ThrottleByKey::try_new(self, limiter, key, cost, capacity) {
@@ -602,18 +615,19 @@ pub trait PaceExt: Stream {
     /// let paced = futures_util::stream::iter([1, 2]).try_throttle_by_key(&limiter, |n| *n, |_| 1, 0);
     /// assert_eq!(paced.err(), Some(ConfigError::ZeroCapacity));
     /// ```
-    fn try_throttle_by_key<K, KF, F, H>(
+    // The adapter's type spells out the quota's key and hasher, as `throttle_by_key`'s does.
+    #[allow(clippy::type_complexity)]
+    fn try_throttle_by_key<Q, KF, F>(
         self,
-        limiter: &KeyedRateLimiter<K, H>,
+        limiter: &Q,
         key: KF,
         cost: F,
         capacity: usize,
-    ) -> Result<ThrottleByKey<Self, K, KF, F, H>, ConfigError>
+    ) -> Result<ThrottleByKey<Self, Q::Key, KF, F, Q::Hasher, Q>, ConfigError>
     where
         Self: Sized,
-        K: Hash + Eq + Clone,
-        H: BuildHasher,
-        KF: FnMut(&Self::Item) -> K,
+        Q: KeyedQuota,
+        KF: FnMut(&Self::Item) -> Q::Key,
         F: FnMut(&Self::Item) -> u64,
     {
         ThrottleByKey::try_new(self, limiter, key, cost, capacity)

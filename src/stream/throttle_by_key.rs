@@ -1,21 +1,24 @@
-//! `throttle_by_key`: items paced by a [`KeyedRateLimiter`], one bucket per key, with no
-//! head-of-line blocking between keys.
+//! `throttle_by_key`: items paced by a [`KeyedQuota`] (a [`KeyedRateLimiter`] unless said
+//! otherwise), one bucket per key, with no head-of-line blocking between keys.
 //!
 //! The adapter holds up to `capacity` items in a FIFO per key. The oldest held item of each
-//! key (its *front*) waits in the key's lane through an engine [`Waiter`], like any task's
-//! request: it sleeps on its own timer while it heads the key's queue, and is woken by the lane
-//! when it comes to head it. The items behind it wait in the adapter and take the waiter over
-//! when they become the front. Each front's waiter runs with a waker of its own, which records
-//! the front as woken before it wakes the task, so a poll asks only the fronts that were
-//! woken (oldest first) and never those still queued behind other users of their key. An item
-//! is charged when it leaves.
+//! key (its *front*) waits through the quota's permit: in a [`KeyedRateLimiter`], an engine
+//! [`Waiter`](crate::engine::Waiter) in the key's lane, like any task's request (it sleeps on
+//! its own timer while it heads the key's queue, and is woken by the lane when it comes to head
+//! it); in Redis, the Redis limiter's own wait. The items behind it wait in the adapter and take
+//! the permit over when they become the front. Each front's permit runs with a waker of its
+//! own, which records the front as woken before it wakes the task, so a poll asks only the
+//! fronts that were woken (oldest first) and never those still queued behind other users of
+//! their key. An item is charged when it leaves.
 //!
-//! The first item of a key that holds nothing is asked of the lane directly, with no waiter:
-//! when the limit does not bind, an item costs one hash, one lock and one bucket offer.
+//! The first item of a key that holds nothing is offered to the quota directly (its
+//! `arrive`): in process, when the limit does not bind, an item costs
+//! one hash, one lock and one bucket offer.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
@@ -26,10 +29,9 @@ use hashbrown::HashTable;
 use pin_project_lite::pin_project;
 
 use super::upstream::Source;
-use crate::engine::keyed::{KeyOwned, KeyedShared};
-use crate::engine::{Step, Waiter};
 use crate::error::ConfigError;
-use crate::limiter::KeyedRateLimiter;
+use crate::limiter::keyed_quota::sealed::{Arrival, KeyedSealed};
+use crate::limiter::{KeyedQuota, KeyedRateLimiter};
 use crate::sync::{lock, Mutex};
 
 /// The fronts woken since the adapter last looked, and the task to wake for them.
@@ -62,45 +64,45 @@ impl Wake for FrontWake {
     }
 }
 
-/// A front's place in its key's lane, pinned where it waits.
-type FrontWaiter<K, S> = Pin<Box<Waiter<KeyOwned<K, S>>>>;
+/// A front's place in its key's queue, pinned where it waits.
+type FrontPermit<Q> = Pin<Box<<Q as KeyedSealed>::Permit>>;
 
 /// The held items of one key, oldest first (arrival number, item, cost), and the front's
-/// place in the key's lane once it has had to wait.
-struct Front<K: Hash + Eq + Clone, S: BuildHasher, T> {
-    key: K,
+/// place in the key's queue once it has had to wait.
+struct Front<Q: KeyedQuota, T> {
+    key: Q::Key,
     hash: u64,
     items: VecDeque<(u64, T, u64)>,
-    waiter: Option<FrontWaiter<K, S>>,
+    permit: Option<FrontPermit<Q>>,
 }
 
-/// A place for one key's front, with the waker its waiter runs with (made once per slot).
-struct Slot<K: Hash + Eq + Clone, S: BuildHasher, T> {
+/// A place for one key's front, with the waker its permit runs with (made once per slot).
+struct Slot<Q: KeyedQuota, T> {
     waker: Waker,
-    front: Option<Front<K, S, T>>,
+    front: Option<Front<Q, T>>,
 }
 
-/// Everything the adapter holds, and its places in the limiter's queues.
-struct Held<K: Hash + Eq + Clone, S: BuildHasher, T> {
-    limiter: Arc<KeyedShared<K, S>>,
-    /// The key of each slot that holds items, by the key's hash (the limiter's hasher).
+/// Everything the adapter holds, and its places in the quota's queues.
+struct Held<Q: KeyedQuota, T> {
+    quota: Q,
+    /// The key of each slot that holds items, by the key's hash (the quota's hasher).
     table: HashTable<(u64, usize)>,
-    slots: Vec<Slot<K, S, T>>,
+    slots: Vec<Slot<Q, T>>,
     free: Vec<usize>,
     woken: Arc<Mutex<Woken>>,
     /// The fronts to ask at this poll: (the front's arrival number, its slot), oldest first.
     to_ask: BTreeSet<(u64, usize)>,
     count: usize,
     next_seq: u64,
-    /// How many times a front's waiter was polled: only woken fronts are.
+    /// How many times a front's permit was polled: only woken fronts are.
     #[cfg(test)]
     asked: usize,
 }
 
-impl<K: Hash + Eq + Clone, S: BuildHasher, T> Held<K, S, T> {
-    fn new(limiter: Arc<KeyedShared<K, S>>) -> Self {
+impl<Q: KeyedQuota, T> Held<Q, T> {
+    fn new(quota: Q) -> Self {
         Held {
-            limiter,
+            quota,
             table: HashTable::new(),
             slots: Vec::new(),
             free: Vec::new(),
@@ -128,11 +130,11 @@ impl<K: Hash + Eq + Clone, S: BuildHasher, T> Held<K, S, T> {
     }
 
     /// Offers an item pulled from upstream: returned at once if its key holds nothing and the
-    /// limiter grants it now, else held.
-    fn arrive(&mut self, key: K, item: T, cost: u64) -> Option<T> {
+    /// quota grants it now, else held.
+    fn arrive(&mut self, key: Q::Key, item: T, cost: u64) -> Option<T> {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let hash = self.limiter.hash(&key);
+        let hash = self.quota.hash_key(&key);
         let slots = &mut self.slots;
         let found = self.table.find(hash, |&(h, s)| {
             h == hash && slots[s].front.as_ref().is_some_and(|f| f.key == key)
@@ -145,32 +147,24 @@ impl<K: Hash + Eq + Clone, S: BuildHasher, T> Held<K, S, T> {
             }
         }
         let slot = self.free_slot();
-        let mut ticket = None;
-        let step = self
-            .limiter
-            .poll(hash, &key, &mut ticket, cost, &self.slots[slot].waker, None);
-        let step = match step {
-            // Without a timeout the limiter never refuses.
-            Ok(Step::Granted) | Err(_) => {
+        let (permit, ask) = match self.quota.arrive(&key, hash, cost, &self.slots[slot].waker) {
+            Arrival::Granted => {
                 self.free.push(slot);
                 return Some(item);
             }
-            Ok(step) => step,
+            Arrival::Waiting { permit, ask } => (permit, ask),
         };
-        // It holds a place in the key's queue now: a waiter takes that place over.
-        let handle = KeyOwned::hashed(self.limiter.clone(), key.clone(), hash);
         let mut items = VecDeque::with_capacity(1);
         items.push_back((seq, item, cost));
         self.slots[slot].front = Some(Front {
             key,
             hash,
             items,
-            waiter: Some(Box::pin(Waiter::queued(handle, ticket))),
+            permit: Some(Box::pin(permit)),
         });
         self.table.insert_unique(hash, (hash, slot), |&(h, _)| h);
         self.count += 1;
-        if let Step::Wait(_) = step {
-            // It heads the key's queue: its waiter arms its timer when asked.
+        if ask {
             self.to_ask.insert((seq, slot));
         }
         None
@@ -200,17 +194,17 @@ impl<K: Hash + Eq + Clone, S: BuildHasher, T> Held<K, S, T> {
             if first != seq {
                 continue; // a stale entry: that item has left
             }
-            let waiter = front.waiter.get_or_insert_with(|| {
-                let handle = KeyOwned::hashed(self.limiter.clone(), front.key.clone(), front.hash);
-                Box::pin(Waiter::new(handle))
-            });
+            let quota = &self.quota;
+            let permit = front
+                .permit
+                .get_or_insert_with(|| Box::pin(quota.permit(front.key.clone(), front.hash)));
             let mut cx = Context::from_waker(waker);
             #[cfg(test)]
             {
                 self.asked += 1;
             }
-            // Pending: its lane or its timer wakes it through the slot's waker.
-            if waiter.as_mut().poll_acquire(&mut cx, cost, None).is_ready() {
+            // Pending: its queue or its timer wakes it through the slot's waker.
+            if Q::poll_acquire(permit.as_mut(), &mut cx, cost).is_ready() {
                 return self.take_front(slot);
             }
         }
@@ -252,7 +246,10 @@ impl<K: Hash + Eq + Clone, S: BuildHasher, T> Held<K, S, T> {
 
 pin_project! {
     /// Stream for [`throttle_by_key`](crate::PaceExt::throttle_by_key): items paced per key
-    /// by a [`KeyedRateLimiter`], in upstream order per key, with no key holding up another.
+    /// by a [`KeyedQuota`] `Q`, in upstream order per key, with no key holding up another.
+    ///
+    /// `Q` is a [`KeyedRateLimiter`] with hasher `H` unless said otherwise; `H` is unused (left
+    /// at its default) for another quota, such as a `RedisKeyedRateLimiter<K>`.
     ///
     /// # Examples
     ///
@@ -273,26 +270,41 @@ pin_project! {
     /// # }
     /// ```
     #[must_use = "streams do nothing unless polled"]
-    pub struct ThrottleByKey<S: Stream, K, KF, F, H = std::collections::hash_map::RandomState>
+    pub struct ThrottleByKey<
+        S: Stream,
+        K,
+        KF,
+        F,
+        H = std::collections::hash_map::RandomState,
+        Q = KeyedRateLimiter<K, H>,
+    >
     where
         K: Hash,
         K: Eq,
         K: Clone,
         H: BuildHasher,
+        Q: KeyedQuota<Key = K>,
     {
         #[pin]
         source: Source<S>,
-        held: Held<K, H, S::Item>,
+        held: Held<Q, S::Item>,
         key: KF,
         cost: F,
         capacity: usize,
+        hasher: PhantomData<fn() -> H>,
     }
 }
 
-impl<S: Stream, K: Hash + Eq + Clone, KF, F, H: BuildHasher> ThrottleByKey<S, K, KF, F, H> {
+impl<S, K, KF, F, H, Q> ThrottleByKey<S, K, KF, F, H, Q>
+where
+    S: Stream,
+    K: Hash + Eq + Clone,
+    H: BuildHasher,
+    Q: KeyedQuota<Key = K>,
+{
     pub(crate) fn try_new(
         stream: S,
-        limiter: &KeyedRateLimiter<K, H>,
+        quota: &Q,
         key: KF,
         cost: F,
         capacity: usize,
@@ -302,15 +314,14 @@ impl<S: Stream, K: Hash + Eq + Clone, KF, F, H: BuildHasher> ThrottleByKey<S, K,
         }
         Ok(ThrottleByKey {
             source: Source::new(stream),
-            held: Held::new(limiter.shared.clone()),
+            held: Held::new(quota.clone()),
             key,
             cost,
             capacity,
+            hasher: PhantomData,
         })
     }
-}
 
-impl<S: Stream, K: Hash + Eq + Clone, KF, F, H: BuildHasher> ThrottleByKey<S, K, KF, F, H> {
     /// How many items the adapter holds now, waiting for their keys.
     ///
     /// # Examples
@@ -335,18 +346,21 @@ impl<S: Stream, K: Hash + Eq + Clone, KF, F, H: BuildHasher> ThrottleByKey<S, K,
 }
 
 accessors!(
-    ThrottleByKey [S: Stream, K: Hash + Eq + Clone, KF, F, H: BuildHasher] [S, K, KF, F, H],
+    ThrottleByKey
+    [S: Stream, K: Hash + Eq + Clone, KF, F, H: BuildHasher, Q: KeyedQuota<Key = K>]
+    [S, K, KF, F, H, Q],
     source,
     "futures_util::stream::iter([1, 2, 3]).throttle_by_key(&pacer::KeyedRateLimiter::new(Rate::per_second(1), 1), |n| *n, |_| 1, 8)"
 );
 
-impl<S, K, KF, F, H> Stream for ThrottleByKey<S, K, KF, F, H>
+impl<S, K, KF, F, H, Q> Stream for ThrottleByKey<S, K, KF, F, H, Q>
 where
     S: Stream,
     K: Hash + Eq + Clone,
     KF: FnMut(&S::Item) -> K,
     F: FnMut(&S::Item) -> u64,
     H: BuildHasher,
+    Q: KeyedQuota<Key = K>,
 {
     type Item = S::Item;
 
@@ -390,24 +404,26 @@ where
     }
 }
 
-impl<S, K, KF, F, H> FusedStream for ThrottleByKey<S, K, KF, F, H>
+impl<S, K, KF, F, H, Q> FusedStream for ThrottleByKey<S, K, KF, F, H, Q>
 where
     S: Stream,
     K: Hash + Eq + Clone,
     KF: FnMut(&S::Item) -> K,
     F: FnMut(&S::Item) -> u64,
     H: BuildHasher,
+    Q: KeyedQuota<Key = K>,
 {
     fn is_terminated(&self) -> bool {
         self.source.is_done() && self.held.count == 0
     }
 }
 
-impl<S, K, KF, F, H> fmt::Debug for ThrottleByKey<S, K, KF, F, H>
+impl<S, K, KF, F, H, Q> fmt::Debug for ThrottleByKey<S, K, KF, F, H, Q>
 where
     S: Stream + fmt::Debug,
     K: Hash + Eq + Clone,
     H: BuildHasher,
+    Q: KeyedQuota<Key = K>,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThrottleByKey")

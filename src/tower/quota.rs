@@ -1,17 +1,15 @@
 //! What a request draws on ([`RequestQuota`], [`ByKey`]) and what it costs ([`Cost`]).
 
 use std::fmt;
-use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use crate::engine::keyed::KeyOwned;
-use crate::engine::Waiter;
 use crate::error::NotUntil;
 use crate::limiter::quota::sealed::Sealed;
-use crate::limiter::{KeyedRateLimiter, Quota};
+use crate::limiter::{KeyedQuota, KeyedRateLimiter, Quota};
 
 pub(crate) mod sealed {
     use std::pin::Pin;
@@ -51,7 +49,8 @@ use sealed::RequestSealed;
 
 /// The quota a [`RateLimit`](super::RateLimit) draws a request's tokens from: every
 /// [`Quota`] ([`RateLimiter`](crate::RateLimiter), [`Stagger`](crate::Stagger),
-/// `RedisRateLimiter`), and a [`KeyedRateLimiter`] with a key function ([`ByKey`]).
+/// `RedisRateLimiter`), and every [`KeyedQuota`] ([`KeyedRateLimiter`],
+/// `RedisKeyedRateLimiter`) with a key function ([`ByKey`]).
 ///
 /// Sealed, as [`Quota`] is: the layer relies on the exact semantics of these quotas.
 ///
@@ -72,10 +71,9 @@ pub trait RequestQuota<Req>: RequestSealed<Req> + Clone {}
 
 impl<Q: Quota, Req> RequestQuota<Req> for Q {}
 
-impl<K, S, F, Req> RequestQuota<Req> for ByKey<K, F, S>
+impl<K, S, F, Q, Req> RequestQuota<Req> for ByKey<K, F, S, Q>
 where
-    K: Hash + Eq + Clone,
-    S: BuildHasher,
+    Q: KeyedQuota<Key = K>,
     F: Fn(&Req) -> K + Clone,
 {
 }
@@ -130,8 +128,12 @@ impl<Q: Quota, Req> RequestSealed<Req> for Q {
     }
 }
 
-/// A [`KeyedRateLimiter`] and the function that gives each request its key (a client's IP
-/// address or API key, a tenant, a destination host): see [`RateLimitLayer::keyed`].
+/// A keyed quota (a [`KeyedRateLimiter`], or a `RedisKeyedRateLimiter` with the `redis`
+/// feature: any [`KeyedQuota`]) and the function that gives each request its key (a client's
+/// IP address or API key, a tenant, a destination host): see [`RateLimitLayer::keyed`].
+///
+/// `Q` is a [`KeyedRateLimiter`] with hasher `S` unless said otherwise; `S` is unused (left at
+/// its default) for another quota.
 ///
 /// [`RateLimitLayer::keyed`]: super::RateLimitLayer::keyed
 ///
@@ -145,21 +147,23 @@ impl<Q: Quota, Req> RequestSealed<Req> for Q {
 /// let _layer: RateLimitLayer<ByKey<u32, _>> =
 ///     RateLimitLayer::keyed(&per_tenant, |(tenant, _body): &(u32, String)| *tenant);
 /// ```
-pub struct ByKey<K, F, S = std::collections::hash_map::RandomState> {
-    pub(super) limiter: KeyedRateLimiter<K, S>,
+pub struct ByKey<K, F, S = std::collections::hash_map::RandomState, Q = KeyedRateLimiter<K, S>> {
+    pub(super) limiter: Q,
     pub(super) key: F,
+    pub(super) types: PhantomData<fn() -> (K, S)>,
 }
 
-impl<K, F: Clone, S> Clone for ByKey<K, F, S> {
+impl<K, F: Clone, S, Q: Clone> Clone for ByKey<K, F, S, Q> {
     fn clone(&self) -> Self {
         ByKey {
             limiter: self.limiter.clone(),
             key: self.key.clone(),
+            types: PhantomData,
         }
     }
 }
 
-impl<K, F, S> fmt::Debug for ByKey<K, F, S> {
+impl<K, F, S, Q: fmt::Debug> fmt::Debug for ByKey<K, F, S, Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ByKey")
             .field("limiter", &self.limiter)
@@ -169,62 +173,48 @@ impl<K, F, S> fmt::Debug for ByKey<K, F, S> {
 
 pin_project! {
     /// A request's place in one key's queue (not nameable outside the crate).
-    pub struct KeyPermit<K, S>
-    where
-        K: Hash,
-        K: Eq,
-        K: Clone,
-        S: BuildHasher,
-    {
+    pub struct KeyPermit<Q: KeyedQuota> {
         #[pin]
-        waiter: Waiter<KeyOwned<K, S>>,
+        permit: Q::Permit,
     }
 }
 
-impl<K: Hash + Eq + Clone, S: BuildHasher> fmt::Debug for KeyPermit<K, S> {
+impl<Q: KeyedQuota> fmt::Debug for KeyPermit<Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyPermit").finish_non_exhaustive()
     }
 }
 
-impl<K, S, F, Req> RequestSealed<Req> for ByKey<K, F, S>
+impl<K, S, F, Q, Req> RequestSealed<Req> for ByKey<K, F, S, Q>
 where
-    K: Hash + Eq + Clone,
-    S: BuildHasher,
+    Q: KeyedQuota<Key = K>,
     F: Fn(&Req) -> K + Clone,
 {
-    type Permit = KeyPermit<K, S>;
+    type Permit = KeyPermit<Q>;
 
-    fn permit(&self, req: &Req) -> KeyPermit<K, S> {
+    fn permit(&self, req: &Req) -> KeyPermit<Q> {
+        let key = (self.key)(req);
+        let hash = self.limiter.hash_key(&key);
         KeyPermit {
-            waiter: Waiter::new(KeyOwned::new(self.limiter.shared.clone(), (self.key)(req))),
+            permit: self.limiter.permit(key, hash),
         }
     }
 
-    fn poll_acquire(
-        permit: Pin<&mut KeyPermit<K, S>>,
-        cx: &mut Context<'_>,
-        cost: u64,
-    ) -> Poll<()> {
-        // Without a timeout the limiter never refuses; it only makes us wait.
-        permit
-            .project()
-            .waiter
-            .poll_acquire(cx, cost, None)
-            .map(|_| ())
+    fn poll_acquire(permit: Pin<&mut KeyPermit<Q>>, cx: &mut Context<'_>, cost: u64) -> Poll<()> {
+        Q::poll_acquire(permit.project().permit, cx, cost)
     }
 
     fn poll_try_acquire(
-        permit: Pin<&mut KeyPermit<K, S>>,
-        _: &mut Context<'_>,
+        permit: Pin<&mut KeyPermit<Q>>,
+        cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<Result<(), NotUntil>> {
-        Poll::Ready(permit.waiter.handle().try_acquire(cost))
+        Q::poll_try_acquire(permit.project().permit, cx, cost)
     }
 
     #[cfg(feature = "http")]
-    fn state(permit: Pin<&mut KeyPermit<K, S>>) -> Option<crate::stats::QuotaState> {
-        Some(permit.waiter.handle().quota_state())
+    fn state(permit: Pin<&mut KeyPermit<Q>>) -> Option<crate::stats::QuotaState> {
+        Q::state(permit.project().permit)
     }
 }
 

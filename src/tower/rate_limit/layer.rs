@@ -1,12 +1,12 @@
 //! [`RateLimitLayer`]: wraps a service in a [`RateLimit`] over a shared quota.
 
 use std::fmt;
-use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
 
 use tower_layer::Layer;
 
 use super::service::RateLimit;
-use crate::limiter::{KeyedRateLimiter, Quota};
+use crate::limiter::{KeyedQuota, Quota};
 use crate::mode::{Enforcing, Shaping};
 use crate::tower::quota::{ByKey, OnePerRequest};
 
@@ -16,7 +16,8 @@ use crate::tower::quota::{ByKey, OnePerRequest};
 /// - [`new(&quota)`](RateLimitLayer::new) draws on a [`RateLimiter`](crate::RateLimiter), a
 ///   [`Stagger`](crate::Stagger) or a `RedisRateLimiter`;
 ///   [`keyed(&limiter, key)`](RateLimitLayer::keyed) on one key's bucket of a
-///   [`KeyedRateLimiter`], the key computed from the request.
+///   [`KeyedRateLimiter`](crate::KeyedRateLimiter) or a `RedisKeyedRateLimiter` (any
+///   [`KeyedQuota`]), the key computed from the request.
 /// - [`cost(|req| ..)`](RateLimitLayer::cost) sets what a request costs (default 1).
 /// - Shaping by default: a request waits for its tokens, FIFO with every other user of the
 ///   quota (in the order the response futures are first polled), then is passed on.
@@ -81,14 +82,19 @@ impl<Q: Quota> RateLimitLayer<Q> {
     }
 }
 
-impl<K, F, S> RateLimitLayer<ByKey<K, F, S>>
-where
-    K: Hash + Eq + Clone,
-    S: BuildHasher,
-{
+impl<F, Q: KeyedQuota> RateLimitLayer<ByKey<Q::Key, F, Q::Hasher, Q>> {
     /// A shaping layer over `limiter`, one bucket per key: `key(&req)` says whose bucket a
     /// request draws on (a client's IP address or API key, a tenant, a destination host).
     /// Requests of different keys never wait for each other.
+    ///
+    /// `limiter` is any [`KeyedQuota`]: a [`KeyedRateLimiter`](crate::KeyedRateLimiter) or,
+    /// with the `redis` feature, a `RedisKeyedRateLimiter` whose per-key quotas a whole fleet
+    /// of servers shares. Over Redis, a shaping request waits by the Redis limiter's own
+    /// `acquire` (leases, retries and failure policy included), and an enforcing one is
+    /// decided by its `try_acquire` (one round trip; a refusal writes nothing): refused with
+    /// its [`NotUntil`](crate::NotUntil), or, on a Redis reply error for the key (counted and
+    /// logged by the limiter), with a `retry_after` of 1 s. An announcing layer
+    /// ([`headers`](RateLimitLayer::headers)) sends only `Retry-After` for a Redis quota.
     ///
     /// # Examples
     ///
@@ -115,11 +121,12 @@ where
     /// assert_eq!(start.elapsed(), Duration::from_secs(1));
     /// # }
     /// ```
-    pub fn keyed(limiter: &KeyedRateLimiter<K, S>, key: F) -> Self {
+    pub fn keyed(limiter: &Q, key: F) -> Self {
         RateLimitLayer {
             quota: ByKey {
                 limiter: limiter.clone(),
                 key,
+                types: PhantomData,
             },
             cost: OnePerRequest,
             mode: Shaping,

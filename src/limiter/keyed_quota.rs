@@ -1,0 +1,221 @@
+//! [`KeyedQuota`]: what `throttle_by_key` and the keyed tower layer draw on, one bucket per
+//! key, whether the buckets live in this process or in Redis.
+
+use std::hash::{BuildHasher, Hash};
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use pin_project_lite::pin_project;
+
+use super::keyed::KeyedRateLimiter;
+use crate::engine::keyed::KeyOwned;
+use crate::engine::{Step, Waiter};
+
+pub(crate) mod sealed {
+    use std::hash::{BuildHasher, Hash};
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Waker};
+
+    /// How a stream's first item of a key fared when it was offered.
+    #[derive(Debug)]
+    pub enum Arrival<P> {
+        /// Granted and charged at once: the item leaves.
+        Granted,
+        /// Not granted yet: `permit` holds the request's place, woken through the waker it was
+        /// offered with; `ask` says that it must be polled once more (to arm its timer) even
+        /// before it is woken.
+        Waiting { permit: P, ask: bool },
+    }
+
+    /// What a [`KeyedQuota`](super::KeyedQuota) does, out of users' reach: public in a private
+    /// module, so that the adapters can call it and nobody else can name it.
+    pub trait KeyedSealed {
+        /// The keys the quota has one bucket each for.
+        type Key: Hash + Eq + Clone;
+
+        /// The hasher parameter of the adapters' types: the in-process limiter's own; for a
+        /// quota that has none, std's `RandomState` (unused).
+        type Hasher: BuildHasher;
+
+        /// The state of one key's request in flight, kept pinned where it waits (a stream's
+        /// front item, a tower response future). It holds what it needs of the quota and the
+        /// key; once granted it may be used again for the next request of the same key.
+        type Permit;
+
+        /// The hash of `key`, by which the stream files its held items.
+        fn hash_key(&self, key: &Self::Key) -> u64;
+
+        /// A fresh, idle request for `key`, hashed to `hash` by [`hash_key`](Self::hash_key).
+        fn permit(&self, key: Self::Key, hash: u64) -> Self::Permit;
+
+        /// Offers `cost` of `key` (hashed to `hash`) for an item whose key holds nothing yet:
+        /// granted at once if it can be, else a permit that holds its place and wakes `waker`.
+        fn arrive(
+            &self,
+            key: &Self::Key,
+            hash: u64,
+            cost: u64,
+            waker: &Waker,
+        ) -> Arrival<Self::Permit>;
+
+        /// Waits until `cost` is granted. Never refuses.
+        fn poll_acquire(
+            permit: Pin<&mut Self::Permit>,
+            cx: &mut Context<'_>,
+            cost: u64,
+        ) -> Poll<()>;
+
+        /// Grants `cost` if it can be had without waiting, or says how long until it could.
+        #[cfg(feature = "tower")]
+        fn poll_try_acquire(
+            permit: Pin<&mut Self::Permit>,
+            cx: &mut Context<'_>,
+            cost: u64,
+        ) -> Poll<Result<(), crate::error::NotUntil>>;
+
+        /// The key's quota as HTTP headers announce it, now; `None` for a quota that cannot
+        /// say (one kept in Redis).
+        #[cfg(feature = "http")]
+        fn state(permit: Pin<&mut Self::Permit>) -> Option<crate::stats::QuotaState>;
+    }
+}
+
+use sealed::{Arrival, KeyedSealed};
+
+/// A quota with one bucket per key, shared by handle, that
+/// [`throttle_by_key`](crate::PaceExt::throttle_by_key) and the keyed tower layer
+/// (`pacer::tower::RateLimitLayer::keyed`, feature `tower`) draw on: [`KeyedRateLimiter`] in
+/// this process and, with the `redis` feature, `RedisKeyedRateLimiter` across processes.
+///
+/// The key type is the quota's (`Q: KeyedQuota<Key = String>` in a bound). As [`Quota`] is,
+/// it is sealed, and its machinery is out of reach: the adapters rely on the exact semantics
+/// of these quotas. What each promises to a stream:
+///
+/// - [`KeyedRateLimiter`]: a stream's item waits in its key's FIFO queue like any task, so the
+///   stream's items of one key leave in upstream order, FIFO with every other user of the key.
+/// - `RedisKeyedRateLimiter`: a stream's item of a key waits by the Redis limiter's own
+///   `acquire` (a reservation in Redis, then a local sleep; its retries and its failure
+///   policy), one request per key at a time, so the stream's items of one key still leave in
+///   upstream order; across processes requests are served in the order they reach Redis. A
+///   Redis reply error on a key (a key of another type) neither lets an item through nor
+///   fails the stream: its items are held and asked again after 100 ms, then at a backoff up
+///   to 1 s, each failure counted in the limiter's `stats().reply_errors` and logged at error
+///   level with the `tracing` feature; the other keys go on.
+///
+/// [`Quota`]: crate::Quota
+///
+/// # Examples
+///
+/// ```
+/// use futures_util::{Stream, StreamExt};
+/// use pacer::{KeyedQuota, KeyedRateLimiter, PaceExt, Rate};
+///
+/// // One function for a local keyed quota or (with the `redis` feature) one across machines.
+/// fn per_tenant<S, Q>(s: S, quota: &Q) -> impl Stream<Item = (String, u32)>
+/// where
+///     S: Stream<Item = (String, u32)>,
+///     Q: KeyedQuota<Key = String>,
+/// {
+///     s.throttle_by_key(quota, |m| m.0.clone(), |_| 1, 64)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let tenants = KeyedRateLimiter::new(Rate::per_second(1), 1);
+/// let messages = ["acme", "acme", "globex"].map(|t| (t.to_string(), 0));
+/// let start = tokio::time::Instant::now();
+/// let sent: Vec<_> = per_tenant(futures_util::stream::iter(messages), &tenants)
+///     .map(|m| (m.0, start.elapsed().as_secs()))
+///     .collect()
+///     .await;
+/// let expected = [("acme", 0), ("globex", 0), ("acme", 1)];
+/// assert_eq!(sent, expected.map(|(t, s)| (t.to_string(), s)));
+/// # }
+/// ```
+pub trait KeyedQuota: KeyedSealed + Clone {}
+
+impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedQuota for KeyedRateLimiter<K, S> {}
+
+pin_project! {
+    /// A stream's item or a request in one key's queue of a [`KeyedRateLimiter`] (not
+    /// nameable outside the crate).
+    pub struct KeyWaiter<K, S>
+    where
+        K: Hash,
+        K: Eq,
+        K: Clone,
+        S: BuildHasher,
+    {
+        #[pin]
+        waiter: Waiter<KeyOwned<K, S>>,
+    }
+}
+
+impl<K: Hash + Eq + Clone, S: BuildHasher> std::fmt::Debug for KeyWaiter<K, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyWaiter")
+            .field("waiter", &self.waiter)
+            .finish()
+    }
+}
+
+/// A stream's item (or a request) waits in its key's queue through an engine [`Waiter`].
+impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedSealed for KeyedRateLimiter<K, S> {
+    type Key = K;
+    type Hasher = S;
+    type Permit = KeyWaiter<K, S>;
+
+    fn hash_key(&self, key: &K) -> u64 {
+        self.shared.hash(key)
+    }
+
+    fn permit(&self, key: K, hash: u64) -> Self::Permit {
+        KeyWaiter {
+            waiter: Waiter::new(KeyOwned::hashed(self.shared.clone(), key, hash)),
+        }
+    }
+
+    fn arrive(&self, key: &K, hash: u64, cost: u64, waker: &Waker) -> Arrival<Self::Permit> {
+        // Asked of the key's lane directly, with no waiter: when the limit does not bind, an
+        // item costs one hash, one lock and one bucket offer.
+        let mut ticket = None;
+        match self.shared.poll(hash, key, &mut ticket, cost, waker, None) {
+            // Without a timeout the limiter never refuses.
+            Ok(Step::Granted) | Err(_) => Arrival::Granted,
+            Ok(step) => {
+                // It holds a place in the key's queue now: a waiter takes that place over.
+                let handle = KeyOwned::hashed(self.shared.clone(), key.clone(), hash);
+                Arrival::Waiting {
+                    permit: KeyWaiter {
+                        waiter: Waiter::queued(handle, ticket),
+                    },
+                    // Heading the key's queue, its waiter arms its timer when asked.
+                    ask: matches!(step, Step::Wait(_)),
+                }
+            }
+        }
+    }
+
+    fn poll_acquire(permit: Pin<&mut Self::Permit>, cx: &mut Context<'_>, cost: u64) -> Poll<()> {
+        // Without a timeout the limiter never refuses; it only makes us wait.
+        permit
+            .project()
+            .waiter
+            .poll_acquire(cx, cost, None)
+            .map(|_| ())
+    }
+
+    #[cfg(feature = "tower")]
+    fn poll_try_acquire(
+        permit: Pin<&mut Self::Permit>,
+        _: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<Result<(), crate::error::NotUntil>> {
+        Poll::Ready(permit.waiter.handle().try_acquire(cost))
+    }
+
+    #[cfg(feature = "http")]
+    fn state(permit: Pin<&mut Self::Permit>) -> Option<crate::stats::QuotaState> {
+        Some(permit.waiter.handle().quota_state())
+    }
+}
