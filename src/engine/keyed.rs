@@ -194,11 +194,12 @@ impl<K> Shard<K> {
     }
 
     /// Forgets every key full and idle at `now` in one pass, and gives memory back if the table
-    /// is mostly empty.
-    fn sweep<S: BuildHasher>(&mut self, hasher: &S, now: Nanos, units: u64)
+    /// is mostly empty. Returns how many keys it forgot.
+    fn sweep<S: BuildHasher>(&mut self, hasher: &S, now: Nanos, units: u64) -> usize
     where
         K: Hash,
     {
+        let before = self.slots.len();
         let (lanes, free) = (&mut self.lanes, &mut self.free);
         let (mut latest_word, mut latest_lane) = (None, None::<Nanos>);
         self.slots.retain(|slot| {
@@ -231,6 +232,7 @@ impl<K> Shard<K> {
             self.lanes = Vec::new();
             self.free = Vec::new();
         }
+        before - len
     }
 
     /// Stores a new key. If the table is full, forgets the full keys first, and makes room
@@ -503,10 +505,10 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
 
     /// The shard of a key hashed to `hash`: the product's top bits mix in every bit of the
     /// hash (a weak hasher's low bits alone would crowd a few shards).
-    fn shard(&self, hash: u64) -> &Mutex<Shard<K>> {
+    fn shard_index(&self, hash: u64) -> usize {
         #[allow(clippy::cast_possible_truncation)]
-        let i = (hash.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.shards.len() - 1);
-        &self.shards[i].0
+        let i = (hash.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize;
+        i & (self.shards.len() - 1)
     }
 
     /// `now` in the default bucket's time units, saturated (every word is then below it).
@@ -523,12 +525,15 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         K: Hash,
     {
         let read = timer::since(self.origin, Instant::now());
-        let mut shard = lock(self.shard(hash));
+        let index = self.shard_index(hash);
+        let mut shard = lock(&self.shards[index].0);
         let now = read.max(shard.last);
         shard.last = now;
         let units = self.units(now);
+        // Many keys forgotten at once: an idle period has just ended.
+        let mut idle_ended = false;
         if shard.all_due(now, units) {
-            shard.sweep(&self.hasher, now, units);
+            idle_ended = shard.sweep(&self.hasher, now, units) >= KEEP_CAPACITY;
         } else {
             shard.tick(now, units);
         }
@@ -540,7 +545,35 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         #[cfg(feature = "metrics")]
         after.record(metrics);
         after.run();
+        if idle_ended {
+            self.sweep_others(index, now);
+        }
         out
+    }
+
+    /// After a shard forgot many keys at once, all due: the other shards were most likely idle
+    /// as long, and nothing else would look at a shard that no key of the traffic falls in.
+    /// Sweeps each that is free and all due, so that memory is given back after an idle period
+    /// by the first operation, whichever shard it falls in.
+    #[cold]
+    fn sweep_others(&self, index: usize, now: Nanos)
+    where
+        K: Hash,
+    {
+        for (i, padded) in self.shards.iter().enumerate() {
+            if i == index {
+                continue;
+            }
+            let Ok(mut shard) = padded.0.try_lock() else {
+                continue;
+            };
+            let now = now.max(shard.last);
+            let units = self.units(now);
+            if shard.all_due(now, units) {
+                shard.last = now;
+                shard.sweep(&self.hasher, now, units);
+            }
+        }
     }
 
     /// Grants `cost` of the key (hashed to `hash`) now, if nobody waits for it.
@@ -1044,16 +1077,22 @@ mod tests {
         assert_eq!(shared.held(), 20_000);
         let grown = shared.capacity();
         tokio::time::advance(Duration::from_millis(100)).await;
-        // One operation per shard: each finds every key it holds full, and forgets them all.
-        for key in 100_000..100_000 + 64 * shared.shards.len() as u64 {
-            assert!(take(&shared, key));
-        }
-        assert_eq!(shared.held(), 64 * shared.shards.len());
+        // The first operation finds every key of its shard full, forgets them all, and sweeps
+        // the other shards, idle as long.
+        assert!(take(&shared, 100_000));
+        assert_eq!(shared.held(), 1);
         assert!(
-            shared.capacity() < grown / 4,
+            shared.capacity() < grown / 16,
             "{} of {grown}",
             shared.capacity()
         );
+        // A shard with keys in use keeps them.
+        for key in 200_000..200_100 {
+            assert!(take(&shared, key));
+        }
+        tokio::time::advance(Duration::from_millis(50)).await;
+        assert!(take(&shared, 300_000));
+        assert_eq!(shared.held(), 102);
     }
 
     #[tokio::test(start_paused = true)]
