@@ -8,18 +8,22 @@
 //!    bucket of `FREE_BURST`): `WARM_UP` untimed, then `MEASURE` timed. Every call must be
 //!    granted and Redis must answer no error (throttle-kit grants when Redis errors, so its
 //!    grants alone would not show one). pacer runs without and with `.lease(LEASE_TOKENS,
-//!    LEASE_AGE)`; on one `redis-server` and on a local Redis Cluster (three masters, three
-//!    replicas). The peers have no cluster client. Round trips, commands and CPU are Redis's
-//!    own counts (`INFO commandstats`, `errorstats`, `cpu`, on every master, before and after
-//!    the timed loop), so they include whatever a limiter sends in the background; client CPU
-//!    is this process's `/proc/self/stat`.
+//!    LEASE_AGE)`, and with a response timeout of `RESPONSE_TIMEOUT` (the default 250 ms took a
+//!    stall of the busy 2-core machine for an outage, which under `FailClosed` refuses); on one
+//!    `redis-server` and on a local Redis Cluster (three masters, three replicas). The peers
+//!    have no cluster client; the in-process `KeyedRateLimiter` runs beside them for scale.
+//!    Round trips, commands and CPU are Redis's own counts (`INFO commandstats`, `errorstats`,
+//!    `cpu`, on every master, before and after the timed loop), so they include whatever a
+//!    limiter sends in the background; client CPU is this process's `/proc/self/stat`.
 //! 2. Refusals: one key whose bucket of 1 is spent (1 per hour), then `REFUSALS` calls, one at
 //!    a time, each refused: the Redis commands and writes each costs.
 //! 3. The bound across processes: `PROCESSES` copies of this binary (started again with
 //!    `PACER_BENCH_WORKER` set), `WORKER_TASKS` tasks each, call `try_acquire` on one shared key
 //!    at `SHARED_RATE`/s, burst `SHARED_BURST`, for `WORKER_RUN`, sleeping 1 ms after each
-//!    refusal; each grant is stamped when its answer arrives. The merged timeline's most grants
-//!    in any `WINDOW` is compared with `burst + rate × window` (with a lease, `+ rate × age`).
+//!    refusal; each grant is stamped when its call was sent and when its answer arrived. The
+//!    merged timeline's most grants in any `WINDOW` is compared with `burst + rate × window`
+//!    (with a lease, `+ rate × age`), counted by answer time and counting only the grants both
+//!    sent and answered within the window (those certainly happened on Redis within it).
 //!
 //! Every server is started on free loopback ports without persistence and killed at the end,
 //! also on a panic; each case starts on a flushed server. Skipped, with a message, when
@@ -63,6 +67,8 @@ const SHARED_RATE: u64 = 200;
 const SHARED_BURST: u64 = 20;
 const WORKER_RUN: Duration = Duration::from_secs(2);
 const WINDOW: Duration = Duration::from_millis(100);
+/// pacer's response timeout: see `Client::connect`.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The longest any one phase may take before the run is declared hung.
 const HANG: Duration = Duration::from_secs(60);
 /// The environment variable that makes this binary a worker of part 3.
@@ -185,6 +191,9 @@ impl Client {
                 if contender == Contender::PacerLeased {
                     builder = builder.lease(LEASE_TOKENS, LEASE_AGE);
                 }
+                // The default (250 ms) takes a stall of the shared machine for an outage, and
+                // under `FailClosed` an outage refuses.
+                builder = builder.response_timeout(RESPONSE_TIMEOUT);
                 Some(Client::Pacer(
                     builder.build().expect("a valid configuration"),
                 ))
@@ -417,6 +426,8 @@ struct Case {
     keys: usize,
     calls: u64,
     elapsed: Duration,
+    /// The longest call of the timed loop.
+    slowest: Duration,
     redis: Counts,
     client_cpu: Option<Duration>,
     /// pacer's own round trips during the timed loop.
@@ -424,13 +435,14 @@ struct Case {
 }
 
 /// `TASKS` tasks calling `try_once` for `run`, each on its own stride through `keys`; every
-/// call must be granted. Returns the calls made and the time until the last one returned.
+/// call must be granted. Returns the calls made, the time until the last one returned, and
+/// the slowest call.
 async fn run_tasks(
     client: &Arc<Client>,
     keys: &Arc<Vec<String>>,
     run: Duration,
     label: &str,
-) -> (u64, Duration) {
+) -> (u64, Duration, Duration) {
     let start = Instant::now();
     let stop = start + run;
     let calls = Arc::new(AtomicU64::new(0));
@@ -441,26 +453,33 @@ async fn run_tasks(
             tokio::spawn(async move {
                 let mut i = task;
                 let mut made = 0;
-                while Instant::now() < stop {
+                let mut slowest = Duration::ZERO;
+                let mut now = Instant::now();
+                while now < stop {
                     let granted = client
                         .try_once(&keys[i % keys.len()])
                         .await
                         .unwrap_or_else(|e| panic!("{label}: a call failed: {e}"));
                     assert!(
                         granted,
-                        "{label}: a call was refused under a limit that never binds"
+                        "{label}: a call was refused under a limit that never binds ({:?})",
+                        client.pacer_stats()
                     );
                     made += 1;
                     i += TASKS;
+                    let then = std::mem::replace(&mut now, Instant::now());
+                    slowest = slowest.max(now - then);
                 }
                 calls.fetch_add(made, Ordering::Relaxed);
+                slowest
             })
         })
         .collect();
+    let mut slowest = Duration::ZERO;
     for task in tasks {
-        task.await.expect("a calling task panicked");
+        slowest = slowest.max(task.await.expect("a calling task panicked"));
     }
-    (calls.load(Ordering::Relaxed), start.elapsed())
+    (calls.load(Ordering::Relaxed), start.elapsed(), slowest)
 }
 
 async fn throughput(
@@ -479,7 +498,7 @@ async fn throughput(
     );
     run_tasks(&client, keys, WARM_UP, &label).await;
     let (before, stats_before, cpu_before) = (probe.counts(), client.pacer_stats(), process_cpu());
-    let (calls, elapsed) = run_tasks(&client, keys, MEASURE, &label).await;
+    let (calls, elapsed, slowest) = run_tasks(&client, keys, MEASURE, &label).await;
     let (after, stats_after, cpu_after) = (probe.counts(), client.pacer_stats(), process_cpu());
     let redis = after - before;
     assert_eq!(redis.errors, 0, "{label}: Redis answered with errors");
@@ -489,6 +508,7 @@ async fn throughput(
         keys: keys.len(),
         calls,
         elapsed,
+        slowest,
         redis,
         client_cpu: cpu_after.zip(cpu_before).map(|(a, b)| a - b),
         pacer_round_trips: stats_after
@@ -529,15 +549,15 @@ fn print_throughput(cases: &[Case]) {
         WARM_UP.as_millis()
     );
     println!(
-        "| limiter | Redis | active keys | grants/s | round trips / grant | Redis commands / call | Redis CPU µs / call | client CPU µs / call |"
+        "| limiter | Redis | active keys | grants/s | round trips / grant | Redis commands / call | Redis CPU µs / call | client CPU µs / call | slowest call ms |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for case in cases {
         let calls = case.calls as f64;
         let local = case.contender == Contender::Local;
         let redis = |x: String| if local { "–".to_owned() } else { x };
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |",
             case.contender.name(),
             if local { "–" } else { case.topology },
             thousands(case.keys as u64),
@@ -549,6 +569,7 @@ fn print_throughput(cases: &[Case]) {
                 || "–".to_owned(),
                 |d| format!("{:.2}", d.as_secs_f64() * 1e6 / calls)
             ),
+            case.slowest.as_secs_f64() * 1e3,
         );
     }
     println!(
