@@ -3,7 +3,7 @@
 //! loopback ports without persistence, killed when dropped.
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -47,11 +47,14 @@ pub fn query(port: u16, args: &[&str]) -> redis::RedisResult<String> {
     })
 }
 
-fn spawn(port: u16, extra: &[&str]) -> Child {
+/// A redis-server on `port`, working in `dir` (a replica writes the data it receives from its
+/// master there, as `dump.rdb`, even without persistence).
+fn spawn(port: u16, dir: &Path, extra: &[&str]) -> Child {
     Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
         .args(extra)
+        .current_dir(dir)
         .stdout(Stdio::null())
         .spawn()
         .expect("redis-server starts")
@@ -75,7 +78,7 @@ impl Server {
         let port = free_port(&[]);
         let server = Server {
             port,
-            child: spawn(port, &[]),
+            child: spawn(port, &std::env::temp_dir(), &[]),
         };
         wait_up(port, Instant::now() + Duration::from_secs(10));
         server
@@ -126,6 +129,7 @@ impl Cluster {
             let config = config.to_str().expect("a UTF-8 temporary directory");
             cluster.children.push(spawn(
                 port,
+                &cluster.dir,
                 &[
                     "--cluster-enabled",
                     "yes",
