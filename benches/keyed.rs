@@ -23,6 +23,16 @@
 //!   above. Before timing, each stream is drained once and checked to yield all `N` items in
 //!   order, and the keyed limiter to have granted every one without any wait.
 //!
+//! - `keyed_try_acquire/.../fast_hash`: the same with foldhash (`foldhash::fast::RandomState`)
+//!   as both limiters' hasher, instead of std's SipHash.
+//! - `clock`: one `tokio::time::Instant::now()` (inside a runtime, as pacer reads it) and one
+//!   `quanta::Clock::now()` (governor's clock): the floor under each side, to subtract.
+//! - `keyed_contended`: `TASKS` tasks on a 2-worker multi-thread runtime, each awaiting
+//!   `PER_TASK` acquisitions of cost 1 over `CONTENDED_KEYS` keys (task `t` asks key
+//!   `(t * PER_TASK + i) % CONTENDED_KEYS`), with the slow quota, which never binds: pacer's
+//!   `KeyedRateLimiter::acquire` beside governor's `until_key_ready`. Reported as acquisitions
+//!   per second of wall time; every acquisition is checked to have been granted at once.
+//!
 //! Memory is measured by the `keyed_memory` bench.
 //!
 //! Run: `cargo bench --bench keyed -- --warm-up-time 1 --measurement-time 3`
@@ -31,6 +41,9 @@ use std::cell::Cell;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
@@ -39,6 +52,11 @@ use futures_util::{Stream, StreamExt};
 use governor::Quota;
 use pacer::{KeyedRateLimiter, PaceExt, Rate, Shaping};
 use tokio::runtime::Runtime;
+
+/// Tasks, acquisitions per task and keys of the contended benchmark.
+const TASKS: u64 = 64;
+const PER_TASK: u64 = 2_000;
+const CONTENDED_KEYS: u64 = 1_000;
 
 /// Untimed calls before a `try_acquire` benchmark.
 const PRE_RUN: u64 = 1_000_000;
@@ -181,7 +199,152 @@ fn try_acquire(c: &mut Criterion) {
             );
             assert_eq!(governor.len() as u64, n);
         }
+        // A fast hasher on both sides, the quota that keeps every key.
+        let (rate, burst) = Refill::Slow.pacer();
+        let pacer = KeyedRateLimiter::<u64, _>::with_hasher(rate, burst, FastHash::default());
+        for key in 0..n {
+            assert!(pacer.try_acquire(&key, 1).is_ok());
+        }
+        let keys = Cycle::new(n);
+        bench_try(
+            &mut group,
+            &format!("pacer/slow_refill/{n}_keys/fast_hash"),
+            || pacer.try_acquire(&keys.key(), 1).is_ok(),
+        );
+        assert_eq!(pacer.tracked_keys() as u64, n, "pacer forgot a key");
+        let governor = governor::RateLimiter::dashmap_with_hasher(
+            Refill::Slow.governor(),
+            FastHash::default(),
+        );
+        for key in 0..n {
+            assert!(governor.check_key(&key).is_ok());
+        }
+        let keys = Cycle::new(n);
+        bench_try(
+            &mut group,
+            &format!("governor/slow_refill/{n}_keys/fast_hash"),
+            || governor.check_key(&keys.key()).is_ok(),
+        );
     }
+    group.finish();
+}
+
+type FastHash = foldhash::fast::RandomState;
+
+/// The floor under each side: one read of each clock.
+fn clock(c: &mut Criterion) {
+    let rt = runtime();
+    let _guard = rt.enter();
+    let mut group = c.benchmark_group("clock");
+    group.bench_function("tokio_instant_now", |b| {
+        b.iter(|| black_box(tokio::time::Instant::now()));
+    });
+    let quanta = quanta::Clock::new();
+    group.bench_function("quanta_now", |b| b.iter(|| black_box(quanta.now())));
+    group.finish();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Contended acquire over many keys, nothing binding
+
+fn two_workers() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("multi-thread runtime")
+}
+
+/// Runs `TASKS` tasks of `PER_TASK` acquisitions each through `acquire(key)`, released
+/// together; returns the wall time from their release to the last one's end, and checks that
+/// no acquisition was ever pending (the limit never binds).
+fn run_contended<L, F, A>(rt: &Runtime, limiter: &Arc<L>, acquire: A) -> Duration
+where
+    L: Send + Sync + 'static,
+    A: Fn(Arc<L>, u64) -> F + Send + Sync + Copy + 'static,
+    F: std::future::Future<Output = ()> + Send,
+{
+    rt.block_on(async {
+        let barrier = Arc::new(tokio::sync::Barrier::new(TASKS as usize + 1));
+        let pending = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let (limiter, barrier, pending) =
+                    (limiter.clone(), barrier.clone(), pending.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    for i in 0..PER_TASK {
+                        let key = (t * PER_TASK + i) % CONTENDED_KEYS;
+                        let mut fut = pin!(acquire(limiter.clone(), key));
+                        let ready = std::future::poll_fn(|cx| {
+                            Poll::Ready(fut.as_mut().poll(cx).is_ready())
+                        })
+                        .await;
+                        if !ready {
+                            pending.fetch_add(1, Ordering::Relaxed);
+                            fut.await;
+                        }
+                    }
+                })
+            })
+            .collect();
+        barrier.wait().await;
+        let start = Instant::now();
+        for task in tasks {
+            task.await.expect("a task panicked");
+        }
+        let took = start.elapsed();
+        assert_eq!(
+            pending.load(Ordering::Relaxed),
+            0,
+            "an acquisition had to wait"
+        );
+        took
+    })
+}
+
+fn contended(c: &mut Criterion) {
+    let rt = two_workers();
+    let mut group = c.benchmark_group("keyed_contended");
+    group.throughput(Throughput::Elements(TASKS * PER_TASK));
+    group.sample_size(20);
+    let (rate, burst) = Refill::Slow.pacer();
+    let pacer = Arc::new(rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) }));
+    group.bench_function(format!("pacer/acquire/{CONTENDED_KEYS}_keys"), |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    run_contended(
+                        &rt,
+                        &pacer,
+                        |l: Arc<KeyedRateLimiter<u64>>, key| async move {
+                            l.acquire(&key, 1).await;
+                        },
+                    )
+                })
+                .sum()
+        });
+    });
+    assert_eq!(pacer.stats().rejected, 0);
+    let governor = Arc::new(governor::RateLimiter::keyed(Refill::Slow.governor()));
+    group.bench_function(
+        format!("governor/until_key_ready/{CONTENDED_KEYS}_keys"),
+        |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| {
+                        run_contended(
+                            &rt,
+                            &governor,
+                            |l: Arc<governor::DefaultKeyedRateLimiter<u64>>, key| async move {
+                                l.until_key_ready(&key).await;
+                            },
+                        )
+                    })
+                    .sum()
+            });
+        },
+    );
     group.finish();
 }
 
@@ -247,5 +410,5 @@ fn overhead(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, try_acquire, overhead);
+criterion_group!(benches, clock, try_acquire, contended, overhead);
 criterion_main!(benches);

@@ -136,9 +136,14 @@ impl<Q: KeyedQuota, T> Held<Q, T> {
         self.next_seq += 1;
         let hash = self.quota.hash_key(&key);
         let slots = &mut self.slots;
-        let found = self.table.find(hash, |&(h, s)| {
-            h == hash && slots[s].front.as_ref().is_some_and(|f| f.key == key)
-        });
+        // Nothing held (the common case while the limit does not bind): no key to look for.
+        let found = if self.count == 0 {
+            None
+        } else {
+            self.table.find(hash, |&(h, s)| {
+                h == hash && slots[s].front.as_ref().is_some_and(|f| f.key == key)
+            })
+        };
         if let Some(&(_, slot)) = found {
             if let Some(front) = slots[slot].front.as_mut() {
                 front.items.push_back((seq, item, cost));
