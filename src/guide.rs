@@ -371,14 +371,21 @@
 //!   `BuildHasher` to [`with_hasher`](crate::KeyedRateLimiter::with_hasher).
 //! - **Memory follows the keys in use.** A key whose bucket is full again and that nobody waits
 //!   for is indistinguishable from a key never seen, so it is forgotten without any call from
-//!   you: after every operation [`tracked_keys()`](crate::KeyedRateLimiter::tracked_keys)
-//!   counts only the keys that are not full or have waiters. A million keys touched once
-//!   hold no memory one refill period later. (governor's keyed limiter keeps every key until
-//!   you call `retain_recent()`.) Per-key limits are configuration and are kept.
-//! - **The lock.** All keys share one short mutex. A key is hashed before the mutex is taken
-//!   (the table is looked up by that hash), so your `Hash` never runs under it; the key's `Eq`
-//!   does, in a look-up made before anything changes, so a panicking `Eq` leaves the table
-//!   consistent.
+//!   you, and never before: [`tracked_keys()`](crate::KeyedRateLimiter::tracked_keys) counts
+//!   exactly the keys that are not full or have waiters. A million keys touched once hold no
+//!   memory one refill period later: the first operation after that forgets them all. Under a
+//!   steady load the table forgets full keys as it goes and before it would grow, and shrinks
+//!   only below an eighth full, so it does not move back and forth. (governor's keyed limiter
+//!   keeps every key until you call `retain_recent()`.) Per-key limits are configuration and
+//!   are kept.
+//! - **Per key, a word.** While nobody waits on a key and its limit is the default, its whole
+//!   state is one `u64` beside the key in the table (16 bytes a slot for `u64` keys: as much
+//!   heap per key as governor's); a key that waits, or has a limit of its own, also has a queue.
+//! - **The locks.** The keys are spread over a few shards (four per core, 4 to 64), each behind
+//!   its own short mutex. A key is hashed once per call before any mutex is taken; the table
+//!   hashes the keys it holds again only when it grows or shrinks (it keeps keys, not hashes,
+//!   to save 8 bytes a key). The key's `Eq` runs under the mutex, in a look-up made before
+//!   anything changes, so a panicking `Eq` leaves the table consistent.
 //!
 //! ```
 //! use pacer::{KeyedRateLimiter, Rate};
@@ -962,7 +969,7 @@
 //! - **Locks.** A [`RateLimiter`] (token bucket) grants with one compare-and-swap while nobody
 //!   waits; once somebody waits, and always for a warming-up `RateLimiter`, a [`Stagger`] or a
 //!   [`KeyedRateLimiter`], requests take a short mutex (a clock read and a few arithmetic
-//!   steps). All keys of a `KeyedRateLimiter` share its one mutex.
+//!   steps). A `KeyedRateLimiter` spreads its keys over a few shards, each with its own mutex.
 //! - **Across machines** the bound holds to within one Redis round trip (and a lease's age),
 //!   and under `FailOpen` an outage lets `n` processes reach `n × share` of the quota.
 //! - **`Adaptive`** is measured, not proved: its figures come from a simulated provider, and a

@@ -139,12 +139,14 @@ impl<R: Rule> Shared<R> {
     /// Grants `cost` without the lock if the word is free and the bucket holds it; the clock
     /// is read only then.
     fn try_fast(&self, at: Option<Nanos>, cost: u64) -> (FastAnswer, Nanos) {
-        let fast = &self.fast;
-        let word = fast.word.load(Ordering::Acquire);
-        if word & HELD != 0 {
-            return (FastAnswer::Locked, Nanos::ZERO);
-        }
+        // The clock first, then the word: the word is read as late as possible before the
+        // compare-and-swap, so that under contention another core has little time to move it
+        // in between (a clock read is about as long as a whole grant).
         let now = self.clock(at);
+        let word = self.fast.word.load(Ordering::Acquire);
+        if word & HELD != 0 {
+            return (FastAnswer::Locked, now);
+        }
         (self.try_fast_from(word, now, cost), now)
     }
 
