@@ -4,9 +4,9 @@
 use crate::sync::{AtomicU64, Ordering};
 
 /// Lines per counter: threads are spread over them round-robin, in the order they first count.
-/// With 4, two worker threads landed on one line in some runs (they are not always created one
-/// after the other), and contended acquisitions cost 130-145 ns of CPU instead of 73-84; 16
-/// lines of 128 bytes (2 KiB per limiter) make that rare.
+/// With 4, two worker threads can land on one line (other threads may count in between); the
+/// contended benchmark measured 73-145 ns of CPU per acquisition over runs with 4 lines and
+/// 73-105 ns with 16 (2 KiB per limiter).
 const STRIPES: usize = 16;
 
 /// 128 bytes: x86 prefetches 64-byte lines in aligned pairs, so two stripes 64 bytes apart
