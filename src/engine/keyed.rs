@@ -377,25 +377,14 @@ impl<K> Shard<K> {
             Ok(mut entry) => {
                 let word = entry.get().word;
                 if word & LANE != 0 {
-                    let lane = lane_of(lanes, word);
-                    let out = (op.slow)(lane, tally, after);
-                    match defaults.settle(lane, now) {
-                        Settled::Lane => {
-                            if lane.waiting() == 0 {
-                                let at = lane.rule().full_at();
-                                note(latest_lane, at);
-                            }
-                        }
-                        Settled::Word(w) => {
-                            entry.get_mut().word = w;
-                            drop_lane(lanes, free, word);
-                            note(latest_word, w);
-                        }
-                        Settled::Forget => {
-                            entry.remove();
-                            drop_lane(lanes, free, word);
-                        }
-                    }
+                    let out = (op.slow)(lane_of(lanes, word), tally, after);
+                    let parts = Parts {
+                        lanes,
+                        free,
+                        latest_word,
+                        latest_lane,
+                    };
+                    settle_in_place(defaults, entry, parts, now);
                     return out;
                 }
                 // A word: under the default limit, so `packed` is there.
@@ -686,32 +675,21 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         Q: Eq + ?Sized,
     {
         self.with(hash, |shard, now, _, after| {
-            let Ok(mut entry) = shard.slots.find_entry(hash, |s| s.key.borrow() == key) else {
+            let Ok(entry) = shard.slots.find_entry(hash, |s| s.key.borrow() == key) else {
                 return;
             };
             let word = entry.get().word;
             if word & LANE == 0 {
                 return;
             }
-            let lane = lane_of(&mut shard.lanes, word);
-            lane.cancel(now, ticket, after);
-            match self.defaults.settle(lane, now) {
-                Settled::Lane => {
-                    if lane.waiting() == 0 {
-                        let at = lane.rule().full_at();
-                        note(&mut shard.latest_lane, at);
-                    }
-                }
-                Settled::Word(w) => {
-                    entry.get_mut().word = w;
-                    drop_lane(&mut shard.lanes, &mut shard.free, word);
-                    note(&mut shard.latest_word, w);
-                }
-                Settled::Forget => {
-                    entry.remove();
-                    drop_lane(&mut shard.lanes, &mut shard.free, word);
-                }
-            }
+            lane_of(&mut shard.lanes, word).cancel(now, ticket, after);
+            let parts = Parts {
+                lanes: &mut shard.lanes,
+                free: &mut shard.free,
+                latest_word: &mut shard.latest_word,
+                latest_lane: &mut shard.latest_lane,
+            };
+            settle_in_place(&self.defaults, entry, parts, now);
         });
     }
 
@@ -798,23 +776,13 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
             bucket.set_rate(now, new.rate.tokens(), new.rate.per().as_nanos());
             bucket.set_burst(now, new.burst);
             after.wake = lane.head_waker();
-            match self.defaults.settle(lane, now) {
-                Settled::Lane => {
-                    if lane.waiting() == 0 {
-                        let at = lane.rule().full_at();
-                        note(&mut shard.latest_lane, at);
-                    }
-                }
-                Settled::Word(word) => {
-                    entry.get_mut().word = word;
-                    drop_lane(&mut shard.lanes, &mut shard.free, w);
-                    note(&mut shard.latest_word, word);
-                }
-                Settled::Forget => {
-                    entry.remove();
-                    drop_lane(&mut shard.lanes, &mut shard.free, w);
-                }
-            }
+            let parts = Parts {
+                lanes: &mut shard.lanes,
+                free: &mut shard.free,
+                latest_word: &mut shard.latest_word,
+                latest_lane: &mut shard.latest_lane,
+            };
+            settle_in_place(&self.defaults, entry, parts, now);
         });
     }
 
@@ -940,6 +908,43 @@ impl<K> Shard<K> {
                 None => f(&limit.bucket(), limit),
             },
             None => f(&limit.bucket(), limit),
+        }
+    }
+}
+
+/// A shard's parts beside its table, borrowed while an entry of the table is.
+struct Parts<'a> {
+    lanes: &'a mut Vec<Option<Lane<Bucket>>>,
+    free: &'a mut Vec<usize>,
+    latest_word: &'a mut Option<u64>,
+    latest_lane: &'a mut Option<Nanos>,
+}
+
+/// Settles the key of `entry`, which has a lane, after an operation at `now`: kept as it is,
+/// back to a word (its lane freed), or forgotten.
+fn settle_in_place<K>(
+    defaults: &Defaults,
+    mut entry: hashbrown::hash_table::OccupiedEntry<'_, Slot<K>>,
+    parts: Parts<'_>,
+    now: Nanos,
+) {
+    let word = entry.get().word;
+    let lane = lane_of(parts.lanes, word);
+    match defaults.settle(lane, now) {
+        Settled::Lane => {
+            if lane.waiting() == 0 {
+                let at = lane.rule().full_at();
+                note(parts.latest_lane, at);
+            }
+        }
+        Settled::Word(w) => {
+            entry.get_mut().word = w;
+            drop_lane(parts.lanes, parts.free, word);
+            note(parts.latest_word, w);
+        }
+        Settled::Forget => {
+            entry.remove();
+            drop_lane(parts.lanes, parts.free, word);
         }
     }
 }
