@@ -85,6 +85,8 @@ struct KeyLocal {
 #[derive(Debug, Default)]
 struct Turns {
     state: Mutex<TurnsState>,
+    /// Held while a reservation takes its ticket and hands its request to the connection.
+    sending: Mutex<()>,
 }
 
 #[derive(Debug, Default)]
@@ -1142,9 +1144,22 @@ where
             let max_wait_us =
                 left(attempt).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
             let amounts = (cost, cost.max(lease_tokens), self.take_back(key));
-            // Taken as the request is sent (nothing yields in between): the order Redis sees.
-            let turn = hold.turns.take();
-            let answer = self.round_trip(keys, amounts, true, max_wait_us).await;
+            // The ticket is taken with the call's first poll, which hands the request to the
+            // connection, under the key's `sending` lock: tickets follow the order in which
+            // the requests reach the connection, which is the order Redis charges them in
+            // (two tasks on two threads could otherwise take tickets in one order and send
+            // in the other, and the first would then wait for the second's turn).
+            let mut trip = std::pin::pin!(self.round_trip(keys, amounts, true, max_wait_us));
+            let (turn, first) = std::future::poll_fn(|cx| {
+                let _sending = lock(&hold.turns.sending);
+                let first = std::future::Future::poll(trip.as_mut(), cx);
+                Poll::Ready((hold.turns.take(), first))
+            })
+            .await;
+            let answer = match first {
+                Poll::Ready(answer) => answer,
+                Poll::Pending => trip.as_mut().await,
+            };
             // Anything but a reservation gives its place up at once.
             let mut turn = matches!(answer, Ok(Answer::Granted { .. })).then_some(turn);
             match answer {
