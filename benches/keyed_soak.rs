@@ -1,4 +1,4 @@
-//! Soak of the keyed limiter under a steady load (issue 16, goal 5): does memory stay flat, and
+//! Soak of the keyed limiter under a steady load: does memory stay flat, and
 //! does RSS stay near the live heap, when keys come and go for minutes?
 //!
 //! `TASKS` tasks on a multi-thread tokio runtime with 2 workers share one
