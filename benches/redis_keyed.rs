@@ -29,7 +29,8 @@
 //! also on a panic; each case starts on a flushed server. Skipped, with a message, when
 //! `redis-server` is not installed (and the cluster rows when `redis-cli` is not).
 //!
-//! Run: `cargo bench --features redis --bench redis_keyed`
+//! Run: `cargo bench --features redis --bench redis_keyed` (`PACER_BENCH_KEYS=10000` before
+//! it: only the one-server throughput rows, at those key counts).
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,6 +74,8 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 const HANG: Duration = Duration::from_secs(60);
 /// The environment variable that makes this binary a worker of part 3.
 const WORKER_ENV: &str = "PACER_BENCH_WORKER";
+/// The environment variable that runs only the one-server throughput rows, at its key counts.
+const QUICK_ENV: &str = "PACER_BENCH_KEYS";
 
 // ---------------------------------------------------------------------------------------------
 // The contenders
@@ -911,7 +914,7 @@ async fn within<F: std::future::Future>(phase: &str, future: F) -> F::Output {
 
 fn throughput_rows(rt: &Runtime, topology: &Topology, cases: &mut Vec<Case>) {
     let mut probe = Probe::new(&topology.masters);
-    for keys in KEY_COUNTS {
+    for keys in key_counts() {
         let names = Arc::new((0..keys).map(|i| format!("tenant-{i}")).collect::<Vec<_>>());
         for contender in Contender::REDIS.into_iter().chain([Contender::Local]) {
             let phase = format!("{contender:?} {} {keys}", topology.name);
@@ -921,6 +924,19 @@ fn throughput_rows(rt: &Runtime, topology: &Topology, cases: &mut Vec<Case>) {
             ));
             cases.extend(case);
         }
+    }
+}
+
+/// The active key counts of the throughput rows: `KEY_COUNTS`, or those listed (comma
+/// separated) in `PACER_BENCH_KEYS`, which also leaves out the cluster, refusal and bound parts
+/// (a quick run of the one-server rows).
+fn key_counts() -> Vec<usize> {
+    match std::env::var(QUICK_ENV) {
+        Ok(list) => list
+            .split(',')
+            .map(|n| n.trim().parse().expect("PACER_BENCH_KEYS: key counts"))
+            .collect(),
+        Err(_) => KEY_COUNTS.to_vec(),
     }
 }
 
@@ -946,6 +962,10 @@ fn main() {
     };
     let mut cases = Vec::new();
     throughput_rows(&rt, &node, &mut cases);
+    if std::env::var_os(QUICK_ENV).is_some() {
+        print_throughput(&cases);
+        return;
+    }
 
     if installed("redis-cli") {
         let cluster = Cluster::start();

@@ -26,7 +26,7 @@ fn dbsize(conn: &mut redis::Connection) -> u64 {
     redis::cmd("DBSIZE").query(conn).unwrap()
 }
 
-fn get(conn: &mut redis::Connection, key: &str) -> Option<String> {
+fn get(conn: &mut redis::Connection, key: &str) -> Option<Vec<u8>> {
     redis::cmd("GET").arg(key).query(conn).unwrap()
 }
 
@@ -127,7 +127,7 @@ async fn a_refused_try_acquire_writes_nothing() {
     let before = get(&mut conn, "{ro:k}").expect("state after a grant");
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(quota.try_acquire("k", 1).await.is_err());
-    assert_eq!(get(&mut conn, "{ro:k}").as_deref(), Some(before.as_str()));
+    assert_eq!(get(&mut conn, "{ro:k}"), Some(before));
     // A refusal on a fresh key (a cost above the burst) creates nothing.
     assert!(quota.try_acquire("fresh", 3).await.is_err());
     assert!(!exists(&mut conn, "{ro:fresh}"));
@@ -238,11 +238,22 @@ async fn a_key_of_another_type_is_a_reply_error_for_that_key_only() {
         .arg("hello")
         .exec(&mut conn)
         .unwrap();
-    redis::cmd("SET")
-        .arg("{bad:l}:limit")
-        .arg("hello")
-        .exec(&mut conn)
-        .unwrap();
+    // Strings of a quota's length (16 and 32 bytes) that are not one: text, an infinite level,
+    // a limit with a NaN interval.
+    let doubles =
+        |values: &[f64]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
+    for (key, value) in [
+        ("{bad:t16}", b"0123456789abcdef".to_vec()),
+        ("{bad:t32}", b"pacer-quota-state-in-plain-text!".to_vec()),
+        ("{bad:inf}", doubles(&[f64::INFINITY, 0.0])),
+        ("{bad:nan}", doubles(&[1.0, 0.0, f64::NAN, 5.0])),
+    ] {
+        redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .exec(&mut conn)
+            .unwrap();
+    }
     for policy in [
         FailurePolicy::default(),
         FailurePolicy::FailOpen { share: 0.5 },
@@ -255,7 +266,10 @@ async fn a_key_of_another_type_is_a_reply_error_for_that_key_only() {
         for (key, expected) in [
             ("h", "WRONGTYPE"),
             ("s", "not a pacer quota"),
-            ("l", "WRONGTYPE"),
+            ("t16", "not a pacer quota"),
+            ("t32", "not a pacer quota"),
+            ("inf", "not a pacer quota"),
+            ("nan", "not a pacer quota"),
         ] {
             let start = Instant::now();
             let err = quota.acquire(key, 1).await.unwrap_err();
@@ -272,7 +286,7 @@ async fn a_key_of_another_type_is_a_reply_error_for_that_key_only() {
         }
         quota.try_acquire("fine", 1).await.unwrap();
         let stats = quota.stats();
-        assert_eq!(stats.reply_errors, 9);
+        assert_eq!(stats.reply_errors, 18);
         assert_eq!((stats.errors, stats.fallback), (0, 0));
     }
 }
@@ -373,9 +387,8 @@ async fn a_limit_set_by_one_process_applies_to_every_process_and_keeps_the_level
     let refused = refusal(two.try_acquire("big", 7).await.unwrap_err());
     assert!(!refused.is_never());
     two.try_acquire("big", 6).await.unwrap();
-    // The limit is configuration: no expiry, beside the key's bucket in the same hash tag.
-    assert_eq!(pttl(&mut conn, "{lim:big}:limit"), -1);
-    assert!(pttl(&mut conn, "{lim:big}") > 0);
+    // The limit is configuration, kept with the key's bucket: no expiry.
+    assert_eq!(pttl(&mut conn, "{lim:big}"), -1);
     // A smaller burst caps the level.
     one.set_limit("full", Rate::per_minute(1), 10)
         .await
@@ -385,7 +398,8 @@ async fn a_limit_set_by_one_process_applies_to_every_process_and_keeps_the_level
     assert!(two.try_acquire("full", 1).await.is_err());
     // Back to the default, for both: the level stays (0), the burst is 2 again.
     two.clear_limit("big").await.unwrap();
-    assert!(!exists(&mut conn, "{lim:big}:limit"));
+    // Under the default limit again, the bucket expires once it would be full.
+    assert!(pttl(&mut conn, "{lim:big}") > 0);
     assert!(one.try_acquire("big", 1).await.is_err());
     assert!(refusal(one.try_acquire("big", 3).await.unwrap_err()).is_never());
     // A faster rate set elsewhere is seen at once by the waiters' next request.
@@ -415,11 +429,16 @@ async fn limits_outlive_idle_buckets() {
     quota.set_limit(&1, Rate::per_second(20), 2).await.unwrap();
     quota.try_acquire(&1, 2).await.unwrap();
     tokio::time::sleep(Duration::from_millis(250)).await;
-    // The bucket expired once full; the limit did not.
-    assert!(!exists(&mut conn, "{keep:1}"));
-    assert!(exists(&mut conn, "{keep:1}:limit"));
+    // The bucket is full again, and the key stays: it holds the limit.
+    assert!(exists(&mut conn, "{keep:1}"));
+    assert_eq!(pttl(&mut conn, "{keep:1}"), -1);
     quota.try_acquire(&1, 2).await.unwrap();
-    assert_eq!(dbsize(&mut conn), 2);
+    assert!(quota.try_acquire(&1, 1).await.is_err());
+    assert_eq!(dbsize(&mut conn), 1);
+    // Cleared, a full bucket is no key at all.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    quota.clear_limit(&1).await.unwrap();
+    assert_eq!(dbsize(&mut conn), 0);
 }
 
 fn worker_binary() -> std::path::PathBuf {
@@ -476,8 +495,9 @@ fn three_processes_share_each_keys_quota() {
 }
 
 fn level(conn: &mut redis::Connection, key: &str) -> f64 {
+    // The level is the first of the state's little-endian doubles.
     let state = get(conn, key).expect("a bucket");
-    state.split(':').next().unwrap().parse().unwrap()
+    f64::from_le_bytes(state[..8].try_into().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -520,6 +540,8 @@ async fn leases_are_per_key_cut_round_trips_and_are_given_back_when_idle() {
     assert!((back - 49.0).abs() < 0.01, "{back}");
     let k = level(&mut conn, "{slow:k}");
     assert!((k - 29.0).abs() < 0.01, "{k}");
+    // Three requests, and the two leases given back in the background.
+    assert_eq!(slow.stats().round_trips, 5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

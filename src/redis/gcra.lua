@@ -1,27 +1,33 @@
--- pacer's token bucket in Redis, on Redis's own clock.
+-- pacer's token bucket in Redis, on Redis's own clock: the one script of `RedisRateLimiter` and
+-- `RedisKeyedRateLimiter`.
 --
--- KEYS[1]  the quota: "<level>:<at>", the tokens it held (a fraction; negative while a cost
---          above the burst pays its debt) at Redis time <at>, in whole microseconds. A missing
---          key is a full bucket; the key expires when the bucket would be full again.
--- KEYS[2]  (optional) the key's own limit, a hash { interval = ARGV[1]'s unit, burst } that,
---          when present, overrides ARGV[1] and ARGV[2]. It is configuration: it has no expiry.
---          (With Redis Cluster, name KEYS[1] and KEYS[2] with the same hash tag.)
--- ARGV[1]  microseconds per token (may be fractional): the default limit
--- ARGV[2]  burst: the bucket's capacity, in tokens: the default limit
--- ARGV[3]  cost: the least to take
--- ARGV[4]  want: the most to take (a lease), at least `cost`; a lease is granted only whole
---          (or the whole burst, if smaller)
--- ARGV[5]  tokens to give back first (an unused lease, a cancelled reservation)
--- ARGV[6]  "reserve": always grant, with how long to wait before use, charging now so that
---          later requests queue behind this one (across processes, in arrival order at Redis);
---          "try": grant `cost` only if it is there now, otherwise refuse and take nothing;
---          "limit": give the key the limit ARGV[8], ARGV[9] in KEYS[2], keeping its level (in
---          tokens, at most the new burst; a full bucket stays full); "clear": delete KEYS[2],
---          back to the default limit, keeping the level likewise. Both return { 1, 0, 0 }.
--- ARGV[7]  ("reserve" only; empty for none) the longest wait, in microseconds, to grant with:
---          a reservation that would wait longer is refused, taking nothing, as a "try" is
--- ARGV[8]  ("limit" only) the key's microseconds per token
--- ARGV[9]  ("limit" only) the key's burst
+-- KEYS[1]  the quota, a string of little-endian doubles: 16 bytes, the level and the time
+--          <level, at>: the tokens it held (a fraction; negative while a cost above the burst
+--          pays its debt) at Redis time <at>, in whole microseconds; or 32 bytes, <level, at,
+--          interval, burst>, for a key given its own limit (mode "limit"), which then overrides
+--          the default limit of ARGV[2]. A missing key is a full bucket under the default limit.
+--          A key under the default limit expires when its bucket would be full again; a key with
+--          its own limit is configuration and does not expire.
+-- ARGV[1]  the mode. "reserve": always grant, with how long to wait before use, charging now so
+--          that later requests queue behind this one (across processes, in arrival order at
+--          Redis); "try": grant `cost` only if it is there now, otherwise refuse and take
+--          nothing; "limit": give the key the limit of ARGV[3], keeping its level (in tokens, at
+--          most the new burst; a full bucket stays full); "clear": back to the default limit,
+--          keeping the level likewise. Both return { 1, 0, 0 }.
+-- ARGV[2]  five little-endian doubles (40 bytes):
+--          interval  microseconds per token (may be fractional): the default limit
+--          burst     the bucket's capacity, in tokens: the default limit
+--          cost      the least to take
+--          want      the most to take (a lease), at least `cost`; a lease is granted only whole
+--                    (or the whole burst, if smaller)
+--          back      tokens to give back first (an unused lease, a cancelled reservation)
+-- ARGV[3]  ("reserve" only, optional) a double: the longest wait, in microseconds, to grant
+--          with: a reservation that would wait longer is refused, taking nothing, as a "try" is;
+--          ("limit" only) two doubles: the key's microseconds per token and burst
+--
+-- The numbers travel and rest as doubles in binary (Redis's Lua `struct` library) rather than
+-- as text: parsing and printing decimal numbers was most of the script's own cost, and binary
+-- keeps every bit.
 --
 -- A refusal writes nothing (unless it gives tokens back): asking a key that is out of tokens
 -- costs Redis no write, and leaves its expiry as it was.
@@ -52,160 +58,136 @@
 -- which the client reads as "never", as the in-process bucket does. A key whose bucket would
 -- take longer than MAX_TTL_MS (2^53 ms, about 285,000 years) to be full again is kept without
 -- an expiry rather than let expire early, which would hand out a full bucket too soon.
+--
+-- Cost. This runs on every request: one TIME, one GET, at most one write, no decimal parsing
+-- beyond TIME's, no closures.
 local NEVER_US = 18446744073709552 -- ceil(2^64 / 1000), a double exactly
 local EXACT = 2 ^ 53 -- every integer up to here is a double
 local MAX_TTL_MS = EXACT
 
+local key = KEYS[1]
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local interval = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local want = tonumber(ARGV[4])
-local back = tonumber(ARGV[5])
-local mode = ARGV[6]
-local reserve = mode == 'reserve'
-local max_wait = tonumber(ARGV[7] or '')
-local default_interval, default_burst = interval, burst
+local mode = ARGV[1]
+local interval, burst, cost, want, back = struct.unpack('<ddddd', ARGV[2])
+-- The key's own limit as stored after its level and time (16 bytes), or '' for none.
+local own = ''
 
-if KEYS[2] then
-  -- A key of another type fails here with Redis's WRONGTYPE.
-  local own = redis.call('HMGET', KEYS[2], 'interval', 'burst')
-  local own_interval, own_burst = tonumber(own[1] or ''), tonumber(own[2] or '')
-  if own_interval and own_burst then
-    interval, burst = own_interval, own_burst
-  elseif own[1] or own[2] then
-    return redis.error_reply('ERR pacer: the key ' .. KEYS[2] ..
-      ' holds a hash that is not a pacer limit; delete it or choose another key')
-  end
-end
-
-local level = burst
+local level, at, reply = burst, nil, nil
 -- A key of another type fails here with Redis's WRONGTYPE.
-local state = redis.call('GET', KEYS[1])
+local state = redis.call('GET', key)
 if state then
-  local sep = string.find(state, ':', 1, true)
-  local at
-  if sep then
-    level = tonumber(string.sub(state, 1, sep - 1))
-    at = tonumber(string.sub(state, sep + 1))
+  local size = #state
+  if size == 16 then
+    level, at = struct.unpack('<dd', state)
+  elseif size == 32 then
+    level, at, interval, burst = struct.unpack('<dddd', state)
+    own = string.sub(state, 17)
+    if not (interval > 0 and interval - interval == 0 and burst >= 1 and burst - burst == 0) then
+      at = nil
+    end
   end
-  -- (x == x is false for NaN; tonumber accepts "nan" and "inf".)
-  if not (level and at and level == level and at == at
-          and math.abs(level) < math.huge and math.abs(at) < math.huge) then
-    return redis.error_reply('ERR pacer: the key ' .. KEYS[1] ..
+  -- A time is a whole number of microseconds; a level is finite (x - x == 0 is false for an
+  -- infinity and for NaN). Anything else, such as text of 16 or 32 bytes, is not a quota.
+  if not (at and at >= 0 and at <= EXACT and at == math.floor(at) and level - level == 0) then
+    return redis.error_reply('ERR pacer: the key ' .. key ..
       ' holds a string that is not a pacer quota; delete it or choose another key')
   end
   if now > at then
-    level = math.min(burst, level + (now - at) / interval)
+    level = level + (now - at) / interval
+  end
+  -- (Also when processes disagree about the default burst.)
+  if level > burst then
+    level = burst
   end
 end
 if back > 0 then
   level = math.min(burst, level + back)
 end
-
-local function store(held)
-  -- Negative while reservations wait: the key lives until the debt is paid and the bucket
-  -- refilled.
-  if held >= burst then
-    redis.call('DEL', KEYS[1])
-    return
-  end
-  local value = string.format('%.17g:%d', held, now)
-  local ttl_ms = math.ceil((burst - held) * interval / 1000) + 1
-  if ttl_ms < MAX_TTL_MS then
-    redis.call('SET', KEYS[1], value, 'PX', string.format('%d', ttl_ms))
-  else
-    redis.call('SET', KEYS[1], value)
-  end
-end
-
--- A wait in whole microseconds, as an integer reply can carry it.
-local function wait_us(tokens)
-  local wait = math.ceil(tokens * interval)
-  if wait >= NEVER_US then
-    return NEVER_US
-  end
-  return wait
-end
-
--- What a grant of `take` holds beyond `cost`, as an integer reply can carry it.
-local function surplus(take)
-  return math.min(math.max(0, math.floor(take - cost)), EXACT)
-end
+-- The level to store, if this request changes it.
+local held
 
 if mode == 'limit' or mode == 'clear' then
-  -- A full bucket stays full (no key) under the new limit, as a key without state starts full.
+  -- A full bucket stays full under the new limit, as a key without state starts full.
   local full = level >= burst
   if mode == 'limit' then
-    interval, burst = tonumber(ARGV[8]), tonumber(ARGV[9])
-    redis.call('HSET', KEYS[2], 'interval', ARGV[8], 'burst', ARGV[9])
+    own = ARGV[3]
+    interval, burst = struct.unpack('<dd', own)
   else
-    interval, burst = default_interval, default_burst
-    redis.call('DEL', KEYS[2])
+    interval, burst = struct.unpack('<dd', ARGV[2])
+    own = ''
   end
   if full then
-    redis.call('DEL', KEYS[1])
+    level = burst
+  end
+  held = math.min(level, burst)
+  reply = { 1, 0, 0 }
+else
+  local reserve = mode == 'reserve'
+  -- A reservation with a lease waits for the whole lease (or the whole burst, if smaller), so
+  -- that each round trip brings one back; a plain request or a try needs just its cost.
+  local need = cost
+  if reserve then
+    need = math.max(cost, math.min(want, burst))
+  end
+  if want == 0 then
+    reply = { 0, 0, 0 }
+  elseif level >= need then
+    local take = math.max(need, math.min(want, math.floor(level)))
+    held = level - take
+    reply = { 1, math.min(math.max(0, math.floor(take - cost)), EXACT), 0 }
+  elseif not reserve or (cost - burst) * interval >= NEVER_US then
+    -- A refusal (or, for a reservation whose debt alone beyond a full bucket takes 2^64 ns or
+    -- more, never granted, as in process; it is not charged, so it holds nobody up): nothing to
+    -- write unless tokens were given back.
+    if reserve then
+      reply = { 1, 0, NEVER_US }
+    elseif cost > burst then
+      -- Never without waiting (a limit set for the key may be below the client's burst).
+      reply = { 0, 0, NEVER_US }
+    else
+      reply = { 0, 0, math.min(math.ceil((cost - level) * interval), NEVER_US) }
+    end
   else
-    store(math.min(level, burst))
+    -- Reserve: charge now, use once the level would have reached what is taken. For a cost
+    -- above the burst this is "full, then the rest", as in the local bucket.
+    local take = math.max(cost, want)
+    local wait = math.min(math.ceil((take - level) * interval), NEVER_US)
+    local max_wait = ARGV[3] and struct.unpack('<d', ARGV[3])
+    if max_wait and wait > max_wait then
+      -- Too long for the whole lease: the cost alone, if that is soon enough.
+      take = cost
+      wait = math.min(math.ceil(math.max(0, cost - level) * interval), NEVER_US)
+    end
+    if max_wait and wait > max_wait then
+      reply = { 0, 0, wait }
+    else
+      held = level - take
+      reply = { 1, math.min(math.max(0, math.floor(take - cost)), EXACT), wait }
+    end
   end
-  return { 1, 0, 0 }
 end
 
-if want == 0 then
-  if back > 0 then
-    store(level)
+if not held then
+  if back == 0 then
+    return reply
   end
-  return { 0, 0, 0 }
+  held = level
 end
-
--- A reservation with a lease waits for the whole lease (or the whole burst, if smaller), so that
--- each round trip brings one back; a plain request or a try needs just its cost.
-local need = cost
-if reserve then
-  need = math.max(cost, math.min(want, burst))
-end
-if level >= need then
-  local take = math.max(need, math.min(want, math.floor(level)))
-  store(level - take)
-  return { 1, surplus(take), 0 }
-end
--- A refusal: nothing to write unless tokens were given back.
-local function refuse(tokens)
-  if back > 0 then
-    store(level)
+if held >= burst and own == '' then
+  -- Full under the default limit: the same as no key. (A key with its own limit keeps it.)
+  if state then
+    redis.call('DEL', key)
   end
-  return { 0, 0, wait_us(math.max(0, tokens - level)) }
+  return reply
 end
-if not reserve then
-  if cost > burst then
-    -- Never without waiting (a limit set for the key may be below the client's burst).
-    local refused = refuse(cost)
-    refused[3] = NEVER_US
-    return refused
-  end
-  return refuse(cost)
+-- Negative while reservations wait: the key lives until the debt is paid and the bucket
+-- refilled.
+local value = struct.pack('<dd', held, now) .. own
+local ttl_ms = math.ceil((burst - held) * interval / 1000) + 1
+if own == '' and ttl_ms < MAX_TTL_MS then
+  redis.call('SET', key, value, 'PX', string.format('%d', ttl_ms))
+else
+  redis.call('SET', key, value)
 end
--- A cost whose debt alone (beyond a full bucket) takes 2^64 ns or more is never granted, as in
--- process; it is not charged, so it holds nobody up. (The client of a single quota knows this
--- already; a keyed client does not know a key's own limit.)
-if (cost - burst) * interval >= NEVER_US then
-  if back > 0 then
-    store(level)
-  end
-  return { 1, 0, NEVER_US }
-end
--- Reserve: charge now, use once the level would have reached what is taken. For a cost above
--- the burst this is "full, then the rest", as in the local bucket.
-local take = math.max(cost, want)
-local wait = wait_us(take - level)
-if max_wait and wait > max_wait then
-  -- Too long for the whole lease: the cost alone, if that is soon enough.
-  take = cost
-  wait = wait_us(math.max(0, cost - level))
-  if wait > max_wait then
-    return refuse(cost)
-  end
-end
-store(level - take)
-return { 1, surplus(take), wait }
+return reply

@@ -40,7 +40,8 @@ use crate::sync::{lock, Mutex};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RedisKeyedStats {
-    /// Script calls sent to Redis (successful or not), limit changes included.
+    /// Script calls sent to Redis (successful or not), limit changes and leases given back in
+    /// the background included.
     pub round_trips: u64,
     /// Acquisitions granted, from Redis, from a lease, or from the fail-open fallback.
     pub granted: u64,
@@ -66,7 +67,7 @@ pub struct RedisKeyedStats {
 struct KeyLocal {
     /// Acquisitions in flight.
     users: usize,
-    redis: Arc<RedisKeys>,
+    redis: Arc<str>,
     lease: Option<Lease>,
     /// Tokens to give back with the key's next round trip: an expired or replaced lease.
     to_return: u64,
@@ -463,15 +464,26 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
 /// separator can be forged.
 fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '%' | '{' | '}' | ':' => {
-                let _ = write!(out, "%{:02X}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
+    let _ = Escaping(&mut out).write_str(s);
     out
+}
+
+/// Writes into a `String` with `%`, `{`, `}` and `:` percent-encoded (see [`escape`]).
+struct Escaping<'a>(&'a mut String);
+
+impl fmt::Write for Escaping<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        for c in s.chars() {
+            match c {
+                '%' => self.0.push_str("%25"),
+                '{' => self.0.push_str("%7B"),
+                '}' => self.0.push_str("%7D"),
+                ':' => self.0.push_str("%3A"),
+                c => self.0.push(c),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The fail-open fallback of one outage: a keyed limiter at `share` of the default limit, and
@@ -540,12 +552,6 @@ impl<K: Hash + Eq> Local<K> {
     }
 }
 
-/// The Redis keys of one key: its bucket and its own limit.
-struct RedisKeys {
-    state: String,
-    limit: String,
-}
-
 /// How a waiting acquisition ended without a grant.
 enum WaitError {
     Quota(RedisQuotaError),
@@ -554,19 +560,19 @@ enum WaitError {
 
 /// Gives `back` tokens of a key back to Redis, in the background (if there is a runtime; if
 /// not, or if it fails, they stay taken: on the quota's side).
-fn give_back<K>(inner: &Inner<K>, keys: Arc<RedisKeys>, back: u64) {
+fn give_back<K>(inner: &Inner<K>, keys: Arc<str>, back: u64) {
     if back == 0 {
         return;
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
+    inner.counters.round_trip();
     let (conn, script) = (inner.conn.clone(), inner.script.clone());
     let (interval_us, burst) = (inner.interval_us, inner.burst);
     runtime.spawn(async move {
         let call = Call {
-            key: &keys.state,
-            limit_key: Some(&keys.limit),
+            key: &keys,
             interval_us,
             burst,
             amounts: (0, 0, back),
@@ -581,7 +587,7 @@ fn give_back<K>(inner: &Inner<K>, keys: Arc<RedisKeys>, back: u64) {
 impl<K> Inner<K> {
     /// Moves expired leases to be given back, drops the local state of keys nobody uses, and
     /// returns what to give back for them and whether leases remain.
-    fn sweep(&self) -> (Vec<(Arc<RedisKeys>, u64)>, bool) {
+    fn sweep(&self) -> (Vec<(Arc<str>, u64)>, bool) {
         let now = Instant::now();
         let mut gone = Vec::new();
         let mut leases = false;
@@ -614,7 +620,7 @@ impl<K> Drop for Inner<K> {
 /// A grant not used yet: given back (in the background) if its waiter goes away.
 struct Reserved<'a, K> {
     inner: &'a Inner<K>,
-    keys: &'a Arc<RedisKeys>,
+    keys: &'a Arc<str>,
     tokens: u64,
 }
 
@@ -632,7 +638,7 @@ where
 {
     inner: &'a Inner<K>,
     key: &'a Q,
-    redis: Arc<RedisKeys>,
+    redis: Arc<str>,
     refill: Arc<tokio::sync::Mutex<()>>,
     turns: Arc<Turns>,
 }
@@ -742,10 +748,17 @@ where
         }
     }
 
-    fn redis_keys<Q: Display + ?Sized>(&self, key: &Q) -> RedisKeys {
-        let state = format!("{{{}:{}}}", self.inner.prefix, escape(&key.to_string()));
-        let limit = format!("{state}:limit");
-        RedisKeys { state, limit }
+    /// The Redis key of `key`'s bucket (and of its own limit, if any).
+    fn redis_key<Q: Display + ?Sized>(&self, key: &Q) -> String {
+        let prefix = &self.inner.prefix;
+        let mut out = String::with_capacity(prefix.len() + 24);
+        out.push('{');
+        out.push_str(prefix);
+        out.push(':');
+        // Writing to a `String` cannot fail.
+        let _ = write!(Escaping(&mut out), "{key}");
+        out.push('}');
+        out
     }
 
     fn hold<'a, Q>(&'a self, key: &'a Q) -> Hold<'a, K, Q>
@@ -766,7 +779,7 @@ where
             None => {
                 let local = KeyLocal {
                     users: 1,
-                    redis: Arc::new(self.redis_keys(key)),
+                    redis: Arc::from(self.redis_key(key)),
                     lease: None,
                     to_return: 0,
                     refill: Arc::new(tokio::sync::Mutex::new(())),
@@ -912,15 +925,14 @@ where
     /// trying.
     async fn round_trip(
         &self,
-        keys: &RedisKeys,
+        keys: &str,
         (cost, want, back): (u64, u64, u64),
         reserve: bool,
         max_wait_us: Option<u64>,
     ) -> Result<Answer, Failure> {
         let reply = self
             .call(Call {
-                key: &keys.state,
-                limit_key: Some(&keys.limit),
+                key: &keys,
                 interval_us: self.inner.interval_us,
                 burst: self.inner.burst,
                 amounts: (cost, want, back),
@@ -1281,11 +1293,23 @@ where
             }
             answer
         } else {
-            let hold = self.hold(key);
+            // Without leases a try keeps nothing locally: it has nothing to give back and
+            // takes no turn.
+            let leases = self.inner.lease_tokens > 0;
+            let hold = leases.then(|| self.hold(key));
+            let own_key;
+            let redis_key: &str = match &hold {
+                Some(hold) => &hold.redis,
+                None => {
+                    own_key = self.redis_key(key);
+                    &own_key
+                }
+            };
+            let back = if leases { self.take_back(key) } else { 0 };
             // A try takes `cost` if it is there, and with leases whatever more is there, up
             // to a lease; it never waits for a whole one.
-            let amounts = (cost, cost.max(self.inner.lease_tokens), self.take_back(key));
-            match self.round_trip(&hold.redis, amounts, false, None).await {
+            let amounts = (cost, cost.max(self.inner.lease_tokens), back);
+            match self.round_trip(redis_key, amounts, false, None).await {
                 Ok(Answer::Granted { surplus, .. }) => {
                     self.recovered();
                     self.keep_lease(key, surplus);
@@ -1391,11 +1415,10 @@ where
     where
         Q: Display + ?Sized,
     {
-        let keys = self.redis_keys(key);
+        let keys = self.redis_key(key);
         let reply = self
             .call(Call {
-                key: &keys.state,
-                limit_key: Some(&keys.limit),
+                key: &keys,
                 interval_us: self.inner.interval_us,
                 burst: self.inner.burst,
                 amounts: (0, 0, 0),

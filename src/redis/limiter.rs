@@ -453,7 +453,6 @@ impl Inner {
     fn script_call<'a>(&'a self, amounts: (u64, u64, u64), mode: &'a str) -> Call<'a> {
         Call {
             key: &self.key,
-            limit_key: None,
             interval_us: self.interval_us,
             burst: self.burst,
             amounts,
@@ -918,7 +917,6 @@ impl Drop for Inner {
         runtime.spawn(async move {
             let call = Call {
                 key: &key,
-                limit_key: None,
                 interval_us,
                 burst,
                 amounts: (0, 0, back),

@@ -213,13 +213,12 @@ pub(crate) fn round_down(n: u64) -> f64 {
     }
 }
 
-/// One call of the script: on `key` (with the key's own limit in `limit_key`, if any), take at
-/// least `cost`, up to `want`, after giving `back` back; `mode` is "reserve", "try", "limit"
-/// or "clear". The only place the script's arguments are spelled out: the amounts go as
-/// doubles rounded in the quota's favour (see the script's "Exactness").
+/// One call of the script: on `key`, take at least `cost`, up to `want`, after giving `back`
+/// back; `mode` is "reserve", "try", "limit" or "clear". The only place the script's arguments
+/// are spelled out: the amounts go as little-endian doubles rounded in the quota's favour (see
+/// the script's "Exactness").
 pub(crate) struct Call<'a> {
     pub(crate) key: &'a str,
-    pub(crate) limit_key: Option<&'a str>,
     pub(crate) interval_us: f64,
     pub(crate) burst: u64,
     pub(crate) amounts: (u64, u64, u64),
@@ -230,6 +229,11 @@ pub(crate) struct Call<'a> {
     pub(crate) new_limit: Option<(f64, u64)>,
 }
 
+/// Doubles as the script unpacks them (`struct.unpack('<d...')`).
+fn doubles<const N: usize>(values: [f64; N]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
 impl Call<'_> {
     pub(crate) async fn run(
         &self,
@@ -237,26 +241,44 @@ impl Call<'_> {
         conn: Conn,
     ) -> redis::RedisResult<Reply> {
         let (cost, want, back) = self.amounts;
-        let mut invocation = script.key(self.key);
-        if let Some(limit_key) = self.limit_key {
-            invocation.key(limit_key);
-        }
-        invocation
-            .arg(self.interval_us)
-            .arg(round_down(self.burst))
-            .arg(round_up(cost))
-            .arg(round_down(want))
-            .arg(round_down(back))
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash())
+            .arg(1)
+            .arg(self.key)
             .arg(self.mode)
-            .arg(self.max_wait_us.map_or(String::new(), |w| w.to_string()));
+            .arg(doubles([
+                self.interval_us,
+                round_down(self.burst),
+                round_up(cost),
+                round_down(want),
+                round_down(back),
+            ]));
+        if let Some(max_wait_us) = self.max_wait_us {
+            cmd.arg(doubles([round_down(max_wait_us)]));
+        }
         if let Some((interval_us, burst)) = self.new_limit {
-            invocation.arg(interval_us).arg(round_down(burst));
+            cmd.arg(doubles([interval_us, round_down(burst)]));
         }
-        // Every key the script touches is in one slot: the single quota's one key, or a keyed
-        // quota's `{prefix:key}` and `{prefix:key}:limit`, which share their hash tag.
+        // The script has one key: on a Redis Cluster the command goes to its slot's master.
         match conn {
-            Conn::Single(mut conn) => invocation.invoke_async(&mut conn).await,
-            Conn::Cluster(mut conn) => invocation.invoke_async(&mut conn).await,
+            Conn::Single(mut conn) => evalsha(&cmd, script, &mut conn).await,
+            Conn::Cluster(mut conn) => evalsha(&cmd, script, &mut conn).await,
         }
+    }
+}
+
+/// Runs `cmd` (an `EVALSHA` of `script`), loading the script first if Redis lost it
+/// (`NOSCRIPT`: a restart, a failover, `SCRIPT FLUSH`).
+async fn evalsha(
+    cmd: &redis::Cmd,
+    script: &redis::Script,
+    conn: &mut impl redis::aio::ConnectionLike,
+) -> redis::RedisResult<Reply> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        answer => answer,
     }
 }
