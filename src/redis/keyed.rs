@@ -932,7 +932,7 @@ where
     ) -> Result<Answer, Failure> {
         let reply = self
             .call(Call {
-                key: &keys,
+                key: keys,
                 interval_us: self.inner.interval_us,
                 burst: self.inner.burst,
                 amounts: (cost, want, back),
