@@ -438,8 +438,10 @@
 //! - **Same bucket, Redis's clock.** The bucket is the same GCRA as [`RateLimiter`] (rate,
 //!   burst, a cost per acquisition, a cost above the burst pays its debt), evaluated atomically
 //!   by one Lua script (`EVALSHA`, loaded once and again after `NOSCRIPT`) on Redis's `TIME`,
-//!   so the clients' clocks do not matter. The key expires once the bucket is full: idle
-//!   quotas vanish.
+//!   so the clients' clocks do not matter. A request is one `TIME`, one `GET` and at most one
+//!   write; numbers go to the script and rest in Redis as binary doubles (Lua's `struct`
+//!   library), since parsing and printing decimals was most of the script's own cost. The key
+//!   expires once the bucket is full: idle quotas vanish.
 //! - **The bound, to within a round trip.** Four processes sharing one key at 200/s, burst 20,
 //!   for 3 s keep `burst + w × rate` in every window of their merged timeline, counting one
 //!   round trip of slack, and use the quota to within 2 % (`tests/redis.rs`).
@@ -472,8 +474,9 @@
 //! [`KeyedRateLimiter`]'s per-key semantics (borrowed keys: `&str` for `String` keys). A key
 //! `k` under prefix `p` lives in the Redis key `{p:k}` (a Cluster hash tag; `%`, `{`, `}` and
 //! `:` percent-encoded), which expires once its bucket is full again, so idle keys cost
-//! nothing. `set_limit(key, rate, burst)` stores a key's own limit beside it (no expiry), and
-//! every process's next request for the key obeys it, keeping the key's level in tokens.
+//! nothing. `set_limit(key, rate, burst)` stores a key's own limit in the same Redis key (which
+//! then has no expiry), so the one read of every request sees it: every process's next request
+//! for the key obeys it, keeping the key's level in tokens.
 //! `try_acquire` never writes on a refusal; `acquire_timeout` refuses, uncharged, a request
 //! that would wait too long. Three processes on two keys keep each key's `burst + w × rate`
 //! to within a round trip (`tests/redis_keyed.rs`), and so do four processes with a thousand
@@ -524,21 +527,20 @@
 //! ## Redis Cluster
 //!
 //! `RedisRateLimiter::cluster_builder(nodes, key, rate, burst)` and
-//! `RedisKeyedRateLimiter::cluster_builder(nodes, prefix, rate, burst)` return the same
-//! builders, with the same options, on the `redis` crate's async cluster client: `nodes` are
-//! the URLs of some of the cluster's nodes (one that answers is enough). Every key the script
-//! touches is in one slot (the single quota is one key; a keyed quota's `{p:k}` and
-//! `{p:k}:limit` share their hash tag), so each decision is still one atomic script on one
-//! master, and the keys of a keyed limiter spread over all the masters. The client follows
-//! redirections and, when a master fails and its replica takes over, finds the new master by
-//! itself; until then the round trips on that master's slots fail within the
-//! `response_timeout` (a `MOVED` left over from the failover included) and the failure policy
+//! `RedisKeyedRateLimiter::cluster_builder(nodes, prefix, rate, burst)` return the same builders,
+//! with the same options, on the `redis` crate's async cluster client: `nodes` are the URLs of some
+//! of the cluster's nodes (one that answers is enough). The script touches one key (the single
+//! quota's, or a keyed quota's `{p:k}`, which holds the key's own limit too), so each decision is
+//! still one atomic script on one master, and the keys of a keyed limiter spread over all the
+//! masters. The client follows redirections and, when a master fails and its replica takes over,
+//! finds the new master by itself; until then the round trips on that master's slots fail within
+//! the `response_timeout` (a `MOVED` left over from the failover included) and the failure policy
 //! applies to them, while keys on the other masters go on. Replication is asynchronous, so a
-//! failover may lose the failed master's last charges. `tests/redis_cluster.rs` starts a
-//! private cluster of three masters and three replicas, `kill -9`s a master mid-run and
-//! checks that nothing is granted beyond the bound under `FailClosed` (no acquire lost), that
-//! `FailOpen` stays within its per-outage allowance, and that every limiter recovers (about
-//! 2.5 s with `cluster-node-timeout 1000`).
+//! failover may lose the failed master's last charges. `tests/redis_cluster.rs` starts a private
+//! cluster of three masters and three replicas, `kill -9`s a master mid-run and checks that nothing
+//! is granted beyond the bound under `FailClosed` (no acquire lost), that `FailOpen` stays within
+//! its per-outage allowance, and that every limiter recovers (about 2.5 s with
+//! `cluster-node-timeout 1000`).
 //!
 //! ```no_run
 //! # #[cfg(feature = "redis")]

@@ -78,20 +78,30 @@ local level, at, reply = burst, nil, nil
 local state = redis.call('GET', key)
 if state then
   local size = #state
+  local own_interval, own_burst
   if size == 16 then
     level, at = struct.unpack('<dd', state)
   elseif size == 32 then
-    level, at, interval, burst = struct.unpack('<dddd', state)
-    own = string.sub(state, 17)
-    if not (interval > 0 and interval - interval == 0 and burst >= 1 and burst - burst == 0) then
+    level, at, own_interval, own_burst = struct.unpack('<dddd', state)
+    if own_interval > 0 and own_interval - own_interval == 0 and own_burst >= 1
+        and own_burst - own_burst == 0 then
+      interval, burst, own = own_interval, own_burst, string.sub(state, 17)
+    else
       at = nil
     end
   end
   -- A time is a whole number of microseconds; a level is finite (x - x == 0 is false for an
-  -- infinity and for NaN). Anything else, such as text of 16 or 32 bytes, is not a quota.
+  -- infinity and for NaN).
   if not (at and at >= 0 and at <= EXACT and at == math.floor(at) and level - level == 0) then
-    return redis.error_reply('ERR pacer: the key ' .. key ..
-      ' holds a string that is not a pacer quota; delete it or choose another key')
+    -- The text form of pacer 1.0, "<level>:<at>", read so that its quotas carry over.
+    local l, a = string.match(state, '^([^:]+):(%d+)$')
+    level, at = tonumber(l), tonumber(a)
+    interval, burst = struct.unpack('<dd', ARGV[2])
+    own = ''
+    if not (level and at and at <= EXACT and level - level == 0) then
+      return redis.error_reply('ERR pacer: the key ' .. key ..
+        ' holds a string that is not a pacer quota; delete it or choose another key')
+    end
   end
   if now > at then
     level = level + (now - at) / interval

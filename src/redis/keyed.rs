@@ -196,12 +196,14 @@ struct Inner<K> {
 ///
 /// A key is turned into bytes by its [`Display`] form (so `String`, `&str` and the integers
 /// all work), with `%`, `{`, `}` and `:` percent-encoded (`%25`, `%7B`, `%7D`, `%3A`), as is
-/// the prefix. Key `k` under prefix `p` keeps its bucket in the Redis key `{p:k}` and its own
-/// limit, if any, in the hash `{p:k}:limit`; the braces are a Redis Cluster hash tag, so both
-/// live in one slot. Two keys whose `Display` forms are equal share a bucket.
+/// the prefix. Key `k` under prefix `p` keeps its bucket, and its own limit if it has one, in
+/// the one Redis key `{p:k}` (a string of two or four doubles), so that one read serves both;
+/// the braces are a Redis Cluster hash tag. Two keys whose `Display` forms are equal share a
+/// bucket.
 ///
 /// A key's bucket expires from Redis once it would be full again, so idle keys cost nothing;
-/// its own limit is configuration and does not expire. This process keeps local state for a
+/// a key with its own limit is configuration and does not expire (until
+/// [`clear_limit`](RedisKeyedRateLimiter::clear_limit)). This process keeps local state for a
 /// key only while an acquisition of it is in flight or, with
 /// [leases](RedisKeyedRateLimiterBuilder::lease), until its lease expires and is given back
 /// ([`RedisKeyedStats::keys`]).
@@ -710,9 +712,9 @@ where
     /// `burst` tokens refilled at `rate`, failing closed. The same builder, with the same
     /// options, as [`builder`](RedisKeyedRateLimiter::builder).
     ///
-    /// A key's quota and its own limit are named with one hash tag (`{prefix:key}` and
-    /// `{prefix:key}:limit`), so they share a slot and the script runs on that slot's master;
-    /// different keys spread over the masters. The cluster client follows redirections and,
+    /// A key's quota (and its own limit, in the same Redis key) is named with a hash tag,
+    /// `{prefix:key}`, so the script runs on that slot's master; different keys spread over the
+    /// masters. The cluster client follows redirections and,
     /// when a master fails and its replica takes over, finds the new master by itself;
     /// meanwhile the keys of that master's slots see an outage (each round trip bounded by the
     /// [`response_timeout`](RedisKeyedRateLimiterBuilder::response_timeout)) and the
