@@ -56,9 +56,10 @@ pub struct RedisKeyedStats {
     /// Round trips that Redis answered with an error (a key of another type, a refused
     /// command): not outages, each also logged at error level with the `tracing` feature.
     pub reply_errors: u64,
-    /// Keys this process holds local state for now: those with an acquisition in flight or a
-    /// lease. A key's local state is dropped as soon as nothing uses it and its lease, if
-    /// any, has expired (and been given back).
+    /// Keys this process holds local state for now: those with an acquisition in flight,
+    /// and with leases those with a lease or granted within the lease age. A key's local
+    /// state is dropped once nothing uses it and its lease, if any, has expired (and been
+    /// given back). A `try_acquire` without leases holds none.
     pub keys: usize,
 }
 
@@ -76,6 +77,22 @@ struct KeyLocal {
     refill: Arc<tokio::sync::Mutex<()>>,
     /// The order of the key's reservations sent by this process.
     turns: Arc<Turns>,
+    /// With leases, when a round trip of the key last granted: a key granted again within the
+    /// lease age is in use, and its next round trip asks for a whole lease.
+    granted_at: Option<Instant>,
+}
+
+impl KeyLocal {
+    /// Whether a round trip of the key granted within `age` before `now`.
+    fn in_use(&self, now: Instant, age: Duration) -> bool {
+        self.granted_at
+            .is_some_and(|at| now.saturating_duration_since(at) < age)
+    }
+
+    /// Whether nothing needs the key's local state any more.
+    fn idle(&self, now: Instant, age: Duration) -> bool {
+        self.users == 0 && self.lease.is_none() && !self.in_use(now, age)
+    }
 }
 
 /// The order in which one key's reservations left this process, which is the order Redis
@@ -315,10 +332,13 @@ impl<K> fmt::Debug for RedisKeyedRateLimiterBuilder<K> {
 impl<K> RedisKeyedRateLimiterBuilder<K> {
     /// Takes up to `max_tokens` of a key from Redis per round trip and spends them locally,
     /// so that a busy key does not cost one round trip per acquisition. Leases are per key
-    /// and only for keys in use: a key's unspent tokens are given back once `max_age` has
-    /// passed (and when the last handle is dropped). The bound then holds to within `max_age`
-    /// of refill per key; while waiting, a process waits for a whole lease of the key rather
-    /// than one token.
+    /// and only for keys in use: a key's first request takes only its cost, and once a round
+    /// trip of the key has granted, the key's next round trips within `max_age` take a lease
+    /// (so a key not asked again within `max_age` never holds tokens it does not use, nor
+    /// costs a round trip to give them back). A key's unspent tokens are given back once
+    /// `max_age` has passed (and when the last handle is dropped). The bound then holds to
+    /// within `max_age` of refill per key; while waiting, a process waits for a whole lease
+    /// of a key in use rather than one token.
     ///
     /// # Examples
     ///
@@ -588,24 +608,25 @@ fn give_back<K>(inner: &Inner<K>, keys: Arc<str>, back: u64) {
 
 impl<K> Inner<K> {
     /// Moves expired leases to be given back, drops the local state of keys nobody uses, and
-    /// returns what to give back for them and whether leases remain.
+    /// returns what to give back for them and whether a lease or a key in use remains (to be
+    /// swept later).
     fn sweep(&self) -> (Vec<(Arc<str>, u64)>, bool) {
         let now = Instant::now();
         let mut gone = Vec::new();
-        let mut leases = false;
+        let mut later = false;
         lock(&self.keys).retain(|_, local| {
             if local.lease.as_ref().is_some_and(|l| l.expires <= now) {
                 let unused = local.lease.take().map_or(0, |l| l.tokens);
                 local.to_return = local.to_return.saturating_add(unused);
             }
-            leases |= local.lease.is_some();
-            if local.users == 0 && local.lease.is_none() {
+            if local.idle(now, self.lease_age) {
                 gone.push((local.redis.clone(), local.to_return));
                 return false;
             }
+            later |= local.lease.is_some() || local.in_use(now, self.lease_age);
             true
         });
-        (gone, leases)
+        (gone, later)
     }
 }
 
@@ -656,7 +677,7 @@ where
             return;
         };
         local.users -= 1;
-        if local.users == 0 && local.lease.is_none() {
+        if local.idle(Instant::now(), self.inner.lease_age) {
             let back = local.to_return;
             keys.remove(self.key);
             drop(keys);
@@ -786,6 +807,7 @@ where
                     to_return: 0,
                     refill: Arc::new(tokio::sync::Mutex::new(())),
                     turns: Arc::default(),
+                    granted_at: None,
                 };
                 let held = (
                     local.redis.clone(),
@@ -835,25 +857,43 @@ where
         true
     }
 
-    /// The tokens of `key` to give back with its next round trip.
-    fn take_back<Q>(&self, key: &Q) -> u64
+    /// What `key`'s next round trip asks for: at least `cost`, at most `cost` or, with leases
+    /// and if the key is in use, a whole lease; and the tokens it gives back.
+    ///
+    /// A key is in use once a round trip of it granted within the lease age: its first request
+    /// (and the first after a pause longer than the lease age) takes only its cost, so keys
+    /// that are not asked again within the age cost no lease and no round trip to give it back.
+    fn amounts<Q>(&self, key: &Q, cost: u64) -> (u64, u64, u64)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        lock(&self.inner.keys)
-            .get_mut(key)
-            .map_or(0, |local| std::mem::take(&mut local.to_return))
+        let lease_tokens = self.inner.lease_tokens;
+        if lease_tokens == 0 {
+            return (cost, cost, 0);
+        }
+        let now = Instant::now();
+        let mut keys = lock(&self.inner.keys);
+        let Some(local) = keys.get_mut(key) else {
+            return (cost, cost, 0);
+        };
+        let want = if local.in_use(now, self.inner.lease_age) {
+            cost.max(lease_tokens)
+        } else {
+            cost
+        };
+        (cost, want, std::mem::take(&mut local.to_return))
     }
 
-    /// Keeps the surplus of a grant as `key`'s lease, usable until `max_age` from now; what
-    /// was left of an older lease is given back with the key's next round trip.
-    fn keep_lease<Q>(&self, key: &Q, surplus: u64)
+    /// After a round trip of `key` granted (with leases): the key is in use, and the surplus,
+    /// if any, is its lease, usable until `max_age` from now; what was left of an older lease
+    /// is given back with the key's next round trip.
+    fn granted<Q>(&self, key: &Q, surplus: u64)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if surplus == 0 {
+        if self.inner.lease_tokens == 0 {
             return;
         }
         let now = Instant::now();
@@ -866,12 +906,15 @@ where
             let Some(local) = keys.get_mut(key) else {
                 return;
             };
-            let lease = Lease {
-                tokens: surplus,
-                expires,
-            };
-            if let Some(old) = local.lease.replace(lease) {
-                local.to_return = local.to_return.saturating_add(old.tokens);
+            local.granted_at = Some(now);
+            if surplus > 0 {
+                let lease = Lease {
+                    tokens: surplus,
+                    expires,
+                };
+                if let Some(old) = local.lease.replace(lease) {
+                    local.to_return = local.to_return.saturating_add(old.tokens);
+                }
             }
         }
         self.schedule_sweep();
@@ -898,15 +941,18 @@ where
                 let Some(inner) = weak.upgrade() else {
                     return;
                 };
-                let (gone, leases) = inner.sweep();
+                let (gone, later) = inner.sweep();
                 for (keys, back) in gone {
                     give_back(&inner, keys, back);
                 }
-                if !leases {
+                if !later {
                     inner.sweeping.store(false, Ordering::Release);
                     // A lease kept meanwhile may have found the flag still set: look again.
-                    let (_, leases) = inner.sweep();
-                    if !leases || inner.sweeping.swap(true, Ordering::AcqRel) {
+                    let (gone, later) = inner.sweep();
+                    for (keys, back) in gone {
+                        give_back(&inner, keys, back);
+                    }
+                    if !later || inner.sweeping.swap(true, Ordering::AcqRel) {
                         return;
                     }
                 }
@@ -1157,7 +1203,7 @@ where
             let attempt = Instant::now();
             let max_wait_us =
                 left(attempt).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-            let amounts = (cost, cost.max(lease_tokens), self.take_back(key));
+            let amounts = self.amounts(key, cost);
             // The ticket is taken with the call's first poll, which hands the request to the
             // connection, under the key's `sending` lock: tickets follow the order in which
             // the requests reach the connection, which is the order Redis charges them in
@@ -1201,7 +1247,7 @@ where
                         turn.come().await;
                     }
                     std::mem::forget(reserved);
-                    self.keep_lease(key, surplus);
+                    self.granted(key, surplus);
                     counters.grant(cost);
                     return Ok(());
                 }
@@ -1307,14 +1353,13 @@ where
                     &own_key
                 }
             };
-            let back = if leases { self.take_back(key) } else { 0 };
-            // A try takes `cost` if it is there, and with leases whatever more is there, up
-            // to a lease; it never waits for a whole one.
-            let amounts = (cost, cost.max(self.inner.lease_tokens), back);
+            // A try takes `cost` if it is there, and with leases (of a key in use) whatever
+            // more is there, up to a lease; it never waits for a whole one.
+            let amounts = self.amounts(key, cost);
             match self.round_trip(redis_key, amounts, false, None).await {
                 Ok(Answer::Granted { surplus, .. }) => {
                     self.recovered();
-                    self.keep_lease(key, surplus);
+                    self.granted(key, surplus);
                     Ok(())
                 }
                 Ok(Answer::Refused { wait }) => {
