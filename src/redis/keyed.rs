@@ -77,13 +77,13 @@ struct KeyLocal {
     refill: Arc<tokio::sync::Mutex<()>>,
     /// The order of the key's reservations sent by this process.
     turns: Arc<Turns>,
-    /// With leases, when a round trip of the key last granted: a key granted again within the
-    /// lease age is in use, and its next round trip asks for a whole lease.
+    /// With leases, when the key was last granted (by Redis or from its lease): a key granted
+    /// within the lease age is in use, and its next round trip asks for a whole lease.
     granted_at: Option<Instant>,
 }
 
 impl KeyLocal {
-    /// Whether a round trip of the key granted within `age` before `now`.
+    /// Whether the key was granted within `age` before `now`.
     fn in_use(&self, now: Instant, age: Duration) -> bool {
         self.granted_at
             .is_some_and(|at| now.saturating_duration_since(at) < age)
@@ -843,7 +843,8 @@ where
         let Some(lease) = local.lease.as_mut() else {
             return false;
         };
-        if lease.expires <= Instant::now() {
+        let now = Instant::now();
+        if lease.expires <= now {
             let unused = lease.tokens;
             local.lease = None;
             local.to_return = local.to_return.saturating_add(unused);
@@ -853,6 +854,7 @@ where
             return false;
         }
         lease.tokens -= cost;
+        local.granted_at = Some(now);
         bump(&self.inner.counters.from_lease);
         true
     }
@@ -860,9 +862,11 @@ where
     /// What `key`'s next round trip asks for: at least `cost`, at most `cost` or, with leases
     /// and if the key is in use, a whole lease; and the tokens it gives back.
     ///
-    /// A key is in use once a round trip of it granted within the lease age: its first request
-    /// (and the first after a pause longer than the lease age) takes only its cost, so keys
-    /// that are not asked again within the age cost no lease and no round trip to give it back.
+    /// A key is in use while it was granted within the lease age: its first request (and the
+    /// first after a pause longer than the lease age) takes only its cost, so keys that are
+    /// not asked again within the age cost no lease and no round trip to give it back. A busy
+    /// key stays in use, and the unspent tokens of its expired lease go back with its next
+    /// round trip.
     fn amounts<Q>(&self, key: &Q, cost: u64) -> (u64, u64, u64)
     where
         K: Borrow<Q>,
