@@ -823,3 +823,56 @@ async fn set_and_clear_limit_fail_at_once_while_redis_is_down_and_change_nothing
         assert_eq!(quota.stats().fallback, fallback, "{policy:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_asked_less_often_than_the_lease_age_never_takes_a_lease() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let quota: RedisKeyedRateLimiter<String> =
+        RedisKeyedRateLimiter::builder(&server.url(), "rare", Rate::per_minute(1), 50)
+            .lease(20, Duration::from_millis(100))
+            .build()
+            .unwrap();
+    for _ in 0..3 {
+        quota.try_acquire("k", 1).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    // Each took its cost only: nothing held back, nothing to give back.
+    let level = level(&mut conn, "{rare:k}");
+    assert!((level - 47.0).abs() < 0.05, "{level}");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let stats = quota.stats();
+    assert_eq!((stats.round_trips, stats.from_lease, stats.keys), (3, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_key_gives_its_expired_lease_back_with_its_next_round_trip() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let quota: RedisKeyedRateLimiter<String> =
+        RedisKeyedRateLimiter::builder(&server.url(), "busy", Rate::per_minute(1), 50)
+            .lease(20, Duration::from_millis(200))
+            .build()
+            .unwrap();
+    // Its cost, then (in use) its cost and a lease of 19.
+    quota.try_acquire("k", 1).await.unwrap();
+    quota.try_acquire("k", 1).await.unwrap();
+    let taken = level(&mut conn, "{busy:k}");
+    assert!((taken - 29.0).abs() < 0.05, "{taken}");
+    // From the lease, which keeps the key in use past the lease's age.
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    quota.try_acquire("k", 1).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    // The lease has expired: its 18 tokens go back with the round trip that takes a new one.
+    quota.try_acquire("k", 1).await.unwrap();
+    let stats = quota.stats();
+    assert_eq!((stats.round_trips, stats.from_lease), (3, 1), "{stats:?}");
+    let now = level(&mut conn, "{busy:k}");
+    assert!((now - 27.0).abs() < 0.05, "{now}");
+    // Idle: the last lease goes back in the background, and the key's local state goes.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let stats = quota.stats();
+    assert_eq!((stats.round_trips, stats.keys), (4, 0), "{stats:?}");
+    let back = level(&mut conn, "{busy:k}");
+    assert!((back - 46.0).abs() < 0.05, "{back}");
+}
