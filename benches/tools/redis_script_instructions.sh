@@ -70,9 +70,9 @@ for name in pacer tk; do
     for _ in $(seq 100); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.2; done
     redis-cli -p "$port" -x SCRIPT LOAD <"$work/$name.lua" >/dev/null
     redis-cli -p "$port" --pipe <"$work/$name.warm.resp" >/dev/null 2>&1
-    callgrind_control -z >/dev/null
+    callgrind_control -z >/dev/null 2>&1
     redis-cli -p "$port" --pipe <"$work/$name.run.resp" 2>&1 | grep -q "errors: 0, replies: $calls"
-    callgrind_control -d >/dev/null
+    callgrind_control -d >/dev/null 2>&1
     redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
     wait
     total=$(grep -h '^summary:' "$work"/cg.out.*.1 | awk '{print $2}')
