@@ -524,6 +524,24 @@
 //! }
 //! ```
 //!
+//! ### Capacity on paper
+//!
+//! Redis runs scripts on one core per master, so at `c` of Redis CPU per round trip a master
+//! serves `1 s / c` round trips per second: 67 k at 15 µs (11–19 µs measured per round trip on
+//! one server, BENCHMARKS.md), 33 k at the 30 µs measured per master on a local cluster.
+//! Planned at half load, `u = 0.5`, that is 33 k (17 k). A lease of `m` tokens that the process
+//! spends within its age makes each round trip `m` grants (`m × 33 k` grants/s per master); a
+//! key the process does not ask again within the age takes no lease and costs a round trip
+//! per grant. Masters = `N × r × c / (u × m)` for `N` tenants at `r` requests per second:
+//!
+//! - 1 M tenants at 10/s, no lease: `10⁶ × 10/s × 15 µs / 0.5 = 300` masters (600 at 30 µs).
+//! - Kafka records keyed by tenant (each tenant's records go to one consumer) and
+//!   `lease(10, 1 s)`: `10⁷ × 15 µs / (0.5 × 10) = 30` masters (60). The price: a tenant's
+//!   bound loosens by `rate × age`, 10 more deliveries in any window, and a waiting `acquire`
+//!   of a tenant in use waits for a whole lease.
+//! - Records spread over 40 consumers without a key: each sees a tenant at 0.25/s, so no lease
+//!   is reused within 1 s; leave leases off (they would cost nothing more, but bring nothing).
+//!
 //! ## Redis Cluster
 //!
 //! `RedisRateLimiter::cluster_builder(nodes, key, rate, burst)` and
