@@ -975,3 +975,27 @@ async fn a_quota_stored_by_pacer_1_0_carries_over() {
     let level = f64::from_le_bytes(state[..8].try_into().unwrap());
     assert!((0.5..0.5002).contains(&level), "{level}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_in_the_order_they_asked() {
+    use futures_util::stream::FuturesUnordered;
+
+    let server = Server::start();
+    // Two tokens a millisecond: several waiters fall due within each tick of tokio's timer,
+    // where the timer wakes them in an order of its own.
+    let quota = RedisRateLimiter::builder(server.url(), "fifo", Rate::per_second(2_000), 1)
+        .build()
+        .unwrap();
+    let waiters: FuturesUnordered<_> = (0..200)
+        .map(|i| {
+            let quota = &quota;
+            async move {
+                quota.acquire(1).await.unwrap();
+                i
+            }
+        })
+        .collect();
+    // Polled in the order they were pushed: each sends its reservation with its first poll.
+    let served: Vec<u32> = waiters.collect().await;
+    assert_eq!(served, (0..200).collect::<Vec<_>>());
+}

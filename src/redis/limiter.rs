@@ -20,6 +20,7 @@ use super::script::{
     bump, round_down, round_up, wait_from_us, Answer, Call, Conn, Counters, Failure, Reply,
     REPLY_BACKOFF_MAX, REPLY_RETRY, SCRIPT,
 };
+use super::turns::Turns;
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
 use crate::limiter::quota::sealed;
@@ -212,6 +213,8 @@ struct Inner {
     /// With leases, one task at a time refills the lease; the others wait for it rather than
     /// each asking Redis for a whole lease of its own.
     refill: tokio::sync::Mutex<()>,
+    /// The order of this process's reservations: served in the order Redis charged them.
+    turns: Arc<Turns>,
     counters: Counters,
 }
 
@@ -414,6 +417,7 @@ impl RedisRateLimiterBuilder {
                 policy: self.policy,
                 local: Mutex::new(Local::default()),
                 refill: tokio::sync::Mutex::new(()),
+                turns: Arc::default(),
                 counters: Counters {
                     #[cfg(feature = "metrics")]
                     metrics: self
@@ -706,7 +710,14 @@ impl RedisRateLimiter {
             }
             let attempt = Instant::now();
             let want = cost.max(self.inner.lease_tokens);
-            match self.round_trip(cost, want, true).await {
+            let (turn, answer) = self
+                .inner
+                .turns
+                .send(self.round_trip(cost, want, true))
+                .await;
+            // Anything but a reservation gives its place up at once.
+            let mut turn = matches!(answer, Ok(Answer::Granted { .. })).then_some(turn);
+            match answer {
                 Ok(Answer::Granted { surplus, wait }) => {
                     self.recovered();
                     // Until it is used, the grant is given back if this future is dropped.
@@ -715,10 +726,17 @@ impl RedisRateLimiter {
                         tokens: cost.saturating_add(surplus),
                     };
                     if wait == Nanos::MAX {
-                        // Behind debts of 584 years or more: as in process, never.
+                        // Behind debts of 584 years or more: as in process, never; it holds
+                        // up nobody of this process either.
+                        drop(turn.take());
                         std::future::pending::<()>().await;
                     } else if wait > Nanos::ZERO {
                         tokio::time::sleep(wait.to_duration()).await;
+                    }
+                    // After this process's reservations sent before it, however late their
+                    // replies were read.
+                    if let Some(turn) = &turn {
+                        turn.come().await;
                     }
                     std::mem::forget(reserved);
                     self.keep_lease(surplus);

@@ -24,6 +24,7 @@ mod keyed;
 mod limiter;
 mod policy;
 mod script;
+mod turns;
 
 pub use keyed::{RedisKeyedRateLimiter, RedisKeyedRateLimiterBuilder, RedisKeyedStats};
 pub use limiter::{
