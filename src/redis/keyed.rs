@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::limiter::{poll_slot, Pending, RedisQuotaError, TryAcquireError};
+use super::error::{RedisQuotaError, TryAcquireError};
+use super::limiter::{poll_slot, Pending};
 use super::policy::{self, FailurePolicy, Fallback, Target};
 use super::script::{
     bump, wait_from_us, Answer, Call, Conn, Counters, Failure, Reply, REPLY_BACKOFF_MAX, SCRIPT,

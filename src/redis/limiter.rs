@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::error::{RedisQuotaError, TryAcquireError};
 use super::policy::{self, FailurePolicy, Fallback, Target};
 use super::script::{
     bump, round_down, round_up, wait_from_us, Answer, Call, Conn, Counters, Failure, Reply,
@@ -22,137 +23,11 @@ use super::script::{
 };
 use super::turns::Turns;
 use crate::core::Nanos;
-use crate::error::{ConfigError, NotUntil};
+use crate::error::NotUntil;
 use crate::limiter::quota::sealed;
 use crate::limiter::{Quota, RateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};
-
-/// Why a [`RedisRateLimiter`] could not be built or could not answer.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum RedisQuotaError {
-    /// A limit that cannot be: a zero burst, a bad lease or share.
-    Config(ConfigError),
-    /// The Redis URL or client configuration was refused.
-    Client(redis::RedisError),
-    /// Redis could not be reached: for longer than the `FailClosed` deadline by an
-    /// `acquire`, or at all by a change of configuration (a keyed quota's `set_limit` and
-    /// `clear_limit`, which no failure policy applies to).
-    Unavailable(redis::RedisError),
-    /// Redis answered the request with an error (see
-    /// [outages and reply errors](RedisRateLimiter#outages-and-reply-errors)): the key holds a value of another type or something that is not a pacer quota, or a
-    /// command was refused (an ACL, a script error). It is not an outage: the failure policy
-    /// does not apply, nothing was granted, and asking again fails the same way until the key
-    /// or the server's configuration is fixed.
-    Reply(redis::RedisError),
-}
-
-impl fmt::Display for RedisQuotaError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RedisQuotaError::Config(e) => e.fmt(f),
-            RedisQuotaError::Client(e) => write!(f, "invalid Redis client configuration: {e}"),
-            RedisQuotaError::Unavailable(e) => {
-                write!(f, "Redis unreachable: {e}")
-            }
-            RedisQuotaError::Reply(e) => write!(f, "Redis answered the quota with an error: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for RedisQuotaError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            RedisQuotaError::Config(e) => Some(e),
-            RedisQuotaError::Client(e)
-            | RedisQuotaError::Unavailable(e)
-            | RedisQuotaError::Reply(e) => Some(e),
-        }
-    }
-}
-
-/// Why [`RedisRateLimiter::try_acquire`] did not grant: the quota refused (not now), or Redis
-/// answered with an error.
-///
-/// The refusal is the crate's one [`NotUntil`], as from every other limiter; a reply error is
-/// a failure, not a refusal, and waiting does not cure it (see [`RedisQuotaError::Reply`]).
-/// While Redis is *unreachable* `try_acquire` still refuses, under the [`FailurePolicy`].
-///
-/// # Examples
-///
-/// ```no_run
-/// use pacer::redis::TryAcquireError;
-///
-/// # async fn demo(quota: pacer::RedisRateLimiter) -> Result<(), Box<dyn std::error::Error>> {
-/// match quota.try_acquire(1).await {
-///     Ok(()) => println!("go"),
-///     Err(TryAcquireError::NotUntil(refused)) => println!("retry in {:?}", refused.retry_after()),
-///     Err(failed) => return Err(failed.into()),
-/// }
-/// // Or, when any failure is to be handled as a refusal would be:
-/// if let Err(e) = quota.try_acquire(1).await {
-///     println!("not now: {e}; a refusal? {:?}", e.not_until());
-/// }
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum TryAcquireError {
-    /// Refused: the cost cannot be had now. [`NotUntil::retry_after`] says when it could be;
-    /// [`NotUntil::is_never`] that it never can without waiting (a cost above the burst).
-    NotUntil(NotUntil),
-    /// Redis answered with an error; nothing was granted. The same error as
-    /// [`RedisQuotaError::Reply`].
-    Reply(redis::RedisError),
-}
-
-impl TryAcquireError {
-    /// The refusal, if this is one; `None` for a reply error.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use pacer::redis::TryAcquireError;
-    /// use pacer::{Rate, RateLimiter};
-    ///
-    /// let local = RateLimiter::new(Rate::per_second(1), 1);
-    /// let refused = TryAcquireError::from(local.try_acquire(2).unwrap_err());
-    /// assert!(refused.not_until().unwrap().is_never());
-    /// ```
-    #[must_use]
-    pub fn not_until(&self) -> Option<NotUntil> {
-        match self {
-            TryAcquireError::NotUntil(n) => Some(*n),
-            TryAcquireError::Reply(_) => None,
-        }
-    }
-}
-
-impl From<NotUntil> for TryAcquireError {
-    fn from(refused: NotUntil) -> Self {
-        TryAcquireError::NotUntil(refused)
-    }
-}
-
-impl fmt::Display for TryAcquireError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TryAcquireError::NotUntil(n) => n.fmt(f),
-            TryAcquireError::Reply(e) => write!(f, "Redis answered the quota with an error: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for TryAcquireError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            TryAcquireError::NotUntil(n) => Some(n),
-            TryAcquireError::Reply(e) => Some(e),
-        }
-    }
-}
 
 /// Counters of a [`RedisRateLimiter`] in this process.
 ///
@@ -345,7 +220,7 @@ impl RedisRateLimiterBuilder {
     /// outage (default 250 ms).
     ///
     /// It must be positive: [`build`](RedisRateLimiterBuilder::build) refuses zero with
-    /// [`ConfigError::ZeroTimeout`]. (The `redis` crate takes zero as a timeout at tokio's
+    /// [`ConfigError::ZeroTimeout`](crate::ConfigError::ZeroTimeout). (The `redis` crate takes zero as a timeout at tokio's
     /// next timer tick, not as "no timeout", so whether a round trip succeeds would depend on
     /// how far away Redis is.) There is no "no timeout": a round trip that never ends would
     /// hold `acquire` past the fail-closed deadline and keep `FailOpen` from falling back; a

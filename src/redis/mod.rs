@@ -20,14 +20,14 @@
 //! # }
 //! ```
 
+mod error;
 mod keyed;
 mod limiter;
 mod policy;
 mod script;
 mod turns;
 
+pub use error::{RedisQuotaError, TryAcquireError};
 pub use keyed::{RedisKeyedRateLimiter, RedisKeyedRateLimiterBuilder, RedisKeyedStats};
-pub use limiter::{
-    RedisQuotaError, RedisRateLimiter, RedisRateLimiterBuilder, RedisStats, TryAcquireError,
-};
+pub use limiter::{RedisRateLimiter, RedisRateLimiterBuilder, RedisStats};
 pub use policy::FailurePolicy;

@@ -6,8 +6,8 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
 
+use super::error::RedisQuotaError;
 use super::script::Conn;
-use super::RedisQuotaError;
 use crate::error::ConfigError;
 use crate::rate::Rate;
 
