@@ -15,6 +15,8 @@ use pacer::{Rate, RedisKeyedRateLimiter};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
+// Its bound checker is for the multi-process tests.
+#[allow(dead_code)]
 #[path = "common/redis_server.rs"]
 mod redis_server;
 use redis_server::Server;
