@@ -527,7 +527,7 @@
 //! ### Capacity on paper
 //!
 //! Redis runs scripts on one core per master, so at `c` of Redis CPU per round trip a master
-//! serves `1 s / c` round trips per second: 67 k at 15 µs (11–19 µs measured per round trip on
+//! serves `1 s / c` round trips per second: 67 k at 15 µs (10–19 µs measured per round trip on
 //! one server, BENCHMARKS.md), 33 k at the 30 µs measured per master on a local cluster.
 //! Planned at half load, `u = 0.5`, that is 33 k (17 k). A lease of `m` tokens that the process
 //! spends within its age makes each round trip `m` grants (`m × 33 k` grants/s per master); a
