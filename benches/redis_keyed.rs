@@ -62,8 +62,9 @@ const FREE_BURST: u64 = 1_000_000_000;
 /// pacer's lease: up to 100 tokens per round trip, spent within 100 ms.
 const LEASE_TOKENS: u64 = 100;
 const LEASE_AGE: Duration = Duration::from_millis(100);
-/// A lease of busy keys, as the single-key figure used (1,000 tokens), spent within
-/// 1 s: long enough that at 10,000 keys each key is asked again before its lease expires.
+/// A lease for busy keys, of 1,000 tokens (what takes one key to millions of grants per
+/// second), spent within 1 s: long enough that at 10,000 keys each key is asked again before
+/// its lease expires.
 const LONG_LEASE_TOKENS: u64 = 1_000;
 const LONG_LEASE_AGE: Duration = Duration::from_secs(1);
 /// Refused calls measured one by one.
