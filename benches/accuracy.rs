@@ -1,9 +1,9 @@
-//! Achieved against configured rate, in real time, for an always-ready source: pacer's
+//! Achieved against configured rate, in real time, for an always-ready source: paced's
 //! `throttle` (Shaping) and the peers, side by side in one run.
 //!
 //! For each rate in 1,000 / 10,000 / 100,000 / 1,000,000 items/s, with `burst = rate × 2 ms`
 //! (at least 1), each limiter drains `stream::repeat(())` for a fixed wall time (1 s, or
-//! `PACER_BENCH_SECS`) on its own current-thread runtime, and every emission time is recorded
+//! `PACED_BENCH_SECS`) on its own current-thread runtime, and every emission time is recorded
 //! with `std::time::Instant` into a preallocated `Vec`. Reported per run:
 //!
 //! - **steady rate**: `(count - burst) / (last - first)`: the items beyond the initial burst
@@ -24,16 +24,16 @@
 //! - tokio-stream `throttle(1 s / rate)`: no burst (one item per timer wake-up), shown with
 //!   burst 1.
 //!
-//! One extra row runs pacer at 1,000/s with a burst of 3 (one token above `rate × 2 ms`).
+//! One extra row runs paced at 1,000/s with a burst of 3 (one token above `rate × 2 ms`).
 //!
 //! Sub-millisecond rows: 10,000/s with a burst of 1, `throttle` and `min_interval(100 µs)`,
 //! plain and with `precise()`, beside governor and leaky-bucket with a burst of 1
-//! (`PACER_BENCH_ONLY=sub-ms` runs only these).
+//! (`PACED_BENCH_ONLY=sub-ms` runs only these).
 //!
-//! `PACER_BENCH_VERBOSE=1` adds a table of timer wake-ups: emissions more than 200 µs after
+//! `PACED_BENCH_VERBOSE=1` adds a table of timer wake-ups: emissions more than 200 µs after
 //! the previous one start a new wake-up; percentiles of the intervals between wake-ups.
 //!
-//! Run: `cargo bench --bench accuracy` (about 17 × `PACER_BENCH_SECS` seconds).
+//! Run: `cargo bench --bench accuracy` (about 17 × `PACED_BENCH_SECS` seconds).
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use futures_util::{Stream, StreamExt};
 use governor::prelude::StreamRateLimitExt;
 use governor::{Quota, RateLimiter};
-use pacer::{PaceExt, Rate, Shaping};
+use paced::{PaceExt, Rate, Shaping};
 
 const RATES: [u64; 4] = [1_000, 10_000, 100_000, 1_000_000];
 const WINDOW: Duration = Duration::from_millis(10);
@@ -149,28 +149,28 @@ fn steady_rate(times: &[u64], burst: u64) -> Option<f64> {
 
 fn main() {
     // Criterion-style arguments (`--bench`, filters) are passed to every bench; ignore them.
-    let secs: f64 = std::env::var("PACER_BENCH_SECS")
+    let secs: f64 = std::env::var("PACED_BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1.0);
     let secs = Duration::from_secs_f64(secs.max(0.05));
 
     let mut rows = Vec::new();
-    // (rate, burst, pacer only): the burst asked for, rate × 2 ms, and for 1,000/s one token
+    // (rate, burst, paced only): the burst asked for, rate × 2 ms, and for 1,000/s one token
     // more, to show what the timer's rounding costs there.
     let configs = RATES
         .iter()
         .map(|&rate| (rate, (rate * 2 / 1_000).max(1), false))
         .chain([(1_000, 3, true)]);
-    // `PACER_BENCH_ONLY=sub-ms` runs only the sub-millisecond rows below.
-    let only_sub_ms = std::env::var("PACER_BENCH_ONLY").is_ok_and(|v| v == "sub-ms");
+    // `PACED_BENCH_ONLY=sub-ms` runs only the sub-millisecond rows below.
+    let only_sub_ms = std::env::var("PACED_BENCH_ONLY").is_ok_and(|v| v == "sub-ms");
     let configs = configs.filter(|_| !only_sub_ms);
-    for (rate, burst, pacer_only) in configs {
+    for (rate, burst, paced_only) in configs {
         let capacity = (rate as f64 * secs.as_secs_f64() * 1.25) as usize + burst as usize + 4096;
         let rate32 = NonZeroU32::new(u32::try_from(rate).expect("rate fits in u32")).expect("> 0");
         let burst32 = NonZeroU32::new(u32::try_from(burst).expect("fits")).expect("> 0");
 
-        rows.push(run("pacer throttle (Shaping)", rate, burst, async {
+        rows.push(run("paced throttle (Shaping)", rate, burst, async {
             let stream = PaceExt::throttle(
                 futures_util::stream::repeat(()),
                 Rate::per_second(rate),
@@ -180,7 +180,7 @@ fn main() {
             );
             drive(stream, secs, capacity).await
         }));
-        if pacer_only {
+        if paced_only {
             continue;
         }
 
@@ -251,7 +251,7 @@ fn main() {
     }
     println!();
 
-    if std::env::var_os("PACER_BENCH_VERBOSE").is_some() {
+    if std::env::var_os("PACED_BENCH_VERBOSE").is_some() {
         print_wake_ups(&rows, secs);
     }
 }
@@ -264,20 +264,20 @@ fn sub_millisecond(rows: &mut Vec<Row>, secs: Duration) {
     let capacity = (RATE as f64 * secs.as_secs_f64() * 1.25) as usize + 4096;
     let gap = Duration::from_micros(100);
     let repeat = || futures_util::stream::repeat(());
-    rows.push(run("pacer throttle, burst 1", RATE, 1, async {
+    rows.push(run("paced throttle, burst 1", RATE, 1, async {
         let stream = PaceExt::throttle(repeat(), Rate::per_second(RATE), |_| 1, 1, Shaping);
         drive(stream, secs, capacity).await
     }));
-    rows.push(run("pacer throttle, burst 1, precise()", RATE, 1, async {
+    rows.push(run("paced throttle, burst 1, precise()", RATE, 1, async {
         let stream =
             PaceExt::throttle(repeat(), Rate::per_second(RATE), |_| 1, 1, Shaping).precise();
         drive(stream, secs, capacity).await
     }));
-    rows.push(run("pacer min_interval(100 us)", RATE, 1, async {
+    rows.push(run("paced min_interval(100 us)", RATE, 1, async {
         drive(repeat().min_interval(gap), secs, capacity).await
     }));
     rows.push(run(
-        "pacer min_interval(100 us), precise()",
+        "paced min_interval(100 us), precise()",
         RATE,
         1,
         async { drive(repeat().min_interval(gap).precise(), secs, capacity).await },

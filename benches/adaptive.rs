@@ -29,8 +29,8 @@ mod provider;
 
 use std::time::Duration;
 
-use pacer::AdaptiveLaw;
-use pacer::Rate;
+use paced::AdaptiveLaw;
+use paced::Rate;
 use provider::{settled_from, simulate, window, Announce, Run, Scenario};
 
 const LIMITS: [f64; 4] = [5.0, 50.0, 500.0, 5000.0];

@@ -1,4 +1,4 @@
-//! The keyed limiter, `pacer::KeyedRateLimiter`, side by side with governor's keyed limiter
+//! The keyed limiter, `paced::KeyedRateLimiter`, side by side with governor's keyed limiter
 //! (`governor::RateLimiter::keyed`, a `DashMap` of GCRA cells, both hashing with std's
 //! `RandomState`) in the same run, and `throttle_by_key` beside `throttle` and a bare stream.
 //!
@@ -8,15 +8,15 @@
 //!   - `slow_refill`: one token per second with a burst of `u32::MAX` (governor's largest; with
 //!     it, governor's GCRA cannot represent a period much above 4 s), more than any key takes
 //!     in a run (a few times 10^7 calls spread over the keys). It never binds, and no bucket is
-//!     full again between two visits, so pacer keeps every key's state, as governor does: the
+//!     full again between two visits, so paced keeps every key's state, as governor does: the
 //!     cost of a call on an existing key.
 //!   - `fast_refill`: `u32::MAX` tokens per second with the same burst. It never binds either,
 //!     but a bucket is full again a nanosecond after a call, long before its key comes round
-//!     again, so pacer forgets the key and creates it afresh on the next call; governor keeps
+//!     again, so paced forgets the key and creates it afresh on the next call; governor keeps
 //!     it. The cost of forgetting, measured.
 //!
 //!   Every timed call is counted and the run fails if one was refused; an untimed pre-run of
-//!   `PRE_RUN` calls checks the same first, and the keys pacer tracks are checked after.
+//!   `PRE_RUN` calls checks the same first, and the keys paced tracks are checked after.
 //! - `keyed_overhead`: `N` items of `stream::iter` drained per iteration on a current-thread
 //!   runtime, as in the `overhead` bench: bare, through `throttle` (Shaping) and through
 //!   `throttle_by_key` with `KEYS` distinct keys (item % `KEYS`), both with the two quotas
@@ -25,11 +25,11 @@
 //!
 //! - `keyed_try_acquire/.../fast_hash`: the same with foldhash (`foldhash::fast::RandomState`)
 //!   as both limiters' hasher, instead of std's SipHash.
-//! - `clock`: one `tokio::time::Instant::now()` (inside a runtime, as pacer reads it) and one
+//! - `clock`: one `tokio::time::Instant::now()` (inside a runtime, as paced reads it) and one
 //!   `quanta::Clock::now()` (governor's clock): the floor under each side, to subtract.
 //! - `keyed_contended`: `TASKS` tasks on a 2-worker multi-thread runtime, each awaiting
 //!   `PER_TASK` acquisitions of cost 1 over `CONTENDED_KEYS` keys (task `t` asks key
-//!   `(t * PER_TASK + i) % CONTENDED_KEYS`), with the slow quota, which never binds: pacer's
+//!   `(t * PER_TASK + i) % CONTENDED_KEYS`), with the slow quota, which never binds: paced's
 //!   `KeyedRateLimiter::acquire` beside governor's `until_key_ready`. Reported as acquisitions
 //!   per second of wall time; every acquisition is checked to have been granted at once.
 //!
@@ -50,7 +50,7 @@ use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use futures_util::{Stream, StreamExt};
 use governor::Quota;
-use pacer::{KeyedRateLimiter, PaceExt, Rate, Shaping};
+use paced::{KeyedRateLimiter, PaceExt, Rate, Shaping};
 use tokio::runtime::Runtime;
 
 /// Tasks, acquisitions per task and keys of the contended benchmark.
@@ -72,7 +72,7 @@ fn runtime() -> Runtime {
         .expect("current-thread runtime")
 }
 
-/// The two quotas, as pacer's rate and burst and as governor's quota.
+/// The two quotas, as paced's rate and burst and as governor's quota.
 #[derive(Clone, Copy)]
 enum Refill {
     Slow,
@@ -87,7 +87,7 @@ impl Refill {
         }
     }
 
-    fn pacer(self) -> (Rate, u64) {
+    fn paced(self) -> (Rate, u64) {
         let per_second = match self {
             Refill::Slow => 1,
             Refill::Fast => u32::MAX.into(),
@@ -151,33 +151,33 @@ where
 }
 
 fn try_acquire(c: &mut Criterion) {
-    // pacer reads tokio's clock inside a runtime, as it would in use; governor reads quanta's.
+    // paced reads tokio's clock inside a runtime, as it would in use; governor reads quanta's.
     let rt = runtime();
     let _guard = rt.enter();
     let mut group = c.benchmark_group("keyed_try_acquire");
     for n in [10u64, 100_000] {
         for refill in [Refill::Slow, Refill::Fast] {
-            let (rate, burst) = refill.pacer();
-            let pacer = KeyedRateLimiter::<u64>::new(rate, burst);
+            let (rate, burst) = refill.paced();
+            let paced = KeyedRateLimiter::<u64>::new(rate, burst);
             for key in 0..n {
                 assert!(
-                    pacer.try_acquire(&key, 1).is_ok(),
-                    "pacer: key {key} refused"
+                    paced.try_acquire(&key, 1).is_ok(),
+                    "paced: key {key} refused"
                 );
             }
             let keys = Cycle::new(n);
             bench_try(
                 &mut group,
-                &format!("pacer/{}/{n}_keys", refill.name()),
-                || pacer.try_acquire(&keys.key(), 1).is_ok(),
+                &format!("paced/{}/{n}_keys", refill.name()),
+                || paced.try_acquire(&keys.key(), 1).is_ok(),
             );
-            let stats = pacer.stats();
+            let stats = paced.stats();
             assert_eq!((stats.rejected, stats.waiting), (0, 0));
-            let tracked = pacer.tracked_keys();
+            let tracked = paced.tracked_keys();
             match refill {
-                Refill::Slow => assert_eq!(tracked as u64, n, "pacer forgot a key"),
+                Refill::Slow => assert_eq!(tracked as u64, n, "paced forgot a key"),
                 Refill::Fast => println!(
-                    "note: pacer/{}/{n}_keys tracks {tracked} of {n} keys after the run: a \
+                    "note: paced/{}/{n}_keys tracks {tracked} of {n} keys after the run: a \
                      bucket is full again before its key comes round, so it is forgotten and \
                      created afresh",
                     refill.name()
@@ -200,18 +200,18 @@ fn try_acquire(c: &mut Criterion) {
             assert_eq!(governor.len() as u64, n);
         }
         // A fast hasher on both sides, the quota that keeps every key.
-        let (rate, burst) = Refill::Slow.pacer();
-        let pacer = KeyedRateLimiter::<u64, _>::with_hasher(rate, burst, FastHash::default());
+        let (rate, burst) = Refill::Slow.paced();
+        let paced = KeyedRateLimiter::<u64, _>::with_hasher(rate, burst, FastHash::default());
         for key in 0..n {
-            assert!(pacer.try_acquire(&key, 1).is_ok());
+            assert!(paced.try_acquire(&key, 1).is_ok());
         }
         let keys = Cycle::new(n);
         bench_try(
             &mut group,
-            &format!("pacer/slow_refill/{n}_keys/fast_hash"),
-            || pacer.try_acquire(&keys.key(), 1).is_ok(),
+            &format!("paced/slow_refill/{n}_keys/fast_hash"),
+            || paced.try_acquire(&keys.key(), 1).is_ok(),
         );
-        assert_eq!(pacer.tracked_keys() as u64, n, "pacer forgot a key");
+        assert_eq!(paced.tracked_keys() as u64, n, "paced forgot a key");
         let governor = governor::RateLimiter::dashmap_with_hasher(
             Refill::Slow.governor(),
             FastHash::default(),
@@ -308,15 +308,15 @@ fn contended(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed_contended");
     group.throughput(Throughput::Elements(TASKS * PER_TASK));
     group.sample_size(20);
-    let (rate, burst) = Refill::Slow.pacer();
-    let pacer = Arc::new(rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) }));
-    group.bench_function(format!("pacer/acquire/{CONTENDED_KEYS}_keys"), |b| {
+    let (rate, burst) = Refill::Slow.paced();
+    let paced = Arc::new(rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) }));
+    group.bench_function(format!("paced/acquire/{CONTENDED_KEYS}_keys"), |b| {
         b.iter_custom(|iters| {
             (0..iters)
                 .map(|_| {
                     run_contended(
                         &rt,
-                        &pacer,
+                        &paced,
                         |l: Arc<KeyedRateLimiter<u64>>, key| async move {
                             l.acquire(&key, 1).await;
                         },
@@ -325,7 +325,7 @@ fn contended(c: &mut Criterion) {
                 .sum()
         });
     });
-    assert_eq!(pacer.stats().rejected, 0);
+    assert_eq!(paced.stats().rejected, 0);
     let governor = Arc::new(governor::RateLimiter::keyed(Refill::Slow.governor()));
     group.bench_function(
         format!("governor/until_key_ready/{CONTENDED_KEYS}_keys"),
@@ -385,18 +385,18 @@ fn overhead(c: &mut Criterion) {
 
     bench_stream(&mut group, &rt, "baseline/stream_iter", source);
     for refill in [Refill::Slow, Refill::Fast] {
-        let (rate, burst) = refill.pacer();
+        let (rate, burst) = refill.paced();
         bench_stream(
             &mut group,
             &rt,
-            &format!("pacer/throttle_shaping/{}", refill.name()),
+            &format!("paced/throttle_shaping/{}", refill.name()),
             || PaceExt::throttle(source(), rate, |_| 1, burst, Shaping),
         );
         let limiter = rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) });
         bench_stream(
             &mut group,
             &rt,
-            &format!("pacer/throttle_by_key_{KEYS}_keys/{}", refill.name()),
+            &format!("paced/throttle_by_key_{KEYS}_keys/{}", refill.name()),
             || source().throttle_by_key(&limiter, |x| x % KEYS, |_| 1, 64),
         );
         let stats = limiter.stats();

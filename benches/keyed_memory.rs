@@ -1,4 +1,4 @@
-//! Memory of the keyed limiters: `pacer::KeyedRateLimiter` beside governor's keyed limiter
+//! Memory of the keyed limiters: `paced::KeyedRateLimiter` beside governor's keyed limiter
 //! (`governor::RateLimiter::keyed`, a `DashMap`), the same quota for both: 10 per second, a
 //! burst of 10, so an emptied bucket is full again after `REFILL` (1 s).
 //!
@@ -10,17 +10,17 @@
 //! - governor only: after `retain_recent()`, its own way to drop keys whose state is that of a
 //!   fresh key, and after `shrink_to_fit()` too (`retain_recent` keeps the table's capacity).
 //!
-//! pacer reads tokio's clock, so it runs on a paused current-thread runtime and the idle
+//! paced reads tokio's clock, so it runs on a paused current-thread runtime and the idle
 //! period is `tokio::time::advance`; governor reads the clock it is given, here its
 //! `FakeRelativeClock`, advanced by as much. Heap bytes are counted exactly by a counting
 //! `#[global_allocator]` (live bytes), net of the reading taken just before the first touch;
 //! RSS is read from `/proc/self/statm` (freed heap need not be given back to the system, so
 //! RSS after forgetting says little). Each limiter runs in its own child process (this binary,
-//! re-run with `PACER_KEYED_MEMORY_VARIANT` set), so that one cannot reuse the other's freed
-//! memory. The wall time of the operation after the idle period is shown too: pacer forgets
+//! re-run with `PACED_KEYED_MEMORY_VARIANT` set), so that one cannot reuse the other's freed
+//! memory. The wall time of the operation after the idle period is shown too: paced forgets
 //! the expired keys inside the first operation that follows.
 //!
-//! Run: `cargo bench --bench keyed_memory` (`PACER_KEYED_MEMORY_KEYS` changes the key count).
+//! Run: `cargo bench --bench keyed_memory` (`PACED_KEYED_MEMORY_KEYS` changes the key count).
 
 use std::num::NonZeroU32;
 use std::process::Command;
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use governor::clock::FakeRelativeClock;
 use governor::Quota;
-use pacer::{KeyedRateLimiter, Rate};
+use paced::{KeyedRateLimiter, Rate};
 
 #[path = "common/counting.rs"]
 mod counting;
@@ -55,7 +55,7 @@ fn rss() -> usize {
 /// One reading, net of the one before the first touch.
 struct Reading {
     stage: &'static str,
-    /// Keys the limiter holds state for (pacer: `tracked_keys()`, governor: `len()`).
+    /// Keys the limiter holds state for (paced: `tracked_keys()`, governor: `len()`).
     keys: usize,
     heap: isize,
     rss: isize,
@@ -75,7 +75,7 @@ fn base() -> (usize, usize) {
     (LIVE.load(Ordering::Relaxed), rss())
 }
 
-fn pacer(keys: u64) -> Vec<Reading> {
+fn paced(keys: u64) -> Vec<Reading> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -182,18 +182,18 @@ fn governor(keys: u64) -> Vec<Reading> {
     out
 }
 
-const VARIANTS: [&str; 2] = ["pacer", "governor"];
+const VARIANTS: [&str; 2] = ["paced", "governor"];
 
 fn main() {
-    let keys: u64 = std::env::var("PACER_KEYED_MEMORY_KEYS")
+    let keys: u64 = std::env::var("PACED_KEYED_MEMORY_KEYS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1_000_000);
 
     // Child: measure one limiter, one line per reading.
-    if let Ok(name) = std::env::var("PACER_KEYED_MEMORY_VARIANT") {
+    if let Ok(name) = std::env::var("PACED_KEYED_MEMORY_VARIANT") {
         let readings = match name.as_str() {
-            "pacer" => pacer(keys),
+            "paced" => paced(keys),
             "governor" => governor(keys),
             other => panic!("unknown variant {other:?}"),
         };
@@ -226,8 +226,8 @@ fn main() {
     println!("|---|---|---:|---:|---:|---:|---:|");
     for name in VARIANTS {
         let out = Command::new(&exe)
-            .env("PACER_KEYED_MEMORY_VARIANT", name)
-            .env("PACER_KEYED_MEMORY_KEYS", keys.to_string())
+            .env("PACED_KEYED_MEMORY_VARIANT", name)
+            .env("PACED_KEYED_MEMORY_KEYS", keys.to_string())
             .output()
             .expect("run a child process");
         let stdout = String::from_utf8_lossy(&out.stdout);

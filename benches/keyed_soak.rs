@@ -2,7 +2,7 @@
 //! does RSS stay near the live heap, when keys come and go for minutes?
 //!
 //! `TASKS` tasks on a multi-thread tokio runtime with 2 workers share one
-//! `pacer::KeyedRateLimiter<u64>` (std's default hasher). Each task loops: a key drawn uniformly
+//! `paced::KeyedRateLimiter<u64>` (std's default hasher). Each task loops: a key drawn uniformly
 //! at random from `0..keys` (a xorshift generator per task), then
 //! `acquire_timeout(&key, 1, timeout)`, granted at once, granted after a wait, or refused at
 //! once because its wait would exceed the timeout. A refused task then sleeps for the timeout,
@@ -27,19 +27,19 @@
 //! (40 B with tokio 1.54: an allocation tokio makes once per process, which a runtime built
 //! and dropped before that reading takes instead).
 //!
-//! Without `PACER_SOAK_KEYS`, the binary runs itself once per key count of `KEY_COUNTS`, each in
+//! Without `PACED_SOAK_KEYS`, the binary runs itself once per key count of `KEY_COUNTS`, each in
 //! its own child process (so that neither inherits the other's freed memory).
 //!
 //! Run: `cargo bench --bench keyed_soak` (3 minutes per key count). Environment:
-//! `PACER_SOAK_SECS` (default 180), `PACER_SOAK_KEYS` (one key count, in this process),
-//! `PACER_SOAK_RATE`, `PACER_SOAK_BURST`, `PACER_SOAK_TIMEOUT_MS` (the quota and timeout).
+//! `PACED_SOAK_SECS` (default 180), `PACED_SOAK_KEYS` (one key count, in this process),
+//! `PACED_SOAK_RATE`, `PACED_SOAK_BURST`, `PACED_SOAK_TIMEOUT_MS` (the quota and timeout).
 
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pacer::{KeyedRateLimiter, Rate};
+use paced::{KeyedRateLimiter, Rate};
 
 #[path = "common/counting.rs"]
 mod counting;
@@ -149,9 +149,9 @@ fn mib(bytes: usize) -> String {
 }
 
 fn soak(keys: u64, secs: u64) {
-    let rate: u64 = env("PACER_SOAK_RATE").unwrap_or(RATE);
-    let burst: u64 = env("PACER_SOAK_BURST").unwrap_or(BURST);
-    let timeout = env("PACER_SOAK_TIMEOUT_MS").map_or(default_timeout(keys), Duration::from_millis);
+    let rate: u64 = env("PACED_SOAK_RATE").unwrap_or(RATE);
+    let burst: u64 = env("PACED_SOAK_BURST").unwrap_or(BURST);
+    let timeout = env("PACED_SOAK_TIMEOUT_MS").map_or(default_timeout(keys), Duration::from_millis);
     let run = Duration::from_secs(secs);
 
     println!();
@@ -320,10 +320,10 @@ fn soak(keys: u64, secs: u64) {
 }
 
 fn main() {
-    let secs: u64 = env("PACER_SOAK_SECS").unwrap_or(180);
+    let secs: u64 = env("PACED_SOAK_SECS").unwrap_or(180);
 
     // One key count: run it here.
-    if let Some(keys) = env::<u64>("PACER_SOAK_KEYS") {
+    if let Some(keys) = env::<u64>("PACED_SOAK_KEYS") {
         soak(keys, secs);
         return;
     }
@@ -333,8 +333,8 @@ fn main() {
     let exe = std::env::current_exe().expect("path of this benchmark");
     for keys in KEY_COUNTS {
         let status = Command::new(&exe)
-            .env("PACER_SOAK_KEYS", keys.to_string())
-            .env("PACER_SOAK_SECS", secs.to_string())
+            .env("PACED_SOAK_KEYS", keys.to_string())
+            .env("PACED_SOAK_SECS", secs.to_string())
             .status()
             .expect("run a child process");
         assert!(status.success(), "the soak at {keys} keys failed: {status}");

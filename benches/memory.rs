@@ -3,13 +3,13 @@
 //!
 //! Heap bytes are counted exactly by a counting `#[global_allocator]` (live bytes); RSS is read
 //! from `/proc/self/statm`. Each variant runs in its own child process (this binary, re-run with
-//! `PACER_MEMORY_VARIANT` set), so that memory freed by one variant cannot be reused by the next
+//! `PACED_MEMORY_VARIANT` set), so that memory freed by one variant cannot be reused by the next
 //! and hide its RSS. Per-task figures are net of a baseline task that only awaits
 //! `std::future::pending()`: what remains is the stream, inline in the task and on the heap,
 //! plus the task allocation's 128-byte rounding. `size_of` of each adapter is printed too, for
 //! differences finer than that rounding.
 //!
-//! Run: `cargo bench --bench memory` (`PACER_MEMORY_TASKS` changes the task count).
+//! Run: `cargo bench --bench memory` (`PACED_MEMORY_TASKS` changes the task count).
 
 use std::future::Future;
 use std::mem::size_of_val;
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::{Stream, StreamExt};
 use governor::prelude::StreamRateLimitExt;
-use pacer::{Enforcing, PaceExt, Rate, Shaping};
+use paced::{Enforcing, PaceExt, Rate, Shaping};
 
 #[path = "common/counting.rs"]
 mod counting;
@@ -70,10 +70,10 @@ async fn baseline() {
 
 const VARIANTS: [&str; 7] = [
     "baseline: pending()",
-    "pacer min_interval(1h)",
-    "pacer throttle(1/h, burst 1, Shaping)",
-    "pacer staggered_start(1, 1h)",
-    "pacer batched_interval(1, 1h)",
+    "paced min_interval(1h)",
+    "paced throttle(1/h, burst 1, Shaping)",
+    "paced staggered_start(1, 1h)",
+    "paced batched_interval(1, 1h)",
     "tokio-stream throttle(1h)",
     "governor ratelimit_stream (1/h, shared limiter)",
 ];
@@ -124,14 +124,14 @@ where
 fn run_variant(name: &str, tasks: usize) -> Measured {
     match name {
         "baseline: pending()" => measure(tasks, baseline),
-        "pacer min_interval(1h)" => measure(tasks, || hold(|| source().min_interval(HOUR))),
-        "pacer throttle(1/h, burst 1, Shaping)" => measure(tasks, || {
+        "paced min_interval(1h)" => measure(tasks, || hold(|| source().min_interval(HOUR))),
+        "paced throttle(1/h, burst 1, Shaping)" => measure(tasks, || {
             hold(|| PaceExt::throttle(source(), Rate::new(1, HOUR), |_| 1, 1, Shaping))
         }),
-        "pacer staggered_start(1, 1h)" => {
+        "paced staggered_start(1, 1h)" => {
             measure(tasks, || hold(|| source().staggered_start(1, HOUR)))
         }
-        "pacer batched_interval(1, 1h)" => {
+        "paced batched_interval(1, 1h)" => {
             measure(tasks, || hold(|| source().batched_interval(1, HOUR)))
         }
         "tokio-stream throttle(1h)" => measure(tasks, || {
@@ -179,11 +179,11 @@ fn print_sizes() {
             std::mem::size_of::<tokio::time::Sleep>(),
         ),
         (
-            "pacer::MinInterval<_>",
+            "paced::MinInterval<_>",
             size_of_val(&source().min_interval(HOUR)),
         ),
         (
-            "pacer::stream::Throttle<_, closure, Shaping>",
+            "paced::stream::Throttle<_, closure, Shaping>",
             size_of_val(&PaceExt::throttle(
                 source(),
                 Rate::new(1, HOUR),
@@ -193,7 +193,7 @@ fn print_sizes() {
             )),
         ),
         (
-            "pacer::stream::Throttle<_, closure, Enforcing>",
+            "paced::stream::Throttle<_, closure, Enforcing>",
             size_of_val(&PaceExt::throttle(
                 source(),
                 Rate::new(1, HOUR),
@@ -203,9 +203,9 @@ fn print_sizes() {
             )),
         ),
         (
-            "pacer::stream::Throttle<_, fn(&u32) -> u64, Shaping>",
+            "paced::stream::Throttle<_, fn(&u32) -> u64, Shaping>",
             std::mem::size_of::<
-                pacer::stream::Throttle<
+                paced::stream::Throttle<
                     futures_util::stream::Iter<std::ops::Range<u32>>,
                     fn(&u32) -> u64,
                     Shaping,
@@ -213,11 +213,11 @@ fn print_sizes() {
             >(),
         ),
         (
-            "pacer::StaggeredStart<_>",
+            "paced::StaggeredStart<_>",
             size_of_val(&source().staggered_start(1, HOUR)),
         ),
         (
-            "pacer::BatchedInterval<_>",
+            "paced::BatchedInterval<_>",
             size_of_val(&source().batched_interval(1, HOUR)),
         ),
         (
@@ -238,13 +238,13 @@ fn print_sizes() {
 }
 
 fn main() {
-    let tasks: usize = std::env::var("PACER_MEMORY_TASKS")
+    let tasks: usize = std::env::var("PACED_MEMORY_TASKS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(100_000);
 
     // Child: measure one variant and report it on one line.
-    if let Ok(name) = std::env::var("PACER_MEMORY_VARIANT") {
+    if let Ok(name) = std::env::var("PACED_MEMORY_VARIANT") {
         let m = run_variant(&name, tasks);
         println!(
             "RESULT\t{}\t{}\t{}\t{}",
@@ -258,8 +258,8 @@ fn main() {
     let mut results = Vec::new();
     for name in VARIANTS {
         let out = Command::new(&exe)
-            .env("PACER_MEMORY_VARIANT", name)
-            .env("PACER_MEMORY_TASKS", tasks.to_string())
+            .env("PACED_MEMORY_VARIANT", name)
+            .env("PACED_MEMORY_TASKS", tasks.to_string())
             .output()
             .expect("run a child process");
         let stdout = String::from_utf8_lossy(&out.stdout);

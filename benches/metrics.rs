@@ -1,6 +1,6 @@
 //! The price of the `metrics` feature on the hot path: one uncontended `RateLimiter::try_acquire`
 //! on one thread, with a limit that never binds (the lock-free path), as `shared`'s
-//! `try_acquire/pacer/rate_limiter_1e9ps_huge_burst` measures it:
+//! `try_acquire/paced/rate_limiter_1e9ps_huge_burst` measures it:
 //!
 //! - `no_name`: the feature on, the limiter not named (one branch per grant);
 //! - `named_noop_recorder`: named with no recorder installed (the facade's no-op handles);
@@ -14,7 +14,7 @@
 //! Every timed call is counted and the run fails if one was refused.
 //!
 //! Run: `cargo bench --features metrics --bench metrics -- --warm-up-time 1 --measurement-time 3`
-//! (and, for the feature off, `cargo bench --bench shared -- try_acquire/pacer/rate`).
+//! (and, for the feature off, `cargo bench --bench shared -- try_acquire/paced/rate`).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -22,7 +22,7 @@ use std::time::Instant;
 use criterion::{criterion_group, criterion_main, Criterion};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use metrics_util::debugging::DebuggingRecorder;
-use pacer::{Rate, RateLimiter};
+use paced::{Rate, RateLimiter};
 
 fn limiter() -> RateLimiter {
     RateLimiter::new(Rate::per_second(1_000_000_000), u64::MAX / 2)
@@ -78,7 +78,7 @@ fn try_acquire(c: &mut Criterion) {
     );
     assert!(handle
         .render()
-        .contains("pacer_grants_total{limiter=\"bench\"}"));
+        .contains("paced_grants_total{limiter=\"bench\"}"));
 
     // Once more at the end: on a noisy machine the first case of a run can read slower.
     bench_try(c, "metrics_try_acquire/no_name_again", &limiter(), &|| {});

@@ -1,4 +1,4 @@
-//! Per-item overhead of every pacer operator with a limit that never binds, side by side with
+//! Per-item overhead of every paced operator with a limit that never binds, side by side with
 //! a bare stream and with the peers (tokio-stream, governor, leaky-bucket) in the same run.
 //!
 //! Every benchmark drains `N` items per iteration on a current-thread runtime with a manual
@@ -20,7 +20,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Thro
 use futures_util::{Stream, StreamExt};
 use governor::prelude::StreamRateLimitExt;
 use governor::{Quota, RateLimiter};
-use pacer::{Enforcing, PaceExt, Rate, Shaping};
+use paced::{Enforcing, PaceExt, Rate, Shaping};
 use tokio::runtime::Runtime;
 
 /// Items per iteration.
@@ -110,11 +110,11 @@ fn overhead(c: &mut Criterion) {
     // Baseline: the bare source.
     bench_stream(&mut group, &rt, "baseline/stream_iter", source, one);
 
-    // pacer, with limits that never bind.
+    // paced, with limits that never bind.
     bench_stream(
         &mut group,
         &rt,
-        "pacer/throttle_shaping_1e9ps_huge_burst",
+        "paced/throttle_shaping_1e9ps_huge_burst",
         || {
             PaceExt::throttle(
                 source(),
@@ -129,7 +129,7 @@ fn overhead(c: &mut Criterion) {
     bench_stream(
         &mut group,
         &rt,
-        "pacer/throttle_enforcing_1e9ps_huge_burst",
+        "paced/throttle_enforcing_1e9ps_huge_burst",
         || {
             PaceExt::throttle(
                 source(),
@@ -147,42 +147,42 @@ fn overhead(c: &mut Criterion) {
     bench_stream(
         &mut group,
         &rt,
-        "pacer/min_interval_1ns",
+        "paced/min_interval_1ns",
         || source().min_interval(Duration::from_nanos(1)),
         one,
     );
     bench_stream(
         &mut group,
         &rt,
-        "pacer/min_interval_0",
+        "paced/min_interval_0",
         || source().min_interval(Duration::ZERO),
         one,
     );
     bench_stream(
         &mut group,
         &rt,
-        "pacer/batched_interval_1024_0",
+        "paced/batched_interval_1024_0",
         || source().batched_interval(1024, Duration::ZERO),
         |batch| batch.len() as u64,
     );
     bench_stream(
         &mut group,
         &rt,
-        "pacer/batched_interval_1024_1ns",
+        "paced/batched_interval_1024_1ns",
         || source().batched_interval(1024, Duration::from_nanos(1)),
         |batch| batch.len() as u64,
     );
     bench_stream(
         &mut group,
         &rt,
-        "pacer/staggered_start_max_1ns",
+        "paced/staggered_start_max_1ns",
         || source().staggered_start(usize::MAX, Duration::from_nanos(1)),
         one,
     );
     bench_stream(
         &mut group,
         &rt,
-        "pacer/staggered_start_1_0",
+        "paced/staggered_start_1_0",
         || source().staggered_start(1, Duration::ZERO),
         one,
     );

@@ -29,8 +29,8 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pacer::redis::RedisStats;
-use pacer::{Rate, RateLimiter, RedisRateLimiter};
+use paced::redis::RedisStats;
+use paced::{Rate, RateLimiter, RedisRateLimiter};
 use tokio::runtime::Runtime;
 
 /// Untimed calls before each measured case.
@@ -194,9 +194,9 @@ async fn redis_row(url: &str, key: &str, lease: Option<u64>) -> Row {
     }
     let quota = builder.build().expect("a valid configuration");
     let name = match lease {
-        None => "pacer RedisRateLimiter::try_acquire(1), no lease".to_owned(),
+        None => "paced RedisRateLimiter::try_acquire(1), no lease".to_owned(),
         Some(n) => format!(
-            "pacer RedisRateLimiter::try_acquire(1), lease({n}, {} ms)",
+            "paced RedisRateLimiter::try_acquire(1), lease({n}, {} ms)",
             LEASE_AGE.as_millis()
         ),
     };
@@ -238,7 +238,7 @@ async fn ping_row(url: &str) -> Row {
 
 async fn local_row() -> Row {
     let limiter = RateLimiter::new(Rate::per_second(FREE_RATE), FREE_BURST);
-    let name = "pacer RateLimiter::try_acquire(1), in-process".to_owned();
+    let name = "paced RateLimiter::try_acquire(1), in-process".to_owned();
     let (sorted, grants_per_s) = measure(&name, || {
         let granted = limiter.try_acquire(1).is_ok();
         async move { granted }

@@ -7,7 +7,7 @@
 //!    10,000, 100,000), with a limit that never binds (`FREE_RATE` per second and per key, a
 //!    bucket of `FREE_BURST`): `WARM_UP` untimed, then `MEASURE` timed. Every call must be
 //!    granted and Redis must answer no error (throttle-kit grants when Redis errors, so its
-//!    grants alone would not show one). pacer runs without and with `.lease(LEASE_TOKENS,
+//!    grants alone would not show one). paced runs without and with `.lease(LEASE_TOKENS,
 //!    LEASE_AGE)` and `.lease(LONG_LEASE_TOKENS, LONG_LEASE_AGE)`, and with a response timeout of `RESPONSE_TIMEOUT` (the default 250 ms took a
 //!    stall of the busy 2-core machine for an outage, which under `FailClosed` refuses); on one
 //!    `redis-server` and on a local Redis Cluster (three masters, three replicas). The peers
@@ -18,7 +18,7 @@
 //! 2. Refusals: one key whose bucket of 1 is spent (1 per hour), then `REFUSALS` calls, one at
 //!    a time, each refused: the Redis commands and writes each costs.
 //! 3. The bound across processes: `PROCESSES` copies of this binary (started again with
-//!    `PACER_BENCH_WORKER` set), `WORKER_TASKS` tasks each, call `try_acquire` on one shared key
+//!    `PACED_BENCH_WORKER` set), `WORKER_TASKS` tasks each, call `try_acquire` on one shared key
 //!    at `SHARED_RATE`/s, burst `SHARED_BURST`, for `WORKER_RUN`, sleeping 1 ms after each
 //!    refusal; each grant is stamped when its call was sent and when its answer arrived. The
 //!    merged timeline's most grants in any `WINDOW` is compared with `burst + rate × window`
@@ -29,7 +29,7 @@
 //! also on a panic; each case starts on a flushed server. Skipped, with a message, when
 //! `redis-server` is not installed (and the cluster rows when `redis-cli` is not).
 //!
-//! Run: `cargo bench --features redis --bench redis_keyed` (`PACER_BENCH_KEYS=10000` before
+//! Run: `cargo bench --features redis --bench redis_keyed` (`PACED_BENCH_KEYS=10000` before
 //! it: only the one-server throughput rows, at those key counts).
 
 use std::process::{Command, Stdio};
@@ -37,8 +37,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use pacer::redis::{RedisKeyedStats, TryAcquireError};
-use pacer::{Rate, RedisKeyedRateLimiter};
+use paced::redis::{RedisKeyedStats, TryAcquireError};
+use paced::{Rate, RedisKeyedRateLimiter};
 use tokio::runtime::Runtime;
 
 #[path = "common/redis_servers.rs"]
@@ -59,7 +59,7 @@ const MEASURE: Duration = Duration::from_millis(1_500);
 /// draining. Every grant stores the key, as under a real quota.
 const FREE_RATE: u64 = 1_000;
 const FREE_BURST: u64 = 1_000_000_000;
-/// pacer's lease: up to 100 tokens per round trip, spent within 100 ms.
+/// paced's lease: up to 100 tokens per round trip, spent within 100 ms.
 const LEASE_TOKENS: u64 = 100;
 const LEASE_AGE: Duration = Duration::from_millis(100);
 /// A lease for busy keys, of 1,000 tokens (what takes one key to millions of grants per
@@ -76,23 +76,23 @@ const SHARED_RATE: u64 = 200;
 const SHARED_BURST: u64 = 20;
 const WORKER_RUN: Duration = Duration::from_secs(2);
 const WINDOW: Duration = Duration::from_millis(100);
-/// pacer's response timeout: see `Client::connect`.
+/// paced's response timeout: see `Client::connect`.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The longest any one phase may take before the run is declared hung.
 const HANG: Duration = Duration::from_secs(60);
 /// The environment variable that makes this binary a worker of part 3.
-const WORKER_ENV: &str = "PACER_BENCH_WORKER";
+const WORKER_ENV: &str = "PACED_BENCH_WORKER";
 /// The environment variable that runs only the one-server throughput rows, at its key counts.
-const QUICK_ENV: &str = "PACER_BENCH_KEYS";
+const QUICK_ENV: &str = "PACED_BENCH_KEYS";
 
 // ---------------------------------------------------------------------------------------------
 // The contenders
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Contender {
-    Pacer,
-    PacerLeased,
-    PacerLeasedLong,
+    Paced,
+    PacedLeased,
+    PacedLeasedLong,
     ThrottleKit,
     RedisRate,
     /// The in-process `KeyedRateLimiter`, for scale (throughput only).
@@ -102,35 +102,35 @@ enum Contender {
 impl Contender {
     /// The limiters kept in Redis.
     const REDIS: [Contender; 5] = [
-        Contender::Pacer,
-        Contender::PacerLeased,
-        Contender::PacerLeasedLong,
+        Contender::Paced,
+        Contender::PacedLeased,
+        Contender::PacedLeasedLong,
         Contender::ThrottleKit,
         Contender::RedisRate,
     ];
 
     fn name(self) -> String {
         match self {
-            Contender::Pacer => "pacer `try_acquire`".to_owned(),
-            Contender::PacerLeased => format!(
-                "pacer `try_acquire`, `lease({LEASE_TOKENS}, {} ms)`",
+            Contender::Paced => "paced `try_acquire`".to_owned(),
+            Contender::PacedLeased => format!(
+                "paced `try_acquire`, `lease({LEASE_TOKENS}, {} ms)`",
                 LEASE_AGE.as_millis()
             ),
-            Contender::PacerLeasedLong => format!(
-                "pacer `try_acquire`, `lease({LONG_LEASE_TOKENS}, {} ms)`",
+            Contender::PacedLeasedLong => format!(
+                "paced `try_acquire`, `lease({LONG_LEASE_TOKENS}, {} ms)`",
                 LONG_LEASE_AGE.as_millis()
             ),
             Contender::ThrottleKit => "throttle-kit 2.1.2 `RedisBackend`".to_owned(),
             Contender::RedisRate => "redis-rate 0.1.1 `allow`".to_owned(),
-            Contender::Local => "pacer `KeyedRateLimiter::try_acquire` (in process)".to_owned(),
+            Contender::Local => "paced `KeyedRateLimiter::try_acquire` (in process)".to_owned(),
         }
     }
 
     fn arg(self) -> &'static str {
         match self {
-            Contender::Pacer => "pacer",
-            Contender::PacerLeased => "pacer-leased",
-            Contender::PacerLeasedLong => "pacer-leased-long",
+            Contender::Paced => "paced",
+            Contender::PacedLeased => "paced-leased",
+            Contender::PacedLeasedLong => "paced-leased-long",
             Contender::ThrottleKit => "throttle-kit",
             Contender::RedisRate => "redis-rate",
             Contender::Local => "local",
@@ -185,10 +185,10 @@ struct Topology {
 }
 
 enum Client {
-    Pacer(RedisKeyedRateLimiter<String>),
+    Paced(RedisKeyedRateLimiter<String>),
     ThrottleKit(throttle_kit::RateLimiter<throttle_kit::RedisBackend>),
     RedisRate(Arc<(redis_rate::Limiter, redis_rate::Limit)>),
-    Local(pacer::KeyedRateLimiter<String>),
+    Local(paced::KeyedRateLimiter<String>),
 }
 
 impl Client {
@@ -199,7 +199,7 @@ impl Client {
         let burst = contender.burst(quota);
         let rate = Rate::new(quota.tokens, Duration::from_secs(quota.period_s));
         match contender {
-            Contender::Pacer | Contender::PacerLeased | Contender::PacerLeasedLong => {
+            Contender::Paced | Contender::PacedLeased | Contender::PacedLeasedLong => {
                 let mut builder = if topology.cluster {
                     let nodes: Vec<&str> = topology.urls.iter().map(String::as_str).collect();
                     RedisKeyedRateLimiter::cluster_builder(&nodes, "bench", rate, burst)
@@ -207,8 +207,8 @@ impl Client {
                     RedisKeyedRateLimiter::builder(url, "bench", rate, burst)
                 };
                 match contender {
-                    Contender::PacerLeased => builder = builder.lease(LEASE_TOKENS, LEASE_AGE),
-                    Contender::PacerLeasedLong => {
+                    Contender::PacedLeased => builder = builder.lease(LEASE_TOKENS, LEASE_AGE),
+                    Contender::PacedLeasedLong => {
                         builder = builder.lease(LONG_LEASE_TOKENS, LONG_LEASE_AGE);
                     }
                     _ => {}
@@ -216,7 +216,7 @@ impl Client {
                 // The default (250 ms) takes a stall of the shared machine for an outage, and
                 // under `FailClosed` an outage refuses.
                 builder = builder.response_timeout(RESPONSE_TIMEOUT);
-                Some(Client::Pacer(
+                Some(Client::Paced(
                     builder.build().expect("a valid configuration"),
                 ))
             }
@@ -246,7 +246,7 @@ impl Client {
                 ))))
             }
             Contender::Local if !topology.cluster => {
-                Some(Client::Local(pacer::KeyedRateLimiter::new(rate, burst)))
+                Some(Client::Local(paced::KeyedRateLimiter::new(rate, burst)))
             }
             Contender::ThrottleKit | Contender::RedisRate | Contender::Local => None,
         }
@@ -255,7 +255,7 @@ impl Client {
     /// One call for one token of `key`: granted or refused, or Redis's error.
     async fn try_once(&self, key: &str) -> Result<bool, String> {
         match self {
-            Client::Pacer(quota) => match quota.try_acquire(key, 1).await {
+            Client::Paced(quota) => match quota.try_acquire(key, 1).await {
                 Ok(()) => Ok(true),
                 Err(TryAcquireError::NotUntil(_)) => Ok(false),
                 Err(e) => Err(e.to_string()),
@@ -274,9 +274,9 @@ impl Client {
         }
     }
 
-    fn pacer_stats(&self) -> Option<RedisKeyedStats> {
+    fn paced_stats(&self) -> Option<RedisKeyedStats> {
         match self {
-            Client::Pacer(quota) => Some(quota.stats()),
+            Client::Paced(quota) => Some(quota.stats()),
             _ => None,
         }
     }
@@ -452,8 +452,8 @@ struct Case {
     slowest: Duration,
     redis: Counts,
     client_cpu: Option<Duration>,
-    /// pacer's own round trips during the timed loop.
-    pacer_round_trips: Option<u64>,
+    /// paced's own round trips during the timed loop.
+    paced_round_trips: Option<u64>,
 }
 
 /// `TASKS` tasks calling `try_once` for `run`, each on its own stride through `keys`; every
@@ -485,7 +485,7 @@ async fn run_tasks(
                     assert!(
                         granted,
                         "{label}: a call was refused under a limit that never binds ({:?})",
-                        client.pacer_stats()
+                        client.paced_stats()
                     );
                     made += 1;
                     i += TASKS;
@@ -519,9 +519,9 @@ async fn throughput(
         keys.len()
     );
     run_tasks(&client, keys, WARM_UP, &label).await;
-    let (before, stats_before, cpu_before) = (probe.counts(), client.pacer_stats(), process_cpu());
+    let (before, stats_before, cpu_before) = (probe.counts(), client.paced_stats(), process_cpu());
     let (calls, elapsed, slowest) = run_tasks(&client, keys, MEASURE, &label).await;
-    let (after, stats_after, cpu_after) = (probe.counts(), client.pacer_stats(), process_cpu());
+    let (after, stats_after, cpu_after) = (probe.counts(), client.paced_stats(), process_cpu());
     let redis = after - before;
     assert_eq!(redis.errors, 0, "{label}: Redis answered with errors");
     Some(Case {
@@ -533,7 +533,7 @@ async fn throughput(
         slowest,
         redis,
         client_cpu: cpu_after.zip(cpu_before).map(|(a, b)| a - b),
-        pacer_round_trips: stats_after
+        paced_round_trips: stats_after
             .zip(stats_before)
             .map(|(a, b)| a.round_trips - b.round_trips),
     })
@@ -621,10 +621,10 @@ fn print_throughput(cases: &[Case]) {
         );
     }
     for case in cases {
-        if let Some(own) = case.pacer_round_trips {
+        if let Some(own) = case.paced_round_trips {
             if own != case.redis.scripts {
                 println!(
-                    "\nnote: {}, {}, {} keys: Redis ran {} script calls, pacer's `stats()` counted \
+                    "\nnote: {}, {}, {} keys: Redis ran {} script calls, paced's `stats()` counted \
                      {} round trips (the difference: leases given back in the background).",
                     case.contender.name(),
                     case.topology,
@@ -750,11 +750,11 @@ fn max_within_window(grants: &[(u128, u128)], width: Duration) -> usize {
 /// One worker process of part 3: connect, wait for the common start, call for `WORKER_RUN`,
 /// print `grant <sent ns> <answered ns>` per grant and `tries <n> errors <n>`.
 fn worker(contender: Contender) {
-    let url = std::env::var("PACER_BENCH_URL").expect("PACER_BENCH_URL");
-    let start_ns: u128 = std::env::var("PACER_BENCH_START")
+    let url = std::env::var("PACED_BENCH_URL").expect("PACED_BENCH_URL");
+    let start_ns: u128 = std::env::var("PACED_BENCH_START")
         .ok()
         .and_then(|s| s.parse().ok())
-        .expect("PACER_BENCH_START");
+        .expect("PACED_BENCH_START");
     let topology = Topology {
         name: "one server",
         urls: vec![url],
@@ -817,8 +817,8 @@ fn bound(contender: Contender, server: &Server, probe: &mut Probe) -> Bound {
         .map(|_| {
             let child = Command::new(&exe)
                 .env(WORKER_ENV, contender.arg())
-                .env("PACER_BENCH_URL", server.url())
-                .env("PACER_BENCH_START", start.to_string())
+                .env("PACED_BENCH_URL", server.url())
+                .env("PACED_BENCH_START", start.to_string())
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("a worker starts");
@@ -856,8 +856,8 @@ fn bound(contender: Contender, server: &Server, probe: &mut Probe) -> Bound {
     let rate = SHARED_RATE as f64;
     let burst = contender.burst(SHARED) as f64;
     let age = match contender {
-        Contender::PacerLeased => LEASE_AGE.as_secs_f64(),
-        Contender::PacerLeasedLong => LONG_LEASE_AGE.as_secs_f64(),
+        Contender::PacedLeased => LEASE_AGE.as_secs_f64(),
+        Contender::PacedLeasedLong => LONG_LEASE_AGE.as_secs_f64(),
         _ => 0.0,
     };
     Bound {
@@ -947,13 +947,13 @@ fn throughput_rows(rt: &Runtime, topology: &Topology, cases: &mut Vec<Case>) {
 }
 
 /// The active key counts of the throughput rows: `KEY_COUNTS`, or those listed (comma
-/// separated) in `PACER_BENCH_KEYS`, which also leaves out the cluster, refusal and bound parts
+/// separated) in `PACED_BENCH_KEYS`, which also leaves out the cluster, refusal and bound parts
 /// (a quick run of the one-server rows).
 fn key_counts() -> Vec<usize> {
     match std::env::var(QUICK_ENV) {
         Ok(list) => list
             .split(',')
-            .map(|n| n.trim().parse().expect("PACER_BENCH_KEYS: key counts"))
+            .map(|n| n.trim().parse().expect("PACED_BENCH_KEYS: key counts"))
             .collect(),
         Err(_) => KEY_COUNTS.to_vec(),
     }

@@ -1,4 +1,4 @@
-//! The shared limiters, `pacer::RateLimiter` and `pacer::Stagger`, side by side with governor's
+//! The shared limiters, `paced::RateLimiter` and `paced::Stagger`, side by side with governor's
 //! direct limiter and leaky-bucket in the same run.
 //!
 //! - `try_acquire`: the cost of one non-blocking acquisition on one thread, with a limit that
@@ -40,7 +40,7 @@ use criterion::{
     criterion_group, criterion_main, BenchmarkGroup, Criterion, SamplingMode, Throughput,
 };
 use governor::{DefaultDirectRateLimiter, Quota};
-use pacer::{Rate, Stagger};
+use paced::{Rate, Stagger};
 use tokio::runtime::Runtime;
 use tokio::sync::Barrier;
 use tokio::task::JoinHandle;
@@ -103,18 +103,18 @@ fn uncontended(c: &mut Criterion) {
     let _guard = rt.enter();
     let mut group = c.benchmark_group("try_acquire");
 
-    let limiter = pacer::RateLimiter::new(Rate::per_second(1_000_000_000), u64::MAX / 2);
-    bench_try(&mut group, "pacer/rate_limiter_1e9ps_huge_burst", || {
+    let limiter = paced::RateLimiter::new(Rate::per_second(1_000_000_000), u64::MAX / 2);
+    bench_try(&mut group, "paced/rate_limiter_1e9ps_huge_burst", || {
         limiter.try_acquire(1).is_ok()
     });
     assert_eq!(limiter.stats().rejected, 0);
 
     let stagger = Stagger::new(usize::MAX, Duration::from_nanos(1));
-    bench_try(&mut group, "pacer/stagger_max_1ns", || {
+    bench_try(&mut group, "paced/stagger_max_1ns", || {
         stagger.try_acquire().is_ok()
     });
     let stagger = Stagger::new(usize::MAX, Duration::ZERO);
-    bench_try(&mut group, "pacer/stagger_max_0", || {
+    bench_try(&mut group, "paced/stagger_max_0", || {
         stagger.try_acquire().is_ok()
     });
 
@@ -164,34 +164,34 @@ fn refused_with_queue(c: &mut Criterion) {
     let hour = Duration::from_secs(3600);
 
     for n in [1, 100, 10_000] {
-        let limiter = pacer::RateLimiter::new(Rate::new(1, hour), 1);
+        let limiter = paced::RateLimiter::new(Rate::new(1, hour), 1);
         assert!(limiter.try_acquire(1).is_ok());
         let _waiters = queue_up(n, || limiter.acquire(1));
         assert_eq!(limiter.stats().waiting, n);
-        bench_refused(&mut group, &format!("pacer/rate_limiter/{n}"), || {
+        bench_refused(&mut group, &format!("paced/rate_limiter/{n}"), || {
             limiter.try_acquire(1).is_ok()
         });
     }
 
     let n = 1_000;
-    let limiter = pacer::RateLimiter::warming_up(Rate::new(1, hour), hour, 3.0);
+    let limiter = paced::RateLimiter::warming_up(Rate::new(1, hour), hour, 3.0);
     assert!(limiter.try_acquire(1).is_ok());
     let _waiters = queue_up(n, || limiter.acquire(1));
-    bench_refused(&mut group, &format!("pacer/warming_up/{n}"), || {
+    bench_refused(&mut group, &format!("paced/warming_up/{n}"), || {
         limiter.try_acquire(1).is_ok()
     });
 
     let stagger = Stagger::new(1, hour);
     assert!(stagger.try_acquire().is_ok());
     let _waiters = queue_up(n, || stagger.acquire());
-    bench_refused(&mut group, &format!("pacer/stagger/{n}"), || {
+    bench_refused(&mut group, &format!("paced/stagger/{n}"), || {
         stagger.try_acquire().is_ok()
     });
 
-    let keyed = pacer::KeyedRateLimiter::<u64>::new(Rate::new(1, hour), 1);
+    let keyed = paced::KeyedRateLimiter::<u64>::new(Rate::new(1, hour), 1);
     assert!(keyed.try_acquire(&7, 1).is_ok());
     let _waiters = queue_up(n, || keyed.acquire(&7, 1));
-    bench_refused(&mut group, &format!("pacer/keyed/{n}"), || {
+    bench_refused(&mut group, &format!("paced/keyed/{n}"), || {
         keyed.try_acquire(&7, 1).is_ok()
     });
     group.finish();
@@ -220,12 +220,12 @@ fn leaky_free(fair: bool) -> Leaky {
     )
 }
 
-fn pacer_free() -> pacer::RateLimiter {
-    pacer::RateLimiter::new(Rate::per_second(1_000_000_000), u64::MAX / 2)
+fn paced_free() -> paced::RateLimiter {
+    paced::RateLimiter::new(Rate::per_second(1_000_000_000), u64::MAX / 2)
 }
 
-fn pacer_bind() -> pacer::RateLimiter {
-    pacer::RateLimiter::new(Rate::per_second(BIND_RATE), BIND_BURST)
+fn paced_bind() -> paced::RateLimiter {
+    paced::RateLimiter::new(Rate::per_second(BIND_RATE), BIND_BURST)
 }
 
 fn governor_bind() -> Governor {
@@ -260,7 +260,7 @@ trait Limiter: Clone + Send + Sync + 'static {
     fn check_counters(&self, _total: u64, _binding: bool) {}
 }
 
-impl Limiter for pacer::RateLimiter {
+impl Limiter for paced::RateLimiter {
     fn acquire_one(&self) -> impl Future<Output = ()> + Send + '_ {
         self.acquire(1)
     }
@@ -272,12 +272,12 @@ impl Limiter for pacer::RateLimiter {
         assert_eq!(
             (stats.granted, stats.rejected, stats.waiting),
             (total, 0, 0),
-            "pacer: counters after the checked run"
+            "paced: counters after the checked run"
         );
         assert_eq!(
             stats.total_wait > Duration::ZERO,
             binding,
-            "pacer: waited {:?} in the checked run",
+            "paced: waited {:?} in the checked run",
             stats.total_wait
         );
     }
@@ -317,7 +317,7 @@ const BINDING: Bound = Bound {
 };
 
 /// leaky-bucket adds `BIND_RATE / 1000` tokens at each 1 ms step, so it may grant up to one
-/// step more than the continuous bound; pacer and governor are GCRAs and get no slack.
+/// step more than the continuous bound; paced and governor are GCRAs and get no slack.
 const LEAKY_BINDING: Bound = Bound {
     slack: BIND_RATE / 1000,
     ..BINDING
@@ -475,7 +475,7 @@ fn window_excess(stamps: &[Instant], bound: Bound) -> f64 {
 
 /// One probed, untimed run, checked: every acquisition granted, and, for a binding case, no
 /// more than `burst + rate * elapsed (+ slack)` granted over the run and in any window; for a
-/// non-binding case, no acquisition ever pending; pacer's counters agree. Prints what it saw.
+/// non-binding case, no acquisition ever pending; paced's counters agree. Prints what it saw.
 fn check<L: Limiter>(rt: &Runtime, case: &Case<L>) {
     let (limiter, r) = guarded(rt, case, true, false);
     let (name, total) = (case.name, case.total());
@@ -542,7 +542,7 @@ type Leaky = Arc<leaky_bucket::RateLimiter>;
 
 /// Every limiter in one setting.
 struct Cases {
-    pacer: Case<pacer::RateLimiter>,
+    paced: Case<paced::RateLimiter>,
     governor: Case<Governor>,
     leaky: [Case<Leaky>; 2],
 }
@@ -551,9 +551,9 @@ impl Cases {
     fn nonbinding() -> Cases {
         let per_task = PER_TASK_FREE;
         Cases {
-            pacer: Case {
-                name: "pacer/acquire",
-                make: pacer_free,
+            paced: Case {
+                name: "paced/acquire",
+                make: paced_free,
                 per_task,
                 bound: None,
                 may_hang: false,
@@ -587,9 +587,9 @@ impl Cases {
     fn binding() -> Cases {
         let per_task = PER_TASK_BIND;
         Cases {
-            pacer: Case {
-                name: "pacer/acquire",
-                make: pacer_bind,
+            paced: Case {
+                name: "paced/acquire",
+                make: paced_bind,
                 per_task,
                 bound: Some(BINDING),
                 may_hang: false,
@@ -622,7 +622,7 @@ impl Cases {
 
     /// Times every case in `group`.
     fn bench(&self, group: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime) {
-        bench_contended(group, rt, &self.pacer);
+        bench_contended(group, rt, &self.paced);
         bench_contended(group, rt, &self.governor);
         for case in &self.leaky {
             bench_contended(group, rt, case);
@@ -631,7 +631,7 @@ impl Cases {
 
     /// Prints every case's CPU time.
     fn cpu_notes(&self, rt: &Runtime, group: &str, at_least: Duration) {
-        cpu_note(rt, group, &self.pacer, at_least);
+        cpu_note(rt, group, &self.paced, at_least);
         cpu_note(rt, group, &self.governor, at_least);
         for case in &self.leaky {
             cpu_note(rt, group, case, at_least);
@@ -644,14 +644,14 @@ fn contended(c: &mut Criterion) {
 
     let cases = Cases::nonbinding();
     let mut group = c.benchmark_group("contended_nonbinding");
-    group.throughput(Throughput::Elements(cases.pacer.total()));
+    group.throughput(Throughput::Elements(cases.paced.total()));
     group.sampling_mode(SamplingMode::Flat).sample_size(20);
     cases.bench(&mut group, &rt);
     group.finish();
 
     let cases = Cases::binding();
     let mut group = c.benchmark_group("contended_binding_1e6ps_burst1000");
-    group.throughput(Throughput::Elements(cases.pacer.total()));
+    group.throughput(Throughput::Elements(cases.paced.total()));
     group.sampling_mode(SamplingMode::Flat).sample_size(10);
     cases.bench(&mut group, &rt);
     group.finish();

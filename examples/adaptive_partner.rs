@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{stream, StreamExt};
-use pacer::{Adaptive, PaceExt, Rate, RateLimiter, Shaping};
+use paced::{Adaptive, PaceExt, Rate, RateLimiter, Shaping};
 use provider::{per_second, Answer, Provider};
 use tokio::time::Instant;
 

@@ -16,7 +16,7 @@
 //! ```
 
 use futures_util::StreamExt;
-use pacer::{Enforcing, PaceExt, Rate};
+use paced::{Enforcing, PaceExt, Rate};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use pacer::{PaceExt, Rate, Shaping};
+use paced::{PaceExt, Rate, Shaping};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;

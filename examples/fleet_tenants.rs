@@ -23,7 +23,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use futures_util::{stream, StreamExt};
-use pacer::{PaceExt, Rate, RedisKeyedRateLimiter};
+use paced::{PaceExt, Rate, RedisKeyedRateLimiter};
 use tokio::time::Instant;
 
 /// The tenants: name, quota per second, burst, and events per second arriving for it across

@@ -1,4 +1,4 @@
-//! An HTTP client that never hears `429 Too Many Requests`: every request goes through pacer's
+//! An HTTP client that never hears `429 Too Many Requests`: every request goes through paced's
 //! tower layer, on the rate the partner API allows.
 //!
 //! The "partner API" here is a local axum server with a hidden limit, counted the way many
@@ -27,8 +27,8 @@ use http_body_util::Empty;
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use pacer::tower::RateLimitLayer;
-use pacer::{Rate, RateLimiter};
+use paced::tower::RateLimitLayer;
+use paced::{Rate, RateLimiter};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 const SERVER_LIMIT_PER_SECOND: u64 = 220;

@@ -1,5 +1,5 @@
 //! An axum app that answers `429 Too Many Requests` with `Retry-After`, per API key, through
-//! pacer's enforcing tower layer; a client in the same program shows it, then the program
+//! paced's enforcing tower layer; a client in the same program shows it, then the program
 //! exits.
 //!
 //! Each API key may make 2 requests at once, then one per second. A request over its key's
@@ -24,8 +24,8 @@ use http_body_util::Empty;
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use pacer::tower::{BoxError, RateLimitLayer, RateLimited};
-use pacer::{KeyedRateLimiter, Rate};
+use paced::tower::{BoxError, RateLimitLayer, RateLimited};
+use paced::{KeyedRateLimiter, Rate};
 use tower::ServiceBuilder;
 
 /// Turns a refusal into `429` with `Retry-After`; any other error is the app's own.

@@ -17,7 +17,7 @@ use std::future::{poll_fn, Future};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pacer::Stagger;
+use paced::Stagger;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
-use pacer::{Adaptive, Rate, RateLimiter};
+use paced::{Adaptive, Rate, RateLimiter};
 use tokio::task::JoinSet;
 use tokio::time::{timeout, Instant};
 
@@ -61,9 +61,9 @@ async fn main() {
     );
     let scrape = scrape_over_http(handle).await;
     print!("{scrape}");
-    assert!(scrape.contains("pacer_grants_total{limiter=\"partner-api\"} 20"));
-    assert!(scrape.contains("pacer_cancellations_total{limiter=\"partner-api\"} 1"));
-    assert!(scrape.contains("pacer_adaptive_decreases_total{limiter=\"search-api\"} 1"));
+    assert!(scrape.contains("paced_grants_total{limiter=\"partner-api\"} 20"));
+    assert!(scrape.contains("paced_cancellations_total{limiter=\"partner-api\"} 1"));
+    assert!(scrape.contains("paced_adaptive_decreases_total{limiter=\"search-api\"} 1"));
 }
 
 /// Serves the recorder's scrape on `/metrics` of an ephemeral port of 127.0.0.1, then fetches

@@ -28,8 +28,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pacer::redis::TryAcquireError;
-use pacer::{Rate, RedisKeyedRateLimiter, RedisRateLimiter};
+use paced::redis::TryAcquireError;
+use paced::{Rate, RedisKeyedRateLimiter, RedisRateLimiter};
 
 fn epoch_nanos() -> u128 {
     SystemTime::now()
@@ -42,7 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.into());
     let url = arg(0, "redis://127.0.0.1:6379/");
-    let key = arg(1, "pacer-demo");
+    let key = arg(1, "paced-demo");
     let seconds: f64 = arg(2, "3").parse()?;
     let rate: u64 = arg(3, "200").parse()?;
     let burst: u64 = arg(4, "20").parse()?;
@@ -180,7 +180,7 @@ async fn tenants(
             async move {
                 let sent = epoch_nanos();
                 quota.set_limit(&key, Rate::per_second(1), 1).await?;
-                Ok::<_, pacer::redis::RedisQuotaError>(format!(
+                Ok::<_, paced::redis::RedisQuotaError>(format!(
                     "limit {sent} {} {key}\n",
                     epoch_nanos()
                 ))

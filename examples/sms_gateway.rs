@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use futures_util::{stream, StreamExt};
-use pacer::PaceExt;
+use paced::PaceExt;
 use tokio::time::Instant;
 
 /// Prints a line prefixed with the time elapsed since `start`.

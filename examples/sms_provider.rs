@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use pacer::{PaceExt, Rate, RateLimiter, Shaping};
+use paced::{PaceExt, Rate, RateLimiter, Shaping};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures_util::{stream, StreamExt};
-use pacer::{KeyedRateLimiter, PaceExt, Rate};
+use paced::{KeyedRateLimiter, PaceExt, Rate};
 use tokio::time::Instant;
 
 #[derive(Debug)]

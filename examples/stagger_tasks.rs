@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use pacer::PaceExt;
+use paced::PaceExt;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

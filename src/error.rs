@@ -19,7 +19,7 @@ use crate::core::Nanos;
 ///
 /// ```
 /// use std::time::Duration;
-/// use pacer::{Rate, RateLimiter};
+/// use paced::{Rate, RateLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
@@ -66,7 +66,7 @@ impl NotUntil {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::{Rate, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -90,7 +90,7 @@ impl NotUntil {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::{Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(10), 5);
     /// assert!(limiter.try_acquire(6).unwrap_err().is_never());
@@ -109,7 +109,7 @@ impl NotUntil {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::{Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::new(1, Duration::from_secs(60)), 1);
     /// limiter.try_acquire(1).unwrap();
@@ -152,7 +152,7 @@ impl std::error::Error for NotUntil {}
 ///
 /// ```
 /// use futures_util::StreamExt;
-/// use pacer::{Enforcing, PaceExt, Rate};
+/// use paced::{Enforcing, PaceExt, Rate};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
@@ -183,7 +183,7 @@ impl<T> RateExceeded<T> {
     ///
     /// ```
     /// use futures_util::StreamExt;
-    /// use pacer::{Enforcing, PaceExt, Rate};
+    /// use paced::{Enforcing, PaceExt, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -209,7 +209,7 @@ impl<T> RateExceeded<T> {
     ///
     /// ```
     /// use futures_util::StreamExt;
-    /// use pacer::{Enforcing, PaceExt, Rate};
+    /// use paced::{Enforcing, PaceExt, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -231,7 +231,7 @@ impl<T> RateExceeded<T> {
     ///
     /// ```
     /// use futures_util::StreamExt;
-    /// use pacer::{Enforcing, PaceExt, Rate};
+    /// use paced::{Enforcing, PaceExt, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -253,7 +253,7 @@ impl<T> RateExceeded<T> {
     ///
     /// ```
     /// use futures_util::StreamExt;
-    /// use pacer::{Enforcing, PaceExt, Rate};
+    /// use paced::{Enforcing, PaceExt, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -298,7 +298,7 @@ impl<T: fmt::Debug> std::error::Error for RateExceeded<T> {}
 ///
 /// ```
 /// use std::time::Duration;
-/// use pacer::{ConfigError, Rate};
+/// use paced::{ConfigError, Rate};
 ///
 /// let err = Rate::try_new(0, Duration::from_secs(1)).unwrap_err();
 /// assert_eq!(err, ConfigError::ZeroTokens);

@@ -2,7 +2,7 @@
 //!
 //! The [crate root](crate) lists the entry points; this page explains them. Every example
 //! below is a doctest that runs, most of them under paused time, so the times they assert are
-//! the schedule pacer keeps.
+//! the schedule paced keeps.
 //!
 //! - [Testing your code with paused time](#testing-your-code-with-paused-time)
 //! - [The operators in depth](#the-operators-in-depth)
@@ -27,7 +27,7 @@
 //! ```
 //! use std::time::Duration;
 //! use futures_util::StreamExt;
-//! use pacer::PaceExt;
+//! use paced::PaceExt;
 //! use tokio::time::Instant;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -54,7 +54,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use pacer::{Rate, RateLimiter};
+//! use paced::{Rate, RateLimiter};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
@@ -119,7 +119,7 @@
 //! ```
 //! use std::time::Duration;
 //! use futures_util::StreamExt;
-//! use pacer::{Enforcing, PaceExt, Rate};
+//! use paced::{Enforcing, PaceExt, Rate};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
@@ -150,7 +150,7 @@
 //! ```
 //! use std::time::Duration;
 //! use futures_util::StreamExt;
-//! use pacer::{PaceExt, Rate, Shaping};
+//! use paced::{PaceExt, Rate, Shaping};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
@@ -169,7 +169,7 @@
 //! scope, name the trait:
 //!
 //! ```
-//! use pacer::{PaceExt, Rate, Shaping};
+//! use paced::{PaceExt, Rate, Shaping};
 //! use tokio_stream::StreamExt;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -189,7 +189,7 @@
 //! It is opt-in because of that. Under paused time the clock does not move across a yield, so
 //! the wait falls back to the timer and the schedule is exactly that of the plain operator.
 //!
-//! The adapter types are in [`pacer::stream`](crate::stream), with the [`ThrottleMode`] trait
+//! The adapter types are in [`paced::stream`](crate::stream), with the [`ThrottleMode`] trait
 //! that [`Shaping`] and [`Enforcing`] implement.
 //!
 //! [`ThrottleMode`]: crate::stream::ThrottleMode
@@ -207,7 +207,7 @@
 //! ```
 //! use std::time::Duration;
 //! use futures_util::StreamExt;
-//! use pacer::{PaceExt, Rate, RateLimiter, Shaping, Stagger};
+//! use paced::{PaceExt, Rate, RateLimiter, Shaping, Stagger};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
@@ -272,7 +272,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use pacer::{ConfigError, Rate, RateLimiter};
+//! use paced::{ConfigError, Rate, RateLimiter};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
@@ -313,7 +313,7 @@
 //!
 //! ```
 //! use futures_util::StreamExt;
-//! use pacer::{KeyedRateLimiter, PaceExt, Rate};
+//! use paced::{KeyedRateLimiter, PaceExt, Rate};
 //!
 //! struct Sms {
 //!     provider: &'static str,
@@ -388,7 +388,7 @@
 //!   anything changes, so a panicking `Eq` leaves the table consistent.
 //!
 //! ```
-//! use pacer::{KeyedRateLimiter, Rate};
+//! use paced::{KeyedRateLimiter, Rate};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
@@ -410,15 +410,15 @@
 //! allows N requests per second for the whole account. With the `redis` feature,
 //! [`RedisRateLimiter`] keeps one token bucket in Redis under a key you name, and every
 //! process that names the key shares it. Its builder, [`FailurePolicy`], errors and counters
-//! are in [`pacer::redis`][redis].
+//! are in [`paced::redis`][redis].
 //!
 //! ```no_run
 //! # #[cfg(feature = "redis")]
 //! async fn call_partner() -> Result<(), Box<dyn std::error::Error>> {
 //!     use std::time::Duration;
 //!     use futures_util::StreamExt;
-//!     use pacer::redis::{FailurePolicy, TryAcquireError};
-//!     use pacer::{PaceExt, Rate, RedisRateLimiter, Shaping};
+//!     use paced::redis::{FailurePolicy, TryAcquireError};
+//!     use paced::{PaceExt, Rate, RedisRateLimiter, Shaping};
 //!
 //!     let quota = RedisRateLimiter::builder("redis://redis.internal/", "partner-api", Rate::per_second(200), 20)
 //!         .lease(10, Duration::from_millis(5)) // optional: fewer round trips
@@ -487,7 +487,7 @@
 //! ```no_run
 //! # #[cfg(feature = "redis")]
 //! async fn per_tenant() -> Result<(), Box<dyn std::error::Error>> {
-//!     use pacer::{Rate, RedisKeyedRateLimiter};
+//!     use paced::{Rate, RedisKeyedRateLimiter};
 //!
 //!     let tenants: RedisKeyedRateLimiter<String> =
 //!         RedisKeyedRateLimiter::builder("redis://redis.internal/", "tenants", Rate::per_second(20), 5)
@@ -512,9 +512,9 @@
 //!
 //! ```no_run
 //! # #[cfg(feature = "redis")]
-//! async fn webhooks(tenants: pacer::RedisKeyedRateLimiter<String>) {
+//! async fn webhooks(tenants: paced::RedisKeyedRateLimiter<String>) {
 //!     use futures_util::StreamExt;
-//!     use pacer::PaceExt;
+//!     use paced::PaceExt;
 //!
 //!     let events = futures_util::stream::iter([("acme", "e1"), ("globex", "e2")]);
 //!     let mut paced = std::pin::pin!(events.throttle_by_key(&tenants, |e| e.0.to_string(), |_| 1, 256));
@@ -563,7 +563,7 @@
 //! ```no_run
 //! # #[cfg(feature = "redis")]
 //! async fn on_a_cluster() -> Result<(), Box<dyn std::error::Error>> {
-//!     use pacer::{Rate, RedisKeyedRateLimiter};
+//!     use paced::{Rate, RedisKeyedRateLimiter};
 //!
 //!     let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"];
 //!     let tenants: RedisKeyedRateLimiter<String> =
@@ -579,12 +579,12 @@
 //! codec, a channel into a worker that calls a partner's API. [`PaceSinkExt`] puts the same
 //! operators on every `futures::Sink`: `throttle(rate, cost, burst)`,
 //! `throttle_with(&quota, cost)` (any [`Quota`], shared with streams and tasks) and
-//! `min_interval(d)`; the adapter types are in [`pacer::sink`](crate::sink). The writer just
+//! `min_interval(d)`; the adapter types are in [`paced::sink`](crate::sink). The writer just
 //! sends; each item is handed to the inner sink when it conforms.
 //!
 //! ```
 //! use futures_util::{Sink, SinkExt};
-//! use pacer::{PaceSinkExt, Rate, RateLimiter};
+//! use paced::{PaceSinkExt, Rate, RateLimiter};
 //! use tokio_util::sync::PollSender;
 //!
 //! /// Writes every record to `producer`, each costing its size in bytes of a bandwidth quota
@@ -657,8 +657,8 @@
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
 //! use std::convert::Infallible;
-//! use pacer::tower::RateLimitLayer;
-//! use pacer::{Rate, RateLimiter};
+//! use paced::tower::RateLimitLayer;
+//! use paced::{Rate, RateLimiter};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! // The partner allows 200 requests per second, 10 at once, for all our clones together.
@@ -699,8 +699,8 @@
 //! # async fn main() {
 //! use axum::{body::Body, error_handling::HandleErrorLayer, extract::Request, routing::get, Router};
 //! use axum::{http::{header, StatusCode}, response::IntoResponse};
-//! use pacer::tower::{BoxError, RateLimitLayer};
-//! use pacer::{KeyedRateLimiter, NotUntil, Rate};
+//! use paced::tower::{BoxError, RateLimitLayer};
+//! use paced::{KeyedRateLimiter, NotUntil, Rate};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! // Per API key: 2 at once, then 1 per second; a refusal is a 429 with Retry-After.
@@ -738,7 +738,7 @@
 //! **Proved over real HTTP** on 127.0.0.1 (`tests/tower_http.rs`): 1,500 requests from 30
 //! tasks through the layer at an axum server's limit of 1,000/s got zero 429s and used
 //! 93–97 % of the limit; 64 services built from tower's `RateLimitLayer` sent 192 requests in
-//! 0.15–0.3 s against a limit of 200/s, while the same from pacer's layer kept it (0.91 s, the
+//! 0.15–0.3 s against a limit of 200/s, while the same from paced's layer kept it (0.91 s, the
 //! least the limit allows); an axum app keyed by client IP answers 429 with a `Retry-After`
 //! that is enough. `cargo run --example http_client --features tower` and
 //! `--example http_server` show both sides.
@@ -746,7 +746,7 @@
 //! **Finding the limit over HTTP.** [`AdaptiveLayer`] reports every response to an
 //! [`Adaptive`] (see [Finding the limit](#finding-the-limit-adaptive)), as a classifier you
 //! write reads it: [`Outcome`]`::Success`, `Outcome::Throttled { retry_after }` or
-//! `Outcome::Ignore`. pacer does not depend on `http`, so the classifier for `http::Response`
+//! `Outcome::Ignore`. paced does not depend on `http`, so the classifier for `http::Response`
 //! is yours; a [`RateLimitLayer`] over `adaptive.limiter()` below it paces the requests at the
 //! rate found:
 //!
@@ -759,8 +759,8 @@
 //! use hyper::body::{Bytes, Incoming};
 //! use hyper_util::client::legacy::{Client, Error};
 //! use hyper_util::rt::TokioExecutor;
-//! use pacer::tower::{AdaptiveLayer, Outcome, RateLimitLayer};
-//! use pacer::{Adaptive, Rate, RateLimiter};
+//! use paced::tower::{AdaptiveLayer, Outcome, RateLimitLayer};
+//! use paced::{Adaptive, Rate, RateLimiter};
 //! use tower::ServiceBuilder;
 //!
 //! // 429 and 503 are refusals, with `Retry-After` in seconds; other server errors and
@@ -802,7 +802,7 @@
 //! An enforcing layer can tell its clients their quota on every response, allowed or
 //! refused, so that a client paces to it instead of probing:
 //! `RateLimitLayer::new(&quota).enforcing().headers(QuotaHeaders::Both)`. A token bucket maps
-//! onto the fields as follows (see `pacer::tower::QuotaHeaders`):
+//! onto the fields as follows (see `paced::tower::QuotaHeaders`):
 //!
 //! | header | value |
 //! |---|---|
@@ -830,7 +830,7 @@
 //! ```
 //! use std::time::Duration;
 //! use futures_util::{Stream, StreamExt};
-//! use pacer::{Adaptive, PaceExt, Rate, RateLimiter, Shaping};
+//! use paced::{Adaptive, PaceExt, Rate, RateLimiter, Shaping};
 //!
 //! enum Answer {
 //!     Ok,
@@ -906,17 +906,17 @@
 //!
 //! | metric | kind | recorded by | what |
 //! | --- | --- | --- | --- |
-//! | `pacer_grants_total` | counter | all | requests granted |
-//! | `pacer_tokens_granted_total` | counter | all | tokens (the cost) granted |
-//! | `pacer_refusals_total` | counter | all | requests refused: `try_acquire`, a timeout too short, an enforcing stream's item |
-//! | `pacer_cancellations_total` | counter | in process | waiters dropped before their grant |
-//! | `pacer_wait_seconds` | histogram | in process | time a granted request spent queued (0 if it did not queue) |
-//! | `pacer_waiters` | gauge | in process | requests queued now |
-//! | `pacer_adaptive_rate` | gauge | `Adaptive` | the rate the controller set, in tokens per second |
-//! | `pacer_adaptive_decreases_total` | counter | `Adaptive` | decreases of the rate |
-//! | `pacer_redis_round_trips_total` | counter | Redis | script calls sent |
-//! | `pacer_redis_errors_total` | counter | Redis | failed round trips, label `kind` = `outage` or `reply` |
-//! | `pacer_redis_fallbacks_total` | counter | Redis | grants by the fail-open fallback |
+//! | `paced_grants_total` | counter | all | requests granted |
+//! | `paced_tokens_granted_total` | counter | all | tokens (the cost) granted |
+//! | `paced_refusals_total` | counter | all | requests refused: `try_acquire`, a timeout too short, an enforcing stream's item |
+//! | `paced_cancellations_total` | counter | in process | waiters dropped before their grant |
+//! | `paced_wait_seconds` | histogram | in process | time a granted request spent queued (0 if it did not queue) |
+//! | `paced_waiters` | gauge | in process | requests queued now |
+//! | `paced_adaptive_rate` | gauge | `Adaptive` | the rate the controller set, in tokens per second |
+//! | `paced_adaptive_decreases_total` | counter | `Adaptive` | decreases of the rate |
+//! | `paced_redis_round_trips_total` | counter | Redis | script calls sent |
+//! | `paced_redis_errors_total` | counter | Redis | failed round trips, label `kind` = `outage` or `reply` |
+//! | `paced_redis_fallbacks_total` | counter | Redis | grants by the fail-open fallback |
 //!
 //! A keyed limiter counts over all its keys (a key is not a label: keys are unbounded). An
 //! `Adaptive` names its limiter too, under the same name. The counters match `stats()` from the
@@ -934,7 +934,7 @@
 //! ```
 //! # #[cfg(feature = "metrics")] {
 //! use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-//! use pacer::{Rate, RateLimiter};
+//! use paced::{Rate, RateLimiter};
 //!
 //! let recorder = DebuggingRecorder::new();
 //! let snapshotter = recorder.snapshotter();
@@ -945,7 +945,7 @@
 //! limiter.try_acquire(2).unwrap();
 //! limiter.try_acquire(1).unwrap_err();
 //! let grants = snapshotter.snapshot().into_vec().into_iter().find_map(|(key, _, _, value)| {
-//!     (key.key().name() == "pacer_grants_total").then_some(value)
+//!     (key.key().name() == "paced_grants_total").then_some(value)
 //! });
 //! assert_eq!(grants, Some(DebugValue::Counter(1)));
 //! # }
@@ -956,7 +956,7 @@
 //!
 //! # Limits, honestly
 //!
-//! What pacer promises: each operator's bound, order, nothing lost or duplicated, FIFO among
+//! What paced promises: each operator's bound, order, nothing lost or duplicated, FIFO among
 //! the users of a shared quota, tokens charged only when granted, and an exact schedule under
 //! paused time. What it does not promise is waking on time in real time; these are the costs
 //! and edges:
@@ -1002,7 +1002,7 @@
 //! limiters:
 //!
 //! ```text
-//! entry points   PaceExt (stream)  PaceSinkExt (Sink)  tasks (acquire)  pacer::tower   Redis
+//! entry points   PaceExt (stream)  PaceSinkExt (Sink)  tasks (acquire)  paced::tower   Redis
 //!                        \               |                  |              /           |
 //! limiters        RateLimiter · Stagger · KeyedRateLimiter · Adaptive      RedisRateLimiter
 //!                                         |                                (same GCRA, in Lua)
@@ -1039,16 +1039,16 @@
 //!
 //! # Migrating from 0.x
 //!
-//! 1.0 moved the adapter types into [`pacer::stream`](crate::stream) and
-//! [`pacer::sink`](crate::sink) (`SinkThrottle` is now `pacer::sink::Throttle`), the Redis
-//! types other than [`RedisRateLimiter`] into [`pacer::redis`][redis], and made
+//! 1.0 moved the adapter types into [`paced::stream`](crate::stream) and
+//! [`paced::sink`](crate::sink) (`SinkThrottle` is now `paced::sink::Throttle`), the Redis
+//! types other than [`RedisRateLimiter`] into [`paced::redis`][redis], and made
 //! [`NotUntil`] the one refusal (the tower layer's `RateLimited` is now a name for it).
 //! [`RateLimiter::burst`] returns an `Option`, the [`KeyedRateLimiter`] is asked with borrowed
 //! keys and has a hasher parameter, and a [`Rate`] is reduced to lowest terms. The code that
 //! used the crate's operators and limiters by their methods mostly compiles unchanged; code
 //! that names the adapter types needs their new paths.
 //!
-//! The [CHANGELOG](https://docs.rs/crate/pacer/latest/source/CHANGELOG.md) lists every
+//! The [CHANGELOG](https://docs.rs/crate/paced/latest/source/CHANGELOG.md) lists every
 //! change, with a migration table from each old name or signature to the new one.
 //!
 //! # Reading quota headers
@@ -1069,8 +1069,8 @@
 //! # #[cfg(feature = "http")]
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
-//! use pacer::tower::{AdaptiveLayer, RateLimitLayer};
-//! use pacer::{Adaptive, Rate, RateLimiter};
+//! use paced::tower::{AdaptiveLayer, RateLimitLayer};
+//! use paced::{Adaptive, Rate, RateLimiter};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! let limiter = RateLimiter::new(Rate::per_second(1), 5);
@@ -1102,7 +1102,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use pacer::{Adaptive, Announced, Rate, RateLimiter};
+//! use paced::{Adaptive, Announced, Rate, RateLimiter};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
@@ -1143,10 +1143,10 @@
 )]
 #![cfg_attr(
     not(feature = "redis"),
-    doc = "[`RedisRateLimiter`]: https://docs.rs/pacer/latest/pacer/struct.RedisRateLimiter.html\n\n\
-           [`RedisKeyedRateLimiter`]: https://docs.rs/pacer/latest/pacer/struct.RedisKeyedRateLimiter.html\n\n\
-           [`FailurePolicy`]: https://docs.rs/pacer/latest/pacer/redis/enum.FailurePolicy.html\n\n\
-           [redis]: https://docs.rs/pacer/latest/pacer/redis/"
+    doc = "[`RedisRateLimiter`]: https://docs.rs/paced/latest/paced/struct.RedisRateLimiter.html\n\n\
+           [`RedisKeyedRateLimiter`]: https://docs.rs/paced/latest/paced/struct.RedisKeyedRateLimiter.html\n\n\
+           [`FailurePolicy`]: https://docs.rs/paced/latest/paced/redis/enum.FailurePolicy.html\n\n\
+           [redis]: https://docs.rs/paced/latest/paced/redis/"
 )]
 #![cfg_attr(
     feature = "tower",
@@ -1158,9 +1158,9 @@
 )]
 #![cfg_attr(
     not(feature = "tower"),
-    doc = "[`RateLimitLayer`]: https://docs.rs/pacer/latest/pacer/tower/struct.RateLimitLayer.html\n\n\
-           [`RateLimited`]: https://docs.rs/pacer/latest/pacer/tower/type.RateLimited.html\n\n\
-           [`BoxError`]: https://docs.rs/pacer/latest/pacer/tower/type.BoxError.html\n\n\
-           [`AdaptiveLayer`]: https://docs.rs/pacer/latest/pacer/tower/struct.AdaptiveLayer.html\n\n\
-           [`Outcome`]: https://docs.rs/pacer/latest/pacer/tower/enum.Outcome.html"
+    doc = "[`RateLimitLayer`]: https://docs.rs/paced/latest/paced/tower/struct.RateLimitLayer.html\n\n\
+           [`RateLimited`]: https://docs.rs/paced/latest/paced/tower/type.RateLimited.html\n\n\
+           [`BoxError`]: https://docs.rs/paced/latest/paced/tower/type.BoxError.html\n\n\
+           [`AdaptiveLayer`]: https://docs.rs/paced/latest/paced/tower/struct.AdaptiveLayer.html\n\n\
+           [`Outcome`]: https://docs.rs/paced/latest/paced/tower/enum.Outcome.html"
 )]

@@ -26,12 +26,12 @@ impl LimiterMetrics {
     pub(crate) fn new(name: &str) -> LimiterMetrics {
         let name = name.to_owned();
         LimiterMetrics {
-            grants: counter!("pacer_grants_total", LABEL => name.clone()),
-            refusals: counter!("pacer_refusals_total", LABEL => name.clone()),
-            cancellations: counter!("pacer_cancellations_total", LABEL => name.clone()),
-            tokens: counter!("pacer_tokens_granted_total", LABEL => name.clone()),
-            wait: histogram!("pacer_wait_seconds", LABEL => name.clone()),
-            waiters: gauge!("pacer_waiters", LABEL => name),
+            grants: counter!("paced_grants_total", LABEL => name.clone()),
+            refusals: counter!("paced_refusals_total", LABEL => name.clone()),
+            cancellations: counter!("paced_cancellations_total", LABEL => name.clone()),
+            tokens: counter!("paced_tokens_granted_total", LABEL => name.clone()),
+            wait: histogram!("paced_wait_seconds", LABEL => name.clone()),
+            waiters: gauge!("paced_waiters", LABEL => name),
         }
     }
 
@@ -56,8 +56,8 @@ impl AdaptiveMetrics {
     pub(crate) fn new(name: &str) -> AdaptiveMetrics {
         let name = name.to_owned();
         AdaptiveMetrics {
-            rate: gauge!("pacer_adaptive_rate", LABEL => name.clone()),
-            decreases: counter!("pacer_adaptive_decreases_total", LABEL => name),
+            rate: gauge!("paced_adaptive_rate", LABEL => name.clone()),
+            decreases: counter!("paced_adaptive_decreases_total", LABEL => name),
         }
     }
 }
@@ -80,13 +80,13 @@ impl RedisMetrics {
     pub(crate) fn new(name: &str) -> RedisMetrics {
         let name = name.to_owned();
         RedisMetrics {
-            grants: counter!("pacer_grants_total", LABEL => name.clone()),
-            refusals: counter!("pacer_refusals_total", LABEL => name.clone()),
-            tokens: counter!("pacer_tokens_granted_total", LABEL => name.clone()),
-            round_trips: counter!("pacer_redis_round_trips_total", LABEL => name.clone()),
-            outages: counter!("pacer_redis_errors_total", LABEL => name.clone(), "kind" => "outage"),
-            reply_errors: counter!("pacer_redis_errors_total", LABEL => name.clone(), "kind" => "reply"),
-            fallbacks: counter!("pacer_redis_fallbacks_total", LABEL => name),
+            grants: counter!("paced_grants_total", LABEL => name.clone()),
+            refusals: counter!("paced_refusals_total", LABEL => name.clone()),
+            tokens: counter!("paced_tokens_granted_total", LABEL => name.clone()),
+            round_trips: counter!("paced_redis_round_trips_total", LABEL => name.clone()),
+            outages: counter!("paced_redis_errors_total", LABEL => name.clone(), "kind" => "outage"),
+            reply_errors: counter!("paced_redis_errors_total", LABEL => name.clone(), "kind" => "reply"),
+            fallbacks: counter!("paced_redis_fallbacks_total", LABEL => name),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Pacing operators for async streams, on tokio's timer.
 //!
-//! `pacer` adds four operators to every [`Stream`](futures_core::Stream) through [`PaceExt`]:
+//! `paced` adds four operators to every [`Stream`](futures_core::Stream) through [`PaceExt`]:
 //!
 //! | operator | promise |
 //! |---|---|
@@ -28,8 +28,8 @@
 //! | tasks sharing a quota | [`RateLimiter`] (optionally with Guava's warm-up), [`Stagger`] | streams draw on them with [`throttle_with`](PaceExt::throttle_with) |
 //! | one limit per destination | [`KeyedRateLimiter`] | [`throttle_by_key`](PaceExt::throttle_by_key) |
 //! | a limit learned from `429`s | [`Adaptive`] | |
-//! | a tower `Service` | `pacer::tower` (feature `tower`) | shaping clients, enforcing servers |
-//! | one quota across machines | `RedisRateLimiter` (feature `redis`) | details in `pacer::redis` |
+//! | a tower `Service` | `paced::tower` (feature `tower`) | shaping clients, enforcing servers |
+//! | one quota across machines | `RedisRateLimiter` (feature `redis`) | details in `paced::redis` |
 //! | one quota per key across machines | `RedisKeyedRateLimiter` (feature `redis`) | per-key limits for the whole fleet; [`throttle_by_key`](PaceExt::throttle_by_key) and the keyed tower layer take it ([`KeyedQuota`]) |
 //!
 //! Every refusal is a [`NotUntil`]; every configuration value that cannot be is a
@@ -39,7 +39,7 @@
 //! ```
 //! use std::time::Duration;
 //! use futures_util::StreamExt;
-//! use pacer::{PaceExt, Rate, Shaping};
+//! use paced::{PaceExt, Rate, Shaping};
 //! use tokio::time::Instant;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -62,10 +62,10 @@
 //! - `tracing`: debug-level events when a shared limiter delays or refuses a request.
 //! - `redis`: `RedisRateLimiter`, one quota across processes and machines, kept in Redis, and
 //!   `RedisKeyedRateLimiter`, one such quota per key.
-//! - `tower`: `pacer::tower`, a tower layer over a shared quota (shaping or enforcing, a cost
+//! - `tower`: `paced::tower`, a tower layer over a shared quota (shaping or enforcing, a cost
 //!   per request, keyed by client), and one that reports each response to an [`Adaptive`];
 //!   adds `tower-service` and `tower-layer`.
-//! - `http`: `pacer::tower::classify_http` and `AdaptiveLayer::http`: an [`Adaptive`] fed by
+//! - `http`: `paced::tower::classify_http` and `AdaptiveLayer::http`: an [`Adaptive`] fed by
 //!   `429`/`503`, `Retry-After` and the quota headers (`RateLimit`, `X-RateLimit-*`) of an
 //!   `http::Response`; implies `tower`, adds `http` and `httpdate`.
 //! - `unstable-laws`: `AdaptiveLaw` and `Adaptive::try_with_law`, the control laws the

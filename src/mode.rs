@@ -1,4 +1,4 @@
-//! What a pacer does with an item or request that does not conform: [`Shaping`] delays it,
+//! What a paced does with an item or request that does not conform: [`Shaping`] delays it,
 //! [`Enforcing`] hands it back at once.
 
 mod sealed {
@@ -15,8 +15,8 @@ mod sealed {
 /// # Examples
 ///
 /// ```
-/// use pacer::stream::ThrottleMode;
-/// use pacer::{Enforcing, Shaping};
+/// use paced::stream::ThrottleMode;
+/// use paced::{Enforcing, Shaping};
 ///
 /// fn mode_name<M: ThrottleMode + std::fmt::Debug>(mode: M) -> String {
 ///     format!("{mode:?}")
@@ -32,7 +32,7 @@ pub trait ThrottleMode: sealed::Sealed {}
 ///
 /// ```
 /// use futures_util::StreamExt;
-/// use pacer::{PaceExt, Rate, Shaping};
+/// use paced::{PaceExt, Rate, Shaping};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
@@ -55,7 +55,7 @@ pub struct Shaping;
 ///
 /// ```
 /// use futures_util::StreamExt;
-/// use pacer::{Enforcing, PaceExt, Rate};
+/// use paced::{Enforcing, PaceExt, Rate};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {

@@ -24,7 +24,7 @@ const NANOS_PER_SEC: u128 = 1_000_000_000;
 ///
 /// ```
 /// use std::time::Duration;
-/// use pacer::Rate;
+/// use paced::Rate;
 ///
 /// let rate = Rate::new(100, Duration::from_secs(60));
 /// // Reduced in nanoseconds: 100 per 60 s is 1 per 600 ms.
@@ -58,7 +58,7 @@ impl Rate {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::Rate;
+    /// use paced::Rate;
     ///
     /// const TEN_PER_MINUTE: Rate = Rate::new(10, Duration::from_secs(60));
     /// assert_eq!(TEN_PER_MINUTE, Rate::per_minute(10));
@@ -94,7 +94,7 @@ impl Rate {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{ConfigError, Rate};
+    /// use paced::{ConfigError, Rate};
     ///
     /// assert_eq!(Rate::try_new(5, Duration::from_secs(1)), Ok(Rate::per_second(5)));
     /// assert_eq!(Rate::try_new(0, Duration::from_secs(1)), Err(ConfigError::ZeroTokens));
@@ -132,7 +132,7 @@ impl Rate {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::Rate;
+    /// use paced::Rate;
     ///
     /// const RATE: Rate = Rate::per_second(50);
     /// assert_eq!(RATE, Rate::new(50, Duration::from_secs(1)));
@@ -155,7 +155,7 @@ impl Rate {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::Rate;
+    /// use paced::Rate;
     ///
     /// const RATE: Rate = Rate::per_minute(120);
     /// assert_eq!(RATE, Rate::per_second(2));
@@ -177,7 +177,7 @@ impl Rate {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::Rate;
+    /// use paced::Rate;
     ///
     /// const RATE: Rate = Rate::per_hour(5);
     /// assert_eq!(RATE, Rate::new(5, Duration::from_secs(3600)));
@@ -199,7 +199,7 @@ impl Rate {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::Rate;
+    /// use paced::Rate;
     ///
     /// assert_eq!(Rate::per_second(7).tokens(), 7);
     /// assert_eq!(Rate::new(2, Duration::from_secs(2)).tokens(), 1);
@@ -219,7 +219,7 @@ impl Rate {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::Rate;
+    /// use paced::Rate;
     ///
     /// assert_eq!(Rate::per_second(7).per(), Duration::from_secs(1));
     /// assert_eq!(Rate::new(2, Duration::from_secs(2)).per(), Duration::from_secs(1));

@@ -8,7 +8,7 @@ use std::time::Duration;
 /// # Examples
 ///
 /// ```
-/// use pacer::{Rate, RateLimiter};
+/// use paced::{Rate, RateLimiter};
 ///
 /// let limiter = RateLimiter::new(Rate::per_second(1), 1);
 /// limiter.try_acquire(1).unwrap();

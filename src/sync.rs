@@ -1,13 +1,13 @@
 //! The synchronisation primitives the shared limiters use: std's, or loom's when the crate is
-//! model-checked (`RUSTFLAGS="--cfg pacer_loom"`; tokio itself reacts to `--cfg loom`).
+//! model-checked (`RUSTFLAGS="--cfg paced_loom"`; tokio itself reacts to `--cfg loom`).
 
-#[cfg(pacer_loom)]
+#[cfg(paced_loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
-#[cfg(pacer_loom)]
+#[cfg(paced_loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
-#[cfg(not(pacer_loom))]
+#[cfg(not(paced_loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicU64, Ordering};
-#[cfg(not(pacer_loom))]
+#[cfg(not(paced_loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 
 /// Locks `mutex`, ignoring poisoning: every state behind the crate's mutexes is consistent

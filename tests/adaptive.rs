@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{stream, StreamExt};
-use pacer::{Adaptive, ConfigError, PaceExt, Rate, RateLimiter, Shaping};
+use paced::{Adaptive, ConfigError, PaceExt, Rate, RateLimiter, Shaping};
 use proptest::prelude::*;
 use tokio::time::Instant;
 

@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use pacer::{
+use paced::{
     Adaptive, ConfigError, Enforcing, KeyedRateLimiter, NotUntil, PaceExt, PaceSinkExt, Rate,
     RateExceeded, RateLimiter, Stagger,
 };
@@ -366,7 +366,7 @@ async fn the_keyed_adapters_keep_their_types_with_a_given_hasher() {
         KeyedRateLimiter::<u64, Fixed>::with_hasher(Rate::per_second(1), 1, Fixed::default());
     let key = |n: &u64| *n % 2;
     let cost = |_: &u64| 1;
-    let paced: pacer::stream::ThrottleByKey<_, u64, _, _, Fixed> =
+    let paced: paced::stream::ThrottleByKey<_, u64, _, _, Fixed> =
         futures_util::stream::iter([1u64, 2, 3]).throttle_by_key(&limiter, key, cost, 4);
     let start = tokio::time::Instant::now();
     let out: Vec<_> = paced
@@ -374,12 +374,12 @@ async fn the_keyed_adapters_keep_their_types_with_a_given_hasher() {
         .collect()
         .await;
     assert_eq!(out, [(1, 0), (2, 0), (3, 1)]);
-    let default: pacer::stream::ThrottleByKey<_, u64, _, _> = futures_util::stream::iter([1u64])
+    let default: paced::stream::ThrottleByKey<_, u64, _, _> = futures_util::stream::iter([1u64])
         .throttle_by_key(&KeyedRateLimiter::new(Rate::per_second(1), 1), key, cost, 4);
     assert_eq!(default.held(), 0);
     #[cfg(feature = "tower")]
     {
-        let _: pacer::tower::RateLimitLayer<pacer::tower::ByKey<u64, _, Fixed>> =
-            pacer::tower::RateLimitLayer::keyed(&limiter, key);
+        let _: paced::tower::RateLimitLayer<paced::tower::ByKey<u64, _, Fixed>> =
+            paced::tower::RateLimitLayer::keyed(&limiter, key);
     }
 }

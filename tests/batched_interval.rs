@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::{arriving, collect_timed, MS};
 use futures_util::{stream, StreamExt};
-use pacer::PaceExt;
+use paced::PaceExt;
 use tokio::time::Instant;
 
 fn render(batches: &[(Vec<u32>, u64)]) -> String {

@@ -9,8 +9,8 @@ mod common;
 use std::time::Duration;
 
 use http::{HeaderValue, Response};
-use pacer::tower::{classify_http, quota_from_headers, retry_after, Outcome};
-use pacer::{Adaptive, Rate, RateLimiter};
+use paced::tower::{classify_http, quota_from_headers, retry_after, Outcome};
+use paced::{Adaptive, Rate, RateLimiter};
 use proptest::prelude::*;
 
 use common::paused;
@@ -111,7 +111,7 @@ async fn over_real_http_an_announced_quota_is_never_exceeded() {
     use hyper::body::Bytes;
     use hyper_util::client::legacy::Client;
     use hyper_util::rt::TokioExecutor;
-    use pacer::tower::{AdaptiveLayer, RateLimitLayer};
+    use paced::tower::{AdaptiveLayer, RateLimitLayer};
     use tower::{ServiceBuilder, ServiceExt};
 
     const TASKS: usize = 8;

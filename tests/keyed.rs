@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{nanos_since, within_an_hour, NaiveBucket, MS};
-use pacer::{ConfigError, KeyedRateLimiter, Rate};
+use paced::{ConfigError, KeyedRateLimiter, Rate};
 use proptest::prelude::*;
 use tokio::time::{sleep, Instant};
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use futures_util::stream::{self, FusedStream};
 use futures_util::{Stream, StreamExt};
-use pacer::stream::{BatchedInterval, MinInterval, StaggeredStart, Throttle};
-use pacer::{Enforcing, PaceExt, Rate, Shaping};
+use paced::stream::{BatchedInterval, MinInterval, StaggeredStart, Throttle};
+use paced::{Enforcing, PaceExt, Rate, Shaping};
 use tokio_test::{assert_pending, assert_ready_eq, task};
 
 type Src = stream::Iter<std::ops::Range<u32>>;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use metrics_util::registry::{AtomicStorage, Registry};
-use pacer::{Adaptive, KeyedRateLimiter, Rate, RateLimiter, Stagger};
+use paced::{Adaptive, KeyedRateLimiter, Rate, RateLimiter, Stagger};
 use tokio::time::{sleep, timeout, Instant};
 
 /// A recorder whose values are read without being reset (the debugging recorder's snapshot
@@ -111,20 +111,20 @@ async fn five_acquires_at_burst_two_and_ten_per_second() {
         .collect();
     sleep(Duration::from_millis(50)).await;
     let name = "api";
-    assert_eq!(recorder.counter(name, "pacer_grants_total"), 2);
-    assert_eq!(recorder.gauge(name, "pacer_waiters"), 3.0);
+    assert_eq!(recorder.counter(name, "paced_grants_total"), 2);
+    assert_eq!(recorder.gauge(name, "paced_waiters"), 3.0);
     for task in tasks {
         task.await.unwrap();
     }
     assert_eq!(start.elapsed(), Duration::from_millis(300));
 
     let name = "api";
-    assert_eq!(recorder.counter(name, "pacer_grants_total"), 5);
-    assert_eq!(recorder.counter(name, "pacer_tokens_granted_total"), 5);
-    assert_eq!(recorder.counter(name, "pacer_refusals_total"), 0);
-    assert_eq!(recorder.counter(name, "pacer_cancellations_total"), 0);
-    assert_eq!(recorder.gauge(name, "pacer_waiters"), 0.0);
-    let waits = recorder.histogram(name, "pacer_wait_seconds");
+    assert_eq!(recorder.counter(name, "paced_grants_total"), 5);
+    assert_eq!(recorder.counter(name, "paced_tokens_granted_total"), 5);
+    assert_eq!(recorder.counter(name, "paced_refusals_total"), 0);
+    assert_eq!(recorder.counter(name, "paced_cancellations_total"), 0);
+    assert_eq!(recorder.gauge(name, "paced_waiters"), 0.0);
+    let waits = recorder.histogram(name, "paced_wait_seconds");
     assert_close(&waits, &[0.0, 0.0, 0.1, 0.2, 0.3]);
 }
 
@@ -136,9 +136,9 @@ async fn the_wait_histogram_has_one_value_per_grant() {
     let all = (0..5).map(|_| limiter.acquire(1));
     futures_util::future::join_all(all).await;
     let name = "api";
-    let waits = recorder.histogram(name, "pacer_wait_seconds");
+    let waits = recorder.histogram(name, "paced_wait_seconds");
     assert_close(&waits, &[0.0, 0.0, 0.1, 0.2, 0.3]);
-    assert_eq!(recorder.counter(name, "pacer_tokens_granted_total"), 5);
+    assert_eq!(recorder.counter(name, "paced_tokens_granted_total"), 5);
     assert_eq!(limiter.stats().total_wait, Duration::from_millis(600));
 }
 
@@ -160,9 +160,9 @@ async fn refusals_and_tokens() {
         .await
         .unwrap_err();
     let name = "api";
-    assert_eq!(recorder.counter(name, "pacer_grants_total"), 3);
-    assert_eq!(recorder.counter(name, "pacer_tokens_granted_total"), 4);
-    assert_eq!(recorder.counter(name, "pacer_refusals_total"), 3);
+    assert_eq!(recorder.counter(name, "paced_grants_total"), 3);
+    assert_eq!(recorder.counter(name, "paced_tokens_granted_total"), 4);
+    assert_eq!(recorder.counter(name, "paced_refusals_total"), 3);
     let stats = limiter.stats();
     assert_eq!((stats.granted, stats.rejected), (3, 3));
 }
@@ -177,14 +177,14 @@ async fn a_dropped_waiter_is_a_cancellation() {
         .await
         .unwrap_err();
     let name = "api";
-    assert_eq!(recorder.counter(name, "pacer_cancellations_total"), 1);
-    assert_eq!(recorder.counter(name, "pacer_grants_total"), 1);
-    assert_eq!(recorder.gauge(name, "pacer_waiters"), 0.0);
+    assert_eq!(recorder.counter(name, "paced_cancellations_total"), 1);
+    assert_eq!(recorder.counter(name, "paced_grants_total"), 1);
+    assert_eq!(recorder.gauge(name, "paced_waiters"), 0.0);
     // The place given back, the next request is granted as if nobody had waited.
     limiter.acquire(1).await;
     let name = "api";
-    assert_eq!(recorder.counter(name, "pacer_grants_total"), 2);
-    assert_eq!(recorder.counter(name, "pacer_cancellations_total"), 1);
+    assert_eq!(recorder.counter(name, "paced_grants_total"), 2);
+    assert_eq!(recorder.counter(name, "paced_cancellations_total"), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -198,7 +198,7 @@ async fn every_clone_records_and_the_first_name_wins() {
     before.try_acquire(1).unwrap();
     limiter.try_acquire(1).unwrap();
     let name = "first";
-    assert_eq!(recorder.counter(name, "pacer_grants_total"), 2);
+    assert_eq!(recorder.counter(name, "paced_grants_total"), 2);
     assert_eq!(recorder.count("second"), 0);
 }
 
@@ -214,12 +214,12 @@ async fn a_name_given_while_requests_wait_counts_them() {
     };
     sleep(Duration::from_millis(10)).await;
     let limiter = limiter.with_metrics("late");
-    assert_eq!(recorder.gauge("late", "pacer_waiters"), 1.0);
+    assert_eq!(recorder.gauge("late", "paced_waiters"), 1.0);
     waiting.await.unwrap();
     let name = "late";
-    assert_eq!(recorder.gauge(name, "pacer_waiters"), 0.0);
-    assert_eq!(recorder.counter(name, "pacer_grants_total"), 1);
-    assert_close(&recorder.histogram(name, "pacer_wait_seconds"), &[0.1]);
+    assert_eq!(recorder.gauge(name, "paced_waiters"), 0.0);
+    assert_eq!(recorder.counter(name, "paced_grants_total"), 1);
+    assert_close(&recorder.histogram(name, "paced_wait_seconds"), &[0.1]);
     drop(limiter);
 }
 
@@ -250,7 +250,7 @@ async fn keyed_counts_over_all_keys() {
         })
         .collect();
     sleep(Duration::from_millis(50)).await;
-    assert_eq!(recorder.gauge("tenants", "pacer_waiters"), 2.0);
+    assert_eq!(recorder.gauge("tenants", "paced_waiters"), 2.0);
     for task in tasks {
         task.await.unwrap();
     }
@@ -258,12 +258,12 @@ async fn keyed_counts_over_all_keys() {
         .await
         .unwrap_err();
     let name = "tenants";
-    assert_eq!(recorder.counter(name, "pacer_grants_total"), 4);
-    assert_eq!(recorder.counter(name, "pacer_tokens_granted_total"), 4);
-    assert_eq!(recorder.counter(name, "pacer_refusals_total"), 1);
-    assert_eq!(recorder.counter(name, "pacer_cancellations_total"), 1);
-    assert_eq!(recorder.gauge(name, "pacer_waiters"), 0.0);
-    let waits = recorder.histogram(name, "pacer_wait_seconds");
+    assert_eq!(recorder.counter(name, "paced_grants_total"), 4);
+    assert_eq!(recorder.counter(name, "paced_tokens_granted_total"), 4);
+    assert_eq!(recorder.counter(name, "paced_refusals_total"), 1);
+    assert_eq!(recorder.counter(name, "paced_cancellations_total"), 1);
+    assert_eq!(recorder.gauge(name, "paced_waiters"), 0.0);
+    let waits = recorder.histogram(name, "paced_wait_seconds");
     assert_close(&waits, &[0.0, 0.0, 0.1, 0.1]);
 }
 
@@ -276,9 +276,9 @@ async fn stagger_counts_starts() {
     stagger.try_acquire().unwrap_err();
     stagger.acquire().await;
     let name = "starts";
-    assert_eq!(recorder.counter(name, "pacer_grants_total"), 2);
-    assert_eq!(recorder.counter(name, "pacer_refusals_total"), 1);
-    assert_close(&recorder.histogram(name, "pacer_wait_seconds"), &[0.0, 1.0]);
+    assert_eq!(recorder.counter(name, "paced_grants_total"), 2);
+    assert_eq!(recorder.counter(name, "paced_refusals_total"), 1);
+    assert_close(&recorder.histogram(name, "paced_wait_seconds"), &[0.0, 1.0]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -289,8 +289,8 @@ async fn adaptive_rate_and_decreases() {
     let adaptive =
         Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10)).with_metrics("partner");
     let name = "partner";
-    assert_eq!(recorder.gauge(name, "pacer_adaptive_rate"), 10.0);
-    assert_eq!(recorder.counter(name, "pacer_adaptive_decreases_total"), 0);
+    assert_eq!(recorder.gauge(name, "paced_adaptive_rate"), 10.0);
+    assert_eq!(recorder.counter(name, "paced_adaptive_decreases_total"), 0);
 
     adaptive.limiter().acquire(1).await;
     adaptive.on_throttled(None);
@@ -299,12 +299,12 @@ async fn adaptive_rate_and_decreases() {
     let rate = adaptive.rate();
     let per_second = rate.tokens() as f64 / rate.per().as_secs_f64();
     assert!(per_second < 10.0);
-    assert!((recorder.gauge(name, "pacer_adaptive_rate") - per_second).abs() < 1e-9);
+    assert!((recorder.gauge(name, "paced_adaptive_rate") - per_second).abs() < 1e-9);
     assert_eq!(
-        recorder.counter(name, "pacer_adaptive_decreases_total"),
+        recorder.counter(name, "paced_adaptive_decreases_total"),
         adaptive.stats().decreases
     );
     assert!(adaptive.stats().decreases >= 1);
     // The limiter is named too.
-    assert_eq!(recorder.counter(name, "pacer_grants_total"), 1);
+    assert_eq!(recorder.counter(name, "paced_grants_total"), 1);
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::{arriving, collect_timed, timeline};
 use futures_util::{stream, StreamExt};
-use pacer::PaceExt;
+use paced::PaceExt;
 use tokio::time::{timeout, Instant};
 
 #[tokio::test(start_paused = true)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{nanos_since, paused, tick_ceil, NaiveBucket, MS};
 use futures_util::StreamExt;
-use pacer::{PaceExt, Rate, Shaping};
+use paced::{PaceExt, Rate, Shaping};
 use proptest::prelude::*;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;

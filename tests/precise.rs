@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{arriving, collect_timed, nanos_since, paused, MS};
 use futures_util::stream;
-use pacer::{PaceExt, Rate, Shaping};
+use paced::{PaceExt, Rate, Shaping};
 use proptest::prelude::*;
 use tokio::time::{advance, Instant};
 use tokio_test::{assert_pending, assert_ready_eq, task};

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{arriving, nanos_since, paused, tick_ceil, NaiveBucket, MS};
 use futures_util::{Stream, StreamExt};
-use pacer::{Enforcing, PaceExt, Rate, Shaping};
+use paced::{Enforcing, PaceExt, Rate, Shaping};
 use proptest::prelude::*;
 use tokio::time::Instant;
 

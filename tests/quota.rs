@@ -9,7 +9,7 @@ mod provider;
 
 use std::time::Duration;
 
-use pacer::{Adaptive, Announced, Rate, RateLimiter};
+use paced::{Adaptive, Announced, Rate, RateLimiter};
 
 use common::paused;
 use provider::{per_second, rate_of, simulate, Announce, Run, Scenario};

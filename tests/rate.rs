@@ -5,7 +5,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
-use pacer::{ConfigError, Rate};
+use paced::{ConfigError, Rate};
 use proptest::prelude::*;
 
 const NANOS_PER_SEC: u128 = 1_000_000_000;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{nanos_since, within_an_hour, MS};
 use exact::{any_count, any_period, ExactBucket};
-use pacer::{Rate, RateLimiter};
+use paced::{Rate, RateLimiter};
 use proptest::prelude::*;
 use tokio::time::{advance, sleep, Instant};
 
@@ -317,7 +317,7 @@ async fn guava_warm_up_with_another_cold_factor() {
 
 #[test]
 fn bad_configuration_is_a_typed_error() {
-    use pacer::ConfigError;
+    use paced::ConfigError;
     let rate = Rate::per_second(1);
     assert_eq!(
         RateLimiter::try_new(rate, 0).err(),
@@ -349,7 +349,7 @@ fn new_panics_on_zero_burst() {
 fn handles_are_send_sync_and_cheap_to_clone() {
     fn send_sync<T: Send + Sync + Clone + 'static>() {}
     send_sync::<RateLimiter>();
-    send_sync::<pacer::Stagger>();
+    send_sync::<paced::Stagger>();
     fn send<T: Send>(_: T) {}
     let limiter = RateLimiter::new(Rate::per_second(1), 1);
     send(limiter.acquire(1));

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use pacer::redis::{FailurePolicy, RedisQuotaError, TryAcquireError};
-use pacer::{PaceExt, Rate, RateLimiter, RedisRateLimiter, Shaping};
+use paced::redis::{FailurePolicy, RedisQuotaError, TryAcquireError};
+use paced::{PaceExt, Rate, RateLimiter, RedisRateLimiter, Shaping};
 
 #[path = "common/redis_server.rs"]
 mod redis_server;
@@ -215,7 +215,7 @@ async fn fail_closed_acquire_gives_up_after_its_deadline() {
     let start = Instant::now();
     let err = quota.acquire(1).await.unwrap_err();
     assert!(
-        matches!(err, pacer::redis::RedisQuotaError::Unavailable(_)),
+        matches!(err, paced::redis::RedisQuotaError::Unavailable(_)),
         "{err}"
     );
     assert!(start.elapsed() >= Duration::from_millis(300));
@@ -478,7 +478,7 @@ async fn a_key_of_another_type_is_a_reply_error_at_once() {
             let expected = if hash {
                 "WRONGTYPE"
             } else {
-                "not a pacer quota"
+                "not a paced quota"
             };
             assert!(err.to_string().contains(expected), "{key}: {err}");
             assert!(e.to_string().contains(expected), "{key}: {e}");
@@ -574,7 +574,7 @@ async fn an_enforcing_stream_on_a_broken_key_hands_its_items_back() {
                 .build()
                 .unwrap();
         let out: Vec<_> = futures_util::stream::iter(0..4u32)
-            .throttle_with(&quota, |_| 1, pacer::Enforcing)
+            .throttle_with(&quota, |_| 1, paced::Enforcing)
             .collect()
             .await;
         for (i, item) in out.into_iter().enumerate() {
@@ -822,7 +822,7 @@ async fn a_zero_response_timeout_is_a_config_error() {
     assert!(
         matches!(
             zero,
-            RedisQuotaError::Config(pacer::ConfigError::ZeroTimeout)
+            RedisQuotaError::Config(paced::ConfigError::ZeroTimeout)
         ),
         "{zero}"
     );
@@ -921,20 +921,20 @@ async fn a_named_quota_records_to_the_metrics_facade() {
     // Burst 3 at one per hour: one try of 2 granted, then refusals; cost 0 always passes.
     let stats = up.stats();
     assert_eq!((stats.granted, stats.rejected), (4, 5));
-    assert_eq!(counter("up", "pacer_grants_total", None), 4);
-    assert_eq!(counter("up", "pacer_tokens_granted_total", None), 2);
-    assert_eq!(counter("up", "pacer_refusals_total", None), 5);
+    assert_eq!(counter("up", "paced_grants_total", None), 4);
+    assert_eq!(counter("up", "paced_tokens_granted_total", None), 2);
+    assert_eq!(counter("up", "paced_refusals_total", None), 5);
     assert_eq!(
-        counter("up", "pacer_redis_round_trips_total", None),
+        counter("up", "paced_redis_round_trips_total", None),
         stats.round_trips
     );
-    assert_eq!(counter("up", "pacer_redis_errors_total", Some("outage")), 0);
+    assert_eq!(counter("up", "paced_redis_errors_total", Some("outage")), 0);
     // Redis down, failing open: the fallback grants.
     let stats = down.stats();
-    assert_eq!(counter("down", "pacer_redis_fallbacks_total", None), 1);
-    assert_eq!(counter("down", "pacer_grants_total", None), 1);
+    assert_eq!(counter("down", "paced_redis_fallbacks_total", None), 1);
+    assert_eq!(counter("down", "paced_grants_total", None), 1);
     assert_eq!(
-        counter("down", "pacer_redis_errors_total", Some("outage")),
+        counter("down", "paced_redis_errors_total", Some("outage")),
         stats.errors
     );
     assert!(stats.errors >= 1);
@@ -947,10 +947,10 @@ fn redis_now_us(conn: &mut redis::Connection) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_quota_stored_by_pacer_1_0_carries_over() {
+async fn a_quota_stored_by_paced_1_0_carries_over() {
     let server = Server::start();
     let mut conn = admin(&server);
-    // pacer 1.0 kept "<level>:<at>" as text: 2.5 tokens of 10, a moment ago, at 1 a minute.
+    // paced 1.0 kept "<level>:<at>" as text: 2.5 tokens of 10, a moment ago, at 1 a minute.
     let now = redis_now_us(&mut conn);
     redis::cmd("SET")
         .arg("old")

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pacer::redis::{FailurePolicy, RedisQuotaError, TryAcquireError};
-use pacer::{Rate, RedisKeyedRateLimiter, RedisRateLimiter};
+use paced::redis::{FailurePolicy, RedisQuotaError, TryAcquireError};
+use paced::{Rate, RedisKeyedRateLimiter, RedisRateLimiter};
 
 /// A private Redis Cluster: every node is killed (SIGKILL) on drop.
 struct Cluster {
@@ -75,7 +75,7 @@ impl Cluster {
             .unwrap()
             .as_nanos();
         let dir =
-            std::env::temp_dir().join(format!("pacer-cluster-{}-{stamp}", std::process::id()));
+            std::env::temp_dir().join(format!("paced-cluster-{}-{stamp}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut ports = Vec::new();
         for _ in 0..6 {

@@ -7,8 +7,8 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pacer::redis::{FailurePolicy, RedisQuotaError, TryAcquireError};
-use pacer::{Rate, RedisKeyedRateLimiter};
+use paced::redis::{FailurePolicy, RedisQuotaError, TryAcquireError};
+use paced::{Rate, RedisKeyedRateLimiter};
 
 #[path = "common/redis_server.rs"]
 mod redis_server;
@@ -45,7 +45,7 @@ fn limiter<K: std::hash::Hash + Eq + Send + Sync + 'static>(
         .unwrap()
 }
 
-fn refusal(e: TryAcquireError) -> pacer::NotUntil {
+fn refusal(e: TryAcquireError) -> paced::NotUntil {
     e.not_until().expect("a refusal, not a reply error")
 }
 
@@ -244,7 +244,7 @@ async fn a_key_of_another_type_is_a_reply_error_for_that_key_only() {
         |values: &[f64]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
     for (key, value) in [
         ("{bad:t16}", b"0123456789abcdef".to_vec()),
-        ("{bad:t32}", b"pacer-quota-state-in-plain-text!".to_vec()),
+        ("{bad:t32}", b"paced-quota-state-in-plain-text!".to_vec()),
         ("{bad:inf}", doubles(&[f64::INFINITY, 0.0])),
         ("{bad:nan}", doubles(&[1.0, 0.0, f64::NAN, 5.0])),
     ] {
@@ -265,11 +265,11 @@ async fn a_key_of_another_type_is_a_reply_error_for_that_key_only() {
                 .unwrap();
         for (key, expected) in [
             ("h", "WRONGTYPE"),
-            ("s", "not a pacer quota"),
-            ("t16", "not a pacer quota"),
-            ("t32", "not a pacer quota"),
-            ("inf", "not a pacer quota"),
-            ("nan", "not a pacer quota"),
+            ("s", "not a paced quota"),
+            ("t16", "not a paced quota"),
+            ("t32", "not a paced quota"),
+            ("inf", "not a paced quota"),
+            ("nan", "not a paced quota"),
         ] {
             let start = Instant::now();
             let err = quota.acquire(key, 1).await.unwrap_err();
@@ -690,10 +690,10 @@ async fn a_named_keyed_quota_records_to_the_metrics_facade() {
             })
             .unwrap_or_else(|| panic!("no {name}"))
     };
-    assert_eq!(counter("pacer_grants_total"), 3);
-    assert_eq!(counter("pacer_tokens_granted_total"), 5);
-    assert_eq!(counter("pacer_refusals_total"), 2);
-    assert_eq!(counter("pacer_redis_round_trips_total"), stats.round_trips);
+    assert_eq!(counter("paced_grants_total"), 3);
+    assert_eq!(counter("paced_tokens_granted_total"), 5);
+    assert_eq!(counter("paced_refusals_total"), 2);
+    assert_eq!(counter("paced_redis_round_trips_total"), stats.round_trips);
 }
 
 /// Grants of `cost` 1 on `key` until the first refusal (at most 100).

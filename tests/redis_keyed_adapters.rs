@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use pacer::{KeyedQuota, PaceExt, Rate, RedisKeyedRateLimiter};
+use paced::{KeyedQuota, PaceExt, Rate, RedisKeyedRateLimiter};
 
 #[path = "common/redis_server.rs"]
 mod redis_server;
@@ -264,8 +264,8 @@ mod tower_layer {
     use hyper_util::client::legacy::connect::HttpConnector;
     use hyper_util::client::legacy::Client;
     use hyper_util::rt::TokioExecutor;
-    use pacer::tower::{BoxError, RateLimitLayer, RateLimited};
-    use pacer::Rate;
+    use paced::tower::{BoxError, RateLimitLayer, RateLimited};
+    use paced::Rate;
     use tower::{ServiceBuilder, ServiceExt};
 
     use super::{admin, limiter, Server};
@@ -433,7 +433,7 @@ mod tower_layer {
     #[cfg(feature = "http")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_announcing_layer_over_redis_sends_retry_after_only() {
-        use pacer::tower::QuotaHeaders;
+        use paced::tower::QuotaHeaders;
 
         let server = Server::start();
         let quota = limiter(&server, "announce", Rate::per_second(1), 1);

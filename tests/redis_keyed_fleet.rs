@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pacer::{Rate, RedisKeyedRateLimiter};
+use paced::{Rate, RedisKeyedRateLimiter};
 
 #[path = "common/redis_server.rs"]
 mod redis_server;

@@ -10,8 +10,8 @@
 
 use std::time::Duration;
 
-use pacer::redis::TryAcquireError;
-use pacer::{Rate, RedisKeyedRateLimiter};
+use paced::redis::TryAcquireError;
+use paced::{Rate, RedisKeyedRateLimiter};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 

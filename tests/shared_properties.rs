@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{arriving, nanos_since, paused, MS};
 use futures_util::StreamExt;
-use pacer::{PaceExt, Rate, RateLimiter, Shaping};
+use paced::{PaceExt, Rate, RateLimiter, Shaping};
 use proptest::prelude::*;
 use tokio::time::Instant;
 

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::{nanos_since, paused, tick_ceil, timeline, within_an_hour, NaiveBucket, MS};
 use futures_util::{future, Sink, SinkExt, StreamExt};
-use pacer::sink::ThrottleWith as SinkThrottleWith;
-use pacer::{PaceExt, PaceSinkExt, Rate, RateLimiter, Shaping, Stagger};
+use paced::sink::ThrottleWith as SinkThrottleWith;
+use paced::{PaceExt, PaceSinkExt, Rate, RateLimiter, Shaping, Stagger};
 use proptest::prelude::*;
 use tokio::io::duplex;
 use tokio::time::{advance, sleep, sleep_until, Instant};
@@ -442,7 +442,7 @@ async fn no_wake_ups_while_idle_nor_after_taking_the_held_item_back() {
 /// a server).
 #[cfg(feature = "redis")]
 #[allow(dead_code)]
-fn a_redis_quota_paces_a_sink_too(quota: &pacer::RedisRateLimiter) -> impl Sink<u32> {
+fn a_redis_quota_paces_a_sink_too(quota: &paced::RedisRateLimiter) -> impl Sink<u32> {
     Vec::new().throttle_with(quota, |_| 1)
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{collect_timed, nanos_since, timeline, within_an_hour, MS};
 use futures_util::{stream, StreamExt};
-use pacer::{Enforcing, PaceExt, Rate, RateLimiter, Shaping, Stagger};
+use paced::{Enforcing, PaceExt, Rate, RateLimiter, Shaping, Stagger};
 use tokio::time::{sleep, Instant};
 
 /// The most grants in any window `[t, t + width)`, from sorted grant times.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::{arriving, collect_timed, timeline};
 use futures_util::{stream, StreamExt};
-use pacer::{Enforcing, PaceExt, Rate, Shaping};
+use paced::{Enforcing, PaceExt, Rate, Shaping};
 use tokio::time::{timeout, Instant};
 
 #[tokio::test(start_paused = true)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{arriving, collect_timed, nanos_since, paused, tick_ceil, timeline, NaiveBucket, MS};
 use futures_util::{stream, Stream, StreamExt};
-use pacer::{KeyedRateLimiter, PaceExt, Rate};
+use paced::{KeyedRateLimiter, PaceExt, Rate};
 use proptest::prelude::*;
 use tokio::time::{sleep, Instant};
 use tokio_test::{assert_pending, assert_ready_eq};

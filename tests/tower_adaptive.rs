@@ -1,4 +1,4 @@
-//! `pacer::tower::AdaptiveLayer`: every completed response reported to an `Adaptive` as the
+//! `paced::tower::AdaptiveLayer`: every completed response reported to an `Adaptive` as the
 //! classifier reads it. Paused-time tests against the simulated provider
 //! (`common/provider.rs`) answering plain `http::Response`s, and one short real-HTTP test on
 //! 127.0.0.1.
@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use futures_util::{stream, StreamExt};
 use http::{header::RETRY_AFTER, Response, StatusCode};
-use pacer::tower::{AdaptiveLayer, Outcome, RateLimitLayer};
-use pacer::{Adaptive, Rate, RateLimiter};
+use paced::tower::{AdaptiveLayer, Outcome, RateLimitLayer};
+use paced::{Adaptive, Rate, RateLimiter};
 use proptest::prelude::*;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
@@ -517,7 +517,7 @@ async fn over_real_http_the_rate_comes_down_to_the_servers_limit() {
     use hyper::body::Bytes;
     use hyper_util::client::legacy::Client;
     use hyper_util::rt::TokioExecutor;
-    use pacer::tower::{BoxError, RateLimited};
+    use paced::tower::{BoxError, RateLimited};
 
     const TASKS: usize = 8;
     let hidden = RateLimiter::new(Rate::per_second(100), 10);

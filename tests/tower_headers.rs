@@ -15,8 +15,8 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use pacer::tower::{QuotaHeaders, RateLimitLayer};
-use pacer::{KeyedRateLimiter, Rate, RateLimiter};
+use paced::tower::{QuotaHeaders, RateLimitLayer};
+use paced::{KeyedRateLimiter, Rate, RateLimiter};
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
@@ -182,8 +182,8 @@ mod paused {
     use std::convert::Infallible;
     use std::time::Duration;
 
-    use pacer::tower::{QuotaHeaders, RateLimitLayer};
-    use pacer::{Rate, RateLimiter};
+    use paced::tower::{QuotaHeaders, RateLimitLayer};
+    use paced::{Rate, RateLimiter};
     use proptest::prelude::*;
     use tower::{service_fn, Layer, ServiceExt};
 

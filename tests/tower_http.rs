@@ -1,4 +1,4 @@
-//! `pacer::tower` with real HTTP on 127.0.0.1: an axum server and a hyper-util client, in real
+//! `paced::tower` with real HTTP on 127.0.0.1: an axum server and a hyper-util client, in real
 //! time (paused time does not apply to sockets). Every run is bounded to a few seconds; the
 //! assertions are upper bounds that cannot flake ("at most burst + rate × elapsed", zero 429s
 //! with the server's burst covering scheduling jitter) and generous lower bounds.
@@ -19,8 +19,8 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use pacer::tower::{BoxError, RateLimitLayer, RateLimited};
-use pacer::{KeyedRateLimiter, Rate, RateLimiter};
+use paced::tower::{BoxError, RateLimitLayer, RateLimited};
+use paced::{KeyedRateLimiter, Rate, RateLimiter};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
@@ -78,7 +78,7 @@ async fn a_client_through_the_layer_gets_no_429_and_uses_the_limit() {
     const RATE: u64 = 1_000;
     const REQUESTS: u64 = 1_500;
     const TASKS: u64 = 30;
-    // The server's hidden limit: 1,000/s, enforced by pacer on the server side with a burst
+    // The server's hidden limit: 1,000/s, enforced by paced on the server side with a burst
     // of 200, which absorbs up to 190 ms of scheduling jitter between client and server.
     let server_quota = RateLimiter::new(Rate::per_second(RATE), 200);
     let app = Router::new().route("/", get(|| async { "ok" })).layer(
@@ -180,7 +180,7 @@ where
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sixty_four_clones_tower_gives_each_its_own_limit_pacer_keeps_one() {
+async fn sixty_four_clones_tower_gives_each_its_own_limit_paced_keeps_one() {
     // axum #2634 / tower #794: the limit is meant for the whole client, 200/s with 10 at once.
     let arrivals = Arc::new(Mutex::new(Vec::new()));
     let addr = serve(counting_app(&arrivals)).await;
@@ -201,10 +201,10 @@ async fn sixty_four_clones_tower_gives_each_its_own_limit_pacer_keeps_one() {
         seen[191]
     );
 
-    // pacer's: every service holds the same quota.
+    // paced's: every service holds the same quota.
     let quota = RateLimiter::new(Rate::per_second(200), 10);
     let seen = from_64_tasks(RateLimitLayer::new(&quota), addr, &arrivals).await;
-    println!("pacer: 192 requests in {:?}", seen[191]);
+    println!("paced: 192 requests in {:?}", seen[191]);
     assert!(within_limit(&seen));
     // 182 beyond the burst at 200/s: at least 0.91 s; generously at most 3 s.
     assert!(seen[191] >= Duration::from_millis(910));

@@ -1,4 +1,4 @@
-//! `pacer::tower::RateLimitLayer`: exact timelines under paused time with a plain
+//! `paced::tower::RateLimitLayer`: exact timelines under paused time with a plain
 //! `tower::service_fn` inside (waiting, FIFO, cost, cancellation, readiness, clones, keys), and
 //! property tests against the limiters used directly.
 #![cfg(feature = "tower")]
@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{nanos_since, paused, within_an_hour, NaiveBucket, MS};
-use pacer::tower::{RateLimitLayer, RateLimited};
-use pacer::{KeyedRateLimiter, Rate, RateLimiter, Stagger};
+use paced::tower::{RateLimitLayer, RateLimited};
+use paced::{KeyedRateLimiter, Rate, RateLimiter, Stagger};
 use proptest::prelude::*;
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_test::{assert_pending, assert_ready_ok, task};
@@ -265,7 +265,7 @@ async fn enforcing_refuses_at_once_what_does_not_conform() {
 }
 
 /// The `Retry-After` of a refusal, in milliseconds; panics if `err` is not a refusal.
-fn retry_after_ms(err: &pacer::tower::BoxError) -> u128 {
+fn retry_after_ms(err: &paced::tower::BoxError) -> u128 {
     err.downcast_ref::<RateLimited>()
         .expect("a RateLimited refusal")
         .retry_after()
@@ -399,7 +399,7 @@ fn schedule() -> impl Strategy<Value = Vec<Arrival>> {
 fn run_schedule<G, Fut>(
     schedule: &[Arrival],
     setup: impl FnOnce(Instant, Log) -> (G, Quota),
-) -> (Vec<(u64, u64)>, pacer::Stats)
+) -> (Vec<(u64, u64)>, paced::Stats)
 where
     G: Fn(u64, u64) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -605,7 +605,7 @@ proptest! {
 /// tests need a server).
 #[cfg(feature = "redis")]
 #[allow(dead_code)]
-fn over_redis(quota: &pacer::RedisRateLimiter) {
+fn over_redis(quota: &paced::RedisRateLimiter) {
     fn is_service<S: Service<u64> + Clone + Send>(_: &S) {}
     let inner = tower::service_fn(|n: u64| async move { Ok::<_, Infallible>(n) });
     is_service(&RateLimitLayer::new(quota).layer(inner));

@@ -1,5 +1,5 @@
 //! An enforcing `RateLimitLayer`'s refusal, as a server sees it: a `BoxError` that downcasts to
-//! `pacer::NotUntil` (`pacer::tower::RateLimited` is its alias), with exact `retry_after`,
+//! `paced::NotUntil` (`paced::tower::RateLimited` is its alias), with exact `retry_after`,
 //! `retry_after_secs` (rounded up), `is_never` and `Display` under paused time.
 #![cfg(feature = "tower")]
 
@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pacer::tower::{BoxError, RateLimitLayer, RateLimited};
-use pacer::{NotUntil, Rate, RateLimiter};
+use paced::tower::{BoxError, RateLimitLayer, RateLimited};
+use paced::{NotUntil, Rate, RateLimiter};
 use tokio::time::{advance, Instant};
 use tower::{Layer, Service, ServiceExt};
 

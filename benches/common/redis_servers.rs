@@ -111,7 +111,7 @@ impl Cluster {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let dir = std::env::temp_dir().join(format!(
-            "pacer-bench-cluster-{}-{stamp}",
+            "paced-bench-cluster-{}-{stamp}",
             std::process::id()
         ));
         std::fs::create_dir_all(&dir).expect("a directory for the cluster's node files");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions a redis-server runs per call of a rate limiter's Lua script, counted by callgrind:
 # a stable measure of a script's cost on Redis, where CPU time on a shared machine moves by
-# ±30 % from run to run. Compares pacer's script (src/redis/gcra.lua, as checked out; or the
+# ±30 % from run to run. Compares paced's script (src/redis/gcra.lua, as checked out; or the
 # one of the commit given as $1) with throttle-kit 2.1.2's, on the same workload: 20,000
 # `EVALSHA`s piped on one connection, each taking 1 token of one of 10,000 keys under a limit
 # that never binds (every call a grant and a write). The first 3,000 calls, and the loading of
@@ -19,9 +19,9 @@ port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 calls=20000
 
 if [ -n "${1:-}" ]; then
-    git show "$1:src/redis/gcra.lua" >"$work/pacer.lua"
+    git show "$1:src/redis/gcra.lua" >"$work/paced.lua"
 else
-    cp src/redis/gcra.lua "$work/pacer.lua"
+    cp src/redis/gcra.lua "$work/paced.lua"
 fi
 tk=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/throttle-kit-2.1.2 | head -1)
 python3 - "$tk/src/redis.rs" "$work/tk.lua" <<'PY'
@@ -31,7 +31,7 @@ start = src.index('const GCRA_SCRIPT: &str = r#"') + len('const GCRA_SCRIPT: &st
 open(sys.argv[2], 'w').write(src[start:src.index('"#;', start)])
 PY
 
-# The calls, as RESP: pacer's script takes a mode and five little-endian doubles (interval
+# The calls, as RESP: paced's script takes a mode and five little-endian doubles (interval
 # 1,000 µs, burst 10^9, cost 1, want 1, back 0), or, before it did, the same as text with a
 # second key for the key's own limit; throttle-kit's takes its emission interval in ms, burst,
 # cost, the client's time in ms and a TTL.
@@ -44,7 +44,7 @@ def resp(args):
         a = a if isinstance(a, bytes) else a.encode()
         out += b'$%d\r\n%s\r\n' % (len(a), a)
     return out
-for name in ('pacer', 'tk'):
+for name in ('paced', 'tk'):
     code = open(f'{work}/{name}.lua', 'rb').read()
     sha = hashlib.sha1(code).hexdigest()
     binary = b'struct.unpack' in code
@@ -63,7 +63,7 @@ for name in ('pacer', 'tk'):
         open(f'{work}/{name}.{part}.resp', 'wb').write(buf)
 PY
 
-for name in pacer tk; do
+for name in paced tk; do
     rm -f "$work"/cg.out.*
     valgrind --tool=callgrind --callgrind-out-file="$work/cg.out.%p" \
         redis-server --port "$port" --save '' --appendonly no >/dev/null 2>&1 &

@@ -614,13 +614,13 @@ fn set_waker(slot: &mut Option<Waker>, waker: &Waker) {
 #[allow(unused_variables)]
 fn trace_rejected(cost: u64, wait: Nanos) {
     #[cfg(feature = "tracing")]
-    tracing::debug!(cost, retry_after = ?wait.to_duration(), "pacer: request refused");
+    tracing::debug!(cost, retry_after = ?wait.to_duration(), "paced: request refused");
 }
 
 #[allow(unused_variables)]
 fn trace_delayed(cost: u64, waiting: usize) {
     #[cfg(feature = "tracing")]
-    tracing::debug!(cost, waiting, "pacer: request delayed");
+    tracing::debug!(cost, waiting, "paced: request delayed");
 }
 
 /// Replays random operations on a lane and checks [`Lane::projected`] against

@@ -1,7 +1,7 @@
 //! Model checks of the shared state's locking protocol with loom: every interleaving of
 //! two or three threads that grant, queue and cancel at once.
 //!
-//! Run with `RUSTFLAGS="--cfg pacer_loom" cargo test --lib --release loom`. (`--cfg loom`
+//! Run with `RUSTFLAGS="--cfg paced_loom" cargo test --lib --release loom`. (`--cfg loom`
 //! would also switch tokio to its own loom build, which does not compile as a dependency.)
 
 use std::task::Waker;

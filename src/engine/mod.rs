@@ -10,7 +10,7 @@
 
 pub(crate) mod keyed;
 pub(crate) mod lane;
-#[cfg(all(test, pacer_loom))]
+#[cfg(all(test, paced_loom))]
 mod loom;
 pub(crate) mod single;
 mod striped;

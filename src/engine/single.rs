@@ -444,7 +444,7 @@ impl<R: Rule, P: Deref<Target = Shared<R>>> Handle for P {
     }
 }
 
-#[cfg(all(test, not(pacer_loom)))]
+#[cfg(all(test, not(paced_loom)))]
 mod tests {
     use super::*;
     use crate::core::Bucket;

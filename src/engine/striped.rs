@@ -35,7 +35,7 @@ impl Striped {
     }
 }
 
-#[cfg(not(pacer_loom))]
+#[cfg(not(paced_loom))]
 fn stripe() -> usize {
     use std::sync::atomic::AtomicUsize;
     static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -46,7 +46,7 @@ fn stripe() -> usize {
 }
 
 /// Under loom every thread counts on one stripe; the model checks the protocol, not the spread.
-#[cfg(pacer_loom)]
+#[cfg(paced_loom)]
 fn stripe() -> usize {
     0
 }

@@ -62,14 +62,14 @@ const QUOTA_MAX_PAUSE: Duration = Duration::from_secs(86_400);
 /// policy: `limit` calls per `window`.
 ///
 /// Report it with [`Adaptive::on_quota`]. With the `http` feature,
-/// `pacer::tower::quota_from_headers` reads one from the IETF draft's `RateLimit` /
+/// `paced::tower::quota_from_headers` reads one from the IETF draft's `RateLimit` /
 /// `RateLimit-Policy` headers or the de facto `X-RateLimit-*` ones.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use pacer::Announced;
+/// use paced::Announced;
 ///
 /// // A fixed window of 5,000 calls an hour, 4,000 left, restored in 30 minutes.
 /// let quota = Announced::new(4000, Duration::from_secs(1800))
@@ -98,7 +98,7 @@ impl Announced {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::Announced;
+    /// use paced::Announced;
     ///
     /// let quota = Announced::new(50, Duration::from_secs(30));
     /// assert_eq!((quota.limit, quota.window), (None, None));
@@ -119,7 +119,7 @@ impl Announced {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::Announced;
+    /// use paced::Announced;
     ///
     /// let quota = Announced::new(50, Duration::from_secs(30)).with_policy(100, Duration::from_secs(60));
     /// assert_eq!(quota.window, Some(Duration::from_secs(60)));
@@ -168,7 +168,7 @@ impl Announced {
 ///
 /// ```
 /// # #[cfg(feature = "unstable-laws")] {
-/// use pacer::{Adaptive, AdaptiveLaw, Rate, RateLimiter};
+/// use paced::{Adaptive, AdaptiveLaw, Rate, RateLimiter};
 ///
 /// let limiter = RateLimiter::new(Rate::per_second(10), 2);
 /// let aimd = Adaptive::try_with_law(limiter, Rate::per_second(1), Rate::per_second(10), AdaptiveLaw::Aimd);
@@ -243,7 +243,7 @@ pub enum AdaptiveLaw {
 ///
 /// ```
 /// use std::time::Duration;
-/// use pacer::{Adaptive, Rate, RateLimiter};
+/// use paced::{Adaptive, Rate, RateLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
@@ -320,7 +320,7 @@ struct State {
 /// # Examples
 ///
 /// ```
-/// use pacer::{Adaptive, Rate, RateLimiter};
+/// use paced::{Adaptive, Rate, RateLimiter};
 ///
 /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
 /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
@@ -362,7 +362,7 @@ impl Adaptive {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use paced::{Adaptive, Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(500), 5);
     /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(100));
@@ -386,7 +386,7 @@ impl Adaptive {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Adaptive, ConfigError, Rate, RateLimiter};
+    /// use paced::{Adaptive, ConfigError, Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
     /// let err = Adaptive::try_new(limiter, Rate::per_second(20), Rate::per_second(10)).err();
@@ -409,7 +409,7 @@ impl Adaptive {
     ///
     /// ```
     /// # #[cfg(feature = "unstable-laws")] {
-    /// use pacer::{Adaptive, AdaptiveLaw, Rate, RateLimiter};
+    /// use paced::{Adaptive, AdaptiveLaw, Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(10), 2);
     /// let law = AdaptiveLaw::AwsCubic;
@@ -496,7 +496,7 @@ impl Adaptive {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use paced::{Adaptive, Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
     /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
@@ -519,7 +519,7 @@ impl Adaptive {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use paced::{Adaptive, Rate, RateLimiter};
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -567,7 +567,7 @@ impl Adaptive {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{Adaptive, Announced, Rate, RateLimiter};
+    /// use paced::{Adaptive, Announced, Rate, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -606,7 +606,7 @@ impl Adaptive {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use paced::{Adaptive, Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
     /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
@@ -624,7 +624,7 @@ impl Adaptive {
     ///
     /// ```
     /// use futures_util::StreamExt;
-    /// use pacer::{Adaptive, PaceExt, Rate, RateLimiter, Shaping};
+    /// use paced::{Adaptive, PaceExt, Rate, RateLimiter, Shaping};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -647,7 +647,7 @@ impl Adaptive {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use paced::{Adaptive, Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
     /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
@@ -670,8 +670,8 @@ impl Adaptive {
     ///
     /// | metric | kind | what |
     /// | --- | --- | --- |
-    /// | `pacer_adaptive_rate` | gauge | the rate the controller set, in tokens per second (updated on every report) |
-    /// | `pacer_adaptive_decreases_total` | counter | decreases of the rate |
+    /// | `paced_adaptive_rate` | gauge | the rate the controller set, in tokens per second (updated on every report) |
+    /// | `paced_adaptive_decreases_total` | counter | decreases of the rate |
     ///
     /// and the limiter's own (it is named too, unless it already has a name: see
     /// [`RateLimiter::with_metrics`]), all with the label `limiter = name`. As there, the
@@ -681,12 +681,12 @@ impl Adaptive {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use paced::{Adaptive, Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
     /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10))
     ///     .with_metrics("partner-api");
-    /// adaptive.on_throttled(None); // pacer_adaptive_decreases_total{limiter="partner-api"} 1
+    /// adaptive.on_throttled(None); // paced_adaptive_decreases_total{limiter="partner-api"} 1
     /// assert_eq!(adaptive.stats().decreases, 1);
     /// ```
     #[cfg(feature = "metrics")]

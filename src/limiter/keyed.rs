@@ -51,7 +51,7 @@ use crate::stats::Stats;
 ///
 /// ```
 /// use std::time::Duration;
-/// use pacer::{KeyedRateLimiter, Rate};
+/// use paced::{KeyedRateLimiter, Rate};
 /// use tokio::time::Instant;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -93,7 +93,7 @@ impl<K> KeyedRateLimiter<K> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{KeyedRateLimiter, Rate};
+    /// use paced::{KeyedRateLimiter, Rate};
     ///
     /// let per_tenant = KeyedRateLimiter::<u32>::new(Rate::per_second(100), 10);
     /// assert_eq!(per_tenant.available(&7), 10);
@@ -116,7 +116,7 @@ impl<K> KeyedRateLimiter<K> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{ConfigError, KeyedRateLimiter, Rate};
+    /// use paced::{ConfigError, KeyedRateLimiter, Rate};
     ///
     /// let err = KeyedRateLimiter::<String>::try_new(Rate::per_second(1), 0).err();
     /// assert_eq!(err, Some(ConfigError::ZeroBurst));
@@ -140,7 +140,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// ```
     /// use std::hash::BuildHasherDefault;
     /// use std::collections::hash_map::DefaultHasher;
-    /// use pacer::{KeyedRateLimiter, Rate};
+    /// use paced::{KeyedRateLimiter, Rate};
     ///
     /// let hasher = BuildHasherDefault::<DefaultHasher>::default();
     /// let limiter = KeyedRateLimiter::<u64, _>::with_hasher(Rate::per_second(5), 1, hasher);
@@ -166,7 +166,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     ///
     /// ```
     /// use std::collections::hash_map::RandomState;
-    /// use pacer::{ConfigError, KeyedRateLimiter, Rate};
+    /// use paced::{ConfigError, KeyedRateLimiter, Rate};
     ///
     /// let err = KeyedRateLimiter::<u64, _>::try_with_hasher(Rate::per_second(1), 0, RandomState::new());
     /// assert_eq!(err.err(), Some(ConfigError::ZeroBurst));
@@ -196,7 +196,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{KeyedRateLimiter, Rate};
+    /// use paced::{KeyedRateLimiter, Rate};
     ///
     /// let providers = KeyedRateLimiter::new(Rate::per_second(1), 1);
     /// providers.set_limit("bulk", Rate::per_second(50), 5);
@@ -223,7 +223,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{ConfigError, KeyedRateLimiter, Rate};
+    /// use paced::{ConfigError, KeyedRateLimiter, Rate};
     ///
     /// let providers = KeyedRateLimiter::new(Rate::per_second(1), 1);
     /// assert_eq!(providers.try_set_limit("bulk", Rate::per_second(50), 0), Err(ConfigError::ZeroBurst));
@@ -246,7 +246,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{KeyedRateLimiter, Rate};
+    /// use paced::{KeyedRateLimiter, Rate};
     ///
     /// let providers = KeyedRateLimiter::new(Rate::per_second(1), 1);
     /// providers.set_limit("bulk".to_string(), Rate::per_second(50), 5);
@@ -270,7 +270,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{KeyedRateLimiter, Rate};
+    /// use paced::{KeyedRateLimiter, Rate};
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -305,7 +305,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{KeyedRateLimiter, Rate};
+    /// use paced::{KeyedRateLimiter, Rate};
     ///
     /// let limiter = KeyedRateLimiter::new(Rate::per_second(4), 1);
     /// assert!(limiter.try_acquire(&"a", 1).is_ok());
@@ -332,7 +332,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{KeyedRateLimiter, Rate};
+    /// use paced::{KeyedRateLimiter, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -364,7 +364,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{KeyedRateLimiter, Rate};
+    /// use paced::{KeyedRateLimiter, Rate};
     ///
     /// let limiter = KeyedRateLimiter::new(Rate::per_second(1), 3);
     /// limiter.try_acquire(&"a", 2).unwrap();
@@ -387,7 +387,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{KeyedRateLimiter, Rate};
+    /// use paced::{KeyedRateLimiter, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -413,7 +413,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{KeyedRateLimiter, Rate};
+    /// use paced::{KeyedRateLimiter, Rate};
     ///
     /// let limiter = KeyedRateLimiter::new(Rate::per_second(1), 1);
     /// limiter.try_acquire(&"a", 1).unwrap();
@@ -432,12 +432,12 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     ///
     /// | metric | kind | what |
     /// | --- | --- | --- |
-    /// | `pacer_grants_total` | counter | requests granted |
-    /// | `pacer_tokens_granted_total` | counter | tokens (cost) granted |
-    /// | `pacer_refusals_total` | counter | requests refused (`try_acquire`, timeouts, enforcing) |
-    /// | `pacer_cancellations_total` | counter | waiters dropped before their grant |
-    /// | `pacer_wait_seconds` | histogram | time a granted request spent queued (0 if none) |
-    /// | `pacer_waiters` | gauge | requests queued now |
+    /// | `paced_grants_total` | counter | requests granted |
+    /// | `paced_tokens_granted_total` | counter | tokens (cost) granted |
+    /// | `paced_refusals_total` | counter | requests refused (`try_acquire`, timeouts, enforcing) |
+    /// | `paced_cancellations_total` | counter | waiters dropped before their grant |
+    /// | `paced_wait_seconds` | histogram | time a granted request spent queued (0 if none) |
+    /// | `paced_waiters` | gauge | requests queued now |
     ///
     /// Every metric carries the label `limiter = name`. The handles are registered once, here,
     /// with the recorder in force (install the recorder first), and kept in the state every
@@ -449,11 +449,11 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{KeyedRateLimiter, Rate};
+    /// use paced::{KeyedRateLimiter, Rate};
     ///
     /// let limiter = KeyedRateLimiter::new(Rate::per_second(1), 1).with_metrics("per-tenant");
     /// limiter.try_acquire(&"a", 1).unwrap();
-    /// limiter.try_acquire(&"a", 1).unwrap_err(); // pacer_refusals_total{limiter="per-tenant"}
+    /// limiter.try_acquire(&"a", 1).unwrap_err(); // paced_refusals_total{limiter="per-tenant"}
     /// ```
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]

@@ -84,7 +84,7 @@ use sealed::{Arrival, KeyedSealed};
 
 /// A quota with one bucket per key, shared by handle, that
 /// [`throttle_by_key`](crate::PaceExt::throttle_by_key) and the keyed tower layer
-/// (`pacer::tower::RateLimitLayer::keyed`, feature `tower`) draw on: [`KeyedRateLimiter`] in
+/// (`paced::tower::RateLimitLayer::keyed`, feature `tower`) draw on: [`KeyedRateLimiter`] in
 /// this process and, with the `redis` feature, `RedisKeyedRateLimiter` across processes.
 ///
 /// The key type is the quota's (`Q: KeyedQuota<Key = String>` in a bound). As [`Quota`] is,
@@ -108,7 +108,7 @@ use sealed::{Arrival, KeyedSealed};
 ///
 /// ```
 /// use futures_util::{Stream, StreamExt};
-/// use pacer::{KeyedQuota, KeyedRateLimiter, PaceExt, Rate};
+/// use paced::{KeyedQuota, KeyedRateLimiter, PaceExt, Rate};
 ///
 /// // One function for a local keyed quota or (with the `redis` feature) one across machines.
 /// fn per_tenant<S, Q>(s: S, quota: &Q) -> impl Stream<Item = (String, u32)>

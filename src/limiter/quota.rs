@@ -67,7 +67,7 @@ use sealed::Sealed;
 ///
 /// ```
 /// use futures_util::Stream;
-/// use pacer::{PaceExt, Quota, Rate, RateLimiter, Shaping};
+/// use paced::{PaceExt, Quota, Rate, RateLimiter, Shaping};
 ///
 /// // One function for a local quota or (with the `redis` feature) one across machines.
 /// fn paced<S: Stream, Q: Quota>(s: S, quota: &Q) -> impl Stream<Item = S::Item> {

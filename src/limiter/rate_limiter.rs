@@ -107,7 +107,7 @@ impl Rule for Limit {
 ///
 /// ```
 /// use std::time::Duration;
-/// use pacer::{Rate, RateLimiter};
+/// use paced::{Rate, RateLimiter};
 /// use tokio::time::Instant;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -146,7 +146,7 @@ impl RateLimiter {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::{Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(100), 10);
     /// assert_eq!(limiter.available(), 10);
@@ -169,7 +169,7 @@ impl RateLimiter {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{ConfigError, Rate, RateLimiter};
+    /// use paced::{ConfigError, Rate, RateLimiter};
     ///
     /// assert!(RateLimiter::try_new(Rate::per_second(1), 1).is_ok());
     /// assert_eq!(RateLimiter::try_new(Rate::per_second(1), 0).err(), Some(ConfigError::ZeroBurst));
@@ -209,7 +209,7 @@ impl RateLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::{Rate, RateLimiter};
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -244,7 +244,7 @@ impl RateLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{ConfigError, Rate, RateLimiter};
+    /// use paced::{ConfigError, Rate, RateLimiter};
     ///
     /// let rate = Rate::per_second(2);
     /// assert!(RateLimiter::try_warming_up(rate, Duration::from_secs(4), 3.0).is_ok());
@@ -290,7 +290,7 @@ impl RateLimiter {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::{Rate, RateLimiter};
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -320,7 +320,7 @@ impl RateLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::{Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(4), 1);
     /// assert!(limiter.try_acquire(1).is_ok());
@@ -346,7 +346,7 @@ impl RateLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::{Rate, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -370,7 +370,7 @@ impl RateLimiter {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::{Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(1), 3);
     /// limiter.try_acquire(2).unwrap();
@@ -401,7 +401,7 @@ impl RateLimiter {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::{Rate, RateLimiter};
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -448,7 +448,7 @@ impl RateLimiter {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::{Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(1), 2);
     /// limiter.set_burst(5);
@@ -473,7 +473,7 @@ impl RateLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{ConfigError, Rate, RateLimiter};
+    /// use paced::{ConfigError, Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(1), 2);
     /// assert_eq!(limiter.try_set_burst(0), Err(ConfigError::ZeroBurst));
@@ -502,7 +502,7 @@ impl RateLimiter {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::{Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(10), 5);
     /// limiter.set_rate(Rate::per_second(20));
@@ -523,7 +523,7 @@ impl RateLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::{Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(10), 5);
     /// limiter.set_burst(2);
@@ -551,7 +551,7 @@ impl RateLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::{Rate, RateLimiter};
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -596,7 +596,7 @@ impl RateLimiter {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::{Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(1), 1);
     /// limiter.try_acquire(1).unwrap();
@@ -612,12 +612,12 @@ impl RateLimiter {
     ///
     /// | metric | kind | what |
     /// | --- | --- | --- |
-    /// | `pacer_grants_total` | counter | requests granted |
-    /// | `pacer_tokens_granted_total` | counter | tokens (cost) granted |
-    /// | `pacer_refusals_total` | counter | requests refused (`try_acquire`, timeouts, enforcing) |
-    /// | `pacer_cancellations_total` | counter | waiters dropped before their grant |
-    /// | `pacer_wait_seconds` | histogram | time a granted request spent queued (0 if none) |
-    /// | `pacer_waiters` | gauge | requests queued now |
+    /// | `paced_grants_total` | counter | requests granted |
+    /// | `paced_tokens_granted_total` | counter | tokens (cost) granted |
+    /// | `paced_refusals_total` | counter | requests refused (`try_acquire`, timeouts, enforcing) |
+    /// | `paced_cancellations_total` | counter | waiters dropped before their grant |
+    /// | `paced_wait_seconds` | histogram | time a granted request spent queued (0 if none) |
+    /// | `paced_waiters` | gauge | requests queued now |
     ///
     /// Every metric carries the label `limiter = name`. The handles are registered once, here,
     /// with the recorder in force (install the recorder first), and kept in the state every
@@ -629,10 +629,10 @@ impl RateLimiter {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::{Rate, RateLimiter};
     ///
     /// // With a recorder installed (e.g. metrics-exporter-prometheus), the grants below
-    /// // appear as `pacer_grants_total{limiter="partner-api"} 2`.
+    /// // appear as `paced_grants_total{limiter="partner-api"} 2`.
     /// let limiter = RateLimiter::new(Rate::per_second(10), 2).with_metrics("partner-api");
     /// let clone = limiter.clone();
     /// limiter.try_acquire(1).unwrap();

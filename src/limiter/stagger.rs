@@ -23,7 +23,7 @@ use crate::stats::Stats;
 ///
 /// ```
 /// use std::time::Duration;
-/// use pacer::Stagger;
+/// use paced::Stagger;
 /// use tokio::time::Instant;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -64,7 +64,7 @@ impl Stagger {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let stagger = pacer::Stagger::new(3, Duration::from_secs(1));
+    /// let stagger = paced::Stagger::new(3, Duration::from_secs(1));
     /// assert_eq!(stagger.available_tokens(), 3);
     /// ```
     #[track_caller]
@@ -87,7 +87,7 @@ impl Stagger {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{ConfigError, Stagger};
+    /// use paced::{ConfigError, Stagger};
     ///
     /// assert_eq!(Stagger::try_new(0, Duration::from_secs(1)).err(), Some(ConfigError::ZeroStarts));
     /// assert!(Stagger::try_new(2, Duration::from_secs(1)).is_ok());
@@ -109,7 +109,7 @@ impl Stagger {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::Stagger;
+    /// use paced::Stagger;
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -138,7 +138,7 @@ impl Stagger {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let stagger = pacer::Stagger::new(1, Duration::from_secs(60));
+    /// let stagger = paced::Stagger::new(1, Duration::from_secs(60));
     /// assert!(stagger.try_acquire().is_ok());
     /// assert!(stagger.try_acquire().unwrap_err().retry_after() <= Duration::from_secs(60));
     /// ```
@@ -154,7 +154,7 @@ impl Stagger {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let stagger = pacer::Stagger::new(3, Duration::from_secs(60));
+    /// let stagger = paced::Stagger::new(3, Duration::from_secs(60));
     /// stagger.try_acquire().unwrap();
     /// assert_eq!(stagger.available_tokens(), 2);
     /// ```
@@ -172,7 +172,7 @@ impl Stagger {
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let stagger = pacer::Stagger::new(1, Duration::from_secs(1));
+    /// let stagger = paced::Stagger::new(1, Duration::from_secs(1));
     /// let answer = stagger.run_when_token_available(async { 6 * 7 }).await;
     /// assert_eq!(answer, 42);
     /// # }
@@ -196,7 +196,7 @@ impl Stagger {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let stagger = pacer::Stagger::new(1, Duration::from_secs(60));
+    /// let stagger = paced::Stagger::new(1, Duration::from_secs(60));
     /// stagger.try_acquire().unwrap();
     /// stagger.set_limit(3, Duration::from_secs(60));
     /// assert_eq!(stagger.available_tokens(), 2);
@@ -219,7 +219,7 @@ impl Stagger {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{ConfigError, Stagger};
+    /// use paced::{ConfigError, Stagger};
     ///
     /// let stagger = Stagger::new(2, Duration::from_secs(60));
     /// assert_eq!(stagger.try_set_limit(0, Duration::from_secs(60)), Err(ConfigError::ZeroStarts));
@@ -241,7 +241,7 @@ impl Stagger {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let stagger = pacer::Stagger::new(1, Duration::from_secs(1));
+    /// let stagger = paced::Stagger::new(1, Duration::from_secs(1));
     /// stagger.try_acquire().unwrap();
     /// assert_eq!(stagger.stats().granted, 1);
     /// ```
@@ -255,12 +255,12 @@ impl Stagger {
     ///
     /// | metric | kind | what |
     /// | --- | --- | --- |
-    /// | `pacer_grants_total` | counter | requests granted |
-    /// | `pacer_tokens_granted_total` | counter | tokens (cost) granted |
-    /// | `pacer_refusals_total` | counter | requests refused (`try_acquire`, timeouts, enforcing) |
-    /// | `pacer_cancellations_total` | counter | waiters dropped before their grant |
-    /// | `pacer_wait_seconds` | histogram | time a granted request spent queued (0 if none) |
-    /// | `pacer_waiters` | gauge | requests queued now |
+    /// | `paced_grants_total` | counter | requests granted |
+    /// | `paced_tokens_granted_total` | counter | tokens (cost) granted |
+    /// | `paced_refusals_total` | counter | requests refused (`try_acquire`, timeouts, enforcing) |
+    /// | `paced_cancellations_total` | counter | waiters dropped before their grant |
+    /// | `paced_wait_seconds` | histogram | time a granted request spent queued (0 if none) |
+    /// | `paced_waiters` | gauge | requests queued now |
     ///
     /// Every metric carries the label `limiter = name`. The handles are registered once, here,
     /// with the recorder in force (install the recorder first), and kept in the state every
@@ -274,7 +274,7 @@ impl Stagger {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let stagger = pacer::Stagger::new(2, Duration::from_secs(1)).with_metrics("workers");
+    /// let stagger = paced::Stagger::new(2, Duration::from_secs(1)).with_metrics("workers");
     /// stagger.try_acquire().unwrap();
     /// assert_eq!(stagger.stats().granted, 1);
     /// ```

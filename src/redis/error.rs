@@ -18,7 +18,7 @@ pub enum RedisQuotaError {
     /// `clear_limit`, which no failure policy applies to).
     Unavailable(redis::RedisError),
     /// Redis answered the request with an error (see
-    /// [outages and reply errors](crate::RedisRateLimiter#outages-and-reply-errors)): the key holds a value of another type or something that is not a pacer quota, or a
+    /// [outages and reply errors](crate::RedisRateLimiter#outages-and-reply-errors)): the key holds a value of another type or something that is not a paced quota, or a
     /// command was refused (an ACL, a script error). It is not an outage: the failure policy
     /// does not apply, nothing was granted, and asking again fails the same way until the key
     /// or the server's configuration is fixed.
@@ -59,9 +59,9 @@ impl std::error::Error for RedisQuotaError {
 /// # Examples
 ///
 /// ```no_run
-/// use pacer::redis::TryAcquireError;
+/// use paced::redis::TryAcquireError;
 ///
-/// # async fn demo(quota: pacer::RedisRateLimiter) -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn demo(quota: paced::RedisRateLimiter) -> Result<(), Box<dyn std::error::Error>> {
 /// match quota.try_acquire(1).await {
 ///     Ok(()) => println!("go"),
 ///     Err(TryAcquireError::NotUntil(refused)) => println!("retry in {:?}", refused.retry_after()),
@@ -91,8 +91,8 @@ impl TryAcquireError {
     /// # Examples
     ///
     /// ```
-    /// use pacer::redis::TryAcquireError;
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::redis::TryAcquireError;
+    /// use paced::{Rate, RateLimiter};
     ///
     /// let local = RateLimiter::new(Rate::per_second(1), 1);
     /// let refused = TryAcquireError::from(local.try_acquire(2).unwrap_err());

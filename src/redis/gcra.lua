@@ -1,4 +1,4 @@
--- pacer's token bucket in Redis, on Redis's own clock: the one script of `RedisRateLimiter` and
+-- paced's token bucket in Redis, on Redis's own clock: the one script of `RedisRateLimiter` and
 -- `RedisKeyedRateLimiter`.
 --
 -- KEYS[1]  the quota, a string of little-endian doubles: 16 bytes, the level and the time
@@ -93,14 +93,14 @@ if state then
   -- A time is a whole number of microseconds; a level is finite (x - x == 0 is false for an
   -- infinity and for NaN).
   if not (at and at >= 0 and at <= EXACT and at == math.floor(at) and level - level == 0) then
-    -- The text form of pacer 1.0, "<level>:<at>", read so that its quotas carry over.
+    -- The text form of paced 1.0, "<level>:<at>", read so that its quotas carry over.
     local l, a = string.match(state, '^([^:]+):(%d+)$')
     level, at = tonumber(l), tonumber(a)
     interval, burst = struct.unpack('<dd', ARGV[2])
     own = ''
     if not (level and at and at <= EXACT and level - level == 0) then
-      return redis.error_reply('ERR pacer: the key ' .. key ..
-        ' holds a string that is not a pacer quota; delete it or choose another key')
+      return redis.error_reply('ERR paced: the key ' .. key ..
+        ' holds a string that is not a paced quota; delete it or choose another key')
     end
   end
   if now > at then

@@ -36,7 +36,7 @@ use crate::sync::{lock, Mutex};
 /// # Examples
 ///
 /// ```
-/// let stats = pacer::redis::RedisKeyedStats::default();
+/// let stats = paced::redis::RedisKeyedStats::default();
 /// assert_eq!((stats.round_trips, stats.keys), (0, 0));
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -172,12 +172,12 @@ struct Inner<K> {
 ///
 /// Streams and tower services draw on it as on a [`KeyedRateLimiter`]: it is a
 /// [`KeyedQuota`], so [`throttle_by_key`](crate::PaceExt::throttle_by_key) and
-/// `pacer::tower::RateLimitLayer::keyed` take it (see [`KeyedQuota`] for what holds).
+/// `paced::tower::RateLimitLayer::keyed` take it (see [`KeyedQuota`] for what holds).
 ///
 /// # Examples
 ///
 /// ```no_run
-/// use pacer::{Rate, RedisKeyedRateLimiter};
+/// use paced::{Rate, RedisKeyedRateLimiter};
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// let per_tenant: RedisKeyedRateLimiter<String> =
@@ -221,8 +221,8 @@ impl<K> fmt::Debug for RedisKeyedRateLimiter<K> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use pacer::redis::FailurePolicy;
-/// use pacer::{Rate, RedisKeyedRateLimiter};
+/// use paced::redis::FailurePolicy;
+/// use paced::{Rate, RedisKeyedRateLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -277,7 +277,7 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{Rate, RedisKeyedRateLimiter};
+    /// use paced::{Rate, RedisKeyedRateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
@@ -299,8 +299,8 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::redis::FailurePolicy;
-    /// use pacer::{Rate, RedisKeyedRateLimiter};
+    /// use paced::redis::FailurePolicy;
+    /// use paced::{Rate, RedisKeyedRateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
@@ -322,7 +322,7 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{Rate, RedisKeyedRateLimiter};
+    /// use paced::{Rate, RedisKeyedRateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
@@ -344,7 +344,7 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Rate, RedisKeyedRateLimiter};
+    /// use paced::{Rate, RedisKeyedRateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
@@ -374,7 +374,7 @@ impl<K> RedisKeyedRateLimiterBuilder<K> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Rate, RedisKeyedRateLimiter};
+    /// use paced::{Rate, RedisKeyedRateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
@@ -630,7 +630,7 @@ where
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Rate, RedisKeyedRateLimiter};
+    /// use paced::{Rate, RedisKeyedRateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
@@ -682,9 +682,9 @@ where
     /// # Examples
     ///
     /// ```no_run
-    /// use pacer::{Rate, RedisKeyedRateLimiter};
+    /// use paced::{Rate, RedisKeyedRateLimiter};
     ///
-    /// # async fn demo() -> Result<(), pacer::redis::RedisQuotaError> {
+    /// # async fn demo() -> Result<(), paced::redis::RedisQuotaError> {
     /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"];
     /// let per_user: RedisKeyedRateLimiter<u64> =
     ///     RedisKeyedRateLimiter::cluster_builder(&nodes, "users", Rate::per_second(5), 5).build()?;
@@ -988,7 +988,7 @@ where
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn demo(quota: pacer::RedisKeyedRateLimiter<String>) -> Result<(), pacer::redis::RedisQuotaError> {
+    /// # async fn demo(quota: paced::RedisKeyedRateLimiter<String>) -> Result<(), paced::redis::RedisQuotaError> {
     /// quota.acquire("tenant-7", 1).await?;
     /// # Ok(())
     /// # }
@@ -1023,7 +1023,7 @@ where
     /// ```no_run
     /// use std::time::Duration;
     ///
-    /// # async fn demo(quota: pacer::RedisKeyedRateLimiter<u64>) {
+    /// # async fn demo(quota: paced::RedisKeyedRateLimiter<u64>) {
     /// match quota.acquire_timeout(&42, 1, Duration::from_millis(50)).await {
     ///     Ok(()) => println!("go"),
     ///     Err(e) => println!("not within 50 ms: {e}"),
@@ -1237,9 +1237,9 @@ where
     /// # Examples
     ///
     /// ```no_run
-    /// use pacer::redis::TryAcquireError;
+    /// use paced::redis::TryAcquireError;
     ///
-    /// # async fn demo(quota: pacer::RedisKeyedRateLimiter<String>) {
+    /// # async fn demo(quota: paced::RedisKeyedRateLimiter<String>) {
     /// match quota.try_acquire("tenant-7", 1).await {
     ///     Ok(()) => println!("go"),
     ///     Err(TryAcquireError::NotUntil(refused)) => println!("retry in {:?}", refused.retry_after()),
@@ -1329,9 +1329,9 @@ where
     /// # Examples
     ///
     /// ```no_run
-    /// use pacer::Rate;
+    /// use paced::Rate;
     ///
-    /// # async fn demo(quota: pacer::RedisKeyedRateLimiter<String>) -> Result<(), pacer::redis::RedisQuotaError> {
+    /// # async fn demo(quota: paced::RedisKeyedRateLimiter<String>) -> Result<(), paced::redis::RedisQuotaError> {
     /// quota.set_limit("premium", Rate::per_second(100), 20).await?;
     /// # Ok(())
     /// # }
@@ -1362,7 +1362,7 @@ where
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn demo(quota: pacer::RedisKeyedRateLimiter<String>) -> Result<(), pacer::redis::RedisQuotaError> {
+    /// # async fn demo(quota: paced::RedisKeyedRateLimiter<String>) -> Result<(), paced::redis::RedisQuotaError> {
     /// quota.clear_limit("premium").await?;
     /// # Ok(())
     /// # }
@@ -1412,7 +1412,7 @@ where
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn demo(quota: pacer::RedisKeyedRateLimiter<String>) {
+    /// # async fn demo(quota: paced::RedisKeyedRateLimiter<String>) {
     /// let stats = quota.stats();
     /// println!("{} grants in {} round trips; {} keys in use", stats.granted, stats.round_trips, stats.keys);
     /// # }

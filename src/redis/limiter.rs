@@ -1,6 +1,6 @@
 //! [`RedisRateLimiter`]: one token bucket for many processes and machines, kept in Redis.
 //!
-//! The bucket is pacer's GCRA, evaluated by one Lua script on Redis's own clock (`TIME`), so
+//! The bucket is paced's GCRA, evaluated by one Lua script on Redis's own clock (`TIME`), so
 //! the clocks of the client machines do not matter and every decision is atomic. The script is
 //! sent as `EVALSHA` and loaded once (again after a `NOSCRIPT`, e.g. when Redis restarted),
 //! through the `redis` crate's `Script`. The connection is a `ConnectionManager`, which
@@ -34,7 +34,7 @@ use crate::sync::{lock, Mutex};
 /// # Examples
 ///
 /// ```
-/// let stats = pacer::redis::RedisStats::default();
+/// let stats = paced::redis::RedisStats::default();
 /// assert_eq!(stats.round_trips, 0);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -129,7 +129,7 @@ struct Inner {
 /// applies, and [`RedisStats::errors`] counts it.
 ///
 /// A *reply error* is Redis answering this request with an error: the key holds a value of
-/// another type (`WRONGTYPE`) or a string that is not a pacer quota, a command is refused
+/// another type (`WRONGTYPE`) or a string that is not a paced quota, a command is refused
 /// (`NOPERM`), the script fails. Waiting does not cure it, so the failure policy does not
 /// apply (`FailOpen` does not fall back): [`acquire`](RedisRateLimiter::acquire) returns
 /// [`RedisQuotaError::Reply`] at once and [`try_acquire`](RedisRateLimiter::try_acquire)
@@ -150,7 +150,7 @@ struct Inner {
 ///
 /// ```no_run
 /// use futures_util::StreamExt;
-/// use pacer::{PaceExt, Rate, RedisRateLimiter, Shaping};
+/// use paced::{PaceExt, Rate, RedisRateLimiter, Shaping};
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// let quota = RedisRateLimiter::builder("redis://127.0.0.1/", "partner-api", Rate::per_second(200), 20)
@@ -172,8 +172,8 @@ pub struct RedisRateLimiter {
 ///
 /// ```
 /// use std::time::Duration;
-/// use pacer::redis::FailurePolicy;
-/// use pacer::{Rate, RedisRateLimiter};
+/// use paced::redis::FailurePolicy;
+/// use paced::{Rate, RedisRateLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -235,12 +235,12 @@ impl RedisRateLimiterBuilder {
     ///
     /// | metric | kind | what |
     /// | --- | --- | --- |
-    /// | `pacer_grants_total` | counter | acquisitions granted (from Redis, a lease or the fallback) |
-    /// | `pacer_tokens_granted_total` | counter | tokens (cost) granted |
-    /// | `pacer_refusals_total` | counter | `try_acquire` calls refused |
-    /// | `pacer_redis_round_trips_total` | counter | script calls sent (successful or not) |
-    /// | `pacer_redis_errors_total` | counter | failed round trips, with a label `kind`: `outage` (unreachable, slow, restarting) or `reply` (Redis answered with an error) |
-    /// | `pacer_redis_fallbacks_total` | counter | grants by the fail-open fallback |
+    /// | `paced_grants_total` | counter | acquisitions granted (from Redis, a lease or the fallback) |
+    /// | `paced_tokens_granted_total` | counter | tokens (cost) granted |
+    /// | `paced_refusals_total` | counter | `try_acquire` calls refused |
+    /// | `paced_redis_round_trips_total` | counter | script calls sent (successful or not) |
+    /// | `paced_redis_errors_total` | counter | failed round trips, with a label `kind`: `outage` (unreachable, slow, restarting) or `reply` (Redis answered with an error) |
+    /// | `paced_redis_fallbacks_total` | counter | grants by the fail-open fallback |
     ///
     /// The counters of [`RedisRateLimiter::stats`], for this process; the handles are
     /// registered by [`build`](RedisRateLimiterBuilder::build), with the recorder in force
@@ -250,7 +250,7 @@ impl RedisRateLimiterBuilder {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Rate, RedisRateLimiter};
+    /// use paced::{Rate, RedisRateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
@@ -355,7 +355,7 @@ impl RedisRateLimiter {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{Rate, RedisRateLimiter};
+    /// use paced::{Rate, RedisRateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
@@ -404,10 +404,10 @@ impl RedisRateLimiter {
     /// # Examples
     ///
     /// ```no_run
-    /// use pacer::redis::FailurePolicy;
-    /// use pacer::{Rate, RedisRateLimiter};
+    /// use paced::redis::FailurePolicy;
+    /// use paced::{Rate, RedisRateLimiter};
     ///
-    /// # async fn demo() -> Result<(), pacer::redis::RedisQuotaError> {
+    /// # async fn demo() -> Result<(), paced::redis::RedisQuotaError> {
     /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"];
     /// let quota = RedisRateLimiter::cluster_builder(&nodes, "partner-api", Rate::per_second(100), 10)
     ///     .failure_policy(FailurePolicy::FailOpen { share: 0.25 })
@@ -528,7 +528,7 @@ impl RedisRateLimiter {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn demo(quota: pacer::RedisRateLimiter) -> Result<(), pacer::redis::RedisQuotaError> {
+    /// # async fn demo(quota: paced::RedisRateLimiter) -> Result<(), paced::redis::RedisQuotaError> {
     /// quota.acquire(1).await?;
     /// # Ok(())
     /// # }
@@ -666,9 +666,9 @@ impl RedisRateLimiter {
     /// # Examples
     ///
     /// ```no_run
-    /// use pacer::redis::TryAcquireError;
+    /// use paced::redis::TryAcquireError;
     ///
-    /// # async fn demo(quota: pacer::RedisRateLimiter) {
+    /// # async fn demo(quota: paced::RedisRateLimiter) {
     /// match quota.try_acquire(1).await {
     ///     Ok(()) => println!("go"),
     ///     Err(TryAcquireError::NotUntil(refused)) => println!("retry in {:?}", refused.retry_after()),
@@ -749,7 +749,7 @@ impl RedisRateLimiter {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn demo(quota: pacer::RedisRateLimiter) {
+    /// # async fn demo(quota: paced::RedisRateLimiter) {
     /// let stats = quota.stats();
     /// println!("{} grants in {} round trips", stats.granted, stats.round_trips);
     /// # }
@@ -775,7 +775,7 @@ impl RedisRateLimiter {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn demo(quota: pacer::RedisRateLimiter) {
+    /// # async fn demo(quota: paced::RedisRateLimiter) {
     /// quota.return_lease().await;
     /// # }
     /// ```

@@ -3,15 +3,15 @@
 //! and its counters; and [`RedisKeyedRateLimiter`] (also at the crate root), one such quota
 //! per key.
 //!
-//! The bucket is pacer's GCRA, evaluated by one Lua script on Redis's own clock, so the
+//! The bucket is paced's GCRA, evaluated by one Lua script on Redis's own clock, so the
 //! clocks of the client machines do not matter and every decision is atomic. Streams draw on
 //! it through [`throttle_with`](crate::PaceExt::throttle_with), as on a local limiter.
 //!
 //! ```no_run
-//! use pacer::redis::FailurePolicy;
-//! use pacer::{Rate, RedisRateLimiter};
+//! use paced::redis::FailurePolicy;
+//! use paced::{Rate, RedisRateLimiter};
 //!
-//! # async fn demo() -> Result<(), pacer::redis::RedisQuotaError> {
+//! # async fn demo() -> Result<(), paced::redis::RedisQuotaError> {
 //! let quota = RedisRateLimiter::builder("redis://127.0.0.1/", "partner-api", Rate::per_second(100), 10)
 //!     .failure_policy(FailurePolicy::FailOpen { share: 0.25 })
 //!     .build()?;

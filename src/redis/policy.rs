@@ -21,7 +21,7 @@ use crate::rate::Rate;
 ///
 /// ```
 /// use std::time::Duration;
-/// use pacer::redis::FailurePolicy;
+/// use paced::redis::FailurePolicy;
 ///
 /// // Keep going at a tenth of the quota in every process until Redis is back.
 /// let open = FailurePolicy::FailOpen { share: 0.1 };

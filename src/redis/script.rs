@@ -10,7 +10,7 @@ use redis::cluster_async::ClusterConnection;
 
 use crate::core::Nanos;
 
-/// pacer's GCRA, the one script of both Redis limiters.
+/// paced's GCRA, the one script of both Redis limiters.
 pub(crate) const SCRIPT: &str = include_str!("gcra.lua");
 
 /// Whether Redis *answered* with an error about this request (a script error, `WRONGTYPE`,
@@ -142,7 +142,7 @@ impl Failure {
                 key = %key,
                 cost,
                 error = %e,
-                "pacer: Redis answered the quota's script with an error; nothing granted"
+                "paced: Redis answered the quota's script with an error; nothing granted"
             );
             #[cfg(not(feature = "tracing"))]
             let _ = (key, cost);

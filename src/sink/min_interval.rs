@@ -16,8 +16,8 @@ pin_project! {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::SinkExt;
-    /// use pacer::sink::MinInterval;
-    /// use pacer::PaceSinkExt;
+    /// use paced::sink::MinInterval;
+    /// use paced::PaceSinkExt;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {

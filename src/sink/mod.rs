@@ -27,7 +27,7 @@ macro_rules! sink_adapter {
             ///
             /// ```
             /// use std::time::Duration;
-            /// use pacer::{PaceSinkExt, Rate};
+            /// use paced::{PaceSinkExt, Rate};
             ///
             #[doc = concat!("let sink = ", $make, ";")]
             /// assert!(sink.get_ref().is_empty());
@@ -43,7 +43,7 @@ macro_rules! sink_adapter {
             ///
             /// ```
             /// use std::time::Duration;
-            /// use pacer::{PaceSinkExt, Rate};
+            /// use paced::{PaceSinkExt, Rate};
             ///
             #[doc = concat!("let mut sink = ", $make, ";")]
             /// sink.get_mut().push(7);
@@ -60,7 +60,7 @@ macro_rules! sink_adapter {
             ///
             /// ```
             /// use std::time::Duration;
-            /// use pacer::{PaceSinkExt, Rate};
+            /// use paced::{PaceSinkExt, Rate};
             ///
             #[doc = concat!("let mut sink = std::pin::pin!(", $make, ");")]
             /// assert!(sink.as_mut().get_pin_mut().is_empty());
@@ -75,7 +75,7 @@ macro_rules! sink_adapter {
             ///
             /// ```
             /// use std::time::Duration;
-            /// use pacer::{PaceSinkExt, Rate};
+            /// use paced::{PaceSinkExt, Rate};
             ///
             #[doc = concat!("let sink = ", $make, ";")]
             /// let vec: Vec<u32> = sink.into_inner();
@@ -92,7 +92,7 @@ macro_rules! sink_adapter {
             /// ```
             /// use std::time::Duration;
             /// use futures_util::SinkExt;
-            /// use pacer::{PaceSinkExt, Rate};
+            /// use paced::{PaceSinkExt, Rate};
             ///
             /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
             /// # async fn main() {
@@ -116,7 +116,7 @@ macro_rules! sink_adapter {
             /// ```
             /// use std::time::Duration;
             /// use futures_util::SinkExt;
-            /// use pacer::{PaceSinkExt, Rate};
+            /// use paced::{PaceSinkExt, Rate};
             ///
             /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
             /// # async fn main() {
@@ -261,7 +261,7 @@ pub use throttle_with::ThrottleWith;
 ///
 /// ```
 /// use futures_util::SinkExt;
-/// use pacer::{PaceSinkExt, Rate};
+/// use paced::{PaceSinkExt, Rate};
 /// use tokio_util::sync::PollSender;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -297,7 +297,7 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
     ///
     /// ```
     /// use futures_util::SinkExt;
-    /// use pacer::{PaceSinkExt, Rate};
+    /// use paced::{PaceSinkExt, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -333,7 +333,7 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{ConfigError, PaceSinkExt, Rate};
+    /// use paced::{ConfigError, PaceSinkExt, Rate};
     ///
     /// let sink = Vec::<u32>::new().try_throttle(Rate::per_second(5), |_| 1, 0);
     /// assert_eq!(sink.err(), Some(ConfigError::ZeroBurst));
@@ -368,7 +368,7 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
     ///
     /// ```
     /// use futures_util::SinkExt;
-    /// use pacer::{PaceSinkExt, Rate, RateLimiter};
+    /// use paced::{PaceSinkExt, Rate, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -408,7 +408,7 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::SinkExt;
-    /// use pacer::PaceSinkExt;
+    /// use paced::PaceSinkExt;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {

@@ -15,8 +15,8 @@ pin_project! {
     ///
     /// ```
     /// use futures_util::SinkExt;
-    /// use pacer::sink::Throttle;
-    /// use pacer::{PaceSinkExt, Rate};
+    /// use paced::sink::Throttle;
+    /// use paced::{PaceSinkExt, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {

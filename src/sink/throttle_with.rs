@@ -14,8 +14,8 @@ pin_project! {
     ///
     /// ```
     /// use futures_util::SinkExt;
-    /// use pacer::sink::ThrottleWith;
-    /// use pacer::{PaceSinkExt, Rate, RateLimiter};
+    /// use paced::sink::ThrottleWith;
+    /// use paced::{PaceSinkExt, Rate, RateLimiter};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -54,5 +54,5 @@ impl<Si, Item, F, Q: Quota> ThrottleWith<Si, Item, F, Q> {
 sink_adapter!(
     ThrottleWith [Si, Item, F, Q: Quota] [Si, Item, F, Q],
     where [F: FnMut(&Item) -> u64],
-    "Vec::<u32>::new().throttle_with(&pacer::RateLimiter::new(Rate::per_second(1), 1), |_| 1)"
+    "Vec::<u32>::new().throttle_with(&paced::RateLimiter::new(Rate::per_second(1), 1), |_| 1)"
 );

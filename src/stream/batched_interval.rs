@@ -24,8 +24,8 @@ pin_project! {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::StreamExt;
-    /// use pacer::stream::BatchedInterval;
-    /// use pacer::PaceExt;
+    /// use paced::stream::BatchedInterval;
+    /// use paced::PaceExt;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {

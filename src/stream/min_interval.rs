@@ -21,8 +21,8 @@ pin_project! {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::StreamExt;
-    /// use pacer::stream::MinInterval;
-    /// use pacer::PaceExt;
+    /// use paced::stream::MinInterval;
+    /// use paced::PaceExt;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -71,7 +71,7 @@ impl<S: Stream> MinInterval<S> {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::StreamExt;
-    /// use pacer::PaceExt;
+    /// use paced::PaceExt;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {

@@ -22,7 +22,7 @@ macro_rules! accessors {
             ///
             /// ```
             /// use futures_util::Stream;
-            /// use pacer::{PaceExt, Rate, Shaping};
+            /// use paced::{PaceExt, Rate, Shaping};
             /// use std::time::Duration;
             ///
             #[doc = concat!("let s = ", $make, ";")]
@@ -39,7 +39,7 @@ macro_rules! accessors {
             ///
             /// ```
             /// use futures_util::Stream;
-            /// use pacer::{PaceExt, Rate, Shaping};
+            /// use paced::{PaceExt, Rate, Shaping};
             /// use std::time::Duration;
             ///
             #[doc = concat!("let mut s = ", $make, ";")]
@@ -56,7 +56,7 @@ macro_rules! accessors {
             ///
             /// ```
             /// use futures_util::Stream;
-            /// use pacer::{PaceExt, Rate, Shaping};
+            /// use paced::{PaceExt, Rate, Shaping};
             /// use std::time::Duration;
             ///
             #[doc = concat!("let mut s = std::pin::pin!(", $make, ");")]
@@ -72,7 +72,7 @@ macro_rules! accessors {
             ///
             /// ```
             /// use futures_util::Stream;
-            /// use pacer::{PaceExt, Rate, Shaping};
+            /// use paced::{PaceExt, Rate, Shaping};
             /// use std::time::Duration;
             ///
             #[doc = concat!("let s = ", $make, ";")]
@@ -124,7 +124,7 @@ pub use throttle_with::ThrottleWith;
 ///
 /// ```
 /// use std::time::Duration;
-/// use pacer::{PaceExt, Rate, Shaping};
+/// use paced::{PaceExt, Rate, Shaping};
 /// use tokio_stream::StreamExt; // its own `throttle(Duration)` is in scope too
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -142,7 +142,7 @@ pub use throttle_with::ThrottleWith;
 /// ```
 /// use std::time::Duration;
 /// use futures_util::StreamExt;
-/// use pacer::{PaceExt, Rate, Shaping};
+/// use paced::{PaceExt, Rate, Shaping};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
@@ -197,7 +197,7 @@ pub trait PaceExt: Stream {
     ///
     /// ```
     /// use futures_util::StreamExt;
-    /// use pacer::{PaceExt, Rate, Shaping};
+    /// use paced::{PaceExt, Rate, Shaping};
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -236,7 +236,7 @@ pub trait PaceExt: Stream {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{ConfigError, PaceExt, Rate, Shaping};
+    /// use paced::{ConfigError, PaceExt, Rate, Shaping};
     ///
     /// let burst_from_config = 0;
     /// let paced = futures_util::stream::iter([1, 2])
@@ -270,7 +270,7 @@ pub trait PaceExt: Stream {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::StreamExt;
-    /// use pacer::PaceExt;
+    /// use paced::PaceExt;
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -309,7 +309,7 @@ pub trait PaceExt: Stream {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::StreamExt;
-    /// use pacer::PaceExt;
+    /// use paced::PaceExt;
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -350,7 +350,7 @@ pub trait PaceExt: Stream {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{ConfigError, PaceExt};
+    /// use paced::{ConfigError, PaceExt};
     ///
     /// let batches = futures_util::stream::iter([1, 2]).try_batched_interval(0, Duration::from_secs(1));
     /// assert_eq!(batches.err(), Some(ConfigError::ZeroBatch));
@@ -383,7 +383,7 @@ pub trait PaceExt: Stream {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::StreamExt;
-    /// use pacer::PaceExt;
+    /// use paced::PaceExt;
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -419,7 +419,7 @@ pub trait PaceExt: Stream {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use pacer::{ConfigError, PaceExt};
+    /// use paced::{ConfigError, PaceExt};
     ///
     /// let starts = futures_util::stream::iter([1, 2]).try_staggered_start(0, Duration::from_secs(1));
     /// assert_eq!(starts.err(), Some(ConfigError::ZeroStarts));
@@ -456,7 +456,7 @@ pub trait PaceExt: Stream {
     ///
     /// ```
     /// use futures_util::StreamExt;
-    /// use pacer::{PaceExt, Rate, RateLimiter, Shaping};
+    /// use paced::{PaceExt, Rate, RateLimiter, Shaping};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -491,7 +491,7 @@ pub trait PaceExt: Stream {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::StreamExt;
-    /// use pacer::{PaceExt, Stagger};
+    /// use paced::{PaceExt, Stagger};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -561,7 +561,7 @@ pub trait PaceExt: Stream {
     ///
     /// ```
     /// use futures_util::StreamExt;
-    /// use pacer::{KeyedRateLimiter, PaceExt, Rate};
+    /// use paced::{KeyedRateLimiter, PaceExt, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -609,7 +609,7 @@ pub trait PaceExt: Stream {
     /// # Examples
     ///
     /// ```
-    /// use pacer::{ConfigError, KeyedRateLimiter, PaceExt, Rate};
+    /// use paced::{ConfigError, KeyedRateLimiter, PaceExt, Rate};
     ///
     /// let limiter = KeyedRateLimiter::new(Rate::per_second(1), 1);
     /// let paced = futures_util::stream::iter([1, 2]).try_throttle_by_key(&limiter, |n| *n, |_| 1, 0);

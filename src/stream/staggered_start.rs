@@ -22,8 +22,8 @@ pin_project! {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::StreamExt;
-    /// use pacer::stream::StaggeredStart;
-    /// use pacer::PaceExt;
+    /// use paced::stream::StaggeredStart;
+    /// use paced::PaceExt;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {

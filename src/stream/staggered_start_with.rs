@@ -20,8 +20,8 @@ pin_project! {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::StreamExt;
-    /// use pacer::stream::StaggeredStartWith;
-    /// use pacer::{PaceExt, Stagger};
+    /// use paced::stream::StaggeredStartWith;
+    /// use paced::{PaceExt, Stagger};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -52,7 +52,7 @@ impl<S: Stream> StaggeredStartWith<S> {
 accessors!(
     StaggeredStartWith [S: Stream] [S],
     inner,
-    "futures_util::stream::iter([1, 2, 3]).staggered_start_with(&pacer::Stagger::new(1, Duration::from_secs(1)))"
+    "futures_util::stream::iter([1, 2, 3]).staggered_start_with(&paced::Stagger::new(1, Duration::from_secs(1)))"
 );
 
 impl<S: Stream> Stream for StaggeredStartWith<S> {

@@ -24,8 +24,8 @@ pin_project! {
     ///
     /// ```
     /// use futures_util::StreamExt;
-    /// use pacer::stream::Throttle;
-    /// use pacer::{PaceExt, Rate, Shaping};
+    /// use paced::stream::Throttle;
+    /// use paced::{PaceExt, Rate, Shaping};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -85,7 +85,7 @@ impl<S: Stream, F> Throttle<S, F, Shaping> {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::StreamExt;
-    /// use pacer::{PaceExt, Rate, Shaping};
+    /// use paced::{PaceExt, Rate, Shaping};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {

@@ -260,8 +260,8 @@ pin_project! {
     ///
     /// ```
     /// use futures_util::StreamExt;
-    /// use pacer::stream::ThrottleByKey;
-    /// use pacer::{KeyedRateLimiter, PaceExt, Rate};
+    /// use paced::stream::ThrottleByKey;
+    /// use paced::{KeyedRateLimiter, PaceExt, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -333,7 +333,7 @@ where
     ///
     /// ```
     /// use futures_util::StreamExt;
-    /// use pacer::{KeyedRateLimiter, PaceExt, Rate};
+    /// use paced::{KeyedRateLimiter, PaceExt, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -355,7 +355,7 @@ accessors!(
     [S: Stream, K: Hash + Eq + Clone, KF, F, H: BuildHasher, Q: KeyedQuota<Key = K>]
     [S, K, KF, F, H, Q],
     source,
-    "futures_util::stream::iter([1, 2, 3]).throttle_by_key(&pacer::KeyedRateLimiter::new(Rate::per_second(1), 1), |n| *n, |_| 1, 8)"
+    "futures_util::stream::iter([1, 2, 3]).throttle_by_key(&paced::KeyedRateLimiter::new(Rate::per_second(1), 1), |n| *n, |_| 1, 8)"
 );
 
 impl<S, K, KF, F, H, Q> Stream for ThrottleByKey<S, K, KF, F, H, Q>
@@ -439,7 +439,7 @@ where
     }
 }
 
-#[cfg(all(test, not(pacer_loom)))]
+#[cfg(all(test, not(paced_loom)))]
 mod tests {
     use std::time::Duration;
 

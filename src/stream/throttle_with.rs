@@ -21,8 +21,8 @@ pin_project! {
     ///
     /// ```
     /// use futures_util::StreamExt;
-    /// use pacer::stream::ThrottleWith;
-    /// use pacer::{PaceExt, Rate, RateLimiter, Shaping};
+    /// use paced::stream::ThrottleWith;
+    /// use paced::{PaceExt, Rate, RateLimiter, Shaping};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -59,7 +59,7 @@ impl<S: Stream, F, M, Q: Quota> ThrottleWith<S, F, M, Q> {
 accessors!(
     ThrottleWith [S: Stream, F, M, Q: Quota] [S, F, M, Q],
     inner,
-    "futures_util::stream::iter([1, 2, 3]).throttle_with(&pacer::RateLimiter::new(Rate::per_second(1), 1), |_| 1, Shaping)"
+    "futures_util::stream::iter([1, 2, 3]).throttle_with(&paced::RateLimiter::new(Rate::per_second(1), 1), |_| 1, Shaping)"
 );
 
 impl<S, F, Q> Stream for ThrottleWith<S, F, Shaping, Q>

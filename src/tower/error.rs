@@ -24,8 +24,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// ```
 /// use std::convert::Infallible;
 /// use std::time::Duration;
-/// use pacer::tower::{RateLimitLayer, RateLimited};
-/// use pacer::{NotUntil, Rate, RateLimiter};
+/// use paced::tower::{RateLimitLayer, RateLimited};
+/// use paced::{NotUntil, Rate, RateLimiter};
 /// use tower::ServiceExt;
 /// use tower_layer::Layer;
 ///

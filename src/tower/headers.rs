@@ -29,7 +29,7 @@ pub const EPOCH_THRESHOLD_SECS: f64 = 1e9;
 /// ```
 /// use std::time::Duration;
 /// use http::HeaderMap;
-/// use pacer::tower::retry_after;
+/// use paced::tower::retry_after;
 ///
 /// let mut headers = HeaderMap::new();
 /// headers.insert("retry-after", "2".parse().unwrap());
@@ -73,7 +73,7 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 /// ```
 /// use std::time::Duration;
 /// use http::HeaderMap;
-/// use pacer::tower::quota_from_headers;
+/// use paced::tower::quota_from_headers;
 ///
 /// let mut headers = HeaderMap::new();
 /// headers.insert("ratelimit-policy", r#""default";q=100;w=60"#.parse().unwrap());

@@ -28,8 +28,8 @@
 //! ```
 //! use std::convert::Infallible;
 //! use std::time::Duration;
-//! use pacer::tower::RateLimitLayer;
-//! use pacer::{Rate, RateLimiter};
+//! use paced::tower::RateLimitLayer;
+//! use paced::{Rate, RateLimiter};
 //! use tower_layer::Layer;
 //! use tower_service::Service;
 //! use tokio::time::Instant;

@@ -57,8 +57,8 @@ use sealed::RequestSealed;
 /// # Examples
 ///
 /// ```
-/// use pacer::tower::{RateLimitLayer, RequestQuota};
-/// use pacer::{KeyedRateLimiter, Rate, RateLimiter};
+/// use paced::tower::{RateLimitLayer, RequestQuota};
+/// use paced::{KeyedRateLimiter, Rate, RateLimiter};
 ///
 /// fn layer_for<Req, Q: RequestQuota<Req>>(quota: Q) -> Q {
 ///     quota
@@ -140,8 +140,8 @@ impl<Q: Quota, Req> RequestSealed<Req> for Q {
 /// # Examples
 ///
 /// ```
-/// use pacer::tower::{ByKey, RateLimitLayer};
-/// use pacer::{KeyedRateLimiter, Rate};
+/// use paced::tower::{ByKey, RateLimitLayer};
+/// use paced::{KeyedRateLimiter, Rate};
 ///
 /// let per_tenant = KeyedRateLimiter::new(Rate::per_second(5), 5);
 /// let _layer: RateLimitLayer<ByKey<u32, _>> =
@@ -223,7 +223,7 @@ where
 /// # Examples
 ///
 /// ```
-/// use pacer::tower::{Cost, OnePerRequest};
+/// use paced::tower::{Cost, OnePerRequest};
 ///
 /// let by_size = |body: &Vec<u8>| body.len() as u64;
 /// assert_eq!(by_size.cost(&vec![0; 3]), 3);
@@ -245,7 +245,7 @@ impl<Req, F: Fn(&Req) -> u64> Cost<Req> for F {
 /// # Examples
 ///
 /// ```
-/// use pacer::tower::{Cost, OnePerRequest};
+/// use paced::tower::{Cost, OnePerRequest};
 ///
 /// assert_eq!(Cost::<&str>::cost(&OnePerRequest, &"any request"), 1);
 /// ```

@@ -20,8 +20,8 @@ use crate::tower::headers::{quota_from_headers, retry_after};
 /// ```
 /// use std::time::Duration;
 /// use http::Response;
-/// use pacer::tower::{classify_http, Outcome};
-/// use pacer::Announced;
+/// use paced::tower::{classify_http, Outcome};
+/// use paced::Announced;
 ///
 /// let ok = Response::builder()
 ///     .header("x-ratelimit-remaining", "4000")

@@ -21,8 +21,8 @@ pin_project! {
     ///
     /// ```
     /// use std::convert::Infallible;
-    /// use pacer::tower::{AdaptiveLayer, Outcome};
-    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use paced::tower::{AdaptiveLayer, Outcome};
+    /// use paced::{Adaptive, Rate, RateLimiter};
     /// use tower::ServiceExt;
     /// use tower_layer::Layer;
     /// use tower_service::Service;

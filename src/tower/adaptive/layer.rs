@@ -32,8 +32,8 @@ use crate::limiter::Adaptive;
 /// # A classifier for `http::Response`
 ///
 /// With the `http` feature, [`AdaptiveLayer::http`] (or `AdaptiveLayer::new(&adaptive,
-/// pacer::tower::classify_http)`) reads `429`/`503`, `Retry-After` in both forms and the quota
-/// headers. Without it, pacer does not depend on `http`, and a classifier is a few lines:
+/// paced::tower::classify_http)`) reads `429`/`503`, `Retry-After` in both forms and the quota
+/// headers. Without it, paced does not depend on `http`, and a classifier is a few lines:
 /// `429` and `503` are refusals, with `Retry-After` in its delta-seconds form (`Retry-After:
 /// 2`); the HTTP-date form (`Retry-After: Wed, 21 Oct 2026 07:28:00 GMT`) is not parsed and
 /// reads as a refusal without a delay; other server errors and transport errors say nothing
@@ -42,7 +42,7 @@ use crate::limiter::Adaptive;
 /// ```
 /// use std::time::Duration;
 /// use http::{header::RETRY_AFTER, Response, StatusCode};
-/// use pacer::tower::Outcome;
+/// use paced::tower::Outcome;
 ///
 /// fn classify<B, E>(result: &Result<Response<B>, E>) -> Outcome {
 ///     match result {
@@ -69,8 +69,8 @@ use crate::limiter::Adaptive;
 /// ```
 /// use std::convert::Infallible;
 /// use std::time::Duration;
-/// use pacer::tower::{AdaptiveLayer, Outcome, RateLimitLayer};
-/// use pacer::{Adaptive, Rate, RateLimiter};
+/// use paced::tower::{AdaptiveLayer, Outcome, RateLimitLayer};
+/// use paced::{Adaptive, Rate, RateLimiter};
 /// use tower::{ServiceBuilder, ServiceExt};
 /// use tokio::time::Instant;
 ///
@@ -108,8 +108,8 @@ impl<F> AdaptiveLayer<F> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::tower::{AdaptiveLayer, Outcome};
-    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use paced::tower::{AdaptiveLayer, Outcome};
+    /// use paced::{Adaptive, Rate, RateLimiter};
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(50), 5);
     /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(50));
@@ -141,8 +141,8 @@ impl<B, E> AdaptiveLayer<fn(&Result<http::Response<B>, E>) -> Outcome> {
     /// use std::convert::Infallible;
     /// use std::time::Duration;
     /// use http::Response;
-    /// use pacer::tower::{AdaptiveLayer, RateLimitLayer};
-    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use paced::tower::{AdaptiveLayer, RateLimitLayer};
+    /// use paced::{Adaptive, Rate, RateLimiter};
     /// use tower::{ServiceBuilder, ServiceExt};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]

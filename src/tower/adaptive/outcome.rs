@@ -11,7 +11,7 @@ use crate::limiter::Announced;
 ///
 /// ```
 /// use std::time::Duration;
-/// use pacer::tower::Outcome;
+/// use paced::tower::Outcome;
 ///
 /// // A classifier over a plain status code and an optional delay.
 /// let classify = |answer: &Result<(u16, Option<u64>), std::io::Error>| match answer {

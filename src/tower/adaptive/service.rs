@@ -21,8 +21,8 @@ use crate::limiter::Adaptive;
 ///
 /// ```
 /// use std::convert::Infallible;
-/// use pacer::tower::{AdaptiveLayer, AdaptiveService, Outcome};
-/// use pacer::{Adaptive, Rate, RateLimiter};
+/// use paced::tower::{AdaptiveLayer, AdaptiveService, Outcome};
+/// use paced::{Adaptive, Rate, RateLimiter};
 /// use tower::ServiceExt;
 /// use tower_layer::Layer;
 ///
@@ -58,8 +58,8 @@ impl<S, F> AdaptiveService<S, F> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::tower::{AdaptiveLayer, Outcome};
-    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use paced::tower::{AdaptiveLayer, Outcome};
+    /// use paced::{Adaptive, Rate, RateLimiter};
     /// use tower_layer::Layer;
     ///
     /// let adaptive = Adaptive::new(
@@ -76,8 +76,8 @@ impl<S, F> AdaptiveService<S, F> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::tower::{AdaptiveLayer, Outcome};
-    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use paced::tower::{AdaptiveLayer, Outcome};
+    /// use paced::{Adaptive, Rate, RateLimiter};
     /// use tower_layer::Layer;
     ///
     /// let adaptive = Adaptive::new(
@@ -96,8 +96,8 @@ impl<S, F> AdaptiveService<S, F> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::tower::{AdaptiveLayer, Outcome};
-    /// use pacer::{Adaptive, Rate, RateLimiter};
+    /// use paced::tower::{AdaptiveLayer, Outcome};
+    /// use paced::{Adaptive, Rate, RateLimiter};
     /// use tower_layer::Layer;
     ///
     /// let adaptive = Adaptive::new(

@@ -27,8 +27,8 @@ pin_project! {
     ///
     /// ```
     /// use std::convert::Infallible;
-    /// use pacer::tower::{RateLimit, RateLimitLayer};
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::tower::{RateLimit, RateLimitLayer};
+    /// use paced::{Rate, RateLimiter};
     /// use tower::ServiceExt;
     /// use tower_layer::Layer;
     /// use tower_service::Service;
@@ -83,7 +83,7 @@ where
         let (mut service, req) = me
             .call
             .take()
-            .expect("pacer::tower::ResponseFuture polled after completion");
+            .expect("paced::tower::ResponseFuture polled after completion");
         me.response.set(Some(service.call(req)));
     }
 }

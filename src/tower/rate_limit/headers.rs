@@ -40,7 +40,7 @@ use crate::tower::quota::RequestQuota;
 /// # Examples
 ///
 /// ```
-/// use pacer::tower::QuotaHeaders;
+/// use paced::tower::QuotaHeaders;
 ///
 /// let both = QuotaHeaders::Both;
 /// assert_ne!(both, QuotaHeaders::Draft);
@@ -65,8 +65,8 @@ pub enum QuotaHeaders {
 /// # Examples
 ///
 /// ```
-/// use pacer::tower::{Announcing, QuotaHeaders, RateLimitLayer};
-/// use pacer::{Rate, RateLimiter};
+/// use paced::tower::{Announcing, QuotaHeaders, RateLimitLayer};
+/// use paced::{Rate, RateLimiter};
 ///
 /// let quota = RateLimiter::new(Rate::per_second(10), 5);
 /// let _layer: RateLimitLayer<RateLimiter, _, Announcing> =
@@ -83,7 +83,7 @@ impl Announcing {
     /// # Examples
     ///
     /// ```
-    /// use pacer::tower::{Announcing, QuotaHeaders};
+    /// use paced::tower::{Announcing, QuotaHeaders};
     ///
     /// assert_eq!(Announcing::new(QuotaHeaders::Both).headers(), QuotaHeaders::Both);
     /// ```
@@ -97,7 +97,7 @@ impl Announcing {
     /// # Examples
     ///
     /// ```
-    /// use pacer::tower::{Announcing, QuotaHeaders};
+    /// use paced::tower::{Announcing, QuotaHeaders};
     ///
     /// assert_eq!(Announcing::new(QuotaHeaders::Draft).headers(), QuotaHeaders::Draft);
     /// ```
@@ -230,7 +230,7 @@ where
             let (mut service, req) = me
                 .call
                 .take()
-                .expect("pacer::tower::AnnouncingFuture polled after completion");
+                .expect("paced::tower::AnnouncingFuture polled after completion");
             if let Err(refused) = decided {
                 // Dropping the ready inner service gives back whatever its readiness reserved.
                 drop(service);

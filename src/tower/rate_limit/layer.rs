@@ -33,8 +33,8 @@ use crate::tower::quota::{ByKey, OnePerRequest};
 /// ```
 /// use std::convert::Infallible;
 /// use std::time::Duration;
-/// use pacer::tower::RateLimitLayer;
-/// use pacer::{Rate, RateLimiter};
+/// use paced::tower::RateLimitLayer;
+/// use paced::{Rate, RateLimiter};
 /// use tower::{ServiceBuilder, ServiceExt};
 /// use tokio::time::Instant;
 ///
@@ -65,8 +65,8 @@ impl<Q: Quota> RateLimitLayer<Q> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::tower::RateLimitLayer;
-    /// use pacer::{Rate, Stagger};
+    /// use paced::tower::RateLimitLayer;
+    /// use paced::{Rate, Stagger};
     /// use std::time::Duration;
     ///
     /// // At most 3 connections opened in any second.
@@ -101,8 +101,8 @@ impl<F, Q: KeyedQuota> RateLimitLayer<ByKey<Q::Key, F, Q::Hasher, Q>> {
     /// ```
     /// use std::convert::Infallible;
     /// use std::time::Duration;
-    /// use pacer::tower::RateLimitLayer;
-    /// use pacer::{KeyedRateLimiter, Rate};
+    /// use paced::tower::RateLimitLayer;
+    /// use paced::{KeyedRateLimiter, Rate};
     /// use tower::{ServiceBuilder, ServiceExt};
     /// use tokio::time::Instant;
     ///
@@ -143,8 +143,8 @@ impl<Q, C, M> RateLimitLayer<Q, C, M> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::tower::RateLimitLayer;
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::tower::RateLimitLayer;
+    /// use paced::{Rate, RateLimiter};
     ///
     /// let quota = RateLimiter::new(Rate::per_second(1_000), 1_000);
     /// // Batch requests cost one token per item.
@@ -167,8 +167,8 @@ impl<Q, C, M> RateLimitLayer<Q, C, M> {
     ///
     /// ```
     /// use std::convert::Infallible;
-    /// use pacer::tower::{RateLimitLayer, RateLimited};
-    /// use pacer::{KeyedRateLimiter, Rate};
+    /// use paced::tower::{RateLimitLayer, RateLimited};
+    /// use paced::{KeyedRateLimiter, Rate};
     /// use tower::{ServiceBuilder, ServiceExt};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -209,8 +209,8 @@ impl<Q, C> RateLimitLayer<Q, C, Enforcing> {
     ///
     /// ```
     /// use std::convert::Infallible;
-    /// use pacer::tower::{QuotaHeaders, RateLimitLayer};
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::tower::{QuotaHeaders, RateLimitLayer};
+    /// use paced::{Rate, RateLimiter};
     /// use tower::{ServiceBuilder, ServiceExt};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]

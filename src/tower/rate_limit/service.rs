@@ -36,8 +36,8 @@ use crate::tower::quota::{Cost, OnePerRequest, RequestQuota};
 /// ```
 /// use std::convert::Infallible;
 /// use std::time::Duration;
-/// use pacer::tower::{RateLimit, RateLimitLayer};
-/// use pacer::{Rate, RateLimiter};
+/// use paced::tower::{RateLimit, RateLimitLayer};
+/// use paced::{Rate, RateLimiter};
 /// use tower::ServiceExt;
 /// use tower_layer::Layer;
 /// use tokio::time::Instant;
@@ -80,8 +80,8 @@ impl<S, Q, C, M> RateLimit<S, Q, C, M> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::tower::RateLimitLayer;
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::tower::RateLimitLayer;
+    /// use paced::{Rate, RateLimiter};
     /// use tower_layer::Layer;
     ///
     /// let quota = RateLimiter::new(Rate::per_second(1), 1);
@@ -97,8 +97,8 @@ impl<S, Q, C, M> RateLimit<S, Q, C, M> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::tower::RateLimitLayer;
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::tower::RateLimitLayer;
+    /// use paced::{Rate, RateLimiter};
     /// use tower_layer::Layer;
     ///
     /// let quota = RateLimiter::new(Rate::per_second(1), 1);
@@ -115,8 +115,8 @@ impl<S, Q, C, M> RateLimit<S, Q, C, M> {
     /// # Examples
     ///
     /// ```
-    /// use pacer::tower::RateLimitLayer;
-    /// use pacer::{Rate, RateLimiter};
+    /// use paced::tower::RateLimitLayer;
+    /// use paced::{Rate, RateLimiter};
     /// use tower_layer::Layer;
     ///
     /// let quota = RateLimiter::new(Rate::per_second(1), 1);
