@@ -8,6 +8,7 @@
 //! it is granted, never before, so a waiter that gives up (a dropped future, a dropped stream)
 //! has taken nothing and leaves nothing behind but its place in the queue.
 
+pub(crate) mod coop;
 pub(crate) mod keyed;
 pub(crate) mod lane;
 #[cfg(all(test, paced_loom))]
