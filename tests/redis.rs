@@ -940,42 +940,6 @@ async fn a_named_quota_records_to_the_metrics_facade() {
     assert!(stats.errors >= 1);
 }
 
-/// Redis's clock in whole microseconds, as the script reads it.
-fn redis_now_us(conn: &mut redis::Connection) -> u64 {
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(conn).unwrap();
-    secs * 1_000_000 + micros
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_quota_stored_by_paced_1_0_carries_over() {
-    let server = Server::start();
-    let mut conn = admin(&server);
-    // paced 1.0 kept "<level>:<at>" as text: 2.5 tokens of 10, a moment ago, at 1 a minute.
-    let now = redis_now_us(&mut conn);
-    redis::cmd("SET")
-        .arg("old")
-        .arg(format!("2.5:{now}"))
-        .exec(&mut conn)
-        .unwrap();
-    let quota = RedisRateLimiter::builder(server.url(), "old", Rate::per_minute(1), 10)
-        .build()
-        .unwrap();
-    quota.try_acquire(2).await.unwrap();
-    let refused = quota.try_acquire(1).await.unwrap_err();
-    let wait = refused.not_until().expect("a refusal").retry_after();
-    // Half a token short at one a minute: 30 s, less the moment since.
-    assert!(
-        wait > Duration::from_secs(29) && wait <= Duration::from_secs(30),
-        "{wait:?}"
-    );
-    // Written back in the new form (two doubles), with the level it was read with: 0.5 and
-    // what a few milliseconds refilled (a minute's token: 0.0002 in 12 ms).
-    let state: Vec<u8> = redis::cmd("GET").arg("old").query(&mut conn).unwrap();
-    assert_eq!(state.len(), 16);
-    let level = f64::from_le_bytes(state[..8].try_into().unwrap());
-    assert!((0.5..0.5002).contains(&level), "{level}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_served_in_the_order_they_asked() {
     use futures_util::stream::FuturesUnordered;

@@ -238,15 +238,20 @@ async fn a_key_of_another_type_is_a_reply_error_for_that_key_only() {
         .arg("hello")
         .exec(&mut conn)
         .unwrap();
-    // Strings of a quota's length (16 and 32 bytes) that are not one: text, an infinite level,
-    // a limit with a NaN interval.
-    let doubles =
-        |values: &[f64]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
+    // Strings of a quota's length (17 and 33 bytes) and format version (a first byte of 1) that
+    // are not one: text, an infinite level, a limit with a NaN interval.
+    let version_1 = |values: &[f64]| -> Vec<u8> {
+        let doubles = values.iter().flat_map(|v| v.to_le_bytes());
+        std::iter::once(1).chain(doubles).collect()
+    };
     for (key, value) in [
-        ("{bad:t16}", b"0123456789abcdef".to_vec()),
-        ("{bad:t32}", b"paced-quota-state-in-plain-text!".to_vec()),
-        ("{bad:inf}", doubles(&[f64::INFINITY, 0.0])),
-        ("{bad:nan}", doubles(&[1.0, 0.0, f64::NAN, 5.0])),
+        ("{bad:t17}", b"\x010123456789abcdef".to_vec()),
+        (
+            "{bad:t33}",
+            b"\x01paced-quota-state-in-plain-text!".to_vec(),
+        ),
+        ("{bad:inf}", version_1(&[f64::INFINITY, 0.0])),
+        ("{bad:nan}", version_1(&[1.0, 0.0, f64::NAN, 5.0])),
     ] {
         redis::cmd("SET")
             .arg(key)
@@ -266,8 +271,8 @@ async fn a_key_of_another_type_is_a_reply_error_for_that_key_only() {
         for (key, expected) in [
             ("h", "WRONGTYPE"),
             ("s", "not a paced quota"),
-            ("t16", "not a paced quota"),
-            ("t32", "not a paced quota"),
+            ("t17", "not a paced quota"),
+            ("t33", "not a paced quota"),
             ("inf", "not a paced quota"),
             ("nan", "not a paced quota"),
         ] {
@@ -495,9 +500,9 @@ fn three_processes_share_each_keys_quota() {
 }
 
 fn level(conn: &mut redis::Connection, key: &str) -> f64 {
-    // The level is the first of the state's little-endian doubles.
+    // The level is the first of the state's little-endian doubles, after its version byte.
     let state = get(conn, key).expect("a bucket");
-    f64::from_le_bytes(state[..8].try_into().unwrap())
+    f64::from_le_bytes(state[1..9].try_into().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

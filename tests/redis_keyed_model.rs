@@ -72,10 +72,11 @@ impl Model {
 fn stored(conn: &mut redis::Connection, key: &str) -> Option<(f64, Option<f64>)> {
     let state: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(conn).unwrap();
     let state = state?;
-    let double = |i: usize| f64::from_le_bytes(state[8 * i..8 * i + 8].try_into().unwrap());
+    assert_eq!(state.first(), Some(&1), "{key}: the format version");
+    let double = |i: usize| f64::from_le_bytes(state[1 + 8 * i..9 + 8 * i].try_into().unwrap());
     match state.len() {
-        16 => Some((double(0), None)),
-        32 => Some((double(0), Some(double(3)))),
+        17 => Some((double(0), None)),
+        33 => Some((double(0), Some(double(3)))),
         n => panic!("{key}: a state of {n} bytes"),
     }
 }

@@ -1,13 +1,14 @@
 -- paced's token bucket in Redis, on Redis's own clock: the one script of `RedisRateLimiter` and
 -- `RedisKeyedRateLimiter`.
 --
--- KEYS[1]  the quota, a string of little-endian doubles: 16 bytes, the level and the time
---          <level, at>: the tokens it held (a fraction; negative while a cost above the burst
---          pays its debt) at Redis time <at>, in whole microseconds; or 32 bytes, <level, at,
---          interval, burst>, for a key given its own limit (mode "limit"), which then overrides
---          the default limit of ARGV[2]. A missing key is a full bucket under the default limit.
---          A key under the default limit expires when its bucket would be full again; a key with
---          its own limit is configuration and does not expire.
+-- KEYS[1]  the quota's state: one byte, its format version (VERSION below, 1), then
+--          little-endian doubles. 17 bytes, <1, level, at>: the tokens it held (a fraction;
+--          negative while a cost above the burst pays its debt) at Redis time <at>, in whole
+--          microseconds; or 33 bytes, <1, level, at, interval, burst>, for a key given its own
+--          limit (mode "limit"), which then overrides the default limit of ARGV[2]. A missing
+--          key is a full bucket under the default limit. A key under the default limit expires
+--          when its bucket would be full again; a key with its own limit is configuration and
+--          does not expire.
 -- ARGV[1]  the mode. "reserve": always grant, with how long to wait before use, charging now so
 --          that later requests queue behind this one (across processes, in arrival order at
 --          Redis); "try": grant `cost` only if it is there now, otherwise refuse and take
@@ -28,6 +29,13 @@
 -- The numbers travel and rest as doubles in binary (Redis's Lua `struct` library) rather than
 -- as text: parsing and printing decimal numbers was most of the script's own cost, and binary
 -- keeps every bit.
+--
+-- Format versions. Every write stores VERSION. A state whose first byte is another version (a
+-- later paced's format, or a string that is not a paced quota) is answered with an error that
+-- names the version found and the one read here, and is left as it is: never read as this
+-- version, never reset, never overwritten (paced's guide, "Upgrading a fleet", says in which
+-- order a later format is rolled out). A state of this version with the wrong length or
+-- impossible numbers is not a paced quota either.
 --
 -- A refusal writes nothing (unless it gives tokens back): asking a key that is out of tokens
 -- costs Redis no write, and leaves its expiry as it was.
@@ -61,6 +69,7 @@
 --
 -- Cost. This runs on every request: one TIME, one GET, at most one write, no decimal parsing
 -- beyond TIME's, no closures.
+local VERSION = 1 -- the state's format: the only one this script reads, and the one it writes
 local NEVER_US = 18446744073709552 -- ceil(2^64 / 1000), a double exactly
 local EXACT = 2 ^ 53 -- every integer up to here is a double
 local MAX_TTL_MS = EXACT
@@ -77,15 +86,22 @@ local level, at, reply = burst, nil, nil
 -- A key of another type fails here with Redis's WRONGTYPE.
 local state = redis.call('GET', key)
 if state then
+  local version = string.byte(state)
+  if version and version ~= VERSION then
+    return redis.error_reply('ERR paced: the key ' .. key .. ' holds format version ' ..
+      version .. ', which this paced does not read (it reads version ' .. VERSION ..
+      '): a state written by a later paced (upgrade this process; see the guide on upgrading' ..
+      ' a fleet), or not a paced quota (delete it or choose another key)')
+  end
   local size = #state
   local own_interval, own_burst
-  if size == 16 then
-    level, at = struct.unpack('<dd', state)
-  elseif size == 32 then
-    level, at, own_interval, own_burst = struct.unpack('<dddd', state)
+  if size == 17 then
+    level, at = struct.unpack('<dd', state, 2)
+  elseif size == 33 then
+    level, at, own_interval, own_burst = struct.unpack('<dddd', state, 2)
     if own_interval > 0 and own_interval - own_interval == 0 and own_burst >= 1
         and own_burst - own_burst == 0 then
-      interval, burst, own = own_interval, own_burst, string.sub(state, 17)
+      interval, burst, own = own_interval, own_burst, string.sub(state, 18)
     else
       at = nil
     end
@@ -93,15 +109,8 @@ if state then
   -- A time is a whole number of microseconds; a level is finite (x - x == 0 is false for an
   -- infinity and for NaN).
   if not (at and at >= 0 and at <= EXACT and at == math.floor(at) and level - level == 0) then
-    -- The text form of paced 1.0, "<level>:<at>", read so that its quotas carry over.
-    local l, a = string.match(state, '^([^:]+):(%d+)$')
-    level, at = tonumber(l), tonumber(a)
-    interval, burst = struct.unpack('<dd', ARGV[2])
-    own = ''
-    if not (level and at and at <= EXACT and level - level == 0) then
-      return redis.error_reply('ERR paced: the key ' .. key ..
-        ' holds a string that is not a paced quota; delete it or choose another key')
-    end
+    return redis.error_reply('ERR paced: the key ' .. key ..
+      ' holds a string that is not a paced quota; delete it or choose another key')
   end
   if now > at then
     level = level + (now - at) / interval
@@ -193,7 +202,7 @@ if held >= burst and own == '' then
 end
 -- Negative while reservations wait: the key lives until the debt is paid and the bucket
 -- refilled.
-local value = struct.pack('<dd', held, now) .. own
+local value = struct.pack('<Bdd', VERSION, held, now) .. own
 local ttl_ms = math.ceil((burst - held) * interval / 1000) + 1
 if own == '' and ttl_ms < MAX_TTL_MS then
   redis.call('SET', key, value, 'PX', string.format('%d', ttl_ms))
