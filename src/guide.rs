@@ -440,7 +440,8 @@
 //!   by one Lua script (`EVALSHA`, loaded once and again after `NOSCRIPT`) on Redis's `TIME`,
 //!   so the clients' clocks do not matter. A request is one `TIME`, one `GET` and at most one
 //!   write; numbers go to the script and rest in Redis as binary doubles (Lua's `struct`
-//!   library), since parsing and printing decimals was most of the script's own cost. The key
+//!   library), since parsing and printing decimals was most of the script's own cost, after a
+//!   byte that names the state's format ([upgrading a fleet](#upgrading-a-fleet)). The key
 //!   expires once the bucket is full: idle quotas vanish.
 //! - **The bound, to within a round trip.** Four processes sharing one key at 200/s, burst 20,
 //!   for 3 s keep `burst + w × rate` in every window of their merged timeline, counting one
@@ -572,6 +573,58 @@
 //!     Ok(())
 //! }
 //! ```
+//!
+//! ## Upgrading a fleet
+//!
+//! Every process that names a quota reads and writes the same Redis key, so during a rolling
+//! deploy old and new processes share it. Its state carries a format version, so that a mixed
+//! fleet fails loudly rather than wrongly.
+//!
+//! - **What this version writes.** A key holds one byte, the format version `1`, then
+//!   little-endian doubles: the bucket's level and Redis's time (17 bytes), and for a key with
+//!   its own limit that limit's interval and burst (33 bytes). Every write (a grant, a
+//!   reservation, tokens given back, `set_limit`, `clear_limit`) stores version 1; a refusal
+//!   writes nothing, and a full bucket under the default limit is no key at all.
+//! - **What it reads.** Version 1 only. A key whose first byte is anything else (a later
+//!   paced's format, or a string that is not a paced quota) is answered with an error that
+//!   names both versions, `ERR paced: the key K holds format version 2, which this paced does
+//!   not read (it reads version 1): …`, and is left as it is: not read as version 1, not reset,
+//!   not overwritten, nothing granted. It is a reply error, not an outage: `acquire` returns
+//!   `RedisQuotaError::Reply`, `try_acquire` `TryAcquireError::Reply`, `FailOpen` does not
+//!   fall back, every one is counted in `stats().reply_errors` and logged at error level
+//!   (feature `tracing`), a waiting stream holds its items and asks again at a backoff up to
+//!   1 s, and an enforcing one refuses them with a `retry_after` of 1 s. A
+//!   version-1 state of the wrong length or with impossible numbers is "not a paced quota",
+//!   the same kind of error. 1.0 is the first format: builds before it stored other forms
+//!   (text, or doubles without a version), which 1.0 does not read; such a key answers the
+//!   error until it is deleted or expires.
+//!
+//! A process fails on every key stored in a version it does not read, so a format 2 is rolled
+//! out readers first:
+//!
+//! 1. **Readers.** Deploy a paced that reads versions 1 and 2 but still writes 1 to every
+//!    process that shares the quotas. While it rolls out beside 1.0, every key stays version
+//!    1, which both read.
+//! 2. **Writers.** Once no process that reads only version 1 is left, switch the writers to 2
+//!    (a later release, or an option of the same one, off by default). Writers of 1 and of 2
+//!    can then run side by side: each reads both, and a key holds its last writer's version.
+//! 3. **Dropping version 1**, if ever, only when no key can hold it. A key under the default
+//!    limit is rewritten by its next grant and expires once its bucket is full again, but a
+//!    key with its own limit has no expiry and keeps version 1 until a request writes it (a
+//!    refusal does not): rewrite those first.
+//!
+//! A rollback runs the same steps backwards: writers back to 1 first, and back to a paced
+//! that reads only 1 once no key holds version 2 (rewritten by writers of 1, or expired; the
+//! keys with their own limits do not expire).
+//!
+//! This version does its part: it writes version 1 on every write and refuses any other
+//! version, so a writer of 2 deployed too early shows at once, on exactly the keys it wrote, in
+//! the `reply_errors` and error log of every 1.0 process, and nothing is granted from a
+//! misread state. A paced that brings format 2 must read both 1 and 2 in its one script (each
+//! decision stays one atomic `EVALSHA`; scripts are named by their SHA, so old and new ones
+//! coexist in Redis), write 1 until told otherwise, keep the version in the first byte, and
+//! name in its error the versions it reads. `tests/redis_format.rs` has worker processes read
+//! each other's states and `redis-cli` write a version 2 under them.
 //!
 //! # Pacing a Sink
 //!

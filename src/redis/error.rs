@@ -19,7 +19,8 @@ pub enum RedisQuotaError {
     Unavailable(redis::RedisError),
     /// Redis answered the request with an error (see
     /// [outages and reply errors](crate::RedisRateLimiter#outages-and-reply-errors)): the key holds a value of another type or something that is not a paced quota, or a
-    /// quota state of a format version this paced does not read (written by a later paced), or a
+    /// quota state of a format version this paced does not read (written by a later paced: see
+    /// [upgrading a fleet](crate::guide#upgrading-a-fleet)), or a
     /// command was refused (an ACL, a script error). It is not an outage: the failure policy
     /// does not apply, nothing was granted, and asking again fails the same way until the key
     /// or the server's configuration is fixed.
