@@ -10,7 +10,9 @@ use redis::cluster_async::ClusterConnection;
 
 use crate::core::Nanos;
 
-/// paced's GCRA, the one script of both Redis limiters.
+/// paced's GCRA, the one script of both Redis limiters. It reads and writes quota states of
+/// format version 1 only (a leading byte; see the script's header and the guide's "Upgrading a
+/// fleet"): a state of another version is a reply error, never misread nor overwritten.
 pub(crate) const SCRIPT: &str = include_str!("gcra.lua");
 
 /// Whether Redis *answered* with an error about this request (a script error, `WRONGTYPE`,
