@@ -4,6 +4,7 @@
 //! below is a doctest that runs, most of them under paused time, so the times they assert are
 //! the schedule paced keeps.
 //!
+//! - [Every handle, every operation](#every-handle-every-operation)
 //! - [Testing your code with paused time](#testing-your-code-with-paused-time)
 //! - [The operators in depth](#the-operators-in-depth)
 //! - [Sharing a quota](#sharing-a-quota)
@@ -15,7 +16,38 @@
 //! - [Metrics](#metrics)
 //! - [Limits, honestly](#limits-honestly)
 //! - [The design](#the-design)
-//! - [Migrating from 0.x](#migrating-from-0x)
+//! - [Migrating from the git versions](#migrating-from-the-git-versions)
+//!
+//! # Every handle, every operation
+//!
+//! The same operation has the same name and shape on every handle. `cost` is a `u64` in the
+//! limiter's tokens, keys are passed by reference (`&Q` where `K: Borrow<Q>`, so `&str` for
+//! `String` keys), and every refusal is a [`NotUntil`](crate::NotUntil). The Redis handles
+//! answer through the network, so their verbs are `async` and return a `Result` whose error
+//! says what failed (`paced::redis::RedisLimiterError`; `TryAcquireError` for `try_acquire`,
+//! which tells a refusal from a failure).
+//!
+//! | operation | `RateLimiter` | `Stagger` | `KeyedRateLimiter` | `Adaptive` | `RedisRateLimiter` | `RedisKeyedRateLimiter` |
+//! |---|---|---|---|---|---|---|
+//! | wait for a grant | `acquire(cost)` | `acquire()` (a start counts one) | `acquire(&key, cost)` | `acquire(cost)` | `acquire(cost)` | `acquire(&key, cost)` |
+//! | grant now, or say when | `try_acquire(cost)` | `try_acquire()` | `try_acquire(&key, cost)` | `try_acquire(cost)` | `try_acquire(cost)` | `try_acquire(&key, cost)` |
+//! | wait at most `timeout` | `acquire_timeout(cost, timeout)` | `acquire_timeout(timeout)` | `acquire_timeout(&key, cost, timeout)` | `acquire_timeout(cost, timeout)` | `acquire_timeout(cost, timeout)` | `acquire_timeout(&key, cost, timeout)` |
+//! | tokens free now | `available() -> u64` | `available() -> u64` | `available(&key) -> u64` | `available() -> u64` | — (a round trip) | — (a round trip) |
+//! | change the limit | `set_limit(rate, burst)`, `try_set_limit`; `set_rate`, `set_burst` | `set_limit(k, period)`, `try_set_limit` | `set_limit(&key, rate, burst)`, `try_set_limit`, `clear_limit(&key)` | follows its reports (`on_throttled`, `on_success`, `on_quota`) | `set_limit(rate, burst)`, `clear_limit()` | `set_limit(&key, rate, burst)`, `clear_limit(&key)` |
+//! | counters | `stats() -> Stats` | `stats() -> Stats` | `stats() -> Stats` | `stats() -> AdaptiveStats` | `stats() -> RedisStats` | `stats() -> RedisStats` |
+//! | metrics | `with_metrics(name)` | `with_metrics(name)` | `with_metrics(name)` | `with_metrics(name)` | builder's `with_metrics(name)` | builder's `with_metrics(name)` |
+//!
+//! - **Changing a limit keeps the level**: the tokens in the bucket stay (capped at a lower
+//!   burst), so a change never hands out a fresh burst. A `try_` form returns the
+//!   [`ConfigError`](crate::ConfigError) that the plain form panics with; on Redis an invalid
+//!   limit is the error's `Config` case.
+//! - **Naming metrics twice**: the last name given wins; every clone of a handle records under
+//!   it.
+//! - **Panics** are for programmer errors only, each named in the method's `# Panics`, and their
+//!   messages start with the method's path (`RateLimiter::new: ...`).
+//! - **Counters**: `granted` and `rejected` count this limiter's own grants and refusals;
+//!   `Adaptive`'s `successes` and `throttled` count the answers you reported (a server's
+//!   refusal is *throttled*, the limiter's own is *rejected*).
 //!
 //! # Testing your code with paused time
 //!
@@ -1090,16 +1122,15 @@
 //! `hashbrown` (without default features), because the keyed table is looked up by a hash
 //! computed before its lock is taken, which std's `HashMap` cannot do on stable Rust.
 //!
-//! # Migrating from 0.x
+//! # Migrating from the git versions
 //!
-//! 1.0 moved the adapter types into [`paced::stream`](crate::stream) and
-//! [`paced::sink`](crate::sink) (`SinkThrottle` is now `paced::sink::Throttle`), the Redis
-//! types other than [`RedisRateLimiter`] into [`paced::redis`][redis], and made
-//! [`NotUntil`] the one refusal (the tower layer's `RateLimited` is now a name for it).
-//! [`RateLimiter::burst`] returns an `Option`, the [`KeyedRateLimiter`] is asked with borrowed
-//! keys and has a hasher parameter, and a [`Rate`] is reduced to lowest terms. The code that
-//! used the crate's operators and limiters by their methods mostly compiles unchanged; code
-//! that names the adapter types needs their new paths.
+//! paced 1.0.0 is the first release on crates.io. Earlier versions lived only in git, under the
+//! name `pacer`: rename the dependency and the paths (`pacer::` becomes `paced::`, the metric
+//! names `pacer_*` become `paced_*`). The adapter types live in [`paced::stream`](crate::stream)
+//! and [`paced::sink`](crate::sink), the Redis types other than the two limiters in
+//! `paced::redis`, and [`NotUntil`] is the one refusal. The handles share one vocabulary (the
+//! table above): where a name changed, the old one mostly stays as a deprecated alias, so the
+//! compiler points at each place to change.
 //!
 //! The [CHANGELOG](https://docs.rs/crate/paced/latest/source/CHANGELOG.md) lists every
 //! change, with a migration table from each old name or signature to the new one.
