@@ -22,7 +22,7 @@
 //! over `L` from 0 s to 60 s, and from 60 s to 100 s after `L` is halved or doubled at 60 s
 //! (over the new `L`), and the refused calls of the whole run.
 //!
-//! Run: `cargo bench --features unstable-laws --bench adaptive` (a few seconds; everything runs in paused time).
+//! Run: `cargo bench -p paced-benches --features unstable-laws --bench adaptive` (a few seconds; everything runs in paused time).
 
 #[path = "../tests/common/provider.rs"]
 mod provider;

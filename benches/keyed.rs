@@ -35,7 +35,7 @@
 //!
 //! Memory is measured by the `keyed_memory` bench.
 //!
-//! Run: `cargo bench --bench keyed -- --warm-up-time 1 --measurement-time 3`
+//! Run: `cargo bench -p paced-benches --bench keyed -- --warm-up-time 1 --measurement-time 3`
 
 use std::cell::Cell;
 use std::hint::black_box;

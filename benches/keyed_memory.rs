@@ -20,7 +20,7 @@
 //! memory. The wall time of the operation after the idle period is shown too: paced forgets
 //! the expired keys inside the first operation that follows.
 //!
-//! Run: `cargo bench --bench keyed_memory` (`PACED_KEYED_MEMORY_KEYS` changes the key count).
+//! Run: `cargo bench -p paced-benches --bench keyed_memory` (`PACED_KEYED_MEMORY_KEYS` changes the key count).
 
 use std::num::NonZeroU32;
 use std::process::Command;

@@ -30,7 +30,7 @@
 //! Without `PACED_SOAK_KEYS`, the binary runs itself once per key count of `KEY_COUNTS`, each in
 //! its own child process (so that neither inherits the other's freed memory).
 //!
-//! Run: `cargo bench --bench keyed_soak` (3 minutes per key count). Environment:
+//! Run: `cargo bench -p paced-benches --bench keyed_soak` (3 minutes per key count). Environment:
 //! `PACED_SOAK_SECS` (default 180), `PACED_SOAK_KEYS` (one key count, in this process),
 //! `PACED_SOAK_RATE`, `PACED_SOAK_BURST`, `PACED_SOAK_TIMEOUT_MS` (the quota and timeout).
 

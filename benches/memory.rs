@@ -9,7 +9,7 @@
 //! plus the task allocation's 128-byte rounding. `size_of` of each adapter is printed too, for
 //! differences finer than that rounding.
 //!
-//! Run: `cargo bench --bench memory` (`PACED_MEMORY_TASKS` changes the task count).
+//! Run: `cargo bench -p paced-benches --bench memory` (`PACED_MEMORY_TASKS` changes the task count).
 
 use std::future::Future;
 use std::mem::size_of_val;

@@ -13,8 +13,8 @@
 //! read slower than it is. The histograms of the two recorders are drained between samples, so that memory stays flat.
 //! Every timed call is counted and the run fails if one was refused.
 //!
-//! Run: `cargo bench --features metrics --bench metrics -- --warm-up-time 1 --measurement-time 3`
-//! (and, for the feature off, `cargo bench --bench shared -- try_acquire/paced/rate`).
+//! Run: `cargo bench -p paced-benches --features metrics --bench metrics -- --warm-up-time 1 --measurement-time 3`
+//! (and, for the feature off, `cargo bench -p paced-benches --bench shared -- try_acquire/paced/rate`).
 
 use std::hint::black_box;
 use std::time::Instant;

@@ -7,7 +7,7 @@
 //! for `Enforcing`, to refuse none): a limit that binds, or a stream that ends early, fails the
 //! run instead of being measured.
 //!
-//! Run: `cargo bench --bench overhead -- --warm-up-time 1 --measurement-time 2`
+//! Run: `cargo bench -p paced-benches --bench overhead -- --warm-up-time 1 --measurement-time 2`
 
 use std::future::Future;
 use std::hint::black_box;

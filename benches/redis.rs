@@ -22,7 +22,7 @@
 //! and killed at the end, also on a panic (`Drop`). Every phase runs under a timeout, so a hang
 //! fails the run instead of stalling it.
 //!
-//! Run: `cargo bench --features redis --bench redis`
+//! Run: `cargo bench -p paced-benches --features redis --bench redis`
 
 use std::hint::black_box;
 use std::net::TcpListener;

@@ -29,7 +29,7 @@
 //! also on a panic; each case starts on a flushed server. Skipped, with a message, when
 //! `redis-server` is not installed (and the cluster rows when `redis-cli` is not).
 //!
-//! Run: `cargo bench --features redis --bench redis_keyed` (`PACED_BENCH_KEYS=10000` before
+//! Run: `cargo bench -p paced-benches --features redis --bench redis_keyed` (`PACED_BENCH_KEYS=10000` before
 //! it: only the one-server throughput rows, at those key counts).
 
 use std::process::{Command, Stdio};

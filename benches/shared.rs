@@ -25,7 +25,7 @@
 //! A run that does not finish within `HANG` fails the benchmark, except for leaky-bucket, which
 //! now and then leaves its waiters asleep for good: that run is reported and retried.
 //!
-//! Run: `cargo bench --bench shared -- --warm-up-time 1 --measurement-time 2`
+//! Run: `cargo bench -p paced-benches --bench shared -- --warm-up-time 1 --measurement-time 2`
 
 use std::future::{poll_fn, Future};
 use std::hint::black_box;

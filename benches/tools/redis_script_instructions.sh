@@ -8,7 +8,7 @@
 # the script, are left out.
 #
 # Needs redis-server, redis-cli, valgrind (callgrind_control), python3, and throttle-kit's
-# source in Cargo's registry (it is a dev-dependency: `cargo fetch` puts it there).
+# source in Cargo's registry (a dependency of `paced-benches`: `cargo fetch` puts it there).
 #
 # Run: bash benches/tools/redis_script_instructions.sh [commit]
 set -euo pipefail
