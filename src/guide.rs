@@ -977,7 +977,7 @@
 //! On a simulated provider (a hidden token bucket of rate `L`, from 5/s to 5,000/s) the default
 //! law kept 0.97–0.99 of `L` with 0.01–2 % of the calls refused; it settled within 10 s after
 //! `L` halved and used a doubled `L` within 7–19 s. BENCHMARKS.md compares it with AWS's cubic
-//! constants and a plain AIMD (`cargo bench --features unstable-laws --bench adaptive`: the
+//! constants and a plain AIMD (`cargo bench -p paced-benches --features unstable-laws --bench adaptive`: the
 //! laws it compares are outside semver).
 //!
 //! # Metrics
