@@ -573,6 +573,32 @@ async fn a_cost_that_is_never_granted_holds_nobody_up() {
     }
 }
 
+/// A dropped `acquire` whose cost can never be granted was not charged, so it gives nothing
+/// back: an emptied key stays empty (at 1 an hour it refills one token in 12 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_acquire_that_is_never_granted_gives_nothing_back() {
+    let server = Server::start();
+    let quota = limiter::<String>(&server, "never-back", Rate::per_hour(1), 5);
+    quota.acquire("k", 5).await.unwrap();
+    for cost in [u64::MAX, 2_000_000_000] {
+        let waited =
+            tokio::time::timeout(Duration::from_millis(100), quota.acquire("k", cost)).await;
+        assert!(waited.is_err(), "{cost} is never granted");
+        let refused = quota
+            .acquire_timeout("k", cost, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert!(refusal(refused).is_never(), "{cost}");
+    }
+    // Whatever was given back reaches Redis in the background, within a round trip.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = refusal(quota.try_acquire("k", 1).await.unwrap_err());
+    assert!(
+        refused.retry_after() > Duration::from_secs(600),
+        "{refused:?}"
+    );
+}
+
 fn epoch_nanos() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

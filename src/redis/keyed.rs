@@ -1148,16 +1148,17 @@ where
             match answer {
                 Ok(Answer::Granted { surplus, wait }) => {
                     self.recovered();
-                    let reserved = Reserved {
+                    let mut reserved = Reserved {
                         inner: &self.inner,
                         keys,
                         tokens: cost.saturating_add(surplus),
                     };
                     if wait == Nanos::MAX {
-                        // Never: it holds nobody up, here or in Redis (nothing was charged).
+                        // Never: it holds nobody up, here or in Redis. The script charges
+                        // nothing for it, so there is nothing to give back either.
+                        reserved.tokens = 0;
                         drop(turn.take());
                         if deadline.is_some() {
-                            // Never within any timeout: given back (if it was charged at all).
                             return Err(WaitError::Refused(NotUntil::NEVER));
                         }
                         std::future::pending::<()>().await;
