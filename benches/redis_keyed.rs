@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use paced::redis::{RedisKeyedStats, TryAcquireError};
+use paced::redis::{RedisStats, TryAcquireError};
 use paced::{Rate, RedisKeyedRateLimiter};
 use tokio::runtime::Runtime;
 
@@ -274,7 +274,7 @@ impl Client {
         }
     }
 
-    fn paced_stats(&self) -> Option<RedisKeyedStats> {
+    fn paced_stats(&self) -> Option<RedisStats> {
         match self {
             Client::Paced(quota) => Some(quota.stats()),
             _ => None,

@@ -180,7 +180,7 @@ async fn tenants(
             async move {
                 let sent = epoch_nanos();
                 quota.set_limit(&key, Rate::per_second(1), 1).await?;
-                Ok::<_, paced::redis::RedisQuotaError>(format!(
+                Ok::<_, paced::redis::RedisLimiterError>(format!(
                     "limit {sent} {} {key}\n",
                     epoch_nanos()
                 ))

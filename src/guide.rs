@@ -456,7 +456,7 @@
 //!   `max_age` of refill, and a process waits for a whole lease rather than one token.
 //! - **Faults** follow the policy you choose. `FailClosed { max_backoff, deadline }` grants
 //!   nothing without Redis: it retries with capped exponential backoff, `acquire` returns
-//!   `RedisQuotaError::Unavailable` after the deadline, and a shaping stream holds its item and
+//!   `RedisLimiterError::Unavailable` after the deadline, and a shaping stream holds its item and
 //!   waits (nothing lost). The quota is never exceeded; the price is a stall.
 //!   `FailOpen { share }` keeps going: each process falls back to a local limiter at `share` of
 //!   the rate and burst and tries Redis again every second. Nothing stalls; the price is that

@@ -7,7 +7,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use paced::redis::{FailurePolicy, RedisQuotaError, TryAcquireError};
+use paced::redis::{FailurePolicy, RedisLimiterError, TryAcquireError};
 use paced::{Rate, RedisKeyedRateLimiter};
 
 #[path = "common/redis_server.rs"]
@@ -40,7 +40,7 @@ fn limiter<K: std::hash::Hash + Eq + Send + Sync + 'static>(
     rate: Rate,
     burst: u64,
 ) -> RedisKeyedRateLimiter<K> {
-    RedisKeyedRateLimiter::builder(&server.url(), prefix, rate, burst)
+    RedisKeyedRateLimiter::builder(server.url(), prefix, rate, burst)
         .build()
         .unwrap()
 }
@@ -259,7 +259,7 @@ async fn a_key_of_another_type_is_a_reply_error_for_that_key_only() {
         FailurePolicy::FailOpen { share: 0.5 },
     ] {
         let quota: RedisKeyedRateLimiter<String> =
-            RedisKeyedRateLimiter::builder(&server.url(), "bad", Rate::per_second(10), 5)
+            RedisKeyedRateLimiter::builder(server.url(), "bad", Rate::per_second(10), 5)
                 .failure_policy(policy)
                 .build()
                 .unwrap();
@@ -274,7 +274,7 @@ async fn a_key_of_another_type_is_a_reply_error_for_that_key_only() {
             let start = Instant::now();
             let err = quota.acquire(key, 1).await.unwrap_err();
             assert!(start.elapsed() < Duration::from_secs(1));
-            assert!(matches!(err, RedisQuotaError::Reply(_)), "{key}: {err}");
+            assert!(matches!(err, RedisLimiterError::Reply(_)), "{key}: {err}");
             assert!(err.to_string().contains(expected), "{key}: {err}");
             let err = quota.try_acquire(key, 1).await.unwrap_err();
             assert!(matches!(err, TryAcquireError::Reply(_)), "{key}: {err}");
@@ -309,7 +309,7 @@ async fn fail_closed_and_fail_open_without_redis() {
             .unwrap();
     let start = Instant::now();
     let err = closed.acquire("k", 1).await.unwrap_err();
-    assert!(matches!(err, RedisQuotaError::Unavailable(_)), "{err}");
+    assert!(matches!(err, RedisLimiterError::Unavailable(_)), "{err}");
     assert!(start.elapsed() >= Duration::from_millis(300));
     assert!(closed.try_acquire("k", 1).await.is_err());
     let err = closed
@@ -345,21 +345,21 @@ async fn the_builder_refuses_what_cannot_be() {
     };
     assert!(matches!(
         build(0, Duration::from_secs(1)),
-        Err(RedisQuotaError::Config(_))
+        Err(RedisLimiterError::Config(_))
     ));
     assert!(matches!(
         build(1, Duration::ZERO),
-        Err(RedisQuotaError::Config(_))
+        Err(RedisLimiterError::Config(_))
     ));
     assert!(build(1, Duration::from_secs(1)).is_ok());
     let share =
         RedisKeyedRateLimiter::<u64>::builder("redis://127.0.0.1/", "t", Rate::per_second(1), 1)
             .failure_policy(FailurePolicy::FailOpen { share: 0.0 })
             .build();
-    assert!(matches!(share, Err(RedisQuotaError::Config(_))));
+    assert!(matches!(share, Err(RedisLimiterError::Config(_))));
     assert!(matches!(
         RedisKeyedRateLimiter::<u64>::builder("nonsense", "t", Rate::per_second(1), 1).build(),
-        Err(RedisQuotaError::Client(_))
+        Err(RedisLimiterError::Client(_))
     ));
 }
 
@@ -417,7 +417,7 @@ async fn a_limit_set_by_one_process_applies_to_every_process_and_keeps_the_level
     );
     assert!(matches!(
         one.set_limit("x", Rate::per_second(1), 0).await,
-        Err(RedisQuotaError::Config(_))
+        Err(RedisLimiterError::Config(_))
     ));
 }
 
@@ -505,7 +505,7 @@ async fn leases_are_per_key_cut_round_trips_and_are_given_back_when_idle() {
     let server = Server::start();
     let mut conn = admin(&server);
     let quota: RedisKeyedRateLimiter<String> =
-        RedisKeyedRateLimiter::builder(&server.url(), "lease", Rate::per_second(2_000), 50)
+        RedisKeyedRateLimiter::builder(server.url(), "lease", Rate::per_second(2_000), 50)
             .lease(20, Duration::from_millis(50))
             .build()
             .unwrap();
@@ -519,7 +519,7 @@ async fn leases_are_per_key_cut_round_trips_and_are_given_back_when_idle() {
     // One slow key. Its first try takes its cost only; once granted, the key is in use and
     // a try takes the cost and a lease's worth more.
     let slow: RedisKeyedRateLimiter<String> =
-        RedisKeyedRateLimiter::builder(&server.url(), "slow", Rate::per_minute(1), 50)
+        RedisKeyedRateLimiter::builder(server.url(), "slow", Rate::per_minute(1), 50)
             .lease(20, Duration::from_millis(50))
             .build()
             .unwrap();
@@ -610,7 +610,7 @@ fn epoch_nanos() -> u128 {
 async fn two_instances_with_leases_keep_each_keys_bound() {
     let server = Server::start();
     let make = || -> RedisKeyedRateLimiter<u64> {
-        RedisKeyedRateLimiter::builder(&server.url(), "fleet", Rate::per_second(200), 10)
+        RedisKeyedRateLimiter::builder(server.url(), "fleet", Rate::per_second(200), 10)
             .lease(5, Duration::from_millis(20))
             .build()
             .unwrap()
@@ -687,8 +687,8 @@ async fn a_named_keyed_quota_records_to_the_metrics_facade() {
     let snapshotter = recorder.snapshotter();
     let server = Server::start();
     let tenants = metrics::with_local_recorder(&recorder, || {
-        RedisKeyedRateLimiter::<String>::builder(&server.url(), "named", Rate::per_hour(1), 2)
-            .metrics_name("tenants")
+        RedisKeyedRateLimiter::<String>::builder(server.url(), "named", Rate::per_hour(1), 2)
+            .with_metrics("tenants")
             .build()
             .unwrap()
     });
@@ -737,7 +737,7 @@ async fn fail_open_falls_back_to_a_share_of_the_limits_this_process_set() {
     // One token a minute by default: nothing refills during the test, so what the fallback
     // grants is its share of each key's burst.
     let quota: RedisKeyedRateLimiter<String> =
-        RedisKeyedRateLimiter::builder(&server.url(), "share", Rate::per_minute(1), 4)
+        RedisKeyedRateLimiter::builder(server.url(), "share", Rate::per_minute(1), 4)
             .failure_policy(FailurePolicy::FailOpen { share: 0.5 })
             .build()
             .unwrap();
@@ -805,7 +805,7 @@ async fn set_and_clear_limit_fail_at_once_while_redis_is_down_and_change_nothing
     ] {
         let mut server = Server::start();
         let quota: RedisKeyedRateLimiter<String> =
-            RedisKeyedRateLimiter::builder(&server.url(), "cfg", Rate::per_minute(1), 2)
+            RedisKeyedRateLimiter::builder(server.url(), "cfg", Rate::per_minute(1), 2)
                 .failure_policy(policy)
                 .build()
                 .unwrap();
@@ -816,9 +816,9 @@ async fn set_and_clear_limit_fail_at_once_while_redis_is_down_and_change_nothing
             .set_limit("k", Rate::per_minute(1), 100)
             .await
             .unwrap_err();
-        assert!(matches!(err, RedisQuotaError::Unavailable(_)), "{err}");
+        assert!(matches!(err, RedisLimiterError::Unavailable(_)), "{err}");
         let err = quota.clear_limit("k").await.unwrap_err();
-        assert!(matches!(err, RedisQuotaError::Unavailable(_)), "{err}");
+        assert!(matches!(err, RedisLimiterError::Unavailable(_)), "{err}");
         // At once: neither retried nor handed to a fallback, each one round trip.
         let took = start.elapsed();
         assert!(took < Duration::from_secs(1), "{policy:?}: {took:?}");
@@ -839,7 +839,7 @@ async fn set_and_clear_limit_fail_at_once_while_redis_is_down_and_change_nothing
         // As soon as the connection is made again (it reconnects by itself).
         let back = Instant::now();
         while let Err(e) = quota.set_limit("k", Rate::per_minute(1), 6).await {
-            assert!(matches!(e, RedisQuotaError::Unavailable(_)), "{e}");
+            assert!(matches!(e, RedisLimiterError::Unavailable(_)), "{e}");
             assert!(back.elapsed() < Duration::from_secs(5), "not back: {e}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -855,7 +855,7 @@ async fn a_key_asked_less_often_than_the_lease_age_never_takes_a_lease() {
     let server = Server::start();
     let mut conn = admin(&server);
     let quota: RedisKeyedRateLimiter<String> =
-        RedisKeyedRateLimiter::builder(&server.url(), "rare", Rate::per_minute(1), 50)
+        RedisKeyedRateLimiter::builder(server.url(), "rare", Rate::per_minute(1), 50)
             .lease(20, Duration::from_millis(100))
             .build()
             .unwrap();
@@ -876,7 +876,7 @@ async fn a_busy_key_gives_its_expired_lease_back_with_its_next_round_trip() {
     let server = Server::start();
     let mut conn = admin(&server);
     let quota: RedisKeyedRateLimiter<String> =
-        RedisKeyedRateLimiter::builder(&server.url(), "busy", Rate::per_minute(1), 50)
+        RedisKeyedRateLimiter::builder(server.url(), "busy", Rate::per_minute(1), 50)
             .lease(20, Duration::from_millis(200))
             .build()
             .unwrap();

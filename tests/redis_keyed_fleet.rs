@@ -72,7 +72,7 @@ fn four_processes_share_a_thousand_keys_each_under_its_own_limit() {
     runtime.block_on(async {
         let (rate, burst) = TENANT_DEFAULT;
         let quota: RedisKeyedRateLimiter<u64> =
-            RedisKeyedRateLimiter::builder(&server.url(), "tenants", Rate::per_second(rate), burst)
+            RedisKeyedRateLimiter::builder(server.url(), "tenants", Rate::per_second(rate), burst)
                 .build()
                 .unwrap();
         let limits = (0..TENANTS).filter_map(|k| tenant_limit(k).map(|l| (k, l)));
