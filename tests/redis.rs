@@ -4,7 +4,7 @@
 #![cfg(feature = "redis")]
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,28 +14,16 @@ use paced::{PaceExt, Rate, RateLimiter, RedisRateLimiter, Shaping};
 
 #[path = "common/redis_server.rs"]
 mod redis_server;
+#[path = "common/redis_worker.rs"]
+mod redis_worker;
 use redis_server::{check_bound, Server};
-
-fn worker_binary() -> std::path::PathBuf {
-    // target/<profile>/deps/redis-<hash> -> target/<profile>/examples/redis_worker
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let worker = dir.join("examples").join("redis_worker");
-    assert!(
-        worker.exists(),
-        "{} missing: build it with `cargo test --features redis` (it builds the examples)",
-        worker.display()
-    );
-    worker
-}
 
 #[test]
 fn four_processes_share_one_quota() {
     let server = Server::start();
     let workers: Vec<Child> = (0..4)
         .map(|_| {
-            Command::new(worker_binary())
-                .args([&server.url(), "four", "3", "200", "20"])
+            redis_worker::command([&*server.url(), "four", "3", "200", "20"])
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("spawn a worker")

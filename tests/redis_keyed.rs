@@ -4,7 +4,7 @@
 #![cfg(feature = "redis")]
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use paced::redis::{FailurePolicy, RedisLimiterError, TryAcquireError};
@@ -12,6 +12,8 @@ use paced::{Rate, RedisKeyedRateLimiter};
 
 #[path = "common/redis_server.rs"]
 mod redis_server;
+#[path = "common/redis_worker.rs"]
+mod redis_worker;
 use redis_server::{check_bound, Server};
 
 /// A plain connection to `server`, to look at keys or break them behind the limiter's back.
@@ -441,26 +443,12 @@ async fn limits_outlive_idle_buckets() {
     assert_eq!(dbsize(&mut conn), 0);
 }
 
-fn worker_binary() -> std::path::PathBuf {
-    // target/<profile>/deps/redis_keyed-<hash> -> target/<profile>/examples/redis_worker
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let worker = dir.join("examples").join("redis_worker");
-    assert!(
-        worker.exists(),
-        "{} missing: build it with `cargo test --features redis` (it builds the examples)",
-        worker.display()
-    );
-    worker
-}
-
 #[test]
 fn three_processes_share_each_keys_quota() {
     let server = Server::start();
     let workers: Vec<Child> = (0..3)
         .map(|_| {
-            Command::new(worker_binary())
-                .args([&server.url(), "fleet", "2", "100", "10", "keyed"])
+            redis_worker::command([&*server.url(), "fleet", "2", "100", "10", "keyed"])
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("spawn a worker")
