@@ -54,9 +54,31 @@ pub struct RedisLimiterBuilder<L> {
 }
 
 /// Builds a [`RedisRateLimiter`]; see [`RedisRateLimiter::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use paced::redis::RedisRateLimiterBuilder;
+/// use paced::{Rate, RedisRateLimiter};
+///
+/// let builder: RedisRateLimiterBuilder =
+///     RedisRateLimiter::builder("redis://127.0.0.1/", "api", Rate::per_second(5), 5);
+/// # let _ = builder;
+/// ```
 pub type RedisRateLimiterBuilder = RedisLimiterBuilder<RedisRateLimiter>;
 
 /// Builds a [`RedisKeyedRateLimiter`]; see [`RedisKeyedRateLimiter::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use paced::redis::RedisKeyedRateLimiterBuilder;
+/// use paced::{Rate, RedisKeyedRateLimiter};
+///
+/// let builder: RedisKeyedRateLimiterBuilder<String> =
+///     RedisKeyedRateLimiter::builder("redis://127.0.0.1/", "tenants", Rate::per_second(5), 5);
+/// # let _ = builder;
+/// ```
 pub type RedisKeyedRateLimiterBuilder<K> = RedisLimiterBuilder<RedisKeyedRateLimiter<K>>;
 
 /// What a builder was told (public in a private module: nameable by no user).

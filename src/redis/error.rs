@@ -41,6 +41,16 @@ pub enum RedisLimiterError {
 }
 
 /// The former name of [`RedisLimiterError`].
+///
+/// # Examples
+///
+/// ```
+/// # #![allow(deprecated)]
+/// fn old(e: paced::redis::RedisQuotaError) -> paced::redis::RedisLimiterError {
+///     e
+/// }
+/// # let _ = old;
+/// ```
 #[deprecated(since = "1.0.0", note = "use RedisLimiterError")]
 pub type RedisQuotaError = RedisLimiterError;
 

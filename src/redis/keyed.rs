@@ -20,6 +20,8 @@ use super::policy::FailurePolicy;
 use super::script::{Conn, Counters};
 use super::stats::RedisStats;
 #[allow(unused_imports)] // the docs' links
+use crate::error::NotUntil;
+#[allow(unused_imports)] // the docs' links
 use crate::limiter::{KeyedQuota, KeyedRateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};

@@ -42,6 +42,14 @@ pub struct RedisStats {
 }
 
 /// The former name of [`RedisStats`], the keyed limiter's counters.
+///
+/// # Examples
+///
+/// ```
+/// # #![allow(deprecated)]
+/// let stats: paced::redis::RedisKeyedStats = paced::redis::RedisStats::default();
+/// assert_eq!(stats.keys, 0);
+/// ```
 #[deprecated(since = "1.0.0", note = "use RedisStats")]
 pub type RedisKeyedStats = RedisStats;
 
