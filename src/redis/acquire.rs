@@ -1,6 +1,7 @@
-//! The one acquisition path of both Redis limiters: a reservation in Redis (or a lease, or
-//! the fallback), the wait it was given, the key's turn; retries, backoff and failure policy;
-//! `try_acquire`, and the changes of a key's limit.
+//! The one acquisition path of both Redis limiters ([`RedisKeyedRateLimiter`]'s `acquire`,
+//! `acquire_timeout` and `try_acquire`): a reservation in Redis (or a lease, or the fallback),
+//! the wait it was given, the key's turn; retries, backoff and failure policy; the round trips,
+//! and the changes of a key's limit.
 
 use std::borrow::Borrow;
 use std::fmt::Display;
@@ -56,9 +57,26 @@ impl<K> RedisKeyedRateLimiter<K>
 where
     K: Hash + Eq + Send + Sync + 'static,
 {
-    /// `acquire`: waits without a deadline, gives up on a reply error or once Redis has been
-    /// unreachable for the fail-closed deadline.
-    pub(super) async fn wait<Q>(&self, key: &Q, cost: u64) -> Result<(), RedisLimiterError>
+    /// Waits until `key`'s quota grants `cost` tokens.
+    ///
+    /// Under [`FailurePolicy::FailOpen`] the local fallback grants while Redis is unreachable;
+    /// under [`FailurePolicy::FailClosed`] this waits for Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisLimiterError::Unavailable`] once Redis has been unreachable for the fail-closed
+    /// deadline; [`RedisLimiterError::Reply`] at once when Redis answers with an error (a key of
+    /// another type, a refused command), whatever the policy. Nothing was taken.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(quota: paced::RedisKeyedRateLimiter<String>) -> Result<(), paced::redis::RedisLimiterError> {
+    /// quota.acquire("tenant-7", 1).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), RedisLimiterError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
@@ -71,8 +89,31 @@ where
         }
     }
 
-    /// `acquire_timeout`: waits if the cost can be had within `timeout`, else takes nothing.
-    pub(super) async fn wait_at_most<Q>(
+    /// Waits until `key`'s quota grants `cost` tokens, if that can be within `timeout`;
+    /// otherwise returns at once, having taken nothing.
+    ///
+    /// A request that Redis would make wait longer than `timeout` is refused without being
+    /// charged (in one round trip); one granted with a shorter wait is waited for.
+    ///
+    /// # Errors
+    ///
+    /// [`TryAcquireError::NotUntil`] when the cost cannot be had within `timeout`, with how
+    /// long until it could be (also while Redis is unreachable past `timeout` under
+    /// `FailClosed`); [`TryAcquireError::Reply`] when Redis answers with an error.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # async fn demo(quota: paced::RedisKeyedRateLimiter<u64>) {
+    /// match quota.acquire_timeout(&42, 1, Duration::from_millis(50)).await {
+    ///     Ok(()) => println!("go"),
+    ///     Err(e) => println!("not within 50 ms: {e}"),
+    /// }
+    /// # }
+    /// ```
+    pub async fn acquire_timeout<Q>(
         &self,
         key: &Q,
         cost: u64,
@@ -113,6 +154,12 @@ where
         let _ = self.reserve(key, cost, None, true).await;
     }
 
+    /// A cost of 0: granted at once, spending the task's cooperative budget.
+    async fn grant_nothing(&self) {
+        spend_budget().await;
+        self.inner.counters.grant(0);
+    }
+
     /// Takes `cost` from `key`'s lease if it holds it, spending the task's cooperative budget
     /// (a lease grants without a wait), and counts the grant.
     async fn grant_from_lease<Q>(&self, key: &Q, cost: u64) -> bool
@@ -149,8 +196,7 @@ where
     {
         let counters = &self.inner.counters;
         if cost == 0 {
-            spend_budget().await;
-            counters.grant(cost);
+            self.grant_nothing().await;
             return Ok(());
         }
         let hold = self.hold(key);
@@ -295,15 +341,37 @@ where
         }
     }
 
-    pub(super) async fn try_now<Q>(&self, key: &Q, cost: u64) -> Result<(), TryAcquireError>
+    /// Grants `cost` of `key`'s quota if it holds it now; one round trip. A refusal writes
+    /// nothing to Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`TryAcquireError::NotUntil`], a refusal, with how long until the cost could be granted
+    /// ([`NotUntil::is_never`] for a cost above the key's burst); while Redis is unreachable,
+    /// under `FailClosed` a refusal with the retry backoff, under `FailOpen` the fallback's
+    /// answer. [`TryAcquireError::Reply`] when Redis answers with an error.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use paced::redis::TryAcquireError;
+    ///
+    /// # async fn demo(quota: paced::RedisKeyedRateLimiter<String>) {
+    /// match quota.try_acquire("tenant-7", 1).await {
+    ///     Ok(()) => println!("go"),
+    ///     Err(TryAcquireError::NotUntil(refused)) => println!("retry in {:?}", refused.retry_after()),
+    ///     Err(failed) => eprintln!("the quota is broken: {failed}"),
+    /// }
+    /// # }
+    /// ```
+    pub async fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), TryAcquireError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
         let counters = &self.inner.counters;
         if cost == 0 {
-            spend_budget().await;
-            counters.grant(cost);
+            self.grant_nothing().await;
             return Ok(());
         }
         if self.grant_from_lease(key, cost).await {
@@ -347,7 +415,7 @@ where
                     FailurePolicy::FailOpen { share } => {
                         self.open_fallback(share);
                         drop(hold);
-                        return Box::pin(self.try_now(key, cost)).await;
+                        return Box::pin(self.try_acquire(key, cost)).await;
                     }
                     FailurePolicy::FailClosed { .. } => {
                         Err(NotUntil::after(Duration::from_millis(10)))

@@ -1,5 +1,6 @@
 //! [`RedisKeyedRateLimiter`]: one token bucket per key, kept in Redis, shared by every
-//! process; its state, its constructors and its public methods.
+//! process; its state, its constructors, its limit changes and its counters (its acquisitions
+//! are in `acquire.rs`).
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use super::builder::RedisKeyedRateLimiterBuilder;
 use super::connect::Target;
-use super::error::{RedisLimiterError, TryAcquireError};
+use super::error::RedisLimiterError;
 use super::fallback::{Fallback, KeyedFallback};
 use super::key::Naming;
 use super::lease::KeyLocal;
@@ -220,101 +221,6 @@ where
         burst: u64,
     ) -> RedisKeyedRateLimiterBuilder<K> {
         RedisKeyedRateLimiterBuilder::new(Target::cluster(nodes), name.into(), rate, burst)
-    }
-
-    /// Waits until `key`'s quota grants `cost` tokens.
-    ///
-    /// Under [`FailurePolicy::FailOpen`] the local fallback grants while Redis is unreachable;
-    /// under [`FailurePolicy::FailClosed`] this waits for Redis.
-    ///
-    /// # Errors
-    ///
-    /// [`RedisLimiterError::Unavailable`] once Redis has been unreachable for the fail-closed
-    /// deadline; [`RedisLimiterError::Reply`] at once when Redis answers with an error (a key of
-    /// another type, a refused command), whatever the policy. Nothing was taken.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(quota: paced::RedisKeyedRateLimiter<String>) -> Result<(), paced::redis::RedisLimiterError> {
-    /// quota.acquire("tenant-7", 1).await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), RedisLimiterError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
-    {
-        self.wait(key, cost).await
-    }
-
-    /// Waits until `key`'s quota grants `cost` tokens, if that can be within `timeout`;
-    /// otherwise returns at once, having taken nothing.
-    ///
-    /// A request that Redis would make wait longer than `timeout` is refused without being
-    /// charged (in one round trip); one granted with a shorter wait is waited for.
-    ///
-    /// # Errors
-    ///
-    /// [`TryAcquireError::NotUntil`] when the cost cannot be had within `timeout`, with how
-    /// long until it could be (also while Redis is unreachable past `timeout` under
-    /// `FailClosed`); [`TryAcquireError::Reply`] when Redis answers with an error.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    ///
-    /// # async fn demo(quota: paced::RedisKeyedRateLimiter<u64>) {
-    /// match quota.acquire_timeout(&42, 1, Duration::from_millis(50)).await {
-    ///     Ok(()) => println!("go"),
-    ///     Err(e) => println!("not within 50 ms: {e}"),
-    /// }
-    /// # }
-    /// ```
-    pub async fn acquire_timeout<Q>(
-        &self,
-        key: &Q,
-        cost: u64,
-        timeout: Duration,
-    ) -> Result<(), TryAcquireError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
-    {
-        self.wait_at_most(key, cost, timeout).await
-    }
-
-    /// Grants `cost` of `key`'s quota if it holds it now; one round trip. A refusal writes
-    /// nothing to Redis.
-    ///
-    /// # Errors
-    ///
-    /// [`TryAcquireError::NotUntil`], a refusal, with how long until the cost could be granted
-    /// ([`NotUntil::is_never`] for a cost above the key's burst); while Redis is unreachable,
-    /// under `FailClosed` a refusal with the retry backoff, under `FailOpen` the fallback's
-    /// answer. [`TryAcquireError::Reply`] when Redis answers with an error.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use paced::redis::TryAcquireError;
-    ///
-    /// # async fn demo(quota: paced::RedisKeyedRateLimiter<String>) {
-    /// match quota.try_acquire("tenant-7", 1).await {
-    ///     Ok(()) => println!("go"),
-    ///     Err(TryAcquireError::NotUntil(refused)) => println!("retry in {:?}", refused.retry_after()),
-    ///     Err(failed) => eprintln!("the quota is broken: {failed}"),
-    /// }
-    /// # }
-    /// ```
-    pub async fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), TryAcquireError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
-    {
-        self.try_now(key, cost).await
     }
 
     /// Gives `key` its own limit, for every process: stored in Redis beside the key's bucket
