@@ -1,7 +1,7 @@
-//! The one acquisition path of both Redis limiters ([`RedisKeyedRateLimiter`]'s `acquire`,
-//! `acquire_timeout` and `try_acquire`): a reservation in Redis (or a lease, or the fallback),
-//! the wait it was given, the key's turn; retries, backoff and failure policy; the round trips,
-//! and the changes of a key's limit.
+//! The one acquisition path of both Redis limiters: `acquire`, `acquire_timeout`, `try_acquire`.
+//!
+//! A reservation in Redis (or a lease, or the fallback), the wait it was given, the key's turn;
+//! retries, backoff and failure policy; the round trips, and the changes of a key's limit.
 
 use std::borrow::Borrow;
 use std::fmt::Display;
@@ -180,9 +180,9 @@ where
         true
     }
 
-    /// The one reservation path, of `acquire` (`deadline: None`) and `acquire_timeout` (`Some(deadline)`,
-    /// `Some(None)` being a deadline beyond time); `patient` (without a deadline only) never
-    /// gives up, and retries reply errors at a backoff.
+    /// The one reservation path, of `acquire` (`deadline: None`) and `acquire_timeout`
+    /// (`Some(deadline)`, `Some(None)` being a deadline beyond time); `patient` (without a
+    /// deadline only) never gives up, and retries reply errors at a backoff.
     async fn reserve<Q>(
         &self,
         key: &Q,

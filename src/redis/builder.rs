@@ -1,5 +1,4 @@
-//! The one builder of both Redis limiters: [`RedisLimiterBuilder`], its options, and how each
-//! limiter is built from them.
+//! [`RedisLimiterBuilder`], the one builder of both Redis limiters, and its options.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;

@@ -1,5 +1,4 @@
-//! The one connection of a Redis limiter: to one server or to a Redis Cluster, lazy either
-//! way, so that building succeeds while Redis is down.
+//! The one connection of a Redis limiter, to a server or a Redis Cluster, made lazily.
 
 use std::time::Duration;
 

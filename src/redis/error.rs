@@ -1,5 +1,4 @@
-//! The errors of the Redis limiters: [`RedisLimiterError`] (building, waiting, changing a
-//! limit) and [`TryAcquireError`] (a refusal, or Redis's error).
+//! The Redis limiters' errors: [`RedisLimiterError`] and [`TryAcquireError`].
 
 use std::fmt;
 

@@ -1,5 +1,4 @@
-//! The fail-open fallback: during an outage under [`FailurePolicy::FailOpen`], local limiters
-//! at `share` of each key's limit as this process knows it stand in for Redis.
+//! The fail-open fallback: local limiters that stand in for Redis during an outage.
 
 use std::borrow::Borrow;
 use std::collections::HashMap;

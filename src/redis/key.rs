@@ -1,5 +1,4 @@
-//! How a Redis limiter names its keys in Redis: the escaping of keys and prefixes, and the
-//! hash tag that keeps a key's bucket and its own limit on one Redis Cluster slot.
+//! How a Redis limiter names its keys in Redis: escaping, prefix and Cluster hash tag.
 
 use std::fmt::{self, Display, Write as _};
 

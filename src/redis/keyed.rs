@@ -1,6 +1,4 @@
-//! [`RedisKeyedRateLimiter`]: one token bucket per key, kept in Redis, shared by every
-//! process; its state, its constructors, its limit changes and its counters (its acquisitions
-//! are in `acquire.rs`).
+//! [`RedisKeyedRateLimiter`]: its state, constructors, limit changes and counters.
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;

@@ -1,5 +1,4 @@
-//! Leases and the local state of the keys in use: tokens taken from Redis ahead of use and
-//! spent locally, given back once they expire, when a key falls idle or when the limiter goes.
+//! Leases and the local state of the keys in use, and how unused tokens go back to Redis.
 
 use std::borrow::Borrow;
 use std::fmt::Display;

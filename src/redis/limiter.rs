@@ -1,5 +1,4 @@
-//! [`RedisRateLimiter`]: one token bucket for many processes and machines, kept in Redis; a
-//! [`RedisKeyedRateLimiter`] with one key.
+//! [`RedisRateLimiter`]: a [`RedisKeyedRateLimiter`] with one key, named as given.
 
 use std::fmt;
 use std::time::Duration;
@@ -50,7 +49,8 @@ impl fmt::Display for One {
 /// with the next round trip (at once, in the background). A reservation waits out the wait
 /// Redis gave it on a tokio timer of its own, then lets this process's reservations sent before
 /// it go first; it does not queue in the in-process limiters' waiter engine (the order that
-/// matters is Redis's, which that engine cannot see). Leases ([`RedisLimiterBuilder::lease`](super::RedisLimiterBuilder::lease)) make most grants local.
+/// matters is Redis's, which that engine cannot see). Leases
+/// ([`RedisLimiterBuilder::lease`](super::RedisLimiterBuilder::lease)) make most grants local.
 /// The bound `burst + w * rate` holds across all processes to within one round trip (and the
 /// lease age, with leases).
 ///

@@ -1,5 +1,4 @@
-//! How streams, sinks and tower services draw on the Redis limiters: the permits that hold a
-//! request's round trip (and its wait) in flight, and the sealed traits' implementations.
+//! The permits by which streams and tower services wait on the Redis limiters.
 
 use std::collections::hash_map::RandomState;
 use std::fmt::{self, Display};

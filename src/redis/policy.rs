@@ -1,5 +1,4 @@
-//! [`FailurePolicy`], what a Redis limiter does during an outage, and the checks and
-//! arithmetic of a configuration: the validation, the script's unit, a share of a limit.
+//! [`FailurePolicy`], and the checks and arithmetic of a Redis limiter's configuration.
 
 use std::time::Duration;
 

@@ -1,5 +1,4 @@
-//! [`RedisStats`]: the counters of a Redis limiter in this process, read from the counters the
-//! round trips bump.
+//! [`RedisStats`]: the counters of a Redis limiter in this process.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
