@@ -890,3 +890,45 @@ async fn a_busy_key_gives_its_expired_lease_back_with_its_next_round_trip() {
     let back = level(&mut conn, "{busy:k}");
     assert!((back - 46.0).abs() < 0.05, "{back}");
 }
+
+/// A task looping on `try_acquire` of a leased key whose limit never binds yields to the
+/// runtime (a grant from the lease spends the task's cooperative budget): a 5 ms timer on the
+/// same thread fires in time, where without the budget it waits for the loop to give up (3 s).
+#[test]
+fn a_task_looping_on_a_keys_lease_does_not_starve_a_timer() {
+    let server = Server::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let quota: RedisKeyedRateLimiter<String> = RedisKeyedRateLimiter::builder(
+            server.url(),
+            "coop",
+            Rate::per_second(1_000_000_000),
+            1_000_000_000,
+        )
+        .lease(100_000_000, Duration::from_secs(60))
+        .build()
+        .unwrap();
+        // The key's first round trip takes its cost; the second, a lease.
+        quota.try_acquire("k", 1).await.unwrap();
+        quota.try_acquire("k", 1).await.unwrap();
+        let start = Instant::now();
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            start.elapsed()
+        });
+        let mut grants = 0u64;
+        while !timer.is_finished() && start.elapsed() < Duration::from_secs(3) {
+            quota.try_acquire("k", 1).await.unwrap();
+            grants += 1;
+        }
+        let fired = timer.await.unwrap();
+        assert!(
+            fired < Duration::from_millis(200),
+            "the timer fired after {fired:?}, {grants} grants"
+        );
+        assert_eq!(quota.stats().round_trips, 2, "all from the lease");
+    });
+}
