@@ -81,11 +81,16 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
-        match self.reserve(key, cost, None, false).await {
-            Ok(()) => Ok(()),
-            Err(WaitError::Limiter(e)) => Err(e),
-            // Only a wait with a deadline is refused.
-            Err(WaitError::Refused(_)) => unreachable!("acquire without a deadline refused"),
+        loop {
+            match self.reserve(key, cost, None, false).await {
+                Ok(()) => return Ok(()),
+                Err(WaitError::Limiter(e)) => return Err(e),
+                // Only a wait with a deadline is refused; should this one be, it asks again.
+                Err(WaitError::Refused(refused)) => {
+                    let pause = refused.retry_after().min(Duration::from_secs(1));
+                    tokio::time::sleep(pause.max(Duration::from_millis(1))).await;
+                }
+            }
         }
     }
 
