@@ -16,6 +16,8 @@ use paced::{PaceExt, Rate, RateLimiter, RedisRateLimiter, Shaping};
 mod redis_server;
 #[path = "common/redis_worker.rs"]
 mod redis_worker;
+#[path = "common/starve.rs"]
+mod starve;
 use redis_server::{check_bound, Server};
 
 #[test]
@@ -1123,17 +1125,9 @@ fn a_task_looping_on_a_lease_does_not_starve_a_timer() {
         .unwrap();
         // The first round trip brings the lease.
         quota.acquire(1).await.unwrap();
-        let start = Instant::now();
-        let timer = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            start.elapsed()
-        });
-        let mut grants = 0u64;
-        while !timer.is_finished() && start.elapsed() < Duration::from_secs(3) {
-            quota.acquire(1).await.unwrap();
-            grants += 1;
-        }
-        let fired = timer.await.unwrap();
+        let quota = &quota;
+        let (fired, grants) =
+            starve::timer_beside(move || async move { quota.acquire(1).await.unwrap() }).await;
         assert!(
             fired < Duration::from_millis(200),
             "the timer fired after {fired:?}, {grants} grants"

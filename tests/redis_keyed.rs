@@ -14,6 +14,8 @@ use paced::{Rate, RedisKeyedRateLimiter};
 mod redis_server;
 #[path = "common/redis_worker.rs"]
 mod redis_worker;
+#[path = "common/starve.rs"]
+mod starve;
 use redis_server::{check_bound, Server};
 
 /// A plain connection to `server`, to look at keys or break them behind the limiter's back.
@@ -914,17 +916,10 @@ fn a_task_looping_on_a_keys_lease_does_not_starve_a_timer() {
         // The key's first round trip takes its cost; the second, a lease.
         quota.try_acquire("k", 1).await.unwrap();
         quota.try_acquire("k", 1).await.unwrap();
-        let start = Instant::now();
-        let timer = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            start.elapsed()
-        });
-        let mut grants = 0u64;
-        while !timer.is_finished() && start.elapsed() < Duration::from_secs(3) {
-            quota.try_acquire("k", 1).await.unwrap();
-            grants += 1;
-        }
-        let fired = timer.await.unwrap();
+        let quota = &quota;
+        let (fired, grants) =
+            starve::timer_beside(move || async move { quota.try_acquire("k", 1).await.unwrap() })
+                .await;
         assert!(
             fired < Duration::from_millis(200),
             "the timer fired after {fired:?}, {grants} grants"
