@@ -29,15 +29,16 @@
 //! also on a panic; each case starts on a flushed server. Skipped, with a message, when
 //! `redis-server` is not installed (and the cluster rows when `redis-cli` is not).
 //!
-//! Run: `cargo bench -p paced-benches --features redis --bench redis_keyed` (`PACED_BENCH_KEYS=10000` before
-//! it: only the one-server throughput rows, at those key counts).
+//! Run: `cargo bench -p paced-benches --features redis --bench redis_keyed`
+//! (`PACED_BENCH_KEYS=10000` before it: only the one-server throughput rows, at those key
+//! counts; `PACED_BENCH_DEFAULT_TIMEOUT=1`: paced with its default response timeout of 250 ms).
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use paced::redis::{RedisKeyedStats, TryAcquireError};
+use paced::redis::{RedisStats, TryAcquireError};
 use paced::{Rate, RedisKeyedRateLimiter};
 use tokio::runtime::Runtime;
 
@@ -84,6 +85,8 @@ const HANG: Duration = Duration::from_secs(60);
 const WORKER_ENV: &str = "PACED_BENCH_WORKER";
 /// The environment variable that runs only the one-server throughput rows, at its key counts.
 const QUICK_ENV: &str = "PACED_BENCH_KEYS";
+/// Set: paced keeps its default response timeout (250 ms) rather than `RESPONSE_TIMEOUT`.
+const DEFAULT_TIMEOUT_ENV: &str = "PACED_BENCH_DEFAULT_TIMEOUT";
 
 // ---------------------------------------------------------------------------------------------
 // The contenders
@@ -213,9 +216,12 @@ impl Client {
                     }
                     _ => {}
                 }
-                // The default (250 ms) takes a stall of the shared machine for an outage, and
-                // under `FailClosed` an outage refuses.
-                builder = builder.response_timeout(RESPONSE_TIMEOUT);
+                // The default (250 ms) took a stall of the shared machine for an outage, and
+                // under `FailClosed` an outage refuses. `PACED_BENCH_DEFAULT_TIMEOUT` keeps the
+                // default, to see whether it still does.
+                if std::env::var_os(DEFAULT_TIMEOUT_ENV).is_none() {
+                    builder = builder.response_timeout(RESPONSE_TIMEOUT);
+                }
                 Some(Client::Paced(
                     builder.build().expect("a valid configuration"),
                 ))
@@ -274,7 +280,7 @@ impl Client {
         }
     }
 
-    fn paced_stats(&self) -> Option<RedisKeyedStats> {
+    fn paced_stats(&self) -> Option<RedisStats> {
         match self {
             Client::Paced(quota) => Some(quota.stats()),
             _ => None,
@@ -523,6 +529,15 @@ async fn throughput(
     let (calls, elapsed, slowest) = run_tasks(&client, keys, MEASURE, &label).await;
     let (after, stats_after, cpu_after) = (probe.counts(), client.paced_stats(), process_cpu());
     let redis = after - before;
+    if let Some(stats) = client.paced_stats() {
+        // Over warm-up and measure: any round trip that failed (an outage under the response
+        // timeout, a reply error) and any grant by the fallback.
+        println!(
+            "{label}: paced stats: {} round trips, {} outages, {} reply errors, {} fallback \
+             grants, {} refused",
+            stats.round_trips, stats.errors, stats.reply_errors, stats.fallback, stats.rejected
+        );
+    }
     assert_eq!(redis.errors, 0, "{label}: Redis answered with errors");
     Some(Case {
         contender,

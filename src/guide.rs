@@ -482,14 +482,21 @@
 //!   once is charged in Redis at once and told how long to wait, so each acquisition is one
 //!   round trip, waiters are served in the order their requests reached Redis, and a large
 //!   request is not starved by small ones. A waiter dropped before its turn gives its tokens
-//!   back with the next round trip.
+//!   back with the key's next round trip or, once nothing uses the key, in the background,
+//!   whichever comes first. A reservation sleeps out the wait Redis gave it on a tokio timer of
+//!   its own, then lets this process's reservations sent before it go first (Redis's order):
+//!   Redis waiters do not queue in the in-process waiter engine.
+//! - **One limit for the fleet, changed at run time.** `set_limit(rate, burst)` stores a new
+//!   limit in Redis beside the bucket, so every process's next request obeys it (the level is
+//!   kept, in tokens); `clear_limit()` gives back the limit the quota was built with.
+//!   `acquire_timeout(cost, timeout)` refuses, uncharged, a request that would wait too long.
 //! - **Leases** (`.lease(m, max_age)`) take up to `m` tokens per round trip and spend them
 //!   locally; unspent ones are given back after `max_age` or when the limiter is dropped. They
 //!   cut round trips per 1,000 grants more than tenfold; the bound then holds to within
 //!   `max_age` of refill, and a process waits for a whole lease rather than one token.
 //! - **Faults** follow the policy you choose. `FailClosed { max_backoff, deadline }` grants
 //!   nothing without Redis: it retries with capped exponential backoff, `acquire` returns
-//!   `RedisQuotaError::Unavailable` after the deadline, and a shaping stream holds its item and
+//!   `RedisLimiterError::Unavailable` after the deadline, and a shaping stream holds its item and
 //!   waits (nothing lost). The quota is never exceeded; the price is a stall.
 //!   `FailOpen { share }` keeps going: each process falls back to a local limiter at `share` of
 //!   the rate and burst and tries Redis again every second. Nothing stalls; the price is that
@@ -498,6 +505,10 @@
 //!   duplicated: the tests kill Redis mid-run and restart it a second later under both
 //!   policies.
 //! - The feature needs Rust 1.88 (the `redis` crate's minimum); the default build needs 1.85.
+//!
+//! A [`RedisRateLimiter`] is a [`RedisKeyedRateLimiter`] with one key (whose Redis key is the
+//! name you give): both acquire, lease, fall back, back off and take turns through one
+//! implementation, and are built by one builder with the same options.
 //!
 //! ## Across a fleet, per key
 //!
@@ -577,8 +588,8 @@
 //!
 //! ## Redis Cluster
 //!
-//! `RedisRateLimiter::cluster_builder(nodes, key, rate, burst)` and
-//! `RedisKeyedRateLimiter::cluster_builder(nodes, prefix, rate, burst)` return the same builders,
+//! `RedisRateLimiter::cluster_builder(nodes, name, rate, burst)` and
+//! `RedisKeyedRateLimiter::cluster_builder(nodes, name, rate, burst)` return the same builders,
 //! with the same options, on the `redis` crate's async cluster client: `nodes` are the URLs of some
 //! of the cluster's nodes (one that answers is enough). The script touches one key (the single
 //! quota's, or a keyed quota's `{p:k}`, which holds the key's own limit too), so each decision is
@@ -622,7 +633,7 @@
 //!   names both versions, `ERR paced: the key K holds format version 2, which this paced does
 //!   not read (it reads version 1): …`, and is left as it is: not read as version 1, not reset,
 //!   not overwritten, nothing granted. It is a reply error, not an outage: `acquire` returns
-//!   `RedisQuotaError::Reply`, `try_acquire` `TryAcquireError::Reply`, `FailOpen` does not
+//!   `RedisLimiterError::Reply`, `try_acquire` `TryAcquireError::Reply`, `FailOpen` does not
 //!   fall back, every one is counted in `stats().reply_errors` and logged at error level
 //!   (feature `tracing`), a waiting stream holds its items and asks again at a backoff up to
 //!   1 s, and an enforcing one refuses them with a `retry_after` of 1 s. A
@@ -986,7 +997,7 @@
 //! [`metrics`](https://docs.rs/metrics) facade, so that whatever recorder the application
 //! installs (Prometheus, StatsD, OpenTelemetry...) sees it. Name it: `with_metrics(name)` on
 //! `RateLimiter`, `Stagger`, `KeyedRateLimiter` and `Adaptive` (consuming and returning the
-//! limiter), `metrics_name(name)` on `RedisRateLimiter`'s builder. Every metric carries the
+//! limiter), `with_metrics(name)` on both Redis limiters' builder. Every metric carries the
 //! label `limiter = name`:
 //!
 //! | metric | kind | recorded by | what |
@@ -1092,7 +1103,7 @@
 //! limiters        RateLimiter · Stagger · KeyedRateLimiter · Adaptive      RedisRateLimiter
 //!                                         |                                (same GCRA, in Lua)
 //! engine          a Lane (a rule + its FIFO queue) · one lane behind a mutex, or one per key
-//!                 · a Waiter: one request's async side, the only code that sleeps
+//!                 · a Waiter: one request's async side, the only in-process code that sleeps
 //!                                         |
 //! core            clock-free arithmetic: the GCRA bucket, the sliding window, Guava's warm-up
 //! ```
@@ -1112,7 +1123,9 @@
 //! - **The limiters** are handles (`Arc`s) over the engine: [`RateLimiter`] (a bucket or a
 //!   warm-up curve, with a pause), [`Stagger`] (a window), [`KeyedRateLimiter`] (a bucket per
 //!   key), [`Adaptive`] (a controller that sets a `RateLimiter`'s rate). [`RedisRateLimiter`]
-//!   runs the same GCRA in a Lua script on Redis, and its waiters wait as the engine's do.
+//!   runs the same GCRA in a Lua script on Redis; its waiters do not go through the engine
+//!   (Redis keeps the queue): a reservation sleeps out the wait Redis gave it on a tokio timer
+//!   of its own, then waits its turn behind the reservations this process sent before it.
 //! - **The entry points** are thin: a stream adapter, a Sink adapter, a tower layer or a task
 //!   asks a limiter through the same waiter, so every one of them has the same promises, and
 //!   refuses with the same [`NotUntil`]. Every configuration value that cannot be is a

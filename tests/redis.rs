@@ -4,38 +4,28 @@
 #![cfg(feature = "redis")]
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use paced::redis::{FailurePolicy, RedisQuotaError, TryAcquireError};
+use paced::redis::{FailurePolicy, RedisLimiterError, TryAcquireError};
 use paced::{PaceExt, Rate, RateLimiter, RedisRateLimiter, Shaping};
 
 #[path = "common/redis_server.rs"]
 mod redis_server;
+#[path = "common/redis_worker.rs"]
+mod redis_worker;
+#[path = "common/starve.rs"]
+mod starve;
 use redis_server::{check_bound, Server};
-
-fn worker_binary() -> std::path::PathBuf {
-    // target/<profile>/deps/redis-<hash> -> target/<profile>/examples/redis_worker
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let worker = dir.join("examples").join("redis_worker");
-    assert!(
-        worker.exists(),
-        "{} missing: build it with `cargo test --features redis` (it builds the examples)",
-        worker.display()
-    );
-    worker
-}
 
 #[test]
 fn four_processes_share_one_quota() {
     let server = Server::start();
     let workers: Vec<Child> = (0..4)
         .map(|_| {
-            Command::new(worker_binary())
-                .args([&server.url(), "four", "3", "200", "20"])
+            redis_worker::command([&*server.url(), "four", "3", "200", "20"])
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("spawn a worker")
@@ -215,7 +205,7 @@ async fn fail_closed_acquire_gives_up_after_its_deadline() {
     let start = Instant::now();
     let err = quota.acquire(1).await.unwrap_err();
     assert!(
-        matches!(err, paced::redis::RedisQuotaError::Unavailable(_)),
+        matches!(err, paced::redis::RedisLimiterError::Unavailable(_)),
         "{err}"
     );
     assert!(start.elapsed() >= Duration::from_millis(300));
@@ -472,7 +462,7 @@ async fn a_key_of_another_type_is_a_reply_error_at_once() {
                 "{key}: took {:?}",
                 start.elapsed()
             );
-            let RedisQuotaError::Reply(e) = &err else {
+            let RedisLimiterError::Reply(e) = &err else {
                 panic!("{key}: not a reply error: {err}");
             };
             let expected = if hash {
@@ -489,12 +479,16 @@ async fn a_key_of_another_type_is_a_reply_error_at_once() {
                 "{key}: {failed}"
             );
             assert!(failed.not_until().is_none());
-            // A cost above the burst is refused without asking Redis.
-            let refused = quota.try_acquire(6).await.unwrap_err();
-            assert!(refused.not_until().unwrap().is_never(), "{key}: {refused}");
+            // A cost above the burst asks Redis too (any process may have raised the limit
+            // with `set_limit`): the same reply error.
+            let failed = quota.try_acquire(6).await.unwrap_err();
+            assert!(
+                matches!(failed, TryAcquireError::Reply(_)),
+                "{key}: {failed}"
+            );
 
             let stats = quota.stats();
-            assert_eq!(stats.reply_errors, 2, "{key}: {stats:?}");
+            assert_eq!(stats.reply_errors, 3, "{key}: {stats:?}");
             assert_eq!(stats.errors, 0, "{key}: not an outage: {stats:?}");
             assert_eq!(stats.fallback, 0, "{key}: no fallback: {stats:?}");
             assert_eq!(stats.granted, 0, "{key}: {stats:?}");
@@ -822,7 +816,7 @@ async fn a_zero_response_timeout_is_a_config_error() {
     assert!(
         matches!(
             zero,
-            RedisQuotaError::Config(paced::ConfigError::ZeroTimeout)
+            RedisLimiterError::Config(paced::ConfigError::ZeroTimeout)
         ),
         "{zero}"
     );
@@ -880,12 +874,12 @@ async fn a_named_quota_records_to_the_metrics_facade() {
     let server = Server::start();
     let (up, down) = metrics::with_local_recorder(&recorder, || {
         let up = RedisRateLimiter::builder(server.url(), "named", Rate::per_hour(1), 3)
-            .metrics_name("up")
+            .with_metrics("up")
             .build()
             .unwrap();
         let down = RedisRateLimiter::builder(nowhere(), "named", Rate::per_second(100), 10)
             .failure_policy(FailurePolicy::FailOpen { share: 1.0 })
-            .metrics_name("down")
+            .with_metrics("down")
             .build()
             .unwrap();
         (up, down)
@@ -962,4 +956,146 @@ async fn waiters_are_served_in_the_order_they_asked() {
     // Polled in the order they were pushed: each sends its reservation with its first poll.
     let served: Vec<u32> = waiters.collect().await;
     assert_eq!(served, (0..200).collect::<Vec<_>>());
+}
+
+/// The metrics name given last wins: one set of handles, under the last name.
+#[cfg(feature = "metrics")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_metrics_name_given_wins() {
+    use metrics_util::debugging::DebuggingRecorder;
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let server = Server::start();
+    let quota = metrics::with_local_recorder(&recorder, || {
+        RedisRateLimiter::builder(server.url(), "renamed", Rate::per_hour(1), 3)
+            .with_metrics("first")
+            .with_metrics("last")
+            .build()
+            .unwrap()
+    });
+    quota.try_acquire(1).await.unwrap();
+    let limiters: Vec<String> = snapshotter
+        .snapshot()
+        .into_vec()
+        .iter()
+        .flat_map(|(key, ..)| {
+            key.key()
+                .labels()
+                .filter(|l| l.key() == "limiter")
+                .map(|l| l.value().to_owned())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(!limiters.is_empty());
+    assert!(limiters.iter().all(|l| l == "last"), "{limiters:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_timeout_waits_within_its_timeout_and_takes_nothing_beyond() {
+    let server = Server::start();
+    let quota = RedisRateLimiter::builder(server.url(), "timeout", Rate::per_second(10), 1)
+        .build()
+        .unwrap();
+    quota.acquire(1).await.unwrap();
+    // The next token is 100 ms away: not within 10 ms, and nothing is charged.
+    let refused = quota
+        .acquire_timeout(1, Duration::from_millis(10))
+        .await
+        .unwrap_err()
+        .not_until()
+        .expect("a refusal");
+    assert!(!refused.is_never());
+    assert!(
+        refused.retry_after() > Duration::from_millis(10),
+        "{refused:?}"
+    );
+    // Within 500 ms: waited for, about 100 ms after the first grant, not 200.
+    let start = Instant::now();
+    quota
+        .acquire_timeout(1, Duration::from_millis(500))
+        .await
+        .unwrap();
+    assert!(
+        start.elapsed() < Duration::from_millis(150),
+        "{:?}",
+        start.elapsed()
+    );
+    // Never within any timeout.
+    let never = quota
+        .acquire_timeout(u64::MAX, Duration::MAX)
+        .await
+        .unwrap_err();
+    assert!(never.not_until().expect("a refusal").is_never());
+    assert_eq!(quota.stats().rejected, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_set_by_one_process_applies_to_every_process_and_clears() {
+    let server = Server::start();
+    let build = || {
+        RedisRateLimiter::builder(server.url(), "partner", Rate::per_hour(1), 2)
+            .build()
+            .unwrap()
+    };
+    let (one, other) = (build(), build());
+    // Raised by one: the full bucket stays full, at the new burst, for the other too.
+    one.set_limit(Rate::per_hour(1), 5).await.unwrap();
+    other.try_acquire(5).await.unwrap();
+    assert!(other.try_acquire(1).await.is_err());
+    // Cleared: the built limit again, for every process (a cost of 3 is above its burst).
+    one.clear_limit().await.unwrap();
+    let refused = other.try_acquire(3).await.unwrap_err();
+    assert!(refused.not_until().expect("a refusal").is_never());
+    // A zero burst is a configuration error, and changes nothing.
+    let zero = one.set_limit(Rate::per_second(1), 0).await.unwrap_err();
+    assert!(matches!(zero, RedisLimiterError::Config(_)), "{zero}");
+    // While Redis is down: at once, whatever the policy.
+    let down = RedisRateLimiter::builder(nowhere(), "partner", Rate::per_hour(1), 2)
+        .failure_policy(FailurePolicy::FailOpen { share: 0.5 })
+        .build()
+        .unwrap();
+    let failed = down.set_limit(Rate::per_hour(2), 4).await.unwrap_err();
+    assert!(
+        matches!(failed, RedisLimiterError::Unavailable(_)),
+        "{failed}"
+    );
+    assert!(matches!(
+        down.clear_limit().await.unwrap_err(),
+        RedisLimiterError::Unavailable(_)
+    ));
+}
+
+/// A task looping on a leased quota whose limit never binds yields to the runtime, as on a
+/// tokio `Semaphore` (a grant from the lease spends the task's cooperative budget): a 5 ms
+/// timer on the same thread fires in time. Without the budget the loop never yields until
+/// its lease of 100 million tokens runs out, and the timer fires when the loop gives up (3 s).
+#[test]
+fn a_task_looping_on_a_lease_does_not_starve_a_timer() {
+    let server = Server::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let quota = RedisRateLimiter::builder(
+            server.url(),
+            "coop",
+            Rate::per_second(1_000_000_000),
+            1_000_000_000,
+        )
+        .lease(100_000_000, Duration::from_secs(60))
+        .build()
+        .unwrap();
+        // The first round trip brings the lease.
+        quota.acquire(1).await.unwrap();
+        let quota = &quota;
+        let (fired, grants) =
+            starve::timer_beside(move || async move { quota.acquire(1).await.unwrap() }).await;
+        assert!(
+            fired < Duration::from_millis(200),
+            "the timer fired after {fired:?}, {grants} grants"
+        );
+        assert_eq!(quota.stats().round_trips, 1, "all from the lease");
+    });
 }

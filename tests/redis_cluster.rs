@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use paced::redis::{FailurePolicy, RedisQuotaError, TryAcquireError};
+use paced::redis::{FailurePolicy, RedisLimiterError, TryAcquireError};
 use paced::{Rate, RedisKeyedRateLimiter, RedisRateLimiter};
 
 /// A private Redis Cluster: every node is killed (SIGKILL) on drop.
@@ -363,7 +363,7 @@ async fn failover_run(
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 match tokio::time::timeout(Duration::from_secs(25), quota.acquire(1)).await {
                     Ok(Ok(())) => grants.push(start.elapsed().as_secs_f64()),
-                    Ok(Err(RedisQuotaError::Unavailable(_))) => unavailable += 1,
+                    Ok(Err(RedisLimiterError::Unavailable(_))) => unavailable += 1,
                     Ok(Err(e)) => panic!("{e}"),
                     Err(_) => {
                         all_ok = false;
@@ -481,7 +481,7 @@ async fn an_unreachable_node_list_is_an_outage_not_a_hang() {
         .await
         .expect("acquire hung");
     assert!(
-        matches!(result, Err(RedisQuotaError::Unavailable(_))),
+        matches!(result, Err(RedisLimiterError::Unavailable(_))),
         "{result:?}"
     );
     println!(
@@ -506,5 +506,5 @@ async fn an_unreachable_node_list_is_an_outage_not_a_hang() {
         .unwrap();
 
     let none = RedisRateLimiter::cluster_builder(&[], "q", Rate::per_second(5), 5).build();
-    assert!(matches!(none, Err(RedisQuotaError::Client(_))));
+    assert!(matches!(none, Err(RedisLimiterError::Client(_))));
 }

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use paced::redis::{FailurePolicy, RedisQuotaError, TryAcquireError};
+use paced::redis::{FailurePolicy, RedisLimiterError, TryAcquireError};
 use paced::{Rate, RedisKeyedRateLimiter, RedisRateLimiter};
 
 // Its bound checker is for the multi-process tests of the bound.
@@ -62,7 +62,7 @@ fn worker_process() {
                         .unwrap();
                 match quota.set_limit(key, Rate::per_minute(1), 4).await {
                     Ok(()) => quota.try_acquire(key, 1).await,
-                    Err(RedisQuotaError::Reply(e)) => Err(TryAcquireError::Reply(e)),
+                    Err(RedisLimiterError::Reply(e)) => Err(TryAcquireError::Reply(e)),
                     Err(e) => panic!("set_limit: {e}"),
                 }
             }
@@ -192,7 +192,7 @@ async fn every_state_written_leads_with_version_1() {
     // A key with its own limit: <1, level, at, interval, burst>, 33 bytes, no expiry; back to
     // the default limit, 17 bytes again.
     let keyed: RedisKeyedRateLimiter<String> =
-        RedisKeyedRateLimiter::builder(&server.url(), "keyed", Rate::per_second(10), 5)
+        RedisKeyedRateLimiter::builder(server.url(), "keyed", Rate::per_second(10), 5)
             .build()
             .unwrap();
     keyed.set_limit("k", Rate::per_minute(1), 4).await.unwrap();
@@ -258,7 +258,7 @@ async fn a_state_written_by_one_process_is_read_by_another() {
     assert!((3.0..3.001).contains(&level), "{level}");
     assert_eq!((interval, burst), (MINUTE_US, 4.0));
     let keyed: RedisKeyedRateLimiter<String> =
-        RedisKeyedRateLimiter::builder(&server.url(), "own", Rate::per_second(100), 50)
+        RedisKeyedRateLimiter::builder(server.url(), "own", Rate::per_second(100), 50)
             .build()
             .unwrap();
     keyed.try_acquire("k", 3).await.unwrap();
@@ -301,7 +301,7 @@ async fn refused_and_left_as_it_is(
         .build()
         .unwrap();
     let err = quota.acquire(1).await.unwrap_err();
-    assert!(matches!(err, RedisQuotaError::Reply(_)), "{err}");
+    assert!(matches!(err, RedisLimiterError::Reply(_)), "{err}");
     check("acquire", err.to_string());
     let err = quota.try_acquire(1).await.unwrap_err();
     assert!(matches!(err, TryAcquireError::Reply(_)), "{err}");
@@ -319,12 +319,12 @@ async fn refused_and_left_as_it_is(
     );
 
     let keyed: RedisKeyedRateLimiter<String> =
-        RedisKeyedRateLimiter::builder(&server.url(), prefix, SLOW.0, SLOW.1)
+        RedisKeyedRateLimiter::builder(server.url(), prefix, SLOW.0, SLOW.1)
             .failure_policy(fail_open)
             .build()
             .unwrap();
     let err = keyed.acquire(key, 1).await.unwrap_err();
-    assert!(matches!(err, RedisQuotaError::Reply(_)), "{err}");
+    assert!(matches!(err, RedisLimiterError::Reply(_)), "{err}");
     check("keyed acquire", err.to_string());
     let err = keyed.try_acquire(key, 1).await.unwrap_err();
     assert!(matches!(err, TryAcquireError::Reply(_)), "{err}");
@@ -334,9 +334,9 @@ async fn refused_and_left_as_it_is(
         .unwrap_err();
     assert!(matches!(err, TryAcquireError::Reply(_)), "{err}");
     let err = keyed.set_limit(key, Rate::per_second(1), 1).await;
-    assert!(matches!(err, Err(RedisQuotaError::Reply(_))), "{err:?}");
+    assert!(matches!(err, Err(RedisLimiterError::Reply(_))), "{err:?}");
     let err = keyed.clear_limit(key).await;
-    assert!(matches!(err, Err(RedisQuotaError::Reply(_))), "{err:?}");
+    assert!(matches!(err, Err(RedisLimiterError::Reply(_))), "{err:?}");
     let stats = keyed.stats();
     assert_eq!(
         (

@@ -4,14 +4,18 @@
 #![cfg(feature = "redis")]
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use paced::redis::{FailurePolicy, RedisQuotaError, TryAcquireError};
+use paced::redis::{FailurePolicy, RedisLimiterError, TryAcquireError};
 use paced::{Rate, RedisKeyedRateLimiter};
 
 #[path = "common/redis_server.rs"]
 mod redis_server;
+#[path = "common/redis_worker.rs"]
+mod redis_worker;
+#[path = "common/starve.rs"]
+mod starve;
 use redis_server::{check_bound, Server};
 
 /// A plain connection to `server`, to look at keys or break them behind the limiter's back.
@@ -40,7 +44,7 @@ fn limiter<K: std::hash::Hash + Eq + Send + Sync + 'static>(
     rate: Rate,
     burst: u64,
 ) -> RedisKeyedRateLimiter<K> {
-    RedisKeyedRateLimiter::builder(&server.url(), prefix, rate, burst)
+    RedisKeyedRateLimiter::builder(server.url(), prefix, rate, burst)
         .build()
         .unwrap()
 }
@@ -264,7 +268,7 @@ async fn a_key_of_another_type_is_a_reply_error_for_that_key_only() {
         FailurePolicy::FailOpen { share: 0.5 },
     ] {
         let quota: RedisKeyedRateLimiter<String> =
-            RedisKeyedRateLimiter::builder(&server.url(), "bad", Rate::per_second(10), 5)
+            RedisKeyedRateLimiter::builder(server.url(), "bad", Rate::per_second(10), 5)
                 .failure_policy(policy)
                 .build()
                 .unwrap();
@@ -279,7 +283,7 @@ async fn a_key_of_another_type_is_a_reply_error_for_that_key_only() {
             let start = Instant::now();
             let err = quota.acquire(key, 1).await.unwrap_err();
             assert!(start.elapsed() < Duration::from_secs(1));
-            assert!(matches!(err, RedisQuotaError::Reply(_)), "{key}: {err}");
+            assert!(matches!(err, RedisLimiterError::Reply(_)), "{key}: {err}");
             assert!(err.to_string().contains(expected), "{key}: {err}");
             let err = quota.try_acquire(key, 1).await.unwrap_err();
             assert!(matches!(err, TryAcquireError::Reply(_)), "{key}: {err}");
@@ -314,7 +318,7 @@ async fn fail_closed_and_fail_open_without_redis() {
             .unwrap();
     let start = Instant::now();
     let err = closed.acquire("k", 1).await.unwrap_err();
-    assert!(matches!(err, RedisQuotaError::Unavailable(_)), "{err}");
+    assert!(matches!(err, RedisLimiterError::Unavailable(_)), "{err}");
     assert!(start.elapsed() >= Duration::from_millis(300));
     assert!(closed.try_acquire("k", 1).await.is_err());
     let err = closed
@@ -350,21 +354,21 @@ async fn the_builder_refuses_what_cannot_be() {
     };
     assert!(matches!(
         build(0, Duration::from_secs(1)),
-        Err(RedisQuotaError::Config(_))
+        Err(RedisLimiterError::Config(_))
     ));
     assert!(matches!(
         build(1, Duration::ZERO),
-        Err(RedisQuotaError::Config(_))
+        Err(RedisLimiterError::Config(_))
     ));
     assert!(build(1, Duration::from_secs(1)).is_ok());
     let share =
         RedisKeyedRateLimiter::<u64>::builder("redis://127.0.0.1/", "t", Rate::per_second(1), 1)
             .failure_policy(FailurePolicy::FailOpen { share: 0.0 })
             .build();
-    assert!(matches!(share, Err(RedisQuotaError::Config(_))));
+    assert!(matches!(share, Err(RedisLimiterError::Config(_))));
     assert!(matches!(
         RedisKeyedRateLimiter::<u64>::builder("nonsense", "t", Rate::per_second(1), 1).build(),
-        Err(RedisQuotaError::Client(_))
+        Err(RedisLimiterError::Client(_))
     ));
 }
 
@@ -422,7 +426,7 @@ async fn a_limit_set_by_one_process_applies_to_every_process_and_keeps_the_level
     );
     assert!(matches!(
         one.set_limit("x", Rate::per_second(1), 0).await,
-        Err(RedisQuotaError::Config(_))
+        Err(RedisLimiterError::Config(_))
     ));
 }
 
@@ -446,26 +450,12 @@ async fn limits_outlive_idle_buckets() {
     assert_eq!(dbsize(&mut conn), 0);
 }
 
-fn worker_binary() -> std::path::PathBuf {
-    // target/<profile>/deps/redis_keyed-<hash> -> target/<profile>/examples/redis_worker
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let worker = dir.join("examples").join("redis_worker");
-    assert!(
-        worker.exists(),
-        "{} missing: build it with `cargo test --features redis` (it builds the examples)",
-        worker.display()
-    );
-    worker
-}
-
 #[test]
 fn three_processes_share_each_keys_quota() {
     let server = Server::start();
     let workers: Vec<Child> = (0..3)
         .map(|_| {
-            Command::new(worker_binary())
-                .args([&server.url(), "fleet", "2", "100", "10", "keyed"])
+            redis_worker::command([&*server.url(), "fleet", "2", "100", "10", "keyed"])
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("spawn a worker")
@@ -510,7 +500,7 @@ async fn leases_are_per_key_cut_round_trips_and_are_given_back_when_idle() {
     let server = Server::start();
     let mut conn = admin(&server);
     let quota: RedisKeyedRateLimiter<String> =
-        RedisKeyedRateLimiter::builder(&server.url(), "lease", Rate::per_second(2_000), 50)
+        RedisKeyedRateLimiter::builder(server.url(), "lease", Rate::per_second(2_000), 50)
             .lease(20, Duration::from_millis(50))
             .build()
             .unwrap();
@@ -524,7 +514,7 @@ async fn leases_are_per_key_cut_round_trips_and_are_given_back_when_idle() {
     // One slow key. Its first try takes its cost only; once granted, the key is in use and
     // a try takes the cost and a lease's worth more.
     let slow: RedisKeyedRateLimiter<String> =
-        RedisKeyedRateLimiter::builder(&server.url(), "slow", Rate::per_minute(1), 50)
+        RedisKeyedRateLimiter::builder(server.url(), "slow", Rate::per_minute(1), 50)
             .lease(20, Duration::from_millis(50))
             .build()
             .unwrap();
@@ -578,6 +568,32 @@ async fn a_cost_that_is_never_granted_holds_nobody_up() {
     }
 }
 
+/// A dropped `acquire` whose cost can never be granted was not charged, so it gives nothing
+/// back: an emptied key stays empty (at 1 an hour it refills one token in 12 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_acquire_that_is_never_granted_gives_nothing_back() {
+    let server = Server::start();
+    let quota = limiter::<String>(&server, "never-back", Rate::per_hour(1), 5);
+    quota.acquire("k", 5).await.unwrap();
+    for cost in [u64::MAX, 2_000_000_000] {
+        let waited =
+            tokio::time::timeout(Duration::from_millis(100), quota.acquire("k", cost)).await;
+        assert!(waited.is_err(), "{cost} is never granted");
+        let refused = quota
+            .acquire_timeout("k", cost, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert!(refusal(refused).is_never(), "{cost}");
+    }
+    // Whatever was given back reaches Redis in the background, within a round trip.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = refusal(quota.try_acquire("k", 1).await.unwrap_err());
+    assert!(
+        refused.retry_after() > Duration::from_secs(600),
+        "{refused:?}"
+    );
+}
+
 fn epoch_nanos() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -589,7 +605,7 @@ fn epoch_nanos() -> u128 {
 async fn two_instances_with_leases_keep_each_keys_bound() {
     let server = Server::start();
     let make = || -> RedisKeyedRateLimiter<u64> {
-        RedisKeyedRateLimiter::builder(&server.url(), "fleet", Rate::per_second(200), 10)
+        RedisKeyedRateLimiter::builder(server.url(), "fleet", Rate::per_second(200), 10)
             .lease(5, Duration::from_millis(20))
             .build()
             .unwrap()
@@ -666,8 +682,8 @@ async fn a_named_keyed_quota_records_to_the_metrics_facade() {
     let snapshotter = recorder.snapshotter();
     let server = Server::start();
     let tenants = metrics::with_local_recorder(&recorder, || {
-        RedisKeyedRateLimiter::<String>::builder(&server.url(), "named", Rate::per_hour(1), 2)
-            .metrics_name("tenants")
+        RedisKeyedRateLimiter::<String>::builder(server.url(), "named", Rate::per_hour(1), 2)
+            .with_metrics("tenants")
             .build()
             .unwrap()
     });
@@ -716,7 +732,7 @@ async fn fail_open_falls_back_to_a_share_of_the_limits_this_process_set() {
     // One token a minute by default: nothing refills during the test, so what the fallback
     // grants is its share of each key's burst.
     let quota: RedisKeyedRateLimiter<String> =
-        RedisKeyedRateLimiter::builder(&server.url(), "share", Rate::per_minute(1), 4)
+        RedisKeyedRateLimiter::builder(server.url(), "share", Rate::per_minute(1), 4)
             .failure_policy(FailurePolicy::FailOpen { share: 0.5 })
             .build()
             .unwrap();
@@ -784,7 +800,7 @@ async fn set_and_clear_limit_fail_at_once_while_redis_is_down_and_change_nothing
     ] {
         let mut server = Server::start();
         let quota: RedisKeyedRateLimiter<String> =
-            RedisKeyedRateLimiter::builder(&server.url(), "cfg", Rate::per_minute(1), 2)
+            RedisKeyedRateLimiter::builder(server.url(), "cfg", Rate::per_minute(1), 2)
                 .failure_policy(policy)
                 .build()
                 .unwrap();
@@ -795,9 +811,9 @@ async fn set_and_clear_limit_fail_at_once_while_redis_is_down_and_change_nothing
             .set_limit("k", Rate::per_minute(1), 100)
             .await
             .unwrap_err();
-        assert!(matches!(err, RedisQuotaError::Unavailable(_)), "{err}");
+        assert!(matches!(err, RedisLimiterError::Unavailable(_)), "{err}");
         let err = quota.clear_limit("k").await.unwrap_err();
-        assert!(matches!(err, RedisQuotaError::Unavailable(_)), "{err}");
+        assert!(matches!(err, RedisLimiterError::Unavailable(_)), "{err}");
         // At once: neither retried nor handed to a fallback, each one round trip.
         let took = start.elapsed();
         assert!(took < Duration::from_secs(1), "{policy:?}: {took:?}");
@@ -818,7 +834,7 @@ async fn set_and_clear_limit_fail_at_once_while_redis_is_down_and_change_nothing
         // As soon as the connection is made again (it reconnects by itself).
         let back = Instant::now();
         while let Err(e) = quota.set_limit("k", Rate::per_minute(1), 6).await {
-            assert!(matches!(e, RedisQuotaError::Unavailable(_)), "{e}");
+            assert!(matches!(e, RedisLimiterError::Unavailable(_)), "{e}");
             assert!(back.elapsed() < Duration::from_secs(5), "not back: {e}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -834,7 +850,7 @@ async fn a_key_asked_less_often_than_the_lease_age_never_takes_a_lease() {
     let server = Server::start();
     let mut conn = admin(&server);
     let quota: RedisKeyedRateLimiter<String> =
-        RedisKeyedRateLimiter::builder(&server.url(), "rare", Rate::per_minute(1), 50)
+        RedisKeyedRateLimiter::builder(server.url(), "rare", Rate::per_minute(1), 50)
             .lease(20, Duration::from_millis(100))
             .build()
             .unwrap();
@@ -855,7 +871,7 @@ async fn a_busy_key_gives_its_expired_lease_back_with_its_next_round_trip() {
     let server = Server::start();
     let mut conn = admin(&server);
     let quota: RedisKeyedRateLimiter<String> =
-        RedisKeyedRateLimiter::builder(&server.url(), "busy", Rate::per_minute(1), 50)
+        RedisKeyedRateLimiter::builder(server.url(), "busy", Rate::per_minute(1), 50)
             .lease(20, Duration::from_millis(200))
             .build()
             .unwrap();
@@ -880,4 +896,39 @@ async fn a_busy_key_gives_its_expired_lease_back_with_its_next_round_trip() {
     assert_eq!((stats.round_trips, stats.keys), (4, 0), "{stats:?}");
     let back = level(&mut conn, "{busy:k}");
     assert!((back - 46.0).abs() < 0.05, "{back}");
+}
+
+/// A task looping on `try_acquire` of a leased key whose limit never binds yields to the
+/// runtime (a grant from the lease spends the task's cooperative budget): a 5 ms timer on the
+/// same thread fires in time, where without the budget it waits for the loop to give up (3 s).
+#[test]
+fn a_task_looping_on_a_keys_lease_does_not_starve_a_timer() {
+    let server = Server::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let quota: RedisKeyedRateLimiter<String> = RedisKeyedRateLimiter::builder(
+            server.url(),
+            "coop",
+            Rate::per_second(1_000_000_000),
+            1_000_000_000,
+        )
+        .lease(100_000_000, Duration::from_secs(60))
+        .build()
+        .unwrap();
+        // The key's first round trip takes its cost; the second, a lease.
+        quota.try_acquire("k", 1).await.unwrap();
+        quota.try_acquire("k", 1).await.unwrap();
+        let quota = &quota;
+        let (fired, grants) =
+            starve::timer_beside(move || async move { quota.try_acquire("k", 1).await.unwrap() })
+                .await;
+        assert!(
+            fired < Duration::from_millis(200),
+            "the timer fired after {fired:?}, {grants} grants"
+        );
+        assert_eq!(quota.stats().round_trips, 2, "all from the lease");
+    });
 }

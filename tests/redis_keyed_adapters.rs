@@ -23,7 +23,7 @@ fn admin(server: &Server) -> redis::Connection {
 }
 
 fn limiter(server: &Server, prefix: &str, rate: Rate, burst: u64) -> RedisKeyedRateLimiter<String> {
-    RedisKeyedRateLimiter::builder(&server.url(), prefix, rate, burst)
+    RedisKeyedRateLimiter::builder(server.url(), prefix, rate, burst)
         .build()
         .unwrap()
 }

@@ -1,32 +1,22 @@
-//! Four processes (the `redis_worker` example's `tenants` mode) with many tasks over 1,000
-//! keys, each key under its own limit, against a real, private `redis-server`: every key's
-//! bound in every window of the merged timeline, FIFO per key within a process, and a limit
-//! lowered by one process obeyed by the others at once. In a file of its own, so that its
+//! Four processes (this test binary run again as `tenants` workers, see
+//! `tests/common/redis_worker.rs`) with many tasks over 1,000 keys, each key under its own
+//! limit, against a real, private `redis-server`: every key's bound in every window of the
+//! merged timeline, FIFO per key within a process, and a limit lowered by one process obeyed
+//! by the others at once. In a file of its own, so that its
 //! load does not run beside the other Redis tests. Real time, a few seconds.
 #![cfg(feature = "redis")]
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use paced::{Rate, RedisKeyedRateLimiter};
 
 #[path = "common/redis_server.rs"]
 mod redis_server;
+#[path = "common/redis_worker.rs"]
+mod redis_worker;
 use redis_server::{check_bound, Server};
-
-fn worker_binary() -> std::path::PathBuf {
-    // target/<profile>/deps/redis_keyed_fleet-<hash> -> target/<profile>/examples/redis_worker
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let worker = dir.join("examples").join("redis_worker");
-    assert!(
-        worker.exists(),
-        "{} missing: build it with `cargo test --features redis` (it builds the examples)",
-        worker.display()
-    );
-    worker
-}
 
 /// The 1,000-key test: keys `0..CHANGED` start at 20/s, burst 5, and are lowered to 1/s,
 /// burst 1, halfway through by one process; the others have limits of various sizes, or
@@ -72,7 +62,7 @@ fn four_processes_share_a_thousand_keys_each_under_its_own_limit() {
     runtime.block_on(async {
         let (rate, burst) = TENANT_DEFAULT;
         let quota: RedisKeyedRateLimiter<u64> =
-            RedisKeyedRateLimiter::builder(&server.url(), "tenants", Rate::per_second(rate), burst)
+            RedisKeyedRateLimiter::builder(server.url(), "tenants", Rate::per_second(rate), burst)
                 .build()
                 .unwrap();
         let limits = (0..TENANTS).filter_map(|k| tenant_limit(k).map(|l| (k, l)));
@@ -87,13 +77,14 @@ fn four_processes_share_a_thousand_keys_each_under_its_own_limit() {
         .map(|i| {
             let change = if i == 0 { CHANGED } else { 0 };
             let (rate, burst) = TENANT_DEFAULT;
-            Command::new(worker_binary())
-                .args([&server.url(), "tenants", "2.5"])
-                .args([rate.to_string(), burst.to_string()])
-                .args(["tenants", &TENANTS.to_string(), &change.to_string()])
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("spawn a worker")
+            let (url, tenants) = (server.url(), TENANTS.to_string());
+            let (rate, burst, change) = (rate.to_string(), burst.to_string(), change.to_string());
+            redis_worker::command([
+                &*url, "tenants", "2.5", &rate, &burst, "tenants", &tenants, &change,
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn a worker")
         })
         .collect();
     let mut grants: HashMap<u64, Vec<TenantGrant>> = Default::default();

@@ -203,7 +203,7 @@ fn every_key_is_the_model_bucket_in_redis() {
         .build()
         .unwrap();
     let quota: RedisKeyedRateLimiter<String> = rt.block_on(async {
-        RedisKeyedRateLimiter::builder(&server.url(), "m", Rate::new(1, HOUR), DEFAULT_BURST)
+        RedisKeyedRateLimiter::builder(server.url(), "m", Rate::new(1, HOUR), DEFAULT_BURST)
             .build()
             .unwrap()
     });

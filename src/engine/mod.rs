@@ -1,7 +1,9 @@
 //! The one waiter engine: a [`Lane`] is a pacing rule with the FIFO queue of requests in front
 //! of it; [`single`] puts one lane behind a mutex (with a lock-free path beside it), [`keyed`]
 //! one lane per key; a [`Waiter`] is one request's async side, and every entry point that waits
-//! (tasks, streams, Sinks, tower, Redis reservations) waits through one.
+//! on an in-process limiter (tasks, streams, Sinks, tower) waits through one. Redis
+//! reservations do not: Redis keeps their queue, and each sleeps out the wait Redis gave it on a
+//! tokio timer of its own, then its turn among its process's reservations (`redis/turns.rs`).
 //!
 //! Every operation takes `now` and decides under the lock in a few arithmetic steps; the async
 //! layer only reads the clock and sleeps until the head's deadline. A request is charged when

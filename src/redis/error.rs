@@ -1,21 +1,35 @@
-//! The errors of the Redis limiters: [`RedisQuotaError`] (building, waiting) and
-//! [`TryAcquireError`] (a refusal, or Redis's error).
+//! The Redis limiters' errors: [`RedisLimiterError`] and [`TryAcquireError`].
 
 use std::fmt;
 
 use crate::error::{ConfigError, NotUntil};
 
-/// Why a [`RedisRateLimiter`](crate::RedisRateLimiter) could not be built or could not answer.
+/// Why a [`RedisRateLimiter`](crate::RedisRateLimiter) or a
+/// [`RedisKeyedRateLimiter`](crate::RedisKeyedRateLimiter) could not be built or could not
+/// answer.
+///
+/// # Examples
+///
+/// ```
+/// use paced::redis::RedisLimiterError;
+/// use paced::{Rate, RedisRateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let zero = RedisRateLimiter::builder("redis://127.0.0.1/", "api", Rate::per_second(5), 0).build();
+/// assert!(matches!(zero, Err(RedisLimiterError::Config(_))));
+/// # }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum RedisQuotaError {
+pub enum RedisLimiterError {
     /// A limit that cannot be: a zero burst, a bad lease or share.
     Config(ConfigError),
     /// The Redis URL or client configuration was refused.
     Client(redis::RedisError),
     /// Redis could not be reached: for longer than the `FailClosed` deadline by an
-    /// `acquire`, or at all by a change of configuration (a keyed quota's `set_limit` and
-    /// `clear_limit`, which no failure policy applies to).
+    /// `acquire`, or at all by a change of configuration (`set_limit` and `clear_limit`, which
+    /// no failure policy applies to).
     Unavailable(redis::RedisError),
     /// Redis answered the request with an error (see
     /// [outages and reply errors](crate::RedisRateLimiter#outages-and-reply-errors)): the key holds a value of another type or something that is not a paced quota, or a
@@ -27,35 +41,52 @@ pub enum RedisQuotaError {
     Reply(redis::RedisError),
 }
 
-impl fmt::Display for RedisQuotaError {
+/// The former name of [`RedisLimiterError`].
+///
+/// # Examples
+///
+/// ```
+/// # #![allow(deprecated)]
+/// fn old(e: paced::redis::RedisQuotaError) -> paced::redis::RedisLimiterError {
+///     e
+/// }
+/// # let _ = old;
+/// ```
+#[deprecated(since = "1.0.0", note = "use RedisLimiterError")]
+pub type RedisQuotaError = RedisLimiterError;
+
+impl fmt::Display for RedisLimiterError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RedisQuotaError::Config(e) => e.fmt(f),
-            RedisQuotaError::Client(e) => write!(f, "invalid Redis client configuration: {e}"),
-            RedisQuotaError::Unavailable(e) => {
+            RedisLimiterError::Config(e) => e.fmt(f),
+            RedisLimiterError::Client(e) => write!(f, "invalid Redis client configuration: {e}"),
+            RedisLimiterError::Unavailable(e) => {
                 write!(f, "Redis unreachable: {e}")
             }
-            RedisQuotaError::Reply(e) => write!(f, "Redis answered the quota with an error: {e}"),
+            RedisLimiterError::Reply(e) => write!(f, "Redis answered the quota with an error: {e}"),
         }
     }
 }
 
-impl std::error::Error for RedisQuotaError {
+impl std::error::Error for RedisLimiterError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            RedisQuotaError::Config(e) => Some(e),
-            RedisQuotaError::Client(e)
-            | RedisQuotaError::Unavailable(e)
-            | RedisQuotaError::Reply(e) => Some(e),
+            RedisLimiterError::Config(e) => Some(e),
+            RedisLimiterError::Client(e)
+            | RedisLimiterError::Unavailable(e)
+            | RedisLimiterError::Reply(e) => Some(e),
         }
     }
 }
 
-/// Why [`RedisRateLimiter::try_acquire`](crate::RedisRateLimiter::try_acquire) did not grant: the quota refused (not now), or Redis
-/// answered with an error.
+/// Why `try_acquire` or `acquire_timeout` of a Redis limiter
+/// ([`RedisRateLimiter::try_acquire`](crate::RedisRateLimiter::try_acquire),
+/// [`RedisKeyedRateLimiter::acquire_timeout`](crate::RedisKeyedRateLimiter::acquire_timeout))
+/// did not grant: the limiter refused (not now, or not within the timeout), or Redis answered
+/// with an error.
 ///
 /// The refusal is the crate's one [`NotUntil`], as from every other limiter; a reply error is
-/// a failure, not a refusal, and waiting does not cure it (see [`RedisQuotaError::Reply`]).
+/// a failure, not a refusal, and waiting does not cure it (see [`RedisLimiterError::Reply`]).
 /// While Redis is *unreachable* `try_acquire` still refuses, under the [`FailurePolicy`](super::FailurePolicy).
 ///
 /// # Examples
@@ -83,7 +114,7 @@ pub enum TryAcquireError {
     /// [`NotUntil::is_never`] that it never can without waiting (a cost above the burst).
     NotUntil(NotUntil),
     /// Redis answered with an error; nothing was granted. The same error as
-    /// [`RedisQuotaError::Reply`].
+    /// [`RedisLimiterError::Reply`].
     Reply(redis::RedisError),
 }
 

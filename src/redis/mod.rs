@@ -1,17 +1,23 @@
 //! One quota across processes and machines, kept in Redis (feature `redis`):
-//! [`RedisRateLimiter`] (also at the crate root), its builder, its failure policy, its errors
-//! and its counters; and [`RedisKeyedRateLimiter`] (also at the crate root), one such quota
-//! per key.
+//! [`RedisRateLimiter`] (also at the crate root) and [`RedisKeyedRateLimiter`] (also at the
+//! crate root), one such quota per key; their one builder, failure policy, errors and
+//! counters.
 //!
 //! The bucket is paced's GCRA, evaluated by one Lua script on Redis's own clock, so the
 //! clocks of the client machines do not matter and every decision is atomic. Streams draw on
 //! it through [`throttle_with`](crate::PaceExt::throttle_with), as on a local limiter.
 //!
+//! `RedisRateLimiter` is a `RedisKeyedRateLimiter` with one key: both acquire, lease, fall
+//! back, back off and take turns through one implementation. A reservation waits out the wait
+//! Redis gave it on a tokio timer of its own, then its turn among the reservations this
+//! process sent before it for the same key (Redis's order); Redis waiters do not queue in the
+//! in-process limiters' waiter engine.
+//!
 //! ```no_run
 //! use paced::redis::FailurePolicy;
 //! use paced::{Rate, RedisRateLimiter};
 //!
-//! # async fn demo() -> Result<(), paced::redis::RedisQuotaError> {
+//! # async fn demo() -> Result<(), paced::redis::RedisLimiterError> {
 //! let quota = RedisRateLimiter::builder("redis://127.0.0.1/", "partner-api", Rate::per_second(100), 10)
 //!     .failure_policy(FailurePolicy::FailOpen { share: 0.25 })
 //!     .build()?;
@@ -20,14 +26,28 @@
 //! # }
 //! ```
 
+mod acquire;
+mod builder;
+mod connect;
 mod error;
+mod fallback;
+mod key;
 mod keyed;
+mod lease;
 mod limiter;
+mod permit;
 mod policy;
 mod script;
+mod stats;
 mod turns;
 
-pub use error::{RedisQuotaError, TryAcquireError};
-pub use keyed::{RedisKeyedRateLimiter, RedisKeyedRateLimiterBuilder, RedisKeyedStats};
-pub use limiter::{RedisRateLimiter, RedisRateLimiterBuilder, RedisStats};
+pub use builder::{RedisKeyedRateLimiterBuilder, RedisLimiterBuilder, RedisRateLimiterBuilder};
+#[allow(deprecated)]
+pub use error::RedisQuotaError;
+pub use error::{RedisLimiterError, TryAcquireError};
+pub use keyed::RedisKeyedRateLimiter;
+pub use limiter::RedisRateLimiter;
 pub use policy::FailurePolicy;
+#[allow(deprecated)]
+pub use stats::RedisKeyedStats;
+pub use stats::RedisStats;

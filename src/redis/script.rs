@@ -55,7 +55,7 @@ pub(crate) struct Counters {
     pub(crate) rejected: AtomicU64,
     pub(crate) errors: AtomicU64,
     pub(crate) reply_errors: AtomicU64,
-    /// The handles a named limiter records to (`metrics_name`).
+    /// The handles a named limiter records to (`with_metrics`).
     #[cfg(feature = "metrics")]
     pub(crate) metrics: Option<crate::instrument::RedisMetrics>,
 }

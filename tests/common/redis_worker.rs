@@ -1,10 +1,7 @@
-//! One of several processes sharing a quota in Redis: acquires one permit at a time, as fast
-//! as the shared quota allows, for a while, and prints each grant.
-//!
-//! ```text
-//! redis-server --port 6399 --save "" &
-//! cargo run --features redis --example redis_worker -- redis://127.0.0.1:6399/ demo 3
-//! ```
+//! A worker process for the multi-process Redis tests: the test binary runs itself again
+//! ([`command`]) with the worker's arguments in `PACED_REDIS_WORKER`, and the [`worker`] test,
+//! which does nothing without that variable, acts on them: it acquires one permit at a time,
+//! as fast as the shared quota allows, for a while, and prints each grant.
 //!
 //! Arguments: the Redis URL, the key, the seconds to run, and optionally the rate per second
 //! (200), the burst (20) and `lease` to take up to 10 tokens per round trip, or `keyed` to use
@@ -12,7 +9,8 @@
 //! key `b`. Each grant is printed as `grant <sent> <received>` (`grant <sent> <received> <key>`
 //! when keyed): Unix-epoch nanoseconds when the request was sent and when the grant came back,
 //! so that runs of several processes can be merged (the grant happened on Redis somewhere in
-//! between). The last line is `stats <granted> <round trips>`.
+//! between). The last line is `stats <granted> <round trips>`. (The test harness prints lines
+//! of its own around them: read only the lines that start with these words.)
 //!
 //! `tenants <keys> <change>` instead uses a `RedisKeyedRateLimiter<u64>` over keys
 //! `0..keys` (rate and burst are then the default limit; per-key limits are whatever is in
@@ -24,6 +22,7 @@
 //! granted. With `change` above 0, halfway through the run this process lowers the limit of
 //! keys `0..change` to 1 per second, burst 1, printing `limit <sent> <received> <key>` for each.
 
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -37,9 +36,42 @@ fn epoch_nanos() -> u128 {
         .map_or(0, |d| d.as_nanos())
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+/// The variable that holds a worker's arguments, one per line.
+const ARGS: &str = "PACED_REDIS_WORKER";
+
+/// This test binary, to be run again as a worker with `args`.
+pub fn command<S: AsRef<str>>(args: impl IntoIterator<Item = S>) -> Command {
+    let args: Vec<String> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut command = Command::new(exe);
+    command
+        .args([
+            "--exact",
+            "redis_worker::worker",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ARGS, args.join("\n"));
+    command
+}
+
+/// A worker, when this binary was run as one; nothing otherwise.
+#[test]
+fn worker() {
+    let Ok(args) = std::env::var(ARGS) else {
+        return;
+    };
+    let args: Vec<String> = args.lines().map(str::to_owned).collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    if let Err(e) = runtime.block_on(run(args)) {
+        panic!("the worker failed: {e}");
+    }
+}
+
+async fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
     let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.into());
     let url = arg(0, "redis://127.0.0.1:6379/");
     let key = arg(1, "paced-demo");
@@ -87,7 +119,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let stats = quota.stats();
         out.push_str(&format!("stats {} {}\n", stats.granted, stats.round_trips));
-        print!("{out}");
+        // On a line of its own, after the harness's "test ... ".
+        print!("\n{out}");
         return Ok(());
     }
     let mut builder = RedisRateLimiter::builder(url, key, Rate::per_second(rate), burst);
@@ -109,7 +142,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     quota.return_lease().await;
     let stats = quota.stats();
     out.push_str(&format!("stats {} {}\n", stats.granted, stats.round_trips));
-    print!("{out}");
+    // On a line of its own, after the harness's "test ... ".
+    print!("\n{out}");
     Ok(())
 }
 
@@ -180,7 +214,7 @@ async fn tenants(
             async move {
                 let sent = epoch_nanos();
                 quota.set_limit(&key, Rate::per_second(1), 1).await?;
-                Ok::<_, paced::redis::RedisQuotaError>(format!(
+                Ok::<_, paced::redis::RedisLimiterError>(format!(
                     "limit {sent} {} {key}\n",
                     epoch_nanos()
                 ))
@@ -198,6 +232,7 @@ async fn tenants(
         "stats {} {} {}\n",
         stats.granted, stats.round_trips, stats.errors
     ));
-    print!("{out}");
+    // On a line of its own, after the harness's "test ... ".
+    print!("\n{out}");
     Ok(())
 }

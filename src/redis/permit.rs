@@ -1,0 +1,202 @@
+//! The permits by which streams and tower services wait on the Redis limiters.
+
+use std::collections::hash_map::RandomState;
+use std::fmt::{self, Display};
+use std::hash::{BuildHasher, Hash};
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use super::error::TryAcquireError;
+use super::keyed::RedisKeyedRateLimiter;
+use super::limiter::{One, RedisRateLimiter};
+use super::script::REPLY_RETRY;
+use crate::error::NotUntil;
+use crate::limiter::keyed_quota::sealed::{Arrival, KeyedSealed};
+use crate::limiter::quota::sealed;
+use crate::limiter::{KeyedQuota, Quota};
+
+/// A round trip (and whatever waiting follows it) in flight for a stream or a tower future.
+pub(super) type Pending<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// A stream's request in flight on a [`RedisRateLimiter`] (not nameable outside the crate).
+pub struct RedisPermit {
+    acquire: Option<Pending<()>>,
+    check: Option<Pending<Result<(), NotUntil>>>,
+}
+
+impl fmt::Debug for RedisPermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisPermit")
+            .field(
+                "in_flight",
+                &(self.acquire.is_some() || self.check.is_some()),
+            )
+            .finish()
+    }
+}
+
+/// Polls the request in flight in `slot`, starting it with `start` if there is none, and
+/// empties the slot once it has answered.
+fn poll_slot<T, F>(
+    slot: &mut Option<Pending<T>>,
+    cx: &mut Context<'_>,
+    start: impl FnOnce() -> F,
+) -> Poll<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+{
+    let fut = slot.get_or_insert_with(|| Box::pin(start()));
+    let done = fut.as_mut().poll(cx);
+    if done.is_ready() {
+        *slot = None;
+    }
+    done
+}
+
+impl Quota for RedisRateLimiter {}
+
+/// A stream holds its item while the round trip is in flight: nothing is lost if it is
+/// dropped, and under `FailClosed` a shaping stream waits for Redis rather than give up.
+impl sealed::Sealed for RedisRateLimiter {
+    type Permit = RedisPermit;
+
+    fn permit(&self) -> RedisPermit {
+        RedisPermit {
+            acquire: None,
+            check: None,
+        }
+    }
+
+    fn poll_acquire(
+        &self,
+        permit: Pin<&mut RedisPermit>,
+        cx: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<()> {
+        let quota = self.clone();
+        poll_slot(&mut permit.get_mut().acquire, cx, || async move {
+            quota.keyed.acquire_patiently(&One, cost).await
+        })
+    }
+
+    fn poll_try_acquire(
+        &self,
+        permit: Pin<&mut RedisPermit>,
+        cx: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<Result<(), NotUntil>> {
+        let quota = self.clone();
+        poll_slot(&mut permit.get_mut().check, cx, || async move {
+            // A reply error (counted and logged by `try_acquire`) refuses the item: it is
+            // handed back, not let through.
+            quota.try_acquire(cost).await.map_err(|e| match e {
+                TryAcquireError::NotUntil(refused) => refused,
+                TryAcquireError::Reply(_) => NotUntil::after(REPLY_RETRY),
+            })
+        })
+    }
+}
+
+/// A stream's front item or a tower request of one key in flight on a
+/// [`RedisKeyedRateLimiter`] (not nameable outside the crate): the key, and the round trip
+/// (with the wait that follows it) in flight.
+pub struct RedisKeyPermit<K> {
+    quota: RedisKeyedRateLimiter<K>,
+    key: K,
+    acquire: Option<Pending<()>>,
+    #[cfg(feature = "tower")]
+    check: Option<Pending<Result<(), NotUntil>>>,
+}
+
+/// Nothing in it is ever pinned in place: the key is cloned into each round trip, and the
+/// round trips are boxed.
+impl<K> Unpin for RedisKeyPermit<K> {}
+
+impl<K> fmt::Debug for RedisKeyPermit<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisKeyPermit")
+            .field("in_flight", &self.acquire.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> KeyedQuota for RedisKeyedRateLimiter<K> where
+    K: Hash + Eq + Clone + Display + Send + Sync + 'static
+{
+}
+
+/// A stream holds its item while its key's request is in flight: nothing is lost if it is
+/// dropped (a reservation not yet used is given back), and the stream never fails (see
+/// `acquire_patiently`).
+impl<K> KeyedSealed for RedisKeyedRateLimiter<K>
+where
+    K: Hash + Eq + Clone + Display + Send + Sync + 'static,
+{
+    type Key = K;
+    type Hasher = RandomState;
+    type Permit = RedisKeyPermit<K>;
+
+    fn hash_key(&self, key: &K) -> u64 {
+        self.inner.hasher.hash_one(key)
+    }
+
+    fn permit(&self, key: K, _: u64) -> RedisKeyPermit<K> {
+        RedisKeyPermit {
+            quota: self.clone(),
+            key,
+            acquire: None,
+            #[cfg(feature = "tower")]
+            check: None,
+        }
+    }
+
+    fn arrive(&self, key: &K, hash: u64, cost: u64, waker: &Waker) -> Arrival<RedisKeyPermit<K>> {
+        let mut permit = self.permit(key.clone(), hash);
+        let mut cx = Context::from_waker(waker);
+        // From a key's lease, or when the cost is 0, this is ready at once.
+        match Self::poll_acquire(Pin::new(&mut permit), &mut cx, cost) {
+            Poll::Ready(()) => Arrival::Granted,
+            // Its round trip or its sleep wakes `waker`.
+            Poll::Pending => Arrival::Waiting { permit, ask: false },
+        }
+    }
+
+    fn poll_acquire(
+        permit: Pin<&mut RedisKeyPermit<K>>,
+        cx: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<()> {
+        let permit = permit.get_mut();
+        let (quota, key) = (&permit.quota, &permit.key);
+        poll_slot(&mut permit.acquire, cx, || {
+            let (quota, key) = (quota.clone(), key.clone());
+            async move { quota.acquire_patiently(&key, cost).await }
+        })
+    }
+
+    #[cfg(feature = "tower")]
+    fn poll_try_acquire(
+        permit: Pin<&mut RedisKeyPermit<K>>,
+        cx: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<Result<(), NotUntil>> {
+        let permit = permit.get_mut();
+        let (quota, key) = (&permit.quota, &permit.key);
+        poll_slot(&mut permit.check, cx, || {
+            let (quota, key) = (quota.clone(), key.clone());
+            async move {
+                // A reply error (counted and logged by `try_acquire`) refuses the request: it
+                // is not let through without Redis's say-so.
+                quota.try_acquire(&key, cost).await.map_err(|e| match e {
+                    TryAcquireError::NotUntil(refused) => refused,
+                    TryAcquireError::Reply(_) => NotUntil::after(REPLY_RETRY),
+                })
+            }
+        })
+    }
+
+    #[cfg(feature = "http")]
+    fn state(_: Pin<&mut RedisKeyPermit<K>>) -> Option<crate::stats::QuotaState> {
+        None
+    }
+}
