@@ -208,10 +208,10 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedSealed for KeyedRateLimiter<K, S
     #[cfg(feature = "tower")]
     fn poll_try_acquire(
         permit: Pin<&mut Self::Permit>,
-        _: &mut Context<'_>,
+        cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<Result<(), crate::error::NotUntil>> {
-        Poll::Ready(permit.waiter.handle().try_acquire(cost))
+        crate::engine::coop::poll_try_acquire(cx, || permit.waiter.handle().try_acquire(cost))
     }
 
     #[cfg(feature = "http")]

@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 use super::rate_limiter::{Limit, RateLimiter};
 use super::stagger::Stagger;
 use crate::core::Window;
-use crate::engine::{Shared, Waiter};
+use crate::engine::{coop, Shared, Waiter};
 use crate::error::NotUntil;
 
 pub(crate) mod sealed {
@@ -129,10 +129,10 @@ impl Sealed for RateLimiter {
     fn poll_try_acquire(
         &self,
         _: Pin<&mut Self::Permit>,
-        _: &mut Context<'_>,
+        cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<Result<(), NotUntil>> {
-        Poll::Ready(self.shared.try_acquire(cost))
+        coop::poll_try_acquire(cx, || self.shared.try_acquire(cost))
     }
 }
 
@@ -162,9 +162,9 @@ impl Sealed for Stagger {
     fn poll_try_acquire(
         &self,
         _: Pin<&mut Self::Permit>,
-        _: &mut Context<'_>,
+        cx: &mut Context<'_>,
         _: u64,
     ) -> Poll<Result<(), NotUntil>> {
-        Poll::Ready(self.shared.try_acquire(1))
+        coop::poll_try_acquire(cx, || self.shared.try_acquire(1))
     }
 }

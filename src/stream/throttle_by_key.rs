@@ -21,7 +21,7 @@ use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{ready, Context, Poll, Wake, Waker};
 
 use futures_core::stream::FusedStream;
 use futures_core::Stream;
@@ -29,6 +29,7 @@ use hashbrown::HashTable;
 use pin_project_lite::pin_project;
 
 use super::upstream::Source;
+use crate::engine::coop::poll_budget;
 use crate::error::ConfigError;
 use crate::limiter::keyed_quota::sealed::{Arrival, KeyedSealed};
 use crate::limiter::{KeyedQuota, KeyedRateLimiter};
@@ -379,11 +380,15 @@ where
                 }
             }
             if !me.source.is_done() && me.held.count < *me.capacity {
+                // An item granted on arrival spends a unit of the task's budget (one granted
+                // from the held ones spends it in its waiter); one that must wait gives it back.
+                let budget = ready!(poll_budget(cx));
                 match me.source.as_mut().poll_next(cx) {
                     Poll::Ready(Some(item)) => {
                         let key = (me.key)(&item);
                         let cost = (me.cost)(&item);
                         if let Some(item) = me.held.arrive(key, item, cost) {
+                            budget.made_progress();
                             return Poll::Ready(Some(item));
                         }
                         continue;
