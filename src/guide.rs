@@ -912,7 +912,7 @@
 //! | `paced_cancellations_total` | counter | in process | waiters dropped before their grant |
 //! | `paced_wait_seconds` | histogram | in process | time a granted request spent queued (0 if it did not queue) |
 //! | `paced_waiters` | gauge | in process | requests queued now |
-//! | `paced_adaptive_rate` | gauge | `Adaptive` | the rate the controller set, in tokens per second |
+//! | `paced_adaptive_rate` | gauge | `Adaptive` | the rate the controller set, in tokens per second (moved by every report: `on_success`, `on_throttled`, `on_quota`) |
 //! | `paced_adaptive_decreases_total` | counter | `Adaptive` | decreases of the rate |
 //! | `paced_redis_round_trips_total` | counter | Redis | script calls sent |
 //! | `paced_redis_errors_total` | counter | Redis | failed round trips, label `kind` = `outage` or `reply` |
@@ -924,8 +924,9 @@
 //!
 //! - **Registered once.** The handles are registered with the recorder in force when the
 //!   limiter is named, so install the recorder first, and kept in the state every clone
-//!   shares: naming any handle names them all, clones made before included. The first name
-//!   given wins; naming again changes nothing.
+//!   shares: naming any handle names them all, clones made before included. Named twice, the
+//!   last name given wins: the earlier name's handles stop recording (its `paced_waiters`
+//!   gauge drops to 0) and the new name's start, with the waiters queued then.
 //! - **Cheap.** Recording an event is one call on a handle, with no look-up in the recorder's
 //!   registry. Without the feature nothing is compiled in; with it, an unnamed limiter pays one
 //!   branch per event. On the lock-free path a grant records three (a grant, its tokens, a wait

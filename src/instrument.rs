@@ -1,14 +1,70 @@
 //! The handles a named limiter records to on the `metrics` facade (feature `metrics`).
 //!
 //! Each handle is registered once, when the limiter is given its name, and kept in the state
-//! every clone shares (a set-once slot), so recording an event is one call on a handle: no
-//! look-up in the recorder's registry per event. The names and labels are listed in the
-//! guide's "Metrics" section.
+//! every clone shares (a [`Named`] slot, replaced if the limiter is named again: the last name
+//! given wins), so recording an event is one call on a handle: no look-up in the recorder's
+//! registry per event. The names and labels are listed in the guide's "Metrics" section.
+
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
 use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
 
 /// The label every metric carries: the limiter's name.
 const LABEL: &str = "limiter";
+
+/// The handles a limiter records to under its name, shared by every clone: none until it is
+/// named, then those of the last name given.
+#[derive(Debug)]
+pub(crate) struct Named<T> {
+    /// Whether a name was ever given: without one, an event costs this one load.
+    named: AtomicBool,
+    handles: RwLock<Option<T>>,
+}
+
+/// The handles in force, read-locked while an event is recorded to them (a new name waits).
+#[derive(Debug)]
+pub(crate) struct Handles<'a, T>(RwLockReadGuard<'a, Option<T>>);
+
+impl<T> Deref for Handles<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        match self.0.as_ref() {
+            Some(handles) => handles,
+            None => unreachable!("a `Handles` is made only over handles"),
+        }
+    }
+}
+
+impl<T> Default for Named<T> {
+    fn default() -> Self {
+        Named {
+            named: AtomicBool::new(false),
+            handles: RwLock::new(None),
+        }
+    }
+}
+
+impl<T> Named<T> {
+    /// The handles in force, if the limiter has a name.
+    #[inline]
+    pub(crate) fn get(&self) -> Option<Handles<'_, T>> {
+        if !self.named.load(Ordering::Acquire) {
+            return None;
+        }
+        let guard = self.handles.read().unwrap_or_else(PoisonError::into_inner);
+        guard.is_some().then(|| Handles(guard))
+    }
+
+    /// Records to `handles` from now on; returns those of the previous name, if any.
+    pub(crate) fn replace(&self, handles: T) -> Option<T> {
+        let mut slot = self.handles.write().unwrap_or_else(PoisonError::into_inner);
+        let previous = slot.replace(handles);
+        self.named.store(true, Ordering::Release);
+        previous
+    }
+}
 
 /// The handles of a shared limiter (one lane, or one per key).
 #[derive(Debug)]

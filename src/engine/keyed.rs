@@ -479,10 +479,10 @@ pub(crate) struct KeyedShared<K, S> {
     hasher: S,
     defaults: Defaults,
     shards: Box<[Padded<Mutex<Shard<K>>>]>,
-    /// The handles a named limiter records to: set once, with every shard locked, for every
-    /// clone.
+    /// The handles a named limiter records to, for every clone: set with every shard locked,
+    /// and replaced if it is named again.
     #[cfg(feature = "metrics")]
-    metrics: OnceLock<crate::instrument::LimiterMetrics>,
+    metrics: crate::instrument::Named<crate::instrument::LimiterMetrics>,
 }
 
 impl<K, S: BuildHasher> KeyedShared<K, S> {
@@ -500,7 +500,7 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
                 .map(|_| Padded(Mutex::new(Shard::new())))
                 .collect(),
             #[cfg(feature = "metrics")]
-            metrics: OnceLock::new(),
+            metrics: crate::instrument::Named::default(),
         }
     }
 
@@ -549,7 +549,10 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         let metrics = self.metrics.get();
         drop(shard);
         #[cfg(feature = "metrics")]
-        after.record(metrics);
+        {
+            after.record(metrics.as_deref());
+            drop(metrics);
+        }
         after.run();
         if idle_ended {
             self.sweep_others(index, now);
@@ -837,22 +840,21 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
             .sum()
     }
 
-    /// Records to the metrics of the limiter called `name` from now on, on every handle;
-    /// returns `false` (and changes nothing) if the limiter already has a name.
+    /// Records to the metrics of the limiter called `name` from now on, on every handle; a
+    /// name given before is replaced (its waiters gauge drops to 0: it no longer counts).
     #[cfg(feature = "metrics")]
-    pub(crate) fn set_metrics(&self, name: &str) -> bool {
-        if self.metrics.get().is_some() {
-            return false;
-        }
+    pub(crate) fn set_metrics(&self, name: &str) {
         // Registered before the locks: the recorder is the application's code.
         let metrics = crate::instrument::LimiterMetrics::new(name);
         let shards = self.lock_all();
         let waiting: usize = shards.iter().map(|s| s.waiting()).sum();
         #[allow(clippy::cast_precision_loss)]
         metrics.waiters.set(waiting as f64);
-        let set = self.metrics.set(metrics).is_ok();
+        let previous = self.metrics.replace(metrics);
         drop(shards);
-        set
+        if let Some(previous) = previous {
+            previous.waiters.set(0.0);
+        }
     }
 
     pub(crate) fn stats(&self) -> Stats {

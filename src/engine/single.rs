@@ -92,9 +92,10 @@ pub(crate) struct Shared<R> {
     rejected: AtomicU64,
     origin: Instant,
     state: Mutex<Locked<R>>,
-    /// The handles a named limiter records to: set once, under the lock, for every clone.
+    /// The handles a named limiter records to, for every clone: set under the lock, and
+    /// replaced if it is named again.
     #[cfg(feature = "metrics")]
-    metrics: std::sync::OnceLock<crate::instrument::LimiterMetrics>,
+    metrics: crate::instrument::Named<crate::instrument::LimiterMetrics>,
 }
 
 impl<R: Rule> Shared<R> {
@@ -118,7 +119,7 @@ impl<R: Rule> Shared<R> {
                 published: None,
             }),
             #[cfg(feature = "metrics")]
-            metrics: std::sync::OnceLock::new(),
+            metrics: crate::instrument::Named::default(),
         };
         shared.release(&mut shared.lock(), Nanos::ZERO);
         shared
@@ -386,21 +387,20 @@ impl<R: Rule> Shared<R> {
         out
     }
 
-    /// Records to the metrics of the limiter called `name` from now on, on every handle;
-    /// returns `false` (and changes nothing) if the limiter already has a name.
+    /// Records to the metrics of the limiter called `name` from now on, on every handle; a
+    /// name given before is replaced (its waiters gauge drops to 0: it no longer counts).
     #[cfg(feature = "metrics")]
-    pub(crate) fn set_metrics(&self, name: &str) -> bool {
-        if self.metrics.get().is_some() {
-            return false;
-        }
+    pub(crate) fn set_metrics(&self, name: &str) {
         // Registered before the lock: the recorder is the application's code.
         let metrics = crate::instrument::LimiterMetrics::new(name);
         let st = self.lock();
         #[allow(clippy::cast_precision_loss)]
         metrics.waiters.set(st.lane.waiting() as f64);
-        let set = self.metrics.set(metrics).is_ok();
+        let previous = self.metrics.replace(metrics);
         drop(st);
-        set
+        if let Some(previous) = previous {
+            previous.waiters.set(0.0);
+        }
     }
 
     /// Releases the lock, records the events `after` noted (with the handles as they were
@@ -411,7 +411,10 @@ impl<R: Rule> Shared<R> {
         let metrics = self.metrics.get();
         drop(guard);
         #[cfg(feature = "metrics")]
-        after.record(metrics);
+        {
+            after.record(metrics.as_deref());
+            drop(metrics);
+        }
         after.run();
     }
 

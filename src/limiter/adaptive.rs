@@ -268,9 +268,9 @@ struct Inner {
     law: AdaptiveLaw,
     origin: Instant,
     state: Mutex<State>,
-    /// The controller's handles, set once for every clone.
+    /// The controller's handles, for every clone: replaced if it is named again.
     #[cfg(feature = "metrics")]
-    metrics: std::sync::OnceLock<crate::instrument::AdaptiveMetrics>,
+    metrics: crate::instrument::Named<crate::instrument::AdaptiveMetrics>,
 }
 
 #[derive(Debug)]
@@ -444,7 +444,7 @@ impl Adaptive {
             law,
             origin,
             #[cfg(feature = "metrics")]
-            metrics: std::sync::OnceLock::new(),
+            metrics: crate::instrument::Named::default(),
             state: Mutex::new(State {
                 set: min,
                 w_max: 0.0,
@@ -596,8 +596,12 @@ impl Adaptive {
             .saturating_duration_since(self.inner.origin)
             .as_secs_f64();
         let mut wakes = Wakes::default();
+        let mut st = self.inner.lock();
+        let decreases = st.decreases;
         self.inner
-            .announce(&mut self.inner.lock(), quota, exhausted, now, &mut wakes);
+            .announce(&mut st, quota, exhausted, now, &mut wakes);
+        self.inner.record(&st, decreases);
+        drop(st);
         wakes.run();
     }
 
@@ -670,13 +674,13 @@ impl Adaptive {
     ///
     /// | metric | kind | what |
     /// | --- | --- | --- |
-    /// | `paced_adaptive_rate` | gauge | the rate the controller set, in tokens per second (updated on every report) |
+    /// | `paced_adaptive_rate` | gauge | the rate the controller set, in tokens per second (updated on every report: `on_success`, `on_throttled`, `on_quota`) |
     /// | `paced_adaptive_decreases_total` | counter | decreases of the rate |
     ///
-    /// and the limiter's own (it is named too, unless it already has a name: see
-    /// [`RateLimiter::with_metrics`]), all with the label `limiter = name`. As there, the
-    /// handles are registered once, here, with the recorder in force, and shared by every
-    /// clone; the first name given wins.
+    /// and the limiter's own (it is named too: see [`RateLimiter::with_metrics`]), all with the
+    /// label `limiter = name`. As there, the handles are registered here, with the recorder in
+    /// force, and shared by every clone; named twice, the last name given wins (for the
+    /// controller and its limiter).
     ///
     /// # Examples
     ///
@@ -695,13 +699,11 @@ impl Adaptive {
     pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
         let name = name.as_ref();
         self.inner.limiter.shared.set_metrics(name);
-        if self.inner.metrics.get().is_none() {
-            let metrics = crate::instrument::AdaptiveMetrics::new(name);
-            let st = self.inner.lock();
-            metrics.rate.set(per_second(st.set));
-            let _ = self.inner.metrics.set(metrics);
-            drop(st);
-        }
+        let metrics = crate::instrument::AdaptiveMetrics::new(name);
+        let st = self.inner.lock();
+        metrics.rate.set(per_second(st.set));
+        self.inner.metrics.replace(metrics);
+        drop(st);
         self
     }
 }
@@ -720,17 +722,25 @@ impl Inner {
             .as_secs_f64();
         let mut wakes = Wakes::default();
         let mut st = self.lock();
-        #[cfg(feature = "metrics")]
         let decreases = st.decreases;
         self.decide(&mut st, refused, retry_after, now, &mut wakes);
-        #[cfg(feature = "metrics")]
-        if let Some(m) = self.metrics.get() {
-            m.rate.set(per_second(st.set));
-            m.decreases.increment(st.decreases - decreases);
-        }
+        self.record(&st, decreases);
         drop(st);
         // The lock released, the limiter's head waiter re-reads its deadline.
         wakes.run();
+    }
+
+    /// Records the rate now and the decreases since there were `decreases_before` (under the
+    /// lock the report was decided under, so that the gauge moves in the order of the rates).
+    #[inline]
+    #[allow(unused_variables)]
+    fn record(&self, st: &State, decreases_before: u64) {
+        #[cfg(feature = "metrics")]
+        if let Some(m) = self.metrics.get() {
+            m.rate.set(per_second(st.set));
+            m.decreases
+                .increment(st.decreases.saturating_sub(decreases_before));
+        }
     }
 
     /// Folds one report into the state and sets the limiter's rate accordingly; the waiters

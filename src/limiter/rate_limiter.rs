@@ -622,8 +622,9 @@ impl RateLimiter {
     /// Every metric carries the label `limiter = name`. The handles are registered once, here,
     /// with the recorder in force (install the recorder first), and kept in the state every
     /// clone shares: the name applies to every handle of the limiter, those cloned before the
-    /// call too, and recording an event is one call on a handle. A limiter has one name: the
-    /// first call names it, later calls (on any handle) change nothing. Without a name, the
+    /// call too, and recording an event is one call on a handle. Named twice (on any handle),
+    /// the last name given wins: the handles of the earlier name stop recording (its
+    /// `paced_waiters` gauge is set to 0) and those of the new one start. Without a name, the
     /// cost is one branch per event. See the [guide](crate::guide#metrics).
     ///
     /// # Examples
