@@ -298,7 +298,7 @@
 //! debt before it passes; a cost of 0 passes at once; `try_acquire` of a cost above `burst` is
 //! refused with a [`NotUntil`] that [`is_never`](crate::NotUntil::is_never).
 //!
-//! `throttle_with` takes any [`Quota`]: a [`RateLimiter`], a [`Stagger`] (one per item,
+//! `throttle_with` takes any [`Limiter`]: a [`RateLimiter`], a [`Stagger`] (one per item,
 //! whatever the cost) or a [`RedisRateLimiter`]. The trait is sealed: the adapters rely on the
 //! exact semantics of these quotas.
 //!
@@ -324,7 +324,7 @@
 //! # async fn main() {
 //! // Every provider: 2 messages per second, one at a time; "bulk" allows 50 per second, 5 at once.
 //! let providers = KeyedRateLimiter::new(Rate::per_second(2), 1);
-//! providers.set_limit("bulk", Rate::per_second(50), 5);
+//! providers.set_limit(&"bulk", Rate::per_second(50), 5);
 //! let messages = ["a", "a", "a", "bulk", "bulk"].map(|provider| Sms { provider, text: "hi" });
 //! let start = tokio::time::Instant::now();
 //! // Up to 64 messages held while they wait for their provider.
@@ -393,7 +393,7 @@
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
 //! let tenants: KeyedRateLimiter<String> = KeyedRateLimiter::new(Rate::per_second(10), 2);
-//! tenants.set_limit("enterprise".to_string(), Rate::per_second(1000), 100);
+//! tenants.set_limit("enterprise", Rate::per_second(1000), 100);
 //! assert!(tenants.try_acquire("free-tier", 2).is_ok()); // asked with a &str
 //! assert!(tenants.try_acquire("free-tier", 1).is_err());
 //! assert_eq!(tenants.available("enterprise"), 100);
@@ -502,7 +502,7 @@
 //! ```
 //!
 //! Streams and tower draw on it as on a [`KeyedRateLimiter`]: `throttle_by_key` and
-//! `RateLimitLayer::keyed` take any [`KeyedQuota`]. A stream's oldest item of each key waits
+//! `RateLimitLayer::keyed` take any [`KeyedLimiter`]. A stream's oldest item of each key waits
 //! by the Redis limiter's own `acquire`, one request per key at a time, so each key's items
 //! still leave in upstream order and no key holds up another; a reply error on one key holds
 //! that key's items (retried at a backoff up to 1 s, each failure counted in
@@ -578,7 +578,7 @@
 //! Often the rate-limited thing is the *output*: a Kafka producer, a socket written through a
 //! codec, a channel into a worker that calls a partner's API. [`PaceSinkExt`] puts the same
 //! operators on every `futures::Sink`: `throttle(rate, cost, burst)`,
-//! `throttle_with(&quota, cost)` (any [`Quota`], shared with streams and tasks) and
+//! `throttle_with(&quota, cost)` (any [`Limiter`], shared with streams and tasks) and
 //! `min_interval(d)`; the adapter types are in [`paced::sink`](crate::sink). The writer just
 //! sends; each item is handed to the inner sink when it conforms.
 //!
@@ -870,7 +870,7 @@
 //! let partner = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(1000));
 //! sync_orders(&partner, futures_util::stream::iter(0..100)).await;
 //! let stats = partner.stats();
-//! assert_eq!((stats.successes, stats.refusals), (90, 10));
+//! assert_eq!((stats.successes, stats.throttled), (90, 10));
 //! assert!(stats.decreases >= 1);
 //! assert!(partner.rate() < Rate::per_second(100));
 //! # }
@@ -1133,8 +1133,8 @@
 //! [`Stagger::try_set_limit`]: crate::Stagger::try_set_limit
 //! [`KeyedRateLimiter`]: crate::KeyedRateLimiter
 //! [`Adaptive`]: crate::Adaptive
-//! [`Quota`]: crate::Quota
-//! [`KeyedQuota`]: crate::KeyedQuota
+//! [`Limiter`]: crate::Limiter
+//! [`KeyedLimiter`]: crate::KeyedLimiter
 #![cfg_attr(
     feature = "redis",
     doc = "[`RedisRateLimiter`]: crate::RedisRateLimiter\n\n\

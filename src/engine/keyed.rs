@@ -804,14 +804,14 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
     /// The bucket of `key` (hashed to `hash`) as quota headers describe it now: a full bucket
     /// of its limit if it has no state.
     #[cfg(feature = "http")]
-    pub(crate) fn quota_state<Q>(&self, hash: u64, key: &Q) -> crate::stats::QuotaState
+    pub(crate) fn limit_state<Q>(&self, hash: u64, key: &Q) -> crate::stats::LimitState
     where
         K: Borrow<Q> + Hash,
         Q: Eq + ?Sized,
     {
         self.with(hash, |shard, now, _, _| {
             shard.bucket(&self.defaults, hash, key, |bucket, limit| {
-                crate::stats::QuotaState::of(bucket, limit.rate, now)
+                crate::stats::LimitState::of(bucket, limit.rate, now)
             })
         })
     }
@@ -1007,8 +1007,8 @@ where
 
     /// This key's bucket as quota headers describe it now.
     #[cfg(feature = "http")]
-    pub(crate) fn quota_state(&self) -> crate::stats::QuotaState {
-        self.shared.quota_state(self.hash, self.key.borrow())
+    pub(crate) fn limit_state(&self) -> crate::stats::LimitState {
+        self.shared.limit_state(self.hash, self.key.borrow())
     }
 }
 

@@ -311,7 +311,7 @@ struct State {
     /// announced.
     hold_until: f64,
     successes: u64,
-    refusals: u64,
+    throttled: u64,
     decreases: u64,
 }
 
@@ -328,7 +328,7 @@ struct State {
 /// adaptive.on_throttled(None);
 /// adaptive.on_throttled(None); // the same overload: no second decrease
 /// let stats = adaptive.stats();
-/// assert_eq!((stats.successes, stats.refusals, stats.decreases), (1, 2, 1));
+/// assert_eq!((stats.successes, stats.throttled, stats.decreases), (1, 2, 1));
 /// assert_eq!(stats.rate, adaptive.rate());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -336,8 +336,9 @@ struct State {
 pub struct AdaptiveStats {
     /// Calls reported by [`on_success`](Adaptive::on_success).
     pub successes: u64,
-    /// Calls reported by [`on_throttled`](Adaptive::on_throttled).
-    pub refusals: u64,
+    /// Calls reported by [`on_throttled`](Adaptive::on_throttled): refused by the destination
+    /// (a `429`), not by the limiter. (Named `refusals` before 1.0.)
+    pub throttled: u64,
     /// Times the rate was lowered: once per overload, however many refusals it caused.
     pub decreases: u64,
     /// The limiter's rate now.
@@ -355,7 +356,8 @@ impl Adaptive {
     ///
     /// # Panics
     ///
-    /// Panics if `min` is above `max`, with the message of [`ConfigError::MinAboveMax`]. Use
+    /// Panics if `min` is above `max`, with the message `"Adaptive::new: {error}"`, the error
+    /// being [`ConfigError::MinAboveMax`]. Use
     /// [`Adaptive::try_new`] for values from configuration. (A zero `min` cannot be built: a
     /// [`Rate`] is never zero.)
     ///
@@ -373,7 +375,7 @@ impl Adaptive {
     pub fn new(limiter: RateLimiter, min: Rate, max: Rate) -> Adaptive {
         match Adaptive::try_new(limiter, min, max) {
             Ok(adaptive) => adaptive,
-            Err(e) => panic!("{e}"),
+            Err(e) => panic!("Adaptive::new: {e}"),
         }
     }
 
@@ -464,7 +466,7 @@ impl Adaptive {
                 bucket_paused: 0.0,
                 hold_until: f64::NEG_INFINITY,
                 successes: 0,
-                refusals: 0,
+                throttled: 0,
                 decreases: 0,
             }),
         };
@@ -605,6 +607,105 @@ impl Adaptive {
         wakes.run();
     }
 
+    /// Waits until `cost` tokens of the limiter are granted: [`RateLimiter::acquire`] on
+    /// [`limiter`](Adaptive::limiter), at the rate the controller set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{Adaptive, Rate, RateLimiter};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+    /// let start = Instant::now();
+    /// adaptive.acquire(1).await;
+    /// adaptive.acquire(1).await;
+    /// assert_eq!(start.elapsed(), Duration::from_millis(100));
+    /// # }
+    /// ```
+    pub async fn acquire(&self, cost: u64) {
+        self.inner.limiter.acquire(cost).await;
+    }
+
+    /// Takes `cost` tokens of the limiter if they are there now and nobody waits:
+    /// [`RateLimiter::try_acquire`] on [`limiter`](Adaptive::limiter).
+    ///
+    /// # Errors
+    ///
+    /// [`NotUntil`](crate::NotUntil), as [`RateLimiter::try_acquire`] says.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{Adaptive, Rate, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+    /// assert!(adaptive.try_acquire(1).is_ok());
+    /// adaptive.on_throttled(Some(Duration::from_secs(1))); // the destination said: wait 1 s
+    /// assert_eq!(adaptive.try_acquire(1).unwrap_err().retry_after(), Duration::from_secs(1));
+    /// # }
+    /// ```
+    pub fn try_acquire(&self, cost: u64) -> Result<(), crate::NotUntil> {
+        self.inner.limiter.try_acquire(cost)
+    }
+
+    /// Waits for `cost` tokens of the limiter only if they can be had within `timeout`:
+    /// [`RateLimiter::acquire_timeout`] on [`limiter`](Adaptive::limiter).
+    ///
+    /// # Errors
+    ///
+    /// [`NotUntil`](crate::NotUntil) with how long the request would have waited.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{Adaptive, Rate, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+    /// adaptive.acquire(1).await;
+    /// let refused = adaptive.acquire_timeout(1, Duration::from_millis(50)).await;
+    /// assert_eq!(refused.unwrap_err().retry_after(), Duration::from_millis(100));
+    /// assert!(adaptive.acquire_timeout(1, Duration::from_millis(100)).await.is_ok());
+    /// # }
+    /// ```
+    pub async fn acquire_timeout(
+        &self,
+        cost: u64,
+        timeout: Duration,
+    ) -> Result<(), crate::NotUntil> {
+        self.inner.limiter.acquire_timeout(cost, timeout).await
+    }
+
+    /// The whole tokens of the limiter that could be taken now, ignoring anyone waiting:
+    /// [`RateLimiter::available`] on [`limiter`](Adaptive::limiter).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paced::{Adaptive, Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 3);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+    /// adaptive.try_acquire(1).unwrap();
+    /// assert_eq!(adaptive.available(), 2);
+    /// ```
+    #[must_use]
+    pub fn available(&self) -> u64 {
+        self.inner.limiter.available()
+    }
+
     /// The limiter's rate now.
     ///
     /// # Examples
@@ -646,7 +747,7 @@ impl Adaptive {
         &self.inner.limiter
     }
 
-    /// The counters (successes, refusals, decreases) and the rate now.
+    /// The counters (successes, throttled, decreases) and the rate now.
     ///
     /// # Examples
     ///
@@ -663,7 +764,7 @@ impl Adaptive {
         let st = self.inner.lock();
         AdaptiveStats {
             successes: st.successes,
-            refusals: st.refusals,
+            throttled: st.throttled,
             decreases: st.decreases,
             rate: self.inner.limiter.rate(),
         }
@@ -758,7 +859,7 @@ impl Inner {
         }
         st.reports += 1;
         if refused {
-            st.refusals += 1;
+            st.throttled += 1;
         } else {
             st.successes += 1;
         }

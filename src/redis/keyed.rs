@@ -26,8 +26,8 @@ use super::script::{
 use super::turns::Turns;
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
-use crate::limiter::keyed_quota::sealed::{Arrival, KeyedSealed};
-use crate::limiter::{KeyedQuota, KeyedRateLimiter, RateLimiter};
+use crate::limiter::keyed_traits::sealed::{Arrival, KeyedSealed};
+use crate::limiter::{KeyedLimiter, KeyedRateLimiter, RateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};
 
@@ -171,8 +171,8 @@ struct Inner<K> {
 /// not clear), else the default limit; limits that other processes set are not known locally.
 ///
 /// Streams and tower services draw on it as on a [`KeyedRateLimiter`]: it is a
-/// [`KeyedQuota`], so [`throttle_by_key`](crate::PaceExt::throttle_by_key) and
-/// `paced::tower::RateLimitLayer::keyed` take it (see [`KeyedQuota`] for what holds).
+/// [`KeyedLimiter`], so [`throttle_by_key`](crate::PaceExt::throttle_by_key) and
+/// `paced::tower::RateLimitLayer::keyed` take it (see [`KeyedLimiter`] for what holds).
 ///
 /// # Examples
 ///
@@ -1457,7 +1457,7 @@ impl<K> fmt::Debug for RedisKeyPermit<K> {
     }
 }
 
-impl<K> KeyedQuota for RedisKeyedRateLimiter<K> where
+impl<K> KeyedLimiter for RedisKeyedRateLimiter<K> where
     K: Hash + Eq + Clone + Display + Send + Sync + 'static
 {
 }
@@ -1533,7 +1533,7 @@ where
     }
 
     #[cfg(feature = "http")]
-    fn state(_: Pin<&mut RedisKeyPermit<K>>) -> Option<crate::stats::QuotaState> {
+    fn state(_: Pin<&mut RedisKeyPermit<K>>) -> Option<crate::stats::LimitState> {
         None
     }
 }

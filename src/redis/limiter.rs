@@ -24,8 +24,8 @@ use super::script::{
 use super::turns::Turns;
 use crate::core::Nanos;
 use crate::error::NotUntil;
-use crate::limiter::quota::sealed;
-use crate::limiter::{Quota, RateLimiter};
+use crate::limiter::traits::sealed;
+use crate::limiter::{Limiter, RateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};
 
@@ -871,7 +871,7 @@ where
     done
 }
 
-impl Quota for RedisRateLimiter {}
+impl Limiter for RedisRateLimiter {}
 
 /// A stream holds its item while the round trip is in flight: nothing is lost if it is
 /// dropped, and under `FailClosed` a shaping stream waits for Redis rather than give up.

@@ -53,8 +53,8 @@ mod adaptive;
 mod error;
 #[cfg(feature = "http")]
 mod headers;
-mod quota;
 mod rate_limit;
+mod request;
 
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
@@ -64,8 +64,10 @@ pub use error::{BoxError, RateLimited};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use headers::{quota_from_headers, retry_after, EPOCH_THRESHOLD_SECS, MAX_DELAY};
-pub use quota::{ByKey, Cost, OnePerRequest, RequestQuota};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use rate_limit::{Announcing, AnnouncingFuture, QuotaHeaders};
 pub use rate_limit::{RateLimit, RateLimitLayer, ResponseFuture};
+#[allow(deprecated)]
+pub use request::RequestQuota;
+pub use request::{ByKey, Cost, OnePerRequest, RequestLimiter};

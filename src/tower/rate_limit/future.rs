@@ -11,7 +11,7 @@ use tower_service::Service;
 
 use crate::mode::{Enforcing, Shaping};
 use crate::tower::error::BoxError;
-use crate::tower::quota::RequestQuota;
+use crate::tower::request::RequestLimiter;
 
 pin_project! {
     /// Response future of [`RateLimit`](super::RateLimit): waits for the request's tokens
@@ -49,7 +49,7 @@ pin_project! {
     pub struct ResponseFuture<S, Req, Q, M>
     where
         S: Service<Req>,
-        Q: RequestQuota<Req>,
+        Q: RequestLimiter<Req>,
     {
         #[pin]
         permit: Q::Permit,
@@ -65,7 +65,7 @@ pin_project! {
 impl<S, Req, Q, M> ResponseFuture<S, Req, Q, M>
 where
     S: Service<Req>,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
 {
     pub(super) fn new(permit: Q::Permit, cost: u64, ready: S, req: Req) -> Self {
         ResponseFuture {
@@ -91,7 +91,7 @@ where
 impl<S, Req, Q> Future for ResponseFuture<S, Req, Q, Shaping>
 where
     S: Service<Req>,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
 {
     type Output = Result<S::Response, S::Error>;
 
@@ -111,7 +111,7 @@ impl<S, Req, Q> Future for ResponseFuture<S, Req, Q, Enforcing>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
 {
     type Output = Result<S::Response, BoxError>;
 
@@ -134,7 +134,7 @@ where
 impl<S, Req, Q, M> fmt::Debug for ResponseFuture<S, Req, Q, M>
 where
     S: Service<Req>,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")

@@ -6,9 +6,9 @@ use std::marker::PhantomData;
 use tower_layer::Layer;
 
 use super::service::RateLimit;
-use crate::limiter::{KeyedQuota, Quota};
+use crate::limiter::{KeyedLimiter, Limiter};
 use crate::mode::{Enforcing, Shaping};
-use crate::tower::quota::{ByKey, OnePerRequest};
+use crate::tower::request::{ByKey, OnePerRequest};
 
 /// A tower [`Layer`] that makes every request draw its cost from a quota shared by handle
 /// before it reaches the inner service.
@@ -17,7 +17,7 @@ use crate::tower::quota::{ByKey, OnePerRequest};
 ///   [`Stagger`](crate::Stagger) or a `RedisRateLimiter`;
 ///   [`keyed(&limiter, key)`](RateLimitLayer::keyed) on one key's bucket of a
 ///   [`KeyedRateLimiter`](crate::KeyedRateLimiter) or a `RedisKeyedRateLimiter` (any
-///   [`KeyedQuota`]), the key computed from the request.
+///   [`KeyedLimiter`]), the key computed from the request.
 /// - [`cost(|req| ..)`](RateLimitLayer::cost) sets what a request costs (default 1).
 /// - Shaping by default: a request waits for its tokens, FIFO with every other user of the
 ///   quota (in the order the response futures are first polled), then is passed on.
@@ -59,7 +59,7 @@ pub struct RateLimitLayer<Q, C = OnePerRequest, M = Shaping> {
     mode: M,
 }
 
-impl<Q: Quota> RateLimitLayer<Q> {
+impl<Q: Limiter> RateLimitLayer<Q> {
     /// A shaping layer over `quota`, one token per request.
     ///
     /// # Examples
@@ -82,12 +82,12 @@ impl<Q: Quota> RateLimitLayer<Q> {
     }
 }
 
-impl<F, Q: KeyedQuota> RateLimitLayer<ByKey<Q::Key, F, Q::Hasher, Q>> {
+impl<F, Q: KeyedLimiter> RateLimitLayer<ByKey<Q::Key, F, Q::Hasher, Q>> {
     /// A shaping layer over `limiter`, one bucket per key: `key(&req)` says whose bucket a
     /// request draws on (a client's IP address or API key, a tenant, a destination host).
     /// Requests of different keys never wait for each other.
     ///
-    /// `limiter` is any [`KeyedQuota`]: a [`KeyedRateLimiter`](crate::KeyedRateLimiter) or,
+    /// `limiter` is any [`KeyedLimiter`]: a [`KeyedRateLimiter`](crate::KeyedRateLimiter) or,
     /// with the `redis` feature, a `RedisKeyedRateLimiter` whose per-key quotas a whole fleet
     /// of servers shares. Over Redis, a shaping request waits by the Redis limiter's own
     /// `acquire` (leases, retries and failure policy included), and an enforcing one is

@@ -8,7 +8,7 @@ use tower_service::Service;
 use super::future::ResponseFuture;
 use crate::mode::{Enforcing, Shaping};
 use crate::tower::error::BoxError;
-use crate::tower::quota::{Cost, OnePerRequest, RequestQuota};
+use crate::tower::request::{Cost, OnePerRequest, RequestLimiter};
 
 /// A service whose requests draw their cost from a shared quota before they reach `S`: built
 /// by [`RateLimitLayer`](super::RateLimitLayer), which documents the two flavours.
@@ -134,7 +134,7 @@ impl<S, Q, C, M> RateLimit<S, Q, C, M> {
     fn start<Req>(&mut self, req: Req) -> ResponseFuture<S, Req, Q, M>
     where
         S: Service<Req> + Clone,
-        Q: RequestQuota<Req>,
+        Q: RequestLimiter<Req>,
         C: Cost<Req>,
     {
         let fresh = self.inner.clone();
@@ -148,7 +148,7 @@ impl<S, Q, C, M> RateLimit<S, Q, C, M> {
 impl<S, Req, Q, C> Service<Req> for RateLimit<S, Q, C, Shaping>
 where
     S: Service<Req> + Clone,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
     C: Cost<Req>,
 {
     type Response = S::Response;
@@ -168,7 +168,7 @@ impl<S, Req, Q, C> Service<Req> for RateLimit<S, Q, C, Enforcing>
 where
     S: Service<Req> + Clone,
     S::Error: Into<BoxError>,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
     C: Cost<Req>,
 {
     type Response = S::Response;
@@ -190,7 +190,7 @@ where
 impl<S, Req, Q, C, B> Service<Req> for RateLimit<S, Q, C, super::Announcing>
 where
     S: Service<Req, Response = http::Response<B>> + Clone,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
     C: Cost<Req>,
     B: Default,
 {

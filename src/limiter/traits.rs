@@ -1,4 +1,4 @@
-//! [`Quota`]: what `throttle_with` draws on, whether the quota lives in this process or
+//! [`Limiter`]: what `throttle_with` draws on, whether the limiter lives in this process or
 //! elsewhere.
 
 use std::pin::Pin;
@@ -19,16 +19,16 @@ pub(crate) mod sealed {
 
     use crate::error::NotUntil;
 
-    /// What a [`Quota`](super::Quota) does, out of users' reach: public in a private module,
+    /// What a [`Limiter`](super::Quota) does, out of users' reach: public in a private module,
     /// so that the adapters can call it and nobody else can name it.
     pub trait Sealed {
         /// The state of one request in flight, kept pinned in the stream that waits.
         type Permit;
 
-        /// The quota as HTTP headers announce it, now; `None` for a quota that cannot say
-        /// (a warming-up limiter, a stagger, a quota kept in Redis).
+        /// The limit as quota headers announce it, now; `None` for a quota that cannot say
+        /// (a warming-up limiter, a stagger, a limiter kept in Redis).
         #[cfg(feature = "http")]
-        fn state(&self) -> Option<crate::stats::QuotaState> {
+        fn state(&self) -> Option<crate::stats::LimitState> {
             None
         }
 
@@ -55,35 +55,42 @@ pub(crate) mod sealed {
 
 use sealed::Sealed;
 
-/// A quota shared by handle that streams can draw on: [`RateLimiter`], [`Stagger`] and, with
+/// A limiter shared by handle that streams can draw on: [`RateLimiter`], [`Stagger`] and, with
 /// the `redis` feature, `RedisRateLimiter`.
 ///
-/// It is a trait rather than an enum so that each quota keeps its own waiting machinery
+/// It is a trait rather than an enum so that each limiter keeps its own waiting machinery
 /// without boxing or dispatch on the local hot path, and so that a stream's type says which
-/// quota it uses. It is sealed, and its machinery is out of reach: the adapters rely on the
-/// exact semantics of these quotas.
+/// limiter it uses. It is sealed, and its machinery is out of reach: the adapters rely on the
+/// exact semantics of these limiters.
 ///
 /// # Examples
 ///
 /// ```
 /// use futures_util::Stream;
-/// use paced::{PaceExt, Quota, Rate, RateLimiter, Shaping};
+/// use paced::{PaceExt, Limiter, Rate, RateLimiter, Shaping};
 ///
-/// // One function for a local quota or (with the `redis` feature) one across machines.
-/// fn paced<S: Stream, Q: Quota>(s: S, quota: &Q) -> impl Stream<Item = S::Item> {
-///     s.throttle_with(quota, |_| 1, Shaping)
+/// // One function for a local limiter or (with the `redis` feature) one across machines.
+/// fn paced<S: Stream, Q: Limiter>(s: S, limiter: &Q) -> impl Stream<Item = S::Item> {
+///     s.throttle_with(limiter, |_| 1, Shaping)
 /// }
 /// let _ = paced(futures_util::stream::iter([1, 2]), &RateLimiter::new(Rate::per_second(1), 1));
 /// ```
-pub trait Quota: Sealed + Clone + Send + Sync + 'static {}
+pub trait Limiter: Sealed + Clone + Send + Sync + 'static {}
 
-impl Quota for RateLimiter {}
-impl Quota for Stagger {}
+impl Limiter for RateLimiter {}
+impl Limiter for Stagger {}
+
+/// The former name of [`Limiter`]: every limiter is one.
+#[deprecated(since = "1.0.0", note = "renamed `Limiter`")]
+pub trait Quota: Limiter {}
+
+#[allow(deprecated)]
+impl<T: Limiter> Quota for T {}
 
 pin_project! {
     /// A stream's place in a [`RateLimiter`]'s queue.
     #[derive(Debug)]
-    pub struct LimiterPermit {
+    pub struct RateLimiterPermit {
         #[pin]
         waiter: Waiter<Arc<Shared<Limit>>>,
     }
@@ -99,15 +106,15 @@ pin_project! {
 }
 
 impl Sealed for RateLimiter {
-    type Permit = LimiterPermit;
+    type Permit = RateLimiterPermit;
 
     #[cfg(feature = "http")]
-    fn state(&self) -> Option<crate::stats::QuotaState> {
-        self.quota_state()
+    fn state(&self) -> Option<crate::stats::LimitState> {
+        self.limit_state()
     }
 
     fn permit(&self) -> Self::Permit {
-        LimiterPermit {
+        RateLimiterPermit {
             waiter: Waiter::new(self.shared.clone()),
         }
     }
