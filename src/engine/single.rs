@@ -24,10 +24,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::lane::{After, Lane, Rule, Step, Tally};
+use super::lane::{After, Lane, Step, Tally};
 use super::striped::Striped;
 use super::waiter::Handle;
-use crate::core::{Nanos, Packed};
+use crate::core::{Nanos, Pace, Packed};
 use crate::error::NotUntil;
 use crate::stats::Stats;
 use crate::sync::{fence, lock, AtomicU64, Mutex, MutexGuard, Ordering};
@@ -98,7 +98,7 @@ pub(crate) struct Shared<R> {
     metrics: crate::instrument::Named<crate::instrument::LimiterMetrics>,
 }
 
-impl<R: Rule> Shared<R> {
+impl<R: Pace> Shared<R> {
     pub(crate) fn new(rule: R) -> Shared<R> {
         let shared = Shared {
             fast: Fast {
@@ -429,7 +429,7 @@ impl<R: Rule> Shared<R> {
 
 /// Any way to a limiter's state is a way into its queue: borrowed (`&Shared`, for a future of
 /// the limiter's own) or owned (`Arc<Shared>`, for a stream or a tower future).
-impl<R: Rule, P: Deref<Target = Shared<R>>> Handle for P {
+impl<R: Pace, P: Deref<Target = Shared<R>>> Handle for P {
     fn origin(&self) -> Instant {
         self.origin
     }
@@ -452,7 +452,7 @@ mod tests {
     use super::*;
     use crate::core::Bucket;
 
-    fn is_lock_free<R: Rule>(shared: &Shared<R>) -> bool {
+    fn is_lock_free<R: Pace>(shared: &Shared<R>) -> bool {
         shared.fast.word.load(Ordering::Relaxed) & HELD == 0
     }
 

@@ -5,8 +5,8 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::{Bucket, Nanos, WarmingUp};
-use crate::engine::{After, Rule, Shared, Waiter};
+use crate::core::{Bucket, Nanos, Pace, WarmingUp};
+use crate::engine::{After, Shared, Waiter};
 use crate::error::{ConfigError, NotUntil};
 use crate::rate::Rate;
 use crate::stats::Stats;
@@ -41,30 +41,30 @@ impl Limit {
     }
 }
 
-impl Rule for Limit {
+impl Pace for Limit {
     fn earliest(&self, since: Nanos, cost: u64) -> Nanos {
         let at = match &self.curve {
-            Curve::Bucket(b) => Rule::earliest(b, since, cost),
-            Curve::WarmingUp(w) => Rule::earliest(w, since, cost),
+            Curve::Bucket(b) => Pace::earliest(b, since, cost),
+            Curve::WarmingUp(w) => Pace::earliest(w, since, cost),
         };
         at.max(self.paused_until)
     }
     fn commit(&mut self, now: Nanos, since: Nanos, cost: u64) {
         match &mut self.curve {
-            Curve::Bucket(b) => Rule::commit(b, now, since, cost),
-            Curve::WarmingUp(w) => Rule::commit(w, now, since, cost),
+            Curve::Bucket(b) => Pace::commit(b, now, since, cost),
+            Curve::WarmingUp(w) => Pace::commit(w, now, since, cost),
         }
     }
     fn needs_wait(&self, cost: u64) -> bool {
         match &self.curve {
-            Curve::Bucket(b) => Rule::needs_wait(b, cost),
-            Curve::WarmingUp(w) => Rule::needs_wait(w, cost),
+            Curve::Bucket(b) => Pace::needs_wait(b, cost),
+            Curve::WarmingUp(w) => Pace::needs_wait(w, cost),
         }
     }
     fn same(&self, other: &Self) -> bool {
         let curve = match (&self.curve, &other.curve) {
-            (Curve::Bucket(a), Curve::Bucket(b)) => Rule::same(a, b),
-            (Curve::WarmingUp(a), Curve::WarmingUp(b)) => Rule::same(a, b),
+            (Curve::Bucket(a), Curve::Bucket(b)) => Pace::same(a, b),
+            (Curve::WarmingUp(a), Curve::WarmingUp(b)) => Pace::same(a, b),
             _ => false,
         };
         curve && self.paused_until == other.paused_until && self.rate == other.rate

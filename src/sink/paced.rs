@@ -14,7 +14,7 @@ use futures_core::Stream;
 use futures_sink::Sink;
 use pin_project_lite::pin_project;
 
-use crate::core::{Decision, Nanos, Pace};
+use crate::core::{Cost, Decision, Nanos, One, Pace};
 use crate::limiter::Limiter;
 use crate::timer::Timer;
 
@@ -36,37 +36,50 @@ pub(crate) trait Gate<T> {
 
 pin_project! {
     /// A gate over a rule of the clock-free core, kept by this sink alone: a bucket or an
-    /// interval, and the one timer that waits for the held item's deadline.
-    pub(crate) struct Local<P> {
+    /// interval, what its items cost, and the one timer that waits for the held item's
+    /// deadline.
+    pub(crate) struct Local<P, C = One> {
         #[pin]
         timer: Timer,
         pace: P,
-        // The held item's deadline, meaningful while one is held.
+        cost: C,
+        // The held item's offer and deadline, meaningful while one is held.
+        since: Nanos,
         deadline: Nanos,
     }
 }
 
 impl<P> Local<P> {
+    /// Every item costs one.
     pub(crate) const fn new(pace: P) -> Self {
+        Local::costed(pace, One)
+    }
+}
+
+impl<P, C> Local<P, C> {
+    pub(crate) const fn costed(pace: P, cost: C) -> Self {
         Local {
             timer: Timer::new(),
             pace,
+            cost,
+            since: Nanos(0),
             deadline: Nanos(0),
         }
     }
 }
 
-impl<T, P: Pace<T>> Gate<T> for Local<P> {
+impl<T, P: Pace, C: Cost<T>> Gate<T> for Local<P, C> {
     fn offer(self: Pin<&mut Self>, item: &T) -> Option<u64> {
         let me = self.project();
         if me.pace.is_unlimited() {
             return None;
         }
-        let cost = me.pace.cost(item);
+        let cost = me.cost.cost(item);
         let now = me.timer.now();
         match me.pace.offer(now, cost) {
             Decision::Go => None,
             Decision::NotUntil(deadline) => {
+                *me.since = now;
                 *me.deadline = deadline;
                 Some(cost)
             }
@@ -76,7 +89,7 @@ impl<T, P: Pace<T>> Gate<T> for Local<P> {
     fn poll_grant(self: Pin<&mut Self>, cx: &mut Context<'_>, cost: u64) -> Poll<()> {
         let me = self.project();
         let now = ready!(me.timer.poll_until(cx, *me.deadline));
-        Pace::<T>::commit(me.pace, now, cost);
+        me.pace.commit(now, *me.since, cost);
         Poll::Ready(())
     }
 
@@ -85,7 +98,7 @@ impl<T, P: Pace<T>> Gate<T> for Local<P> {
     }
 }
 
-impl<P: fmt::Debug> fmt::Debug for Local<P> {
+impl<P: fmt::Debug, C> fmt::Debug for Local<P, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Local")
             .field("pace", &self.pace)
