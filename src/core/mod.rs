@@ -1,8 +1,10 @@
 //! Clock-free pacing arithmetic: every function takes `now` and answers with a time.
 //!
 //! The stream adapters only read the clock and turn the answers into timers; everything
-//! that decides *when* lives here and is unit-tested with plain numbers.
+//! that decides *when* (and, for `Adaptive`, *which rate*) lives here and is unit-tested with
+//! plain numbers.
 
+pub(crate) mod adaptive_law;
 mod bucket;
 mod nanos;
 mod pace;
