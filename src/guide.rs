@@ -198,11 +198,18 @@
 //!
 //! A real quota is rarely per stream. [`RateLimiter`] (a token bucket) and [`Stagger`] (a
 //! sliding window) are shared by handle: clone them into any number of tasks and streams, and
-//! they all draw on one quota. Tasks call [`acquire`](crate::RateLimiter::acquire),
+//! they all draw on one limiter. Tasks call [`acquire`](crate::RateLimiter::acquire),
 //! [`try_acquire`](crate::RateLimiter::try_acquire) or
 //! [`acquire_timeout`](crate::RateLimiter::acquire_timeout); streams draw with
 //! [`throttle_with`](crate::PaceExt::throttle_with) and
 //! [`staggered_start_with`](crate::PaceExt::staggered_start_with).
+//!
+//! Every in-process handle speaks the same verbs: `acquire`, `try_acquire`, `acquire_timeout`,
+//! `available` (a `u64`), `set_limit` / `try_set_limit`, `stats` and `with_metrics` (keyed:
+//! the same, with a `&key` first; a [`Stagger`] start costs one). Like a tokio `Semaphore`, a
+//! grant that needs no wait spends a unit of the task's cooperative budget (`tokio::task::coop`),
+//! so a task looping on a limiter that never binds still lets the other tasks of its thread
+//! run; `try_acquire`, synchronous, spends none.
 //!
 //! ```
 //! use std::time::Duration;

@@ -208,3 +208,52 @@ fn a_timer_fires_on_time_beside_a_busy_acquirer() {
         assert!(fired < Duration::from_millis(100), "fired at {fired:?}");
     });
 }
+
+#[cfg(feature = "tower")]
+mod tower_layer {
+    use std::convert::Infallible;
+
+    use paced::tower::RateLimitLayer;
+    use tower::{Layer, Service, ServiceExt};
+
+    use super::*;
+
+    async fn calls_before_the_other_task_runs<S>(mut service: S) -> usize
+    where
+        S: Service<(), Response = ()>,
+        S::Error: std::fmt::Debug,
+    {
+        let other = Other::spawn();
+        for _ in 0..N {
+            let ready = service.ready().await.expect("ready");
+            ready.call(()).await.expect("granted");
+            other.step();
+        }
+        other.seen().await
+    }
+
+    fn inner() -> impl Service<(), Response = (), Error = Infallible> + Clone {
+        tower::service_fn(|()| async { Ok::<_, Infallible>(()) })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shaping_layer_spends_the_budget() {
+        let limiter = nonbinding();
+        let service = RateLimitLayer::new(&limiter).layer(inner());
+        assert_yielded(calls_before_the_other_task_runs(service).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_enforcing_layer_spends_the_budget() {
+        let limiter = nonbinding();
+        let service = RateLimitLayer::new(&limiter).enforcing().layer(inner());
+        assert_yielded(calls_before_the_other_task_runs(service).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_keyed_layer_spends_the_budget() {
+        let limiter = KeyedRateLimiter::<u8>::new(Rate::per_second(1_000_000_000), u64::MAX / 2);
+        let service = RateLimitLayer::keyed(&limiter, |_: &()| 0u8).layer(inner());
+        assert_yielded(calls_before_the_other_task_runs(service).await);
+    }
+}
