@@ -127,15 +127,17 @@ fn every_try_form_refuses_with_a_config_error_and_changes_nothing() {
     assert_eq!(adaptive.err(), Some(ConfigError::MinAboveMax));
 }
 
+/// The message `f` panics with.
+fn message(f: &dyn Fn()) -> String {
+    let err = catch_unwind(AssertUnwindSafe(f)).unwrap_err();
+    err.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap()
+}
+
 #[test]
 fn the_panicking_forms_panic_with_the_config_errors_text() {
-    let message = |f: &dyn Fn()| -> String {
-        let err = catch_unwind(AssertUnwindSafe(f)).unwrap_err();
-        err.downcast_ref::<String>()
-            .cloned()
-            .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap()
-    };
     let limiter = RateLimiter::new(Rate::per_second(1), 3);
     assert!(message(&|| limiter.set_burst(0)).contains(&ConfigError::ZeroBurst.to_string()));
     let warming = RateLimiter::warming_up(Rate::per_second(1), Duration::from_secs(1), 3.0);
@@ -160,13 +162,6 @@ fn the_panicking_forms_panic_with_the_config_errors_text() {
 /// Every programmer-error panic says where it came from: `"Type::method: {error}"`.
 #[test]
 fn panic_messages_name_the_type_and_the_method() {
-    let message = |f: &dyn Fn()| -> String {
-        let err = catch_unwind(AssertUnwindSafe(f)).unwrap_err();
-        err.downcast_ref::<String>()
-            .cloned()
-            .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap()
-    };
     let rate = Rate::per_second(1);
     let second = Duration::from_secs(1);
     let zero_burst = ConfigError::ZeroBurst.to_string();
