@@ -97,8 +97,9 @@ impl Pace for Limit {
 ///   pay for it.
 /// - **No thundering herd.** Only the head of the queue sleeps on a timer; a grant wakes exactly
 ///   the next waiter.
-/// - **Changeable.** [`set_rate`](RateLimiter::set_rate) and
-///   [`set_burst`](RateLimiter::set_burst) take effect at once, also for those waiting.
+/// - **Changeable.** [`set_rate`](RateLimiter::set_rate),
+///   [`set_burst`](RateLimiter::set_burst) and [`set_limit`](RateLimiter::set_limit) (both at
+///   once) take effect at once, also for those waiting.
 ///
 /// Cloning is cheap (an `Arc`); every clone is the same limiter. Building one needs no runtime;
 /// waiting needs tokio's timer, and under paused time the schedule is exact.

@@ -81,6 +81,16 @@ impl Limiter for RateLimiter {}
 impl Limiter for Stagger {}
 
 /// The former name of [`Limiter`]: every limiter is one.
+///
+/// # Examples
+///
+/// ```
+/// # #![allow(deprecated)]
+/// use paced::{Quota, Rate, RateLimiter};
+///
+/// fn takes<Q: Quota>(_: &Q) {} // write `Q: paced::Limiter`
+/// takes(&RateLimiter::new(Rate::per_second(1), 1));
+/// ```
 #[deprecated(since = "1.0.0", note = "renamed `Limiter`")]
 pub trait Quota: Limiter {}
 
