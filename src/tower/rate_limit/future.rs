@@ -18,7 +18,7 @@ pin_project! {
     /// (shaping) or checks them (enforcing), then calls the inner service and resolves to its
     /// answer.
     ///
-    /// It takes its place in the quota's queue when first polled; dropped before its tokens
+    /// It takes its place in the limiter's queue when first polled; dropped before its tokens
     /// are granted, it gives its place to the next waiter and has been charged nothing. It
     /// holds the clone of the inner service that `poll_ready` made ready, so the inner
     /// service is called the moment the tokens are granted.
@@ -35,14 +35,14 @@ pin_project! {
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let quota = RateLimiter::new(Rate::per_second(1), 1);
+    /// let limiter = RateLimiter::new(Rate::per_second(1), 1);
     /// let echo = tower::service_fn(|n: u32| async move { Ok::<_, Infallible>(n) });
-    /// let mut service = RateLimitLayer::new(&quota).layer(echo);
+    /// let mut service = RateLimitLayer::new(&limiter).layer(echo);
     /// let first = service.ready().await.unwrap().call(1);
     /// let second = service.ready().await.unwrap().call(2);
     /// drop(second); // never polled, never charged
     /// assert_eq!(first.await.unwrap(), 1);
-    /// assert_eq!(quota.stats().granted, 1);
+    /// assert_eq!(limiter.stats().granted, 1);
     /// # }
     /// ```
     #[must_use = "futures do nothing unless polled"]
