@@ -291,7 +291,7 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
     /// # Panics
     ///
     /// Panics if `burst` is 0: no item could ever pass (message
-    /// `"PaceSinkExt::throttle: {error}"`, the [`ConfigError`](crate::ConfigError)). Use
+    /// `"PaceSinkExt::throttle: {error}"`, the [`ConfigError`]). Use
     /// [`try_throttle`](PaceSinkExt::try_throttle) for a burst from configuration.
     ///
     /// # Examples

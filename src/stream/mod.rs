@@ -191,7 +191,7 @@ pub trait PaceExt: Stream {
     /// # Panics
     ///
     /// Panics if `burst` is 0: no item could ever pass (message `"PaceExt::throttle: {error}"`,
-    /// the [`ConfigError`](crate::ConfigError)). Use [`try_throttle`](PaceExt::try_throttle)
+    /// the [`ConfigError`]). Use [`try_throttle`](PaceExt::try_throttle)
     /// for a burst from configuration.
     ///
     /// # Examples
@@ -304,7 +304,7 @@ pub trait PaceExt: Stream {
     /// # Panics
     ///
     /// Panics if `max_batch` is 0, with the message `"PaceExt::batched_interval: {error}"` (the
-    /// [`ConfigError`](crate::ConfigError)).
+    /// [`ConfigError`]).
     ///
     /// # Examples
     ///
@@ -378,7 +378,7 @@ pub trait PaceExt: Stream {
     /// # Panics
     ///
     /// Panics if `k` is 0, with the message `"PaceExt::staggered_start: {error}"` (the
-    /// [`ConfigError`](crate::ConfigError)). Use
+    /// [`ConfigError`]). Use
     /// [`try_staggered_start`](PaceExt::try_staggered_start) for a `k` from configuration.
     ///
     /// # Examples
@@ -558,7 +558,7 @@ pub trait PaceExt: Stream {
     /// # Panics
     ///
     /// Panics if `capacity` is 0: no item could ever be held (message
-    /// `"PaceExt::throttle_by_key: {error}"`, the [`ConfigError`](crate::ConfigError)). Use
+    /// `"PaceExt::throttle_by_key: {error}"`, the [`ConfigError`]). Use
     /// [`try_throttle_by_key`](PaceExt::try_throttle_by_key) for a capacity from configuration.
     ///
     /// # Examples
