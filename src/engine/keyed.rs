@@ -850,11 +850,9 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         let waiting: usize = shards.iter().map(|s| s.waiting()).sum();
         #[allow(clippy::cast_precision_loss)]
         metrics.waiters.set(waiting as f64);
-        let previous = self.metrics.replace(metrics);
+        self.metrics
+            .replace(metrics, |previous| previous.waiters.set(0.0));
         drop(shards);
-        if let Some(previous) = previous {
-            previous.waiters.set(0.0);
-        }
     }
 
     pub(crate) fn stats(&self) -> Stats {

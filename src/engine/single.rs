@@ -396,11 +396,9 @@ impl<R: Pace> Shared<R> {
         let st = self.lock();
         #[allow(clippy::cast_precision_loss)]
         metrics.waiters.set(st.lane.waiting() as f64);
-        let previous = self.metrics.replace(metrics);
+        self.metrics
+            .replace(metrics, |previous| previous.waiters.set(0.0));
         drop(st);
-        if let Some(previous) = previous {
-            previous.waiters.set(0.0);
-        }
     }
 
     /// Releases the lock, records the events `after` noted (with the handles as they were

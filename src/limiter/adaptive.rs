@@ -559,7 +559,7 @@ impl Adaptive {
         let metrics = crate::instrument::AdaptiveMetrics::new(name);
         let st = self.inner.lock();
         metrics.rate.set(per_second(st.rate()));
-        self.inner.metrics.replace(metrics);
+        self.inner.metrics.replace(metrics, |_| {});
         drop(st);
         self
     }
