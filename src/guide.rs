@@ -937,7 +937,8 @@
 //! - **Cheap.** Recording an event is one call on a handle, with no look-up in the recorder's
 //!   registry. Without the feature nothing is compiled in; with it, an unnamed limiter pays one
 //!   branch per event. On the lock-free path a grant records three (a grant, its tokens, a wait
-//!   of 0): BENCHMARKS.md has the figures.
+//!   of 0): BENCHMARKS.md has the figures. A limiter named a second time reads its handles
+//!   under a read lock from then on, about 10 ns more per event.
 //!
 //! ```
 //! # #[cfg(feature = "metrics")] {
