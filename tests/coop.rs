@@ -6,7 +6,6 @@
 //! (at most one budget's worth, 128, with the budget; all of them without). The one test in
 //! real time shows the effect users see: a 5 ms timer fires on time, not after the loop.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,53 +23,27 @@ fn nonbinding() -> RateLimiter {
     RateLimiter::new(Rate::per_second(1_000_000_000), u64::MAX / 2)
 }
 
-/// A spawned task that notes, when first polled, how many steps the looping task had done.
-struct Other {
-    done: Arc<AtomicUsize>,
-    seen: Arc<AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Other {
-    fn spawn() -> Other {
-        let done = Arc::new(AtomicUsize::new(0));
-        let seen = Arc::new(AtomicUsize::new(usize::MAX));
-        let task = tokio::spawn({
-            let (done, seen) = (done.clone(), seen.clone());
-            async move { seen.store(done.load(Ordering::Relaxed), Ordering::Relaxed) }
-        });
-        Other { done, seen, task }
-    }
-
-    fn step(&self) {
-        self.done.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// How many steps were done when the other task ran.
-    async fn seen(self) -> usize {
-        self.task.await.expect("the other task");
-        self.seen.load(Ordering::Relaxed)
-    }
-}
-
 /// Awaits `step()` `N` times on this task while a spawned task waits for its first poll;
 /// returns how many steps were done when that task ran.
-async fn steps_before_the_other_task_runs<F, Fut>(mut step: F) -> usize
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let other = Other::spawn();
+async fn steps_before_the_other_task_runs(mut step: impl AsyncFnMut()) -> usize {
+    let done = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(AtomicUsize::new(usize::MAX));
+    let other = tokio::spawn({
+        let (done, seen) = (done.clone(), seen.clone());
+        async move { seen.store(done.load(Ordering::Relaxed), Ordering::Relaxed) }
+    });
     for _ in 0..N {
         step().await;
-        other.step();
+        done.fetch_add(1, Ordering::Relaxed);
     }
-    other.seen().await
+    other.await.expect("the other task");
+    seen.load(Ordering::Relaxed)
 }
 
-/// The other task ran within a budget's worth of grants, not after the loop.
-#[track_caller]
-fn assert_yielded(seen: usize) {
+/// Loops `step` as [`steps_before_the_other_task_runs`] does and asserts that the other task
+/// ran within a budget's worth of grants, not after the loop.
+async fn assert_yields(step: impl AsyncFnMut()) {
+    let seen = steps_before_the_other_task_runs(step).await;
     assert!(
         seen <= 128,
         "the other task ran only after {seen} of {N} grants made without a wait"
@@ -80,35 +53,31 @@ fn assert_yielded(seen: usize) {
 #[tokio::test(start_paused = true)]
 async fn rate_limiter_acquire_spends_the_budget() {
     let limiter = nonbinding();
-    assert_yielded(steps_before_the_other_task_runs(|| limiter.acquire(1)).await);
+    assert_yields(async || limiter.acquire(1).await).await;
     assert_eq!(limiter.stats().granted, N as u64);
 }
 
 #[tokio::test(start_paused = true)]
 async fn rate_limiter_acquire_timeout_spends_the_budget() {
     let limiter = nonbinding();
-    let seen = steps_before_the_other_task_runs(|| {
-        let limiter = limiter.clone();
-        async move {
-            let granted = limiter.acquire_timeout(1, Duration::ZERO).await;
-            assert!(granted.is_ok());
-        }
+    assert_yields(async || {
+        let granted = limiter.acquire_timeout(1, Duration::ZERO).await;
+        assert!(granted.is_ok());
     })
     .await;
-    assert_yielded(seen);
 }
 
 #[tokio::test(start_paused = true)]
 async fn keyed_acquire_spends_the_budget() {
     let limiter = KeyedRateLimiter::new(Rate::per_second(1_000_000_000), u64::MAX / 2);
-    assert_yielded(steps_before_the_other_task_runs(|| limiter.acquire(&"key", 1)).await);
+    assert_yields(async || limiter.acquire(&"key", 1).await).await;
     assert_eq!(limiter.stats().granted, N as u64);
 }
 
 #[tokio::test(start_paused = true)]
 async fn stagger_acquire_spends_the_budget() {
     let stagger = Stagger::new(usize::MAX, Duration::ZERO);
-    assert_yielded(steps_before_the_other_task_runs(|| stagger.acquire()).await);
+    assert_yields(async || stagger.acquire().await).await;
     assert_eq!(stagger.stats().granted, N as u64);
 }
 
@@ -116,48 +85,28 @@ async fn stagger_acquire_spends_the_budget() {
 async fn a_throttle_with_stream_spends_the_budget() {
     let limiter = nonbinding();
     let mut paced = std::pin::pin!(stream::repeat(()).throttle_with(&limiter, |_| 1, Shaping));
-    let other = Other::spawn();
-    for _ in 0..N {
-        assert_eq!(paced.next().await, Some(()));
-        other.step();
-    }
-    assert_yielded(other.seen().await);
+    assert_yields(async || assert_eq!(paced.next().await, Some(()))).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_enforcing_throttle_with_stream_spends_the_budget() {
     let limiter = nonbinding();
     let mut paced = std::pin::pin!(stream::repeat(()).throttle_with(&limiter, |_| 1, Enforcing));
-    let other = Other::spawn();
-    for _ in 0..N {
-        assert!(matches!(paced.next().await, Some(Ok(()))));
-        other.step();
-    }
-    assert_yielded(other.seen().await);
+    assert_yields(async || assert!(matches!(paced.next().await, Some(Ok(()))))).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_throttle_with_sink_spends_the_budget() {
     let limiter = nonbinding();
     let mut sink = std::pin::pin!(futures_util::sink::drain().throttle_with(&limiter, |_: &()| 1));
-    let other = Other::spawn();
-    for _ in 0..N {
-        sink.send(()).await.expect("drain");
-        other.step();
-    }
-    assert_yielded(other.seen().await);
+    assert_yields(async || sink.send(()).await.expect("drain")).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_throttle_by_key_stream_spends_the_budget() {
     let limiter = KeyedRateLimiter::new(Rate::per_second(1_000_000_000), u64::MAX / 2);
     let mut paced = std::pin::pin!(stream::repeat(7u8).throttle_by_key(&limiter, |k| *k, |_| 1, 8));
-    let other = Other::spawn();
-    for _ in 0..N {
-        assert_eq!(paced.next().await, Some(7));
-        other.step();
-    }
-    assert_yielded(other.seen().await);
+    assert_yields(async || assert_eq!(paced.next().await, Some(7))).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -218,18 +167,17 @@ mod tower_layer {
 
     use super::*;
 
-    async fn calls_before_the_other_task_runs<S>(mut service: S) -> usize
+    /// Calls `service` `N` times, asserting that the other task runs within a budget.
+    async fn assert_calls_yield<S>(mut service: S)
     where
         S: Service<(), Response = ()>,
         S::Error: std::fmt::Debug,
     {
-        let other = Other::spawn();
-        for _ in 0..N {
+        assert_yields(async || {
             let ready = service.ready().await.expect("ready");
             ready.call(()).await.expect("granted");
-            other.step();
-        }
-        other.seen().await
+        })
+        .await;
     }
 
     fn inner() -> impl Service<(), Response = (), Error = Infallible> + Clone {
@@ -240,20 +188,20 @@ mod tower_layer {
     async fn a_shaping_layer_spends_the_budget() {
         let limiter = nonbinding();
         let service = RateLimitLayer::new(&limiter).layer(inner());
-        assert_yielded(calls_before_the_other_task_runs(service).await);
+        assert_calls_yield(service).await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_enforcing_layer_spends_the_budget() {
         let limiter = nonbinding();
         let service = RateLimitLayer::new(&limiter).enforcing().layer(inner());
-        assert_yielded(calls_before_the_other_task_runs(service).await);
+        assert_calls_yield(service).await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_keyed_layer_spends_the_budget() {
         let limiter = KeyedRateLimiter::<u8>::new(Rate::per_second(1_000_000_000), u64::MAX / 2);
         let service = RateLimitLayer::keyed(&limiter, |_: &()| 0u8).layer(inner());
-        assert_yielded(calls_before_the_other_task_runs(service).await);
+        assert_calls_yield(service).await;
     }
 }
