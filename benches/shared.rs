@@ -484,9 +484,13 @@ fn check<L: Limiter>(rt: &Runtime, case: &Case<L>) {
     let polls_per = r.polls as f64 / total as f64;
     match case.bound {
         None => {
-            assert_eq!(
-                r.polls, total,
-                "{name}: {} polls for {total} acquisitions, so some waited: the limit binds",
+            // A grant that needs no wait spends tokio's cooperative budget (128 units a poll),
+            // so a task yields once per 128 grants in a row: those extra polls are not waits.
+            let yields = TASKS as u64 * case.per_task.div_ceil(128);
+            assert!(
+                r.polls <= total + yields,
+                "{name}: {} polls for {total} acquisitions (and at most {yields} yields to the \
+                 budget), so some waited: the limit binds",
                 r.polls
             );
             println!(

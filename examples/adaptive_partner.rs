@@ -107,8 +107,8 @@ async fn main() {
     println!(
         "{} calls succeeded, {} refused ({:.1} %), rate lowered {} times",
         stats.successes,
-        stats.refusals,
-        100.0 * stats.refusals as f64 / (stats.successes + stats.refusals) as f64,
+        stats.throttled,
+        100.0 * stats.throttled as f64 / (stats.successes + stats.throttled) as f64,
         stats.decreases
     );
 }

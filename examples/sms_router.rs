@@ -31,8 +31,8 @@ struct Sms {
 async fn main() {
     // Every provider: 2 per second, one at a time, unless it has a limit of its own.
     let providers = KeyedRateLimiter::new(Rate::per_second(2), 1);
-    providers.set_limit('B', Rate::per_second(5), 1);
-    providers.set_limit('C', Rate::per_second(50), 5);
+    providers.set_limit(&'B', Rate::per_second(5), 1);
+    providers.set_limit(&'C', Rate::per_second(50), 5);
 
     // 8 messages for A, 10 for B, 30 for C, interleaved as they come off the topic.
     let mut outbox = Vec::new();

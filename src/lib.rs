@@ -25,12 +25,12 @@
 //! |---|---|---|
 //! | a stream | [`PaceExt`] | adapters in [`stream`] |
 //! | a Sink | [`PaceSinkExt`] | adapters in [`sink`] |
-//! | tasks sharing a quota | [`RateLimiter`] (optionally with Guava's warm-up), [`Stagger`] | streams draw on them with [`throttle_with`](PaceExt::throttle_with) |
+//! | tasks sharing a limit | [`RateLimiter`] (optionally with Guava's warm-up), [`Stagger`] | streams draw on them with [`throttle_with`](PaceExt::throttle_with) |
 //! | one limit per destination | [`KeyedRateLimiter`] | [`throttle_by_key`](PaceExt::throttle_by_key) |
 //! | a limit learned from `429`s | [`Adaptive`] | |
 //! | a tower `Service` | `paced::tower` (feature `tower`) | shaping clients, enforcing servers |
-//! | one quota across machines | `RedisRateLimiter` (feature `redis`) | details in `paced::redis` |
-//! | one quota per key across machines | `RedisKeyedRateLimiter` (feature `redis`) | per-key limits for the whole fleet; [`throttle_by_key`](PaceExt::throttle_by_key) and the keyed tower layer take it ([`KeyedQuota`]) |
+//! | one limit across machines | `RedisRateLimiter` (feature `redis`) | details in `paced::redis` |
+//! | one limit per key across machines | `RedisKeyedRateLimiter` (feature `redis`) | per-key limits for the whole fleet; [`throttle_by_key`](PaceExt::throttle_by_key) and the keyed tower layer take it ([`KeyedLimiter`]) |
 //!
 //! Every refusal is a [`NotUntil`]; every configuration value that cannot be is a
 //! [`ConfigError`], and every setter that takes one has a `try_` form. The [`guide`] explains
@@ -60,9 +60,9 @@
 //! pin-project-lite and hashbrown only.
 //!
 //! - `tracing`: debug-level events when a shared limiter delays or refuses a request.
-//! - `redis`: `RedisRateLimiter`, one quota across processes and machines, kept in Redis, and
-//!   `RedisKeyedRateLimiter`, one such quota per key.
-//! - `tower`: `paced::tower`, a tower layer over a shared quota (shaping or enforcing, a cost
+//! - `redis`: `RedisRateLimiter`, one limit across processes and machines, kept in Redis, and
+//!   `RedisKeyedRateLimiter`, one such limit per key.
+//! - `tower`: `paced::tower`, a tower layer over a shared limiter (shaping or enforcing, a cost
 //!   per request, keyed by client), and one that reports each response to an [`Adaptive`];
 //!   adds `tower-service` and `tower-layer`.
 //! - `http`: `paced::tower::classify_http` and `AdaptiveLayer::http`: an [`Adaptive`] fed by
@@ -100,8 +100,11 @@ pub use error::{ConfigError, NotUntil, RateExceeded};
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-laws")))]
 pub use limiter::AdaptiveLaw;
 pub use limiter::{
-    Adaptive, AdaptiveStats, Announced, KeyedQuota, KeyedRateLimiter, Quota, RateLimiter, Stagger,
+    Adaptive, AdaptiveStats, Announced, KeyedLimiter, KeyedRateLimiter, Limiter, RateLimiter,
+    Stagger,
 };
+#[allow(deprecated)]
+pub use limiter::{KeyedQuota, Quota};
 pub use mode::{Enforcing, Shaping};
 pub use rate::Rate;
 #[cfg(feature = "redis")]

@@ -38,11 +38,11 @@ pub struct Stats {
 /// - `remaining`: the whole tokens left;
 /// - `reset`: the time until the bucket is full again.
 ///
-/// Public only to appear in the sealed quota traits' signatures; not nameable outside the crate.
+/// Public only to appear in the sealed limiter traits' signatures; not nameable outside the crate.
 #[cfg(feature = "http")]
 #[allow(unreachable_pub)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QuotaState {
+pub struct LimitState {
     pub(crate) limit: u64,
     pub(crate) window: std::time::Duration,
     pub(crate) remaining: u64,
@@ -50,19 +50,19 @@ pub struct QuotaState {
 }
 
 #[cfg(feature = "http")]
-impl QuotaState {
+impl LimitState {
     /// The state of `bucket`, refilled at `rate`, at `now`.
     pub(crate) fn of(
         bucket: &crate::core::Bucket,
         rate: crate::rate::Rate,
         now: crate::core::Nanos,
-    ) -> QuotaState {
+    ) -> LimitState {
         let burst = bucket.burst();
         let window = rate
             .per_nanos()
             .saturating_mul(u128::from(burst))
             .div_ceil(u128::from(rate.tokens()));
-        QuotaState {
+        LimitState {
             limit: burst,
             window: crate::core::Nanos(u64::try_from(window).unwrap_or(u64::MAX)).to_duration(),
             remaining: bucket.available(now),

@@ -153,7 +153,7 @@ fn a_limit_far_above_max_runs_at_max_and_never_decreases() {
     s.client_burst = 1;
     let run = paused(simulate(&s));
     let stats = run.stats.expect("stats");
-    assert_eq!((stats.refusals, stats.decreases), (0, 0));
+    assert_eq!((stats.throttled, stats.decreases), (0, 0));
     assert_eq!(stats.rate, Rate::per_second(50));
     assert_eq!((run.lowest, run.highest), (50.0, 50.0));
     // 50/s from the first call on (the first at 0, the last just before 80 s).
@@ -341,7 +341,7 @@ fn the_refusals_of_one_overload_count_once() {
             adaptive.on_throttled(None);
         }
         let stats = adaptive.stats();
-        assert_eq!((stats.refusals, stats.decreases), (5, 1));
+        assert_eq!((stats.throttled, stats.decreases), (5, 1));
         assert_eq!(stats.rate, Rate::new(80_000, Duration::from_secs(1000)));
         // A call granted after the first refusal came back is refused: a new overload.
         adaptive.limiter().acquire(1).await;

@@ -56,9 +56,9 @@ fn every_try_form_refuses_with_a_config_error_and_changes_nothing() {
         stagger.try_set_limit(0, second),
         Err(ConfigError::ZeroStarts)
     );
-    assert_eq!(stagger.available_tokens(), 2);
+    assert_eq!(stagger.available(), 2);
     assert_eq!(stagger.try_set_limit(3, second), Ok(()));
-    assert_eq!(stagger.available_tokens(), 3);
+    assert_eq!(stagger.available(), 3);
 
     assert_eq!(
         KeyedRateLimiter::<String>::try_new(Rate::per_second(1), 0).err(),
@@ -71,14 +71,11 @@ fn every_try_form_refuses_with_a_config_error_and_changes_nothing() {
     );
     let keyed = KeyedRateLimiter::<String>::new(Rate::per_second(1), 2);
     assert_eq!(
-        keyed.try_set_limit("a".into(), Rate::per_second(9), 0),
+        keyed.try_set_limit("a", Rate::per_second(9), 0),
         Err(ConfigError::ZeroBurst)
     );
     assert_eq!(keyed.available("a"), 2);
-    assert_eq!(
-        keyed.try_set_limit("a".into(), Rate::per_second(9), 7),
-        Ok(())
-    );
+    assert_eq!(keyed.try_set_limit("a", Rate::per_second(9), 7), Ok(()));
     assert_eq!(keyed.available("a"), 7);
 
     let ones = || futures_util::stream::iter([1u32, 2]);
@@ -130,15 +127,17 @@ fn every_try_form_refuses_with_a_config_error_and_changes_nothing() {
     assert_eq!(adaptive.err(), Some(ConfigError::MinAboveMax));
 }
 
+/// The message `f` panics with.
+fn message(f: &dyn Fn()) -> String {
+    let err = catch_unwind(AssertUnwindSafe(f)).unwrap_err();
+    err.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap()
+}
+
 #[test]
 fn the_panicking_forms_panic_with_the_config_errors_text() {
-    let message = |f: &dyn Fn()| -> String {
-        let err = catch_unwind(AssertUnwindSafe(f)).unwrap_err();
-        err.downcast_ref::<String>()
-            .cloned()
-            .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap()
-    };
     let limiter = RateLimiter::new(Rate::per_second(1), 3);
     assert!(message(&|| limiter.set_burst(0)).contains(&ConfigError::ZeroBurst.to_string()));
     let warming = RateLimiter::warming_up(Rate::per_second(1), Duration::from_secs(1), 3.0);
@@ -152,8 +151,86 @@ fn the_panicking_forms_panic_with_the_config_errors_text() {
         message(&|| stagger.set_limit(0, second)).contains(&ConfigError::ZeroStarts.to_string())
     );
     let keyed = KeyedRateLimiter::<u64>::new(Rate::per_second(1), 1);
-    assert!(message(&|| keyed.set_limit(1, Rate::per_second(1), 0))
+    assert!(message(&|| keyed.set_limit(&1, Rate::per_second(1), 0))
         .contains(&ConfigError::ZeroBurst.to_string()));
+    assert!(message(&|| limiter.set_limit(Rate::per_second(1), 0))
+        .contains(&ConfigError::ZeroBurst.to_string()));
+    assert!(message(&|| warming.set_limit(Rate::per_second(1), 2))
+        .contains(&ConfigError::NoBurst.to_string()));
+}
+
+/// Every programmer-error panic says where it came from: `"Type::method: {error}"`.
+#[test]
+fn panic_messages_name_the_type_and_the_method() {
+    let rate = Rate::per_second(1);
+    let second = Duration::from_secs(1);
+    let zero_burst = ConfigError::ZeroBurst.to_string();
+    let cases: Vec<(String, String)> = vec![
+        (
+            message(&|| drop(RateLimiter::new(rate, 0))),
+            format!("RateLimiter::new: {zero_burst}"),
+        ),
+        (
+            message(&|| drop(RateLimiter::warming_up(rate, Duration::ZERO, 3.0))),
+            format!("RateLimiter::warming_up: {}", ConfigError::ZeroWarmup),
+        ),
+        (
+            message(&|| RateLimiter::new(rate, 1).set_burst(0)),
+            format!("RateLimiter::set_burst: {zero_burst}"),
+        ),
+        (
+            message(&|| RateLimiter::new(rate, 1).set_limit(rate, 0)),
+            format!("RateLimiter::set_limit: {zero_burst}"),
+        ),
+        (
+            message(&|| drop(KeyedRateLimiter::<u8>::new(rate, 0))),
+            format!("KeyedRateLimiter::new: {zero_burst}"),
+        ),
+        (
+            message(&|| {
+                drop(KeyedRateLimiter::<u8, RandomState>::with_hasher(
+                    rate,
+                    0,
+                    RandomState::new(),
+                ))
+            }),
+            format!("KeyedRateLimiter::with_hasher: {zero_burst}"),
+        ),
+        (
+            message(&|| KeyedRateLimiter::<u8>::new(rate, 1).set_limit(&1, rate, 0)),
+            format!("KeyedRateLimiter::set_limit: {zero_burst}"),
+        ),
+        (
+            message(&|| drop(Stagger::new(0, second))),
+            format!("Stagger::new: {}", ConfigError::ZeroStarts),
+        ),
+        (
+            message(&|| Stagger::new(1, second).set_limit(0, second)),
+            format!("Stagger::set_limit: {}", ConfigError::ZeroStarts),
+        ),
+        (
+            message(&|| {
+                let limiter = RateLimiter::new(Rate::per_second(5), 1);
+                drop(Adaptive::new(limiter, Rate::per_second(2), rate));
+            }),
+            format!("Adaptive::new: {}", ConfigError::MinAboveMax),
+        ),
+        (
+            message(&|| drop(futures_util::stream::iter([1]).throttle(rate, |_| 1, 0, Enforcing))),
+            format!("PaceExt::throttle: {zero_burst}"),
+        ),
+        (
+            message(&|| drop(futures_util::stream::iter([1]).staggered_start(0, second))),
+            format!("PaceExt::staggered_start: {}", ConfigError::ZeroStarts),
+        ),
+        (
+            message(&|| drop(futures_util::sink::drain().throttle(rate, |_: &u8| 1, 0))),
+            format!("PaceSinkExt::throttle: {zero_burst}"),
+        ),
+    ];
+    for (got, want) in cases {
+        assert_eq!(got, want);
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -172,7 +249,7 @@ async fn string_keys_are_asked_with_str_and_found_without_an_owned_key() {
         .acquire_timeout("tenant-a", 1, Duration::from_millis(100))
         .await
         .is_ok());
-    limiter.set_limit("tenant-b".to_string(), Rate::per_second(1), 3);
+    limiter.set_limit(&"tenant-b".to_string(), Rate::per_second(1), 3);
     assert_eq!(limiter.available("tenant-b"), 3);
     limiter.clear_limit("tenant-b");
     assert_eq!(limiter.available("tenant-b"), 1);
@@ -276,7 +353,7 @@ async fn a_key_whose_eq_panics_leaves_every_key_consistent() {
     let outcome = catch_unwind(AssertUnwindSafe(|| limiter.try_acquire(&touchy, 1)));
     assert!(outcome.is_err());
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        limiter.set_limit(touchy.clone(), Rate::per_second(5), 5)
+        limiter.set_limit(&touchy.clone(), Rate::per_second(5), 5)
     }));
     assert!(outcome.is_err());
     // Every key is as it was: empty until its token flows in, then forgotten.
@@ -382,4 +459,88 @@ async fn the_keyed_adapters_keep_their_types_with_a_given_hasher() {
         let _: paced::tower::RateLimitLayer<paced::tower::ByKey<u64, _, Fixed>> =
             paced::tower::RateLimitLayer::keyed(&limiter, key);
     }
+}
+
+/// The operations of the 1.0 vocabulary, on the handles that gained them.
+#[tokio::test(start_paused = true)]
+async fn the_shared_verbs_on_every_in_process_handle() {
+    // Stagger: `available` is a u64, and `acquire_timeout` as on the other handles.
+    let stagger = Stagger::new(2, Duration::from_secs(1));
+    let free: u64 = stagger.available();
+    assert_eq!(free, 2);
+    stagger.acquire().await;
+    assert!(stagger.acquire_timeout(Duration::ZERO).await.is_ok());
+    assert_eq!(stagger.available(), 0);
+    let refused = stagger.acquire_timeout(Duration::from_millis(999)).await;
+    assert_eq!(refused.unwrap_err().retry_after(), Duration::from_secs(1));
+    assert_eq!(stagger.stats().rejected, 1);
+    let start = tokio::time::Instant::now();
+    assert!(stagger
+        .acquire_timeout(Duration::from_secs(1))
+        .await
+        .is_ok());
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+
+    // RateLimiter: rate and burst in one step.
+    let limiter = RateLimiter::new(Rate::per_second(1), 1);
+    limiter.set_limit(Rate::per_second(4), 3);
+    assert_eq!(limiter.rate(), Rate::per_second(4));
+    assert_eq!(limiter.burst(), Some(3));
+    assert_eq!(limiter.available(), 1); // the level is kept
+    assert_eq!(
+        limiter.try_set_limit(Rate::per_second(9), 0),
+        Err(ConfigError::ZeroBurst)
+    );
+    assert_eq!(limiter.rate(), Rate::per_second(4));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(limiter.available(), 3);
+
+    // KeyedRateLimiter: a limit set by a borrowed key.
+    let keyed = KeyedRateLimiter::<String>::new(Rate::per_second(1), 1);
+    assert_eq!(
+        keyed.try_set_limit("k", Rate::per_second(10), 0),
+        Err(ConfigError::ZeroBurst)
+    );
+    keyed.set_limit("k", Rate::per_second(10), 4);
+    assert_eq!(keyed.available("k"), 4);
+
+    // Adaptive: the limiter's verbs, delegated.
+    let adaptive = Adaptive::new(
+        RateLimiter::new(Rate::per_second(10), 2),
+        Rate::per_second(1),
+        Rate::per_second(10),
+    );
+    assert_eq!(adaptive.available(), 2);
+    adaptive.acquire(1).await;
+    assert!(adaptive.try_acquire(1).is_ok());
+    let refused = adaptive.acquire_timeout(1, Duration::from_millis(10)).await;
+    assert_eq!(
+        refused.unwrap_err().retry_after(),
+        Duration::from_millis(100)
+    );
+    let start = tokio::time::Instant::now();
+    adaptive.acquire(1).await;
+    assert_eq!(start.elapsed(), Duration::from_millis(100));
+    assert_eq!(adaptive.limiter().stats().granted, 3);
+    adaptive.on_throttled(None);
+    assert_eq!(adaptive.stats().throttled, 1);
+}
+
+/// The names 1.0 replaced still compile, deprecated.
+#[test]
+#[allow(deprecated)]
+fn the_former_names_still_work() {
+    fn takes_quota<Q: paced::Quota>(_: &Q) {}
+    fn takes_keyed_quota<Q: paced::KeyedQuota<Key = String>>(_: &Q) {}
+    takes_quota(&RateLimiter::new(Rate::per_second(1), 1));
+    takes_quota(&Stagger::new(1, Duration::from_secs(1)));
+    takes_keyed_quota(&KeyedRateLimiter::<String>::new(Rate::per_second(1), 1));
+    #[cfg(feature = "tower")]
+    {
+        fn takes_request_quota<Req, Q: paced::tower::RequestQuota<Req>>(_: &Q) {}
+        takes_request_quota::<u8, _>(&RateLimiter::new(Rate::per_second(1), 1));
+    }
+    let stagger = Stagger::new(3, Duration::from_secs(1));
+    let tokens: usize = stagger.available_tokens();
+    assert_eq!(tokens, 3);
 }

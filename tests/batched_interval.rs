@@ -93,7 +93,7 @@ async fn huge_max_batch_does_not_preallocate() {
 }
 
 #[test]
-#[should_panic(expected = "batched_interval: invalid batch: `max_batch` is 0")]
+#[should_panic(expected = "PaceExt::batched_interval: invalid batch: `max_batch` is 0")]
 fn zero_max_batch_panics_at_construction() {
     let _ = stream::iter([1]).batched_interval(0, Duration::from_secs(1));
 }

@@ -153,7 +153,7 @@ async fn set_limit_takes_effect_at_once_for_waiters_and_keeps_the_level() {
     });
     sleep(Duration::from_millis(100)).await;
     // 0.9 token missing at 1/s; at 100/s that is 9 ms.
-    limiter.set_limit("p", Rate::per_second(100), 5);
+    limiter.set_limit(&"p", Rate::per_second(100), 5);
     assert_eq!(within_an_hour(waiter).await.unwrap(), 109);
     assert_eq!(limiter.available(&"p"), 0);
     sleep(Duration::from_millis(50)).await;
@@ -167,7 +167,7 @@ async fn set_limit_takes_effect_at_once_for_waiters_and_keeps_the_level() {
         Duration::from_secs(1)
     );
     // A limit set for a key with no state is used when the key first shows up.
-    limiter.set_limit("q", Rate::per_second(2), 3);
+    limiter.set_limit(&"q", Rate::per_second(2), 3);
     assert_eq!(limiter.available(&"q"), 3);
     assert_eq!(limiter.tracked_keys(), 1); // only "p", which is not full
 }
@@ -182,14 +182,14 @@ async fn set_limit_keeps_the_level_at_the_extremes_of_rate() {
     let limiter = KeyedRateLimiter::new(fastest, u64::MAX);
     for (key, burst) in [("same burst", u64::MAX), ("burst of one", 1)] {
         limiter.try_acquire(&key, u64::MAX).unwrap();
-        limiter.set_limit(key, slowest, burst);
+        limiter.set_limit(&key, slowest, burst);
         assert_eq!(limiter.available(&key), 0, "{key}");
         assert!(
             limiter.try_acquire(&key, 1).unwrap_err().is_never(),
             "{key}"
         );
     }
-    limiter.set_limit("same burst", slowest, 1);
+    limiter.set_limit(&"same burst", slowest, 1);
     assert_eq!(limiter.available(&"same burst"), 0);
     assert!(limiter
         .try_acquire(&"same burst", 1)
@@ -199,7 +199,7 @@ async fn set_limit_keeps_the_level_at_the_extremes_of_rate() {
     let limiter = KeyedRateLimiter::new(fastest, 1);
     tokio::time::advance(Duration::from_secs(1)).await;
     limiter.try_acquire(&"k", 1).unwrap();
-    limiter.set_limit("k", slowest, 1);
+    limiter.set_limit(&"k", slowest, 1);
     assert_eq!(limiter.available(&"k"), 0);
     let refused = limiter.try_acquire(&"k", 1).unwrap_err();
     assert!(refused.is_never(), "{refused:?}");
@@ -283,7 +283,7 @@ fn new_panics_on_zero_burst() {
 #[test]
 #[should_panic(expected = "`burst` is 0")]
 fn set_limit_panics_on_zero_burst() {
-    KeyedRateLimiter::new(Rate::per_second(1), 1).set_limit(1u8, Rate::per_second(1), 0);
+    KeyedRateLimiter::new(Rate::per_second(1), 1).set_limit(&1u8, Rate::per_second(1), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -515,7 +515,7 @@ proptest! {
                     }
                     Step::SetLimit { key, rate, burst } => {
                         let rate = rates[rate];
-                        limiter.set_limit(key, rate, burst);
+                        limiter.set_limit(&key, rate, burst);
                         limits.insert(key, (rate, burst));
                         // A full bucket is a key never seen: it starts afresh at its new limit.
                         model.retain(|_, b| b.full_at() > now);

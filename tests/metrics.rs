@@ -188,18 +188,79 @@ async fn a_dropped_waiter_is_a_cancellation() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn every_clone_records_and_the_first_name_wins() {
+async fn every_clone_records_and_the_last_name_wins() {
     let recorder = Reader(Arc::new(Registry::atomic()));
     let _guard = metrics::set_default_local_recorder(&recorder);
     let limiter = RateLimiter::new(Rate::per_second(10), 10);
     let before = limiter.clone();
     let limiter = limiter.with_metrics("first");
+    before.try_acquire(1).unwrap();
+    limiter.try_acquire(1).unwrap();
+    assert_eq!(recorder.counter("first", "paced_grants_total"), 2);
+    // Named again on another handle: every handle records under the new name from now on.
     let _ = before.clone().with_metrics("second");
     before.try_acquire(1).unwrap();
     limiter.try_acquire(1).unwrap();
-    let name = "first";
-    assert_eq!(recorder.counter(name, "paced_grants_total"), 2);
-    assert_eq!(recorder.count("second"), 0);
+    limiter.try_acquire(100).unwrap_err();
+    assert_eq!(recorder.counter("first", "paced_grants_total"), 2);
+    assert_eq!(recorder.counter("first", "paced_refusals_total"), 0);
+    assert_eq!(recorder.counter("second", "paced_grants_total"), 2);
+    assert_eq!(recorder.counter("second", "paced_refusals_total"), 1);
+    // Four counters, a gauge and a histogram.
+    assert_eq!(recorder.count("second"), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn renamed_while_requests_wait_the_waiters_move_to_the_new_name() {
+    let recorder = Reader(Arc::new(Registry::atomic()));
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    let limiter = RateLimiter::new(Rate::per_second(10), 1).with_metrics("old");
+    limiter.try_acquire(1).unwrap();
+    let waiting = {
+        let limiter = limiter.clone();
+        tokio::spawn(async move { limiter.acquire(1).await })
+    };
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(recorder.gauge("old", "paced_waiters"), 1.0);
+    let limiter = limiter.with_metrics("new");
+    assert_eq!(recorder.gauge("old", "paced_waiters"), 0.0);
+    assert_eq!(recorder.gauge("new", "paced_waiters"), 1.0);
+    waiting.await.unwrap();
+    assert_eq!(recorder.gauge("new", "paced_waiters"), 0.0);
+    assert_eq!(recorder.gauge("old", "paced_waiters"), 0.0);
+    assert_eq!(recorder.counter("new", "paced_grants_total"), 1);
+    assert_eq!(recorder.counter("old", "paced_grants_total"), 1);
+    drop(limiter);
+}
+
+#[tokio::test(start_paused = true)]
+async fn keyed_stagger_and_adaptive_take_the_last_name_too() {
+    let recorder = Reader(Arc::new(Registry::atomic()));
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    let keyed = KeyedRateLimiter::<u8>::new(Rate::per_second(10), 10)
+        .with_metrics("k1")
+        .with_metrics("k2");
+    keyed.try_acquire(&1, 1).unwrap();
+    assert_eq!(recorder.counter("k2", "paced_grants_total"), 1);
+    assert_eq!(recorder.counter("k1", "paced_grants_total"), 0);
+
+    let stagger = Stagger::new(5, Duration::from_secs(1))
+        .with_metrics("s1")
+        .with_metrics("s2");
+    stagger.try_acquire().unwrap();
+    assert_eq!(recorder.counter("s2", "paced_grants_total"), 1);
+    assert_eq!(recorder.counter("s1", "paced_grants_total"), 0);
+
+    let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10))
+        .with_metrics("a1")
+        .with_metrics("a2");
+    adaptive.limiter().try_acquire(1).unwrap();
+    adaptive.on_throttled(None);
+    assert_eq!(recorder.counter("a2", "paced_adaptive_decreases_total"), 1);
+    assert_eq!(recorder.counter("a1", "paced_adaptive_decreases_total"), 0);
+    assert_eq!(recorder.counter("a2", "paced_grants_total"), 1);
+    assert_eq!(recorder.counter("a1", "paced_grants_total"), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -307,4 +368,40 @@ async fn adaptive_rate_and_decreases() {
     assert!(adaptive.stats().decreases >= 1);
     // The limiter is named too.
     assert_eq!(recorder.counter(name, "paced_grants_total"), 1);
+}
+
+/// The gauge of the rate the controller set moves on every kind of report: `on_quota` too.
+#[tokio::test(start_paused = true)]
+async fn adaptive_rate_gauge_follows_every_report() {
+    let recorder = Reader(Arc::new(Registry::atomic()));
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    let limiter = RateLimiter::new(Rate::per_second(100), 10);
+    let adaptive =
+        Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(100)).with_metrics("quota");
+    let gauge = || recorder.gauge("quota", "paced_adaptive_rate");
+    let rate = |a: &Adaptive| {
+        let r = a.rate();
+        r.tokens() as f64 / r.per().as_secs_f64()
+    };
+    assert_eq!(gauge(), 100.0);
+
+    // A token bucket of 600 per 60 s: its refill rate, 10/s.
+    let window = Duration::from_secs(60);
+    adaptive.on_quota(paced::Announced::new(0, window).with_policy(600, window));
+    assert_eq!(adaptive.rate(), Rate::per_second(10));
+    assert_eq!(gauge(), 10.0);
+
+    // A fixed window: 199 left after this call, 20 s to go: 10/s again, then 40 left: 2/s.
+    adaptive.on_quota(paced::Announced::new(39, Duration::from_secs(20)));
+    assert_eq!(gauge(), rate(&adaptive));
+    assert_eq!(gauge(), 2.0);
+
+    sleep(Duration::from_secs(3)).await; // past the hold: successes probe again
+    adaptive.on_throttled(None);
+    assert_eq!(gauge(), rate(&adaptive));
+    for _ in 0..50 {
+        sleep(Duration::from_millis(100)).await;
+        adaptive.on_success();
+        assert_eq!(gauge(), rate(&adaptive));
+    }
 }

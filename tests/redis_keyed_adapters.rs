@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use paced::{KeyedQuota, PaceExt, Rate, RedisKeyedRateLimiter};
+use paced::{KeyedLimiter, PaceExt, Rate, RedisKeyedRateLimiter};
 
 #[path = "common/redis_server.rs"]
 mod redis_server;
@@ -30,7 +30,7 @@ fn limiter(server: &Server, prefix: &str, rate: Rate, burst: u64) -> RedisKeyedR
 
 /// Drains a `throttle_by_key` stream over `quota` of `items` (key, sequence number), each
 /// with the epoch nanoseconds at which it came out.
-async fn paced<Q: KeyedQuota<Key = String>>(
+async fn paced<Q: KeyedLimiter<Key = String>>(
     quota: Q,
     items: Vec<(String, u32)>,
 ) -> Vec<((String, u32), u128)> {

@@ -73,7 +73,7 @@ async fn huge_k_does_not_preallocate() {
 }
 
 #[test]
-#[should_panic(expected = "staggered_start: invalid stagger: `k` is 0")]
+#[should_panic(expected = "PaceExt::staggered_start: invalid stagger: `k` is 0")]
 fn zero_k_panics_at_construction() {
     let _ = stream::iter([1]).staggered_start(0, Duration::from_secs(1));
 }

@@ -182,7 +182,7 @@ async fn huge_rate_and_burst_never_bind() {
 }
 
 #[test]
-#[should_panic(expected = "throttle: invalid burst: `burst` is 0")]
+#[should_panic(expected = "PaceExt::throttle: invalid burst: `burst` is 0")]
 fn zero_burst_panics_at_construction() {
     let _ = stream::iter([1]).throttle(Rate::per_second(1), |_| 1, 0, Shaping);
 }

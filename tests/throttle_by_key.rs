@@ -18,8 +18,8 @@ use tokio_test::{assert_pending, assert_ready_eq};
 /// Providers A (2/s), B (5/s) and C (a million per second), one message at a time each.
 fn providers() -> KeyedRateLimiter<char> {
     let limiter = KeyedRateLimiter::new(Rate::per_second(2), 1);
-    limiter.set_limit('B', Rate::per_second(5), 1);
-    limiter.set_limit('C', Rate::per_second(1_000_000), 1_000);
+    limiter.set_limit(&'B', Rate::per_second(5), 1);
+    limiter.set_limit(&'C', Rate::per_second(1_000_000), 1_000);
     limiter
 }
 
@@ -176,7 +176,7 @@ async fn an_item_that_leaves_early_leaves_no_timer_behind() {
     assert_pending!(paced.poll_next()); // the second waits until 1 s
     tokio::time::advance(Duration::from_millis(100)).await;
     // A faster limit lets it go at once (it lacked 0.9 token; at 1000/s that is 0.9 ms).
-    limiter.set_limit(1, Rate::per_second(1_000), 1);
+    limiter.set_limit(&1, Rate::per_second(1_000), 1);
     assert!(paced.is_woken());
     assert_pending!(paced.poll_next());
     tokio::time::advance(Duration::from_millis(1)).await;
@@ -339,7 +339,7 @@ struct Run {
 async fn run(limits: &[(u64, u64)], arrivals: &[(u64, usize, u64)], capacity: usize) -> Run {
     let limiter = KeyedRateLimiter::new(Rate::per_second(1), 1);
     for (key, &(tokens, burst)) in limits.iter().enumerate() {
-        limiter.set_limit(key, Rate::per_second(tokens), burst);
+        limiter.set_limit(&key, Rate::per_second(tokens), burst);
     }
     let start = Instant::now();
     let mut at = 0;
@@ -463,7 +463,7 @@ async fn a_limit_changed_while_items_are_held_applies_at_once() {
         async move {
             sleep(Duration::from_millis(200)).await;
             // a2 lacks 0.8 token, at 10/s that is 80 ms.
-            limiter.set_limit('a', Rate::per_second(10), 1);
+            limiter.set_limit(&'a', Rate::per_second(10), 1);
             sleep(Duration::from_millis(300)).await;
             limiter.clear_limit(&'a');
         }

@@ -205,7 +205,7 @@ proptest! {
         ));
         let stats = run.adaptive.stats();
         prop_assert_eq!(stats.successes, run.ok.iter().sum::<u64>());
-        prop_assert_eq!(stats.refusals, run.refused.iter().sum::<u64>());
+        prop_assert_eq!(stats.throttled, run.refused.iter().sum::<u64>());
         prop_assert!(stats.decreases >= 1);
         prop_assert!(stats.rate != run.max);
         let highest = run.rate[20..60].iter().copied().fold(0.0, f64::max);
@@ -294,7 +294,7 @@ proptest! {
                 prop_assert_eq!(first_after, pause_end, "calls {:?}", calls);
             }
             let stats = adaptive.stats();
-            prop_assert_eq!((stats.successes, stats.refusals), (requests as u64 - 1, 1));
+            prop_assert_eq!((stats.successes, stats.throttled), (requests as u64 - 1, 1));
             Ok(())
         })?;
     }
@@ -455,7 +455,7 @@ async fn a_response_future_dropped_before_it_completes_reports_nothing() {
     assert_eq!(*calls.lock().unwrap(), 1);
     let stats = adaptive.stats();
     assert_eq!(
-        (stats.successes, stats.refusals, stats.decreases),
+        (stats.successes, stats.throttled, stats.decreases),
         (0, 0, 0)
     );
     // Nothing paused the limiter: a token is there again.
@@ -587,7 +587,7 @@ async fn over_real_http_the_rate_comes_down_to_the_servers_limit() {
         start.elapsed()
     );
     assert!(start.elapsed() < Duration::from_secs(3));
-    assert_eq!((stats.successes, stats.refusals), (ok, refused));
+    assert_eq!((stats.successes, stats.throttled), (ok, refused));
     assert_eq!(ok + refused, seen.len() as u64, "only 200s and 429s");
     // Above the limit the server refuses, and the rate comes down from `max`.
     assert!(refused >= 1 && stats.decreases >= 1, "{stats:?}");

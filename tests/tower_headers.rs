@@ -127,7 +127,7 @@ async fn remaining_counts_down_exactly_and_reset_is_never_early() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_key_announces_its_own_bucket() {
     let per_path = KeyedRateLimiter::<String>::new(Rate::per_minute(1), 2);
-    per_path.set_limit("/big".to_string(), Rate::per_minute(10), 10);
+    per_path.set_limit(&"/big".to_string(), Rate::per_minute(10), 10);
     let app = Router::new()
         .route("/small", get(|| async { "small" }))
         .route("/big", get(|| async { "big" }))

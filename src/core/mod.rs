@@ -1,8 +1,10 @@
 //! Clock-free pacing arithmetic: every function takes `now` and answers with a time.
 //!
 //! The stream adapters only read the clock and turn the answers into timers; everything
-//! that decides *when* lives here and is unit-tested with plain numbers.
+//! that decides *when* (and, for `Adaptive`, *which rate*) lives here and is unit-tested with
+//! plain numbers.
 
+pub(crate) mod adaptive_law;
 mod bucket;
 mod nanos;
 mod pace;
@@ -11,6 +13,6 @@ mod window;
 
 pub(crate) use bucket::{Bucket, Decision, Packed};
 pub(crate) use nanos::Nanos;
-pub(crate) use pace::{Costed, Pace};
+pub(crate) use pace::{ByItem, Cost, One, Pace};
 pub(crate) use warmup::WarmingUp;
 pub(crate) use window::Window;

@@ -1,81 +1,224 @@
-//! The rule a one-item adapter (a stream's or a sink's) follows: what an item costs, whether
-//! it may leave at `now`, and what leaving charges. Clock-free, like the rest of the core.
+//! [`Pace`]: the one pacing rule, what a bucket, a window or a warm-up curve answers given
+//! `now`: when a request of some cost may go, and what granting it charges. Clock-free, like
+//! the rest of the core. A one-item adapter (a stream's or a sink's) asks it for its held item;
+//! the engine asks it for the head of a shared limiter's queue. What an *item* costs is the
+//! adapter's business: [`Cost`].
 
 use std::fmt;
 
 use super::bucket::{Bucket, Decision};
 use super::nanos::Nanos;
+use super::warmup::WarmingUp;
 use super::window::Window;
 
 /// A pacing rule over the clock-free core.
-pub(crate) trait Pace<T> {
-    /// What `item` will be charged when it leaves.
-    fn cost(&mut self, item: &T) -> u64;
+///
+/// Generic everywhere it is used (a stream adapter's rule, a lane's rule): no dynamic dispatch,
+/// and `Clone` so that a lane can project its queue on a copy.
+pub(crate) trait Pace: Clone {
+    /// When a request of `cost` that has been waiting first in line since `since` may go
+    /// (`since` or earlier if at once).
+    fn earliest(&self, since: Nanos, cost: u64) -> Nanos;
+    /// Charges a request of `cost` granted at `now`, which has waited first in line since
+    /// `since`.
+    fn commit(&mut self, now: Nanos, since: Nanos, cost: u64);
+    /// Whether a request of `cost` can only ever be had by waiting, so that asking without
+    /// waiting is pointless (an enforcing adapter refuses it with `Duration::MAX`).
+    fn needs_wait(&self, cost: u64) -> bool;
+    /// Whether `other` is in the same state as `self`: whatever the two are asked from now on,
+    /// they answer alike. (A projection of a queue uses it to see that it has caught up with
+    /// one made earlier; `false` is always safe, only slower.)
+    fn same(&self, other: &Self) -> bool;
     /// Whether the rule never delays anything, so the clock need not be read at all.
-    fn is_unlimited(&self) -> bool;
-    /// Charges an item of `cost` offered at `now` if it may leave now; otherwise says when.
-    fn offer(&mut self, now: Nanos, cost: u64) -> Decision;
-    /// Charges an item of `cost` that left at `now`, after waiting for its time.
-    fn commit(&mut self, now: Nanos, cost: u64);
+    fn is_unlimited(&self) -> bool {
+        false
+    }
+    /// Charges a request of `cost` arriving at `now` if it may go now; otherwise says when.
+    #[inline]
+    fn offer(&mut self, now: Nanos, cost: u64) -> Decision {
+        match self.earliest(now, cost) {
+            at if at <= now => {
+                self.commit(now, now, cost);
+                Decision::Go
+            }
+            at => Decision::NotUntil(at),
+        }
+    }
+    /// The rule's token bucket, if at `now` the rule is nothing but that bucket, so that a
+    /// lock-free path may decide for it (see the engine's `single`).
+    fn plain_bucket(&self, _now: Nanos) -> Option<&Bucket> {
+        None
+    }
+    /// The rule's token bucket, to write back the state the lock-free path kept.
+    fn bucket_mut(&mut self) -> Option<&mut Bucket> {
+        None
+    }
 }
 
-/// Every item costs one token (`min_interval`).
-impl<T> Pace<T> for Bucket {
-    fn cost(&mut self, _: &T) -> u64 {
-        1
+impl Pace for Bucket {
+    #[inline]
+    fn earliest(&self, since: Nanos, cost: u64) -> Nanos {
+        Bucket::earliest(self, since, cost)
     }
+    #[inline]
+    fn commit(&mut self, now: Nanos, _: Nanos, cost: u64) {
+        Bucket::commit(self, now, cost);
+    }
+    #[inline]
+    fn needs_wait(&self, cost: u64) -> bool {
+        cost > self.burst()
+    }
+    fn same(&self, other: &Self) -> bool {
+        self == other
+    }
+    #[inline]
     fn is_unlimited(&self) -> bool {
         Bucket::is_unlimited(self)
     }
+    #[inline]
     fn offer(&mut self, now: Nanos, cost: u64) -> Decision {
         Bucket::offer(self, now, cost)
     }
-    fn commit(&mut self, now: Nanos, cost: u64) {
-        Bucket::commit(self, now, cost);
+    fn plain_bucket(&self, _: Nanos) -> Option<&Bucket> {
+        Some(self)
+    }
+    fn bucket_mut(&mut self) -> Option<&mut Bucket> {
+        Some(self)
     }
 }
 
-/// A bucket whose items cost what a closure says (`throttle`).
-pub(crate) struct Costed<F> {
-    pub(crate) bucket: Bucket,
-    pub(crate) cost: F,
-}
-
-impl<F> fmt::Debug for Costed<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Costed")
-            .field("bucket", &self.bucket)
-            .finish_non_exhaustive()
+impl Pace for WarmingUp {
+    fn earliest(&self, _: Nanos, _: u64) -> Nanos {
+        WarmingUp::earliest(self)
+    }
+    fn commit(&mut self, now: Nanos, since: Nanos, cost: u64) {
+        // Guava reserves on arrival: a request that waited is charged as of the moment its
+        // turn came, not as of the (up to a tick late) wake-up, so lateness does not add up.
+        let due = since.max(WarmingUp::earliest(self)).min(now);
+        WarmingUp::commit(self, due, cost);
+    }
+    fn needs_wait(&self, _: u64) -> bool {
+        false
+    }
+    fn same(&self, other: &Self) -> bool {
+        WarmingUp::same(self, other)
     }
 }
 
-impl<T, F: FnMut(&T) -> u64> Pace<T> for Costed<F> {
-    fn cost(&mut self, item: &T) -> u64 {
-        (self.cost)(item)
+/// At most k grants per window; a request counts once, whatever its cost.
+impl Pace for Window {
+    #[inline]
+    fn earliest(&self, since: Nanos, _: u64) -> Nanos {
+        Window::earliest(self, since)
     }
-    fn is_unlimited(&self) -> bool {
-        self.bucket.is_unlimited()
+    #[inline]
+    fn commit(&mut self, now: Nanos, _: Nanos, _: u64) {
+        Window::commit(self, now);
     }
-    fn offer(&mut self, now: Nanos, cost: u64) -> Decision {
-        self.bucket.offer(now, cost)
+    fn needs_wait(&self, _: u64) -> bool {
+        false
     }
-    fn commit(&mut self, now: Nanos, cost: u64) {
-        self.bucket.commit(now, cost);
+    fn same(&self, other: &Self) -> bool {
+        Window::same(self, other)
     }
-}
-
-/// At most k emissions per window (`staggered_start`); items carry no cost.
-impl<T> Pace<T> for Window {
-    fn cost(&mut self, _: &T) -> u64 {
-        1
-    }
+    #[inline]
     fn is_unlimited(&self) -> bool {
         Window::is_unlimited(self)
     }
+    #[inline]
     fn offer(&mut self, now: Nanos, _: u64) -> Decision {
         Window::offer(self, now)
     }
-    fn commit(&mut self, now: Nanos, _: u64) {
-        Window::commit(self, now);
+}
+
+/// What an item costs when it leaves a one-item adapter.
+pub(crate) trait Cost<T> {
+    /// The cost of `item`.
+    fn cost(&mut self, item: &T) -> u64;
+}
+
+/// Every item costs one (`min_interval`, `staggered_start`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct One;
+
+impl<T> Cost<T> for One {
+    #[inline]
+    fn cost(&mut self, _: &T) -> u64 {
+        1
+    }
+}
+
+/// Items cost what a closure says (`throttle`).
+#[derive(Clone, Copy)]
+pub(crate) struct ByItem<F>(pub(crate) F);
+
+impl<T, F: FnMut(&T) -> u64> Cost<T> for ByItem<F> {
+    #[inline]
+    fn cost(&mut self, item: &T) -> u64 {
+        (self.0)(item)
+    }
+}
+
+impl<F> fmt::Debug for ByItem<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ByItem(..)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default `offer` is `earliest` then `commit`; the bucket's and the window's own
+    /// (faster) ones must answer alike.
+    fn offers_agree<P: Pace>(mut fast: P, costs: &[(u64, u64)]) {
+        let mut slow = fast.clone();
+        for &(now, cost) in costs {
+            let now = Nanos(now);
+            let expected = match slow.earliest(now, cost) {
+                at if at <= now => {
+                    slow.commit(now, now, cost);
+                    Decision::Go
+                }
+                at => Decision::NotUntil(at),
+            };
+            assert_eq!(fast.offer(now, cost), expected, "at {now:?}, cost {cost}");
+            assert!(fast.same(&slow));
+        }
+    }
+
+    #[test]
+    fn a_buckets_offer_is_earliest_then_commit() {
+        let costs = [
+            (0, 1),
+            (0, 2),
+            (0, 1),
+            (500, 1),
+            (1_000, 1),
+            (1_000, 3),
+            (9_000, 2),
+        ];
+        offers_agree(Bucket::new(1, 1_000, 3), &costs);
+    }
+
+    #[test]
+    fn a_windows_offer_is_earliest_then_commit() {
+        let costs = [
+            (0, 1),
+            (0, 1),
+            (0, 1),
+            (999, 1),
+            (1_000, 1),
+            (1_500, 1),
+            (2_000, 1),
+        ];
+        offers_agree(Window::new(2, Nanos(1_000)), &costs);
+    }
+
+    #[test]
+    fn item_costs() {
+        assert_eq!(Cost::<&str>::cost(&mut One, &"x"), 1);
+        let mut by_len = ByItem(|s: &&str| s.len() as u64);
+        assert_eq!(by_len.cost(&"four"), 4);
     }
 }

@@ -3,7 +3,6 @@
 
 use std::task::{Context, Poll};
 
-#[allow(unused_imports)] // used by the grant paths as they adopt it
 pub(crate) use tokio::task::coop::RestoreOnPending as Budget;
 
 /// Takes one unit of the task's budget, or registers the task to be polled again and answers
@@ -13,7 +12,21 @@ pub(crate) use tokio::task::coop::RestoreOnPending as Budget;
 ///
 /// Outside a tokio runtime (or inside `tokio::task::unconstrained`) it always answers `Ready`.
 #[inline]
-#[allow(dead_code)] // used by the grant paths as they adopt it
 pub(crate) fn poll_budget(cx: &mut Context<'_>) -> Poll<Budget> {
     tokio::task::coop::poll_proceed(cx)
+}
+
+/// Asks `try_acquire` from a poll (an enforcing stream, Sink or tower layer), spending a unit
+/// of the task's budget if it grants: an answer that takes nothing (a refusal) gives it back.
+#[inline]
+pub(crate) fn poll_try_acquire(
+    cx: &mut Context<'_>,
+    try_acquire: impl FnOnce() -> Result<(), crate::error::NotUntil>,
+) -> Poll<Result<(), crate::error::NotUntil>> {
+    let budget = std::task::ready!(poll_budget(cx));
+    let answer = try_acquire();
+    if answer.is_ok() {
+        budget.made_progress();
+    }
+    Poll::Ready(answer)
 }

@@ -479,10 +479,10 @@ pub(crate) struct KeyedShared<K, S> {
     hasher: S,
     defaults: Defaults,
     shards: Box<[Padded<Mutex<Shard<K>>>]>,
-    /// The handles a named limiter records to: set once, with every shard locked, for every
-    /// clone.
+    /// The handles a named limiter records to, for every clone: set with every shard locked,
+    /// and replaced if it is named again.
     #[cfg(feature = "metrics")]
-    metrics: OnceLock<crate::instrument::LimiterMetrics>,
+    metrics: crate::instrument::Named<crate::instrument::LimiterMetrics>,
 }
 
 impl<K, S: BuildHasher> KeyedShared<K, S> {
@@ -500,7 +500,7 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
                 .map(|_| Padded(Mutex::new(Shard::new())))
                 .collect(),
             #[cfg(feature = "metrics")]
-            metrics: OnceLock::new(),
+            metrics: crate::instrument::Named::default(),
         }
     }
 
@@ -549,7 +549,10 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         let metrics = self.metrics.get();
         drop(shard);
         #[cfg(feature = "metrics")]
-        after.record(metrics);
+        {
+            after.record(metrics.as_deref());
+            drop(metrics);
+        }
         after.run();
         if idle_ended {
             self.sweep_others(index, now);
@@ -801,14 +804,14 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
     /// The bucket of `key` (hashed to `hash`) as quota headers describe it now: a full bucket
     /// of its limit if it has no state.
     #[cfg(feature = "http")]
-    pub(crate) fn quota_state<Q>(&self, hash: u64, key: &Q) -> crate::stats::QuotaState
+    pub(crate) fn limit_state<Q>(&self, hash: u64, key: &Q) -> crate::stats::LimitState
     where
         K: Borrow<Q> + Hash,
         Q: Eq + ?Sized,
     {
         self.with(hash, |shard, now, _, _| {
             shard.bucket(&self.defaults, hash, key, |bucket, limit| {
-                crate::stats::QuotaState::of(bucket, limit.rate, now)
+                crate::stats::LimitState::of(bucket, limit.rate, now)
             })
         })
     }
@@ -837,22 +840,19 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
             .sum()
     }
 
-    /// Records to the metrics of the limiter called `name` from now on, on every handle;
-    /// returns `false` (and changes nothing) if the limiter already has a name.
+    /// Records to the metrics of the limiter called `name` from now on, on every handle; a
+    /// name given before is replaced (its waiters gauge drops to 0: it no longer counts).
     #[cfg(feature = "metrics")]
-    pub(crate) fn set_metrics(&self, name: &str) -> bool {
-        if self.metrics.get().is_some() {
-            return false;
-        }
+    pub(crate) fn set_metrics(&self, name: &str) {
         // Registered before the locks: the recorder is the application's code.
         let metrics = crate::instrument::LimiterMetrics::new(name);
         let shards = self.lock_all();
         let waiting: usize = shards.iter().map(|s| s.waiting()).sum();
         #[allow(clippy::cast_precision_loss)]
         metrics.waiters.set(waiting as f64);
-        let set = self.metrics.set(metrics).is_ok();
+        self.metrics
+            .replace(metrics, |previous| previous.waiters.set(0.0));
         drop(shards);
-        set
     }
 
     pub(crate) fn stats(&self) -> Stats {
@@ -1005,8 +1005,8 @@ where
 
     /// This key's bucket as quota headers describe it now.
     #[cfg(feature = "http")]
-    pub(crate) fn quota_state(&self) -> crate::stats::QuotaState {
-        self.shared.quota_state(self.hash, self.key.borrow())
+    pub(crate) fn limit_state(&self) -> crate::stats::LimitState {
+        self.shared.limit_state(self.hash, self.key.borrow())
     }
 }
 

@@ -9,87 +9,9 @@
 use std::collections::VecDeque;
 use std::task::Waker;
 
-use crate::core::{Bucket, Nanos, WarmingUp, Window};
+use crate::core::{Nanos, Pace};
 use crate::error::NotUntil;
 use crate::stats::Stats;
-
-/// A shared pacing rule: when may the head of the queue go, and what does granting cost.
-pub(crate) trait Rule: Clone {
-    /// When a request of `cost` that has been at the head of the queue since `since` may go.
-    fn earliest(&self, since: Nanos, cost: u64) -> Nanos;
-    /// Charges a request of `cost` granted at `now`, which has headed the queue since `since`.
-    fn commit(&mut self, now: Nanos, since: Nanos, cost: u64);
-    /// Whether a request of `cost` can only ever be had by waiting, so that asking without
-    /// waiting is pointless.
-    fn needs_wait(&self, cost: u64) -> bool;
-    /// Whether `other` is in the same state as `self`: whatever the two are asked from now on,
-    /// they answer alike. (A projection of the queue uses it to see that it has caught up
-    /// with one made earlier; `false` is always safe, only slower.)
-    fn same(&self, other: &Self) -> bool;
-    /// The rule's token bucket, if at `now` the rule is nothing but that bucket, so that a
-    /// lock-free path may decide for it (see `single`).
-    fn plain_bucket(&self, _now: Nanos) -> Option<&Bucket> {
-        None
-    }
-    /// The rule's token bucket, to write back the state the lock-free path kept.
-    fn bucket_mut(&mut self) -> Option<&mut Bucket> {
-        None
-    }
-}
-
-impl Rule for Bucket {
-    fn earliest(&self, since: Nanos, cost: u64) -> Nanos {
-        Bucket::earliest(self, since, cost)
-    }
-    fn commit(&mut self, now: Nanos, _: Nanos, cost: u64) {
-        Bucket::commit(self, now, cost);
-    }
-    fn needs_wait(&self, cost: u64) -> bool {
-        cost > self.burst()
-    }
-    fn same(&self, other: &Self) -> bool {
-        self == other
-    }
-    fn plain_bucket(&self, _: Nanos) -> Option<&Bucket> {
-        Some(self)
-    }
-    fn bucket_mut(&mut self) -> Option<&mut Bucket> {
-        Some(self)
-    }
-}
-
-impl Rule for WarmingUp {
-    fn earliest(&self, _: Nanos, _: u64) -> Nanos {
-        WarmingUp::earliest(self)
-    }
-    fn commit(&mut self, now: Nanos, since: Nanos, cost: u64) {
-        // Guava reserves on arrival: a request that waited is charged as of the moment its
-        // turn came, not as of the (up to a tick late) wake-up, so lateness does not add up.
-        let due = since.max(WarmingUp::earliest(self)).min(now);
-        WarmingUp::commit(self, due, cost);
-    }
-    fn needs_wait(&self, _: u64) -> bool {
-        false
-    }
-    fn same(&self, other: &Self) -> bool {
-        WarmingUp::same(self, other)
-    }
-}
-
-impl Rule for Window {
-    fn earliest(&self, since: Nanos, _: u64) -> Nanos {
-        Window::earliest(self, since)
-    }
-    fn commit(&mut self, now: Nanos, _: Nanos, _: u64) {
-        Window::commit(self, now);
-    }
-    fn needs_wait(&self, _: u64) -> bool {
-        false
-    }
-    fn same(&self, other: &Self) -> bool {
-        Window::same(self, other)
-    }
-}
 
 /// The counters of one limiter, and the numbers its waiters are known by.
 #[derive(Debug, Default)]
@@ -244,7 +166,7 @@ struct Point<R> {
     rule: R,
 }
 
-impl<R: Rule> Point<R> {
+impl<R: Pace> Point<R> {
     /// Walks past an entry of `cost` behind the head: it heads the queue from the moment the
     /// one before it goes, and goes as soon as it may from then.
     fn step(&mut self, cost: u64) {
@@ -285,7 +207,7 @@ struct Projection<R> {
     tail: Point<R>,
 }
 
-impl<R: Rule> Lane<R> {
+impl<R: Pace> Lane<R> {
     pub(crate) const fn new(rule: R) -> Lane<R> {
         Lane {
             rule,
@@ -593,7 +515,7 @@ impl<R: Rule> Lane<R> {
 /// The walk [`Lane::projected`] keeps, made from scratch: when a request of `cost` joining
 /// the queue at `now` would be granted, if everyone ahead were granted as soon as they may.
 #[cfg(test)]
-fn projected_walk<R: Rule>(lane: &Lane<R>, now: Nanos, cost: u64) -> Nanos {
+fn projected_walk<R: Pace>(lane: &Lane<R>, now: Nanos, cost: u64) -> Nanos {
     let mut rule = lane.rule.clone();
     let mut t = now;
     for (i, entry) in lane.queue.iter().enumerate() {
@@ -631,7 +553,7 @@ pub(crate) mod testing {
 
     use proptest::prelude::*;
 
-    use super::{projected_walk, After, Lane, Rule, Step, Tally};
+    use super::{projected_walk, After, Lane, Pace, Step, Tally};
     use crate::core::Nanos;
 
     /// One thing that can happen to a lane.
@@ -676,7 +598,7 @@ pub(crate) mod testing {
     }
 
     /// Checks the projection at `now` for a few costs against the walk made from scratch.
-    fn check<R: Rule>(lane: &mut Lane<R>, now: Nanos, costs: &[u64]) -> Result<(), TestCaseError> {
+    fn check<R: Pace>(lane: &mut Lane<R>, now: Nanos, costs: &[u64]) -> Result<(), TestCaseError> {
         for &cost in costs {
             let expected = projected_walk(lane, now, cost);
             prop_assert_eq!(
@@ -691,7 +613,7 @@ pub(crate) mod testing {
     }
 
     /// Replays `ops` on a lane of `rule`, changing the rule with `change(rule, now, seed)`.
-    pub(crate) fn replay<R: Rule>(
+    pub(crate) fn replay<R: Pace>(
         rule: R,
         ops: &[(Op, bool)],
         max_cost: u64,
@@ -785,6 +707,7 @@ mod tests {
 
     use super::testing::{ops, replay};
     use super::*;
+    use crate::core::{Bucket, WarmingUp, Window};
 
     /// A rule that counts how often it is asked or charged, clones included.
     #[derive(Clone, Debug)]
@@ -793,7 +716,7 @@ mod tests {
         calls: Rc<Cell<u64>>,
     }
 
-    impl<R: Rule> Rule for Counting<R> {
+    impl<R: Pace> Pace for Counting<R> {
         fn earliest(&self, since: Nanos, cost: u64) -> Nanos {
             self.calls.set(self.calls.get() + 1);
             self.rule.earliest(since, cost)
@@ -810,7 +733,7 @@ mod tests {
         }
     }
 
-    fn counting<R: Rule>(rule: R) -> (Lane<Counting<R>>, Rc<Cell<u64>>) {
+    fn counting<R: Pace>(rule: R) -> (Lane<Counting<R>>, Rc<Cell<u64>>) {
         let calls = Rc::new(Cell::new(0));
         let rule = Counting {
             rule,
@@ -820,7 +743,7 @@ mod tests {
     }
 
     /// Queues `n` requests of cost 1 at `now`; returns their tickets.
-    fn queue_up<R: Rule>(lane: &mut Lane<R>, tally: &mut Tally, now: Nanos, n: usize) -> Vec<u64> {
+    fn queue_up<R: Pace>(lane: &mut Lane<R>, tally: &mut Tally, now: Nanos, n: usize) -> Vec<u64> {
         (0..n)
             .map(|_| {
                 let mut ticket = None;
@@ -832,7 +755,7 @@ mod tests {
             .collect()
     }
 
-    fn refused<R: Rule>(lane: &mut Lane<R>, tally: &mut Tally, now: Nanos) -> Nanos {
+    fn refused<R: Pace>(lane: &mut Lane<R>, tally: &mut Tally, now: Nanos) -> Nanos {
         let mut after = After::default();
         let wait = lane
             .try_acquire(tally, now, 1, &mut after)

@@ -16,7 +16,7 @@ const AT_ONCE: Nanos = Nanos(0);
 const LATER: Nanos = Nanos(1_000_000);
 
 /// Polls a request at `now` until it is granted or queued; returns whether it was granted.
-fn ask<R: super::lane::Rule>(shared: &Shared<R>, ticket: &mut Option<u64>, now: Nanos) -> bool {
+fn ask<R: crate::core::Pace>(shared: &Shared<R>, ticket: &mut Option<u64>, now: Nanos) -> bool {
     matches!(
         shared.poll_at(Some(now), ticket, 1, Waker::noop(), None),
         Ok(Step::Granted)

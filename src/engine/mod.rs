@@ -1,4 +1,4 @@
-//! The one waiter engine: a [`Lane`] is a pacing rule with the FIFO queue of requests in front
+//! The one waiter engine: a [`Lane`] is a pacing rule (a [`Pace`](crate::core::Pace)) with the FIFO queue of requests in front
 //! of it; [`single`] puts one lane behind a mutex (with a lock-free path beside it), [`keyed`]
 //! one lane per key; a [`Waiter`] is one request's async side, and every entry point that waits
 //! on an in-process limiter (tasks, streams, Sinks, tower) waits through one. Redis
@@ -19,6 +19,6 @@ pub(crate) mod single;
 mod striped;
 pub(crate) mod waiter;
 
-pub(crate) use lane::{After, Rule, Step};
+pub(crate) use lane::{After, Step};
 pub(crate) use single::Shared;
 pub(crate) use waiter::Waiter;

@@ -24,10 +24,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::lane::{After, Lane, Rule, Step, Tally};
+use super::lane::{After, Lane, Step, Tally};
 use super::striped::Striped;
 use super::waiter::Handle;
-use crate::core::{Nanos, Packed};
+use crate::core::{Nanos, Pace, Packed};
 use crate::error::NotUntil;
 use crate::stats::Stats;
 use crate::sync::{fence, lock, AtomicU64, Mutex, MutexGuard, Ordering};
@@ -92,12 +92,13 @@ pub(crate) struct Shared<R> {
     rejected: AtomicU64,
     origin: Instant,
     state: Mutex<Locked<R>>,
-    /// The handles a named limiter records to: set once, under the lock, for every clone.
+    /// The handles a named limiter records to, for every clone: set under the lock, and
+    /// replaced if it is named again.
     #[cfg(feature = "metrics")]
-    metrics: std::sync::OnceLock<crate::instrument::LimiterMetrics>,
+    metrics: crate::instrument::Named<crate::instrument::LimiterMetrics>,
 }
 
-impl<R: Rule> Shared<R> {
+impl<R: Pace> Shared<R> {
     pub(crate) fn new(rule: R) -> Shared<R> {
         let shared = Shared {
             fast: Fast {
@@ -118,7 +119,7 @@ impl<R: Rule> Shared<R> {
                 published: None,
             }),
             #[cfg(feature = "metrics")]
-            metrics: std::sync::OnceLock::new(),
+            metrics: crate::instrument::Named::default(),
         };
         shared.release(&mut shared.lock(), Nanos::ZERO);
         shared
@@ -386,21 +387,18 @@ impl<R: Rule> Shared<R> {
         out
     }
 
-    /// Records to the metrics of the limiter called `name` from now on, on every handle;
-    /// returns `false` (and changes nothing) if the limiter already has a name.
+    /// Records to the metrics of the limiter called `name` from now on, on every handle; a
+    /// name given before is replaced (its waiters gauge drops to 0: it no longer counts).
     #[cfg(feature = "metrics")]
-    pub(crate) fn set_metrics(&self, name: &str) -> bool {
-        if self.metrics.get().is_some() {
-            return false;
-        }
+    pub(crate) fn set_metrics(&self, name: &str) {
         // Registered before the lock: the recorder is the application's code.
         let metrics = crate::instrument::LimiterMetrics::new(name);
         let st = self.lock();
         #[allow(clippy::cast_precision_loss)]
         metrics.waiters.set(st.lane.waiting() as f64);
-        let set = self.metrics.set(metrics).is_ok();
+        self.metrics
+            .replace(metrics, |previous| previous.waiters.set(0.0));
         drop(st);
-        set
     }
 
     /// Releases the lock, records the events `after` noted (with the handles as they were
@@ -411,7 +409,10 @@ impl<R: Rule> Shared<R> {
         let metrics = self.metrics.get();
         drop(guard);
         #[cfg(feature = "metrics")]
-        after.record(metrics);
+        {
+            after.record(metrics.as_deref());
+            drop(metrics);
+        }
         after.run();
     }
 
@@ -426,7 +427,7 @@ impl<R: Rule> Shared<R> {
 
 /// Any way to a limiter's state is a way into its queue: borrowed (`&Shared`, for a future of
 /// the limiter's own) or owned (`Arc<Shared>`, for a stream or a tower future).
-impl<R: Rule, P: Deref<Target = Shared<R>>> Handle for P {
+impl<R: Pace, P: Deref<Target = Shared<R>>> Handle for P {
     fn origin(&self) -> Instant {
         self.origin
     }
@@ -449,7 +450,7 @@ mod tests {
     use super::*;
     use crate::core::Bucket;
 
-    fn is_lock_free<R: Rule>(shared: &Shared<R>) -> bool {
+    fn is_lock_free<R: Pace>(shared: &Shared<R>) -> bool {
         shared.fast.word.load(Ordering::Relaxed) & HELD == 0
     }
 

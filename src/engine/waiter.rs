@@ -9,6 +9,7 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
+use super::coop::poll_budget;
 use super::lane::Step;
 use crate::error::NotUntil;
 use crate::timer::Timer;
@@ -76,16 +77,25 @@ impl<H: Handle> Waiter<H> {
 
     /// Waits until `cost` is granted. With a `timeout`, a request that could not be granted
     /// within it is refused at once instead, taking nothing.
+    ///
+    /// Every poll takes a unit of the task's cooperative budget first (answering `Pending`,
+    /// the task scheduled again, once it is spent) and keeps it only if the request is
+    /// granted, as a tokio `Semaphore`'s `acquire` does: a task looping on grants that need
+    /// no wait yields to the others on its thread.
     pub(crate) fn poll_acquire(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         cost: u64,
         timeout: Option<Duration>,
     ) -> Poll<Result<(), NotUntil>> {
+        let budget = ready!(poll_budget(cx));
         let mut me = self.project();
         loop {
             match me.handle.poll(me.ticket, cost, cx.waker(), timeout)? {
-                Step::Granted => return Poll::Ready(Ok(())),
+                Step::Granted => {
+                    budget.made_progress();
+                    return Poll::Ready(Ok(()));
+                }
                 Step::Queued => return Poll::Pending,
                 Step::Wait(at) => {
                     ready!(me.timer.as_mut().poll_until(cx, at));

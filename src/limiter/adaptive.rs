@@ -1,11 +1,6 @@
 //! `Adaptive`: a controller that finds a destination's real limit from its answers and keeps a
-//! [`RateLimiter`]'s rate there.
-//!
-//! The control law is a CUBIC curve in the rate (the idea of TCP CUBIC and of AWS's adaptive
-//! client rate limiter), made scale-free: the climb back to the rate of the last decrease takes
-//! 2 s at any rate, or longer where 2 s would hold fewer than 40 calls, so that the one refusal
-//! that ends a cycle is a small share of its calls. The benchmark (`benches/adaptive.rs`)
-//! compares it with a plain AIMD and with AWS's own constants.
+//! [`RateLimiter`]'s rate there: the handle, the clock, the lock and the waking. The law that
+//! decides the rate is clock-free, in `core::adaptive_law`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,181 +8,18 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::rate_limiter::RateLimiter;
+#[cfg(feature = "metrics")]
+use crate::core::adaptive_law::per_second;
+#[cfg(not(feature = "unstable-laws"))]
+use crate::core::adaptive_law::AdaptiveLaw;
+#[cfg(feature = "unstable-laws")]
+pub use crate::core::adaptive_law::AdaptiveLaw;
+pub use crate::core::adaptive_law::Announced;
+use crate::core::adaptive_law::{Controller, Limited, QUOTA_MAX_PAUSE};
 use crate::engine::After;
 use crate::error::ConfigError;
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex, MutexGuard};
-
-/// The rates the controller sets are counted in thousandths of a token per second, so that a
-/// decrease of 30 % at 5 calls per second is not lost to rounding.
-const FINE_PER: Duration = Duration::from_secs(1000);
-
-/// The fraction of the reference rate kept after a refusal: the default law's, and AWS's.
-const BETA: f64 = 0.8;
-const AWS_BETA: f64 = 0.7;
-/// The shortest time the scale-free curve takes to climb back to the rate of the last
-/// decrease.
-const CLIMB_MIN_SECS: f64 = 2.0;
-/// ... and the calls (at that rate) it spends climbing back at the least: a refusal per cycle
-/// is then at most a few per cent of the calls, even at 5 calls per second.
-const CLIMB_MIN_CALLS: f64 = 40.0;
-/// The smallest step up the controller applies to the limiter (a fraction of the rate).
-const MIN_STEP_UP: f64 = 0.005;
-/// AWS's cubic scale constant (tokens per second per second cubed).
-const AWS_C: f64 = 0.4;
-/// The plain AIMD baseline keeps half the rate after a refusal (TCP Reno's choice).
-const AIMD_BETA: f64 = 0.5;
-/// The sending rate is measured in buckets of this many seconds, smoothed (the new bucket
-/// weighs `MEASURE_WEIGHT`), as in AWS's client rate limiter.
-const MEASURE_BUCKET_SECS: f64 = 0.5;
-const MEASURE_WEIGHT: f64 = 0.8;
-/// The default law's buckets also hold this many outcomes, unless they span this long.
-const MEASURE_MIN_CALLS: u64 = 10;
-const MEASURE_MAX_SECS: f64 = 5.0;
-/// How long the refusals after a decrease may still belong to the same overload when the
-/// calls in flight do not all come back (another user of the limiter that does not report).
-const OVERLOAD_MAX_SECS: f64 = 2.0;
-/// How long an announced quota holds the rate after it came: successes in that time do not
-/// probe above it. Announcements that keep coming keep it held.
-const QUOTA_HOLD_SECS: f64 = 2.0;
-/// The shortest `reset` an announcement is read with (a zero `reset` would spread the quota
-/// over no time at all).
-const QUOTA_MIN_RESET_SECS: f64 = 0.001;
-/// The longest pause an exhausted quota without a policy asks for: a `reset` beyond a day is
-/// more likely a misread clock than a real wait.
-const QUOTA_MAX_PAUSE: Duration = Duration::from_secs(86_400);
-
-/// A quota a destination announced with a response: how many calls it still accepts
-/// (`remaining`) before its count is restored (`reset` from now), and, when it says so, its
-/// policy: `limit` calls per `window`.
-///
-/// Report it with [`Adaptive::on_quota`]. With the `http` feature,
-/// `paced::tower::quota_from_headers` reads one from the IETF draft's `RateLimit` /
-/// `RateLimit-Policy` headers or the de facto `X-RateLimit-*` ones.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use paced::Announced;
-///
-/// // A fixed window of 5,000 calls an hour, 4,000 left, restored in 30 minutes.
-/// let quota = Announced::new(4000, Duration::from_secs(1800))
-///     .with_policy(5000, Duration::from_secs(3600));
-/// assert_eq!(quota.remaining, 4000);
-/// assert_eq!(quota.limit, Some(5000));
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct Announced {
-    /// The calls the destination still accepts before `reset`.
-    pub remaining: u64,
-    /// The time from now until the quota is restored: the end of a fixed window, or the time
-    /// a token bucket takes to fill again.
-    pub reset: Duration,
-    /// The policy's limit (`q`, `X-RateLimit-Limit`), if announced.
-    pub limit: Option<u64>,
-    /// The policy's window (`w`), if announced.
-    pub window: Option<Duration>,
-}
-
-impl Announced {
-    /// `remaining` calls until `reset`, no policy.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use paced::Announced;
-    ///
-    /// let quota = Announced::new(50, Duration::from_secs(30));
-    /// assert_eq!((quota.limit, quota.window), (None, None));
-    /// ```
-    #[must_use]
-    pub const fn new(remaining: u64, reset: Duration) -> Announced {
-        Announced {
-            remaining,
-            reset,
-            limit: None,
-            window: None,
-        }
-    }
-
-    /// The same, with the policy: `limit` calls per `window`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use paced::Announced;
-    ///
-    /// let quota = Announced::new(50, Duration::from_secs(30)).with_policy(100, Duration::from_secs(60));
-    /// assert_eq!(quota.window, Some(Duration::from_secs(60)));
-    /// ```
-    #[must_use]
-    pub const fn with_policy(mut self, limit: u64, window: Duration) -> Announced {
-        self.limit = Some(limit);
-        self.window = Some(window);
-        self
-    }
-
-    /// The rate this announcement allows, in calls per second, before clamping (see
-    /// [`Adaptive::on_quota`]). Never NaN; may be infinite or zero.
-    fn rate(&self) -> f64 {
-        let reset = self.reset.as_secs_f64().max(QUOTA_MIN_RESET_SECS);
-        // The call that brought the announcement and the `remaining` after it, one interval
-        // apart: the last of them leaves just before `reset`, the next one just after.
-        let spread = (self.remaining as f64 + 1.0) / reset;
-        match self.policy_rate() {
-            Some(sustained) if self.is_bucket() => spread.max(sustained),
-            _ => spread,
-        }
-    }
-
-    /// Whether the destination reads as a token bucket: its count is restored a whole window
-    /// from now or later, which a fixed window does only at the instant it starts.
-    fn is_bucket(&self) -> bool {
-        matches!(self.window, Some(w) if self.reset >= w) && self.policy_rate().is_some()
-    }
-
-    /// `limit / window`, if both are announced and the window is not zero.
-    fn policy_rate(&self) -> Option<f64> {
-        match (self.limit, self.window) {
-            (Some(limit), Some(window)) if !window.is_zero() => {
-                Some(limit as f64 / window.as_secs_f64())
-            }
-            _ => None,
-        }
-    }
-}
-
-/// The control laws the adaptive benchmark compares (feature `unstable-laws`, outside semver:
-/// they may change or go in any release).
-///
-/// # Examples
-///
-/// ```
-/// # #[cfg(feature = "unstable-laws")] {
-/// use paced::{Adaptive, AdaptiveLaw, Rate, RateLimiter};
-///
-/// let limiter = RateLimiter::new(Rate::per_second(10), 2);
-/// let aimd = Adaptive::try_with_law(limiter, Rate::per_second(1), Rate::per_second(10), AdaptiveLaw::Aimd);
-/// assert!(aimd.is_ok());
-/// # }
-/// ```
-#[cfg_attr(not(feature = "unstable-laws"), allow(unreachable_pub, dead_code))]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum AdaptiveLaw {
-    /// The default: a scale-free cubic (see [`Adaptive`]).
-    Cubic,
-    /// AWS's constants: β = 0.7, cubic with C = 0.4 (so the climb takes longer at higher
-    /// rates), the measured sending rate as reference, never above twice that rate.
-    AwsCubic,
-    /// Halve the limiter's rate on a refusal, climb back linearly, and on beyond at the same
-    /// pace, reaching the old rate again in the default's climb time.
-    Aimd,
-}
 
 /// Finds the rate a destination accepts from its answers, and keeps a shared
 /// [`RateLimiter`] at it.
@@ -263,56 +95,11 @@ pub struct Adaptive {
 
 struct Inner {
     limiter: RateLimiter,
-    min: Rate,
-    max: Rate,
-    law: AdaptiveLaw,
     origin: Instant,
-    state: Mutex<State>,
-    /// The controller's handles, set once for every clone.
+    state: Mutex<Controller>,
+    /// The controller's handles, for every clone: replaced if it is named again.
     #[cfg(feature = "metrics")]
-    metrics: std::sync::OnceLock<crate::instrument::AdaptiveMetrics>,
-}
-
-#[derive(Debug)]
-struct State {
-    /// The rate the controller last set (or found): a different one on the limiter was set by
-    /// hand.
-    set: Rate,
-    /// The rate of the last decrease (or the starting point): the cubic's plateau.
-    w_max: f64,
-    /// When the curve started from `w_max` (seconds since `origin`; may be negative).
-    curve_start: f64,
-    /// The total time paused when the curve started: paused time does not count as probing
-    /// time either, or a 1 s `Retry-After` would let the curve climb back during the pause.
-    curve_paused: f64,
-    /// Whether any decrease happened (the cap at twice the measured rate applies from then).
-    decreased: bool,
-    /// The current overload: the report count after which its calls are all back, and the
-    /// time after which a refusal is new in any case.
-    overload_until_reports: u64,
-    overload_until_secs: f64,
-    /// Grants of the limiter before the controller existed, and reports since.
-    granted_before: u64,
-    reports: u64,
-    /// The measured sending rate: outcomes per second, smoothed over buckets; the bucket
-    /// started at `bucket` seconds and holds `in_bucket` outcomes.
-    bucket: f64,
-    in_bucket: u64,
-    measured: f64,
-    /// The pauses this controller asked for (`Retry-After`), so that time in which nothing
-    /// could be sent does not count as time sent slowly: `[pause_start, pause_end)` is the
-    /// latest, `paused_before` the total of the earlier ones, and `bucket_paused` the total
-    /// paused when the bucket started.
-    pause_start: f64,
-    pause_end: f64,
-    paused_before: f64,
-    bucket_paused: f64,
-    /// Successes before this time (seconds since the origin) do not probe: a quota was
-    /// announced.
-    hold_until: f64,
-    successes: u64,
-    refusals: u64,
-    decreases: u64,
+    metrics: crate::instrument::Named<crate::instrument::AdaptiveMetrics>,
 }
 
 /// A snapshot of an [`Adaptive`]'s counters and its rate.
@@ -328,7 +115,7 @@ struct State {
 /// adaptive.on_throttled(None);
 /// adaptive.on_throttled(None); // the same overload: no second decrease
 /// let stats = adaptive.stats();
-/// assert_eq!((stats.successes, stats.refusals, stats.decreases), (1, 2, 1));
+/// assert_eq!((stats.successes, stats.throttled, stats.decreases), (1, 2, 1));
 /// assert_eq!(stats.rate, adaptive.rate());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -336,17 +123,13 @@ struct State {
 pub struct AdaptiveStats {
     /// Calls reported by [`on_success`](Adaptive::on_success).
     pub successes: u64,
-    /// Calls reported by [`on_throttled`](Adaptive::on_throttled).
-    pub refusals: u64,
+    /// Calls reported by [`on_throttled`](Adaptive::on_throttled): refused by the destination
+    /// (a `429`), not by the limiter. (Named `refusals` before 1.0.)
+    pub throttled: u64,
     /// Times the rate was lowered: once per overload, however many refusals it caused.
     pub decreases: u64,
     /// The limiter's rate now.
     pub rate: Rate,
-}
-
-/// Tokens per second.
-fn per_second(rate: Rate) -> f64 {
-    rate.tokens() as f64 / rate.per().as_secs_f64()
 }
 
 impl Adaptive {
@@ -355,7 +138,8 @@ impl Adaptive {
     ///
     /// # Panics
     ///
-    /// Panics if `min` is above `max`, with the message of [`ConfigError::MinAboveMax`]. Use
+    /// Panics if `min` is above `max`, with the message `"Adaptive::new: {error}"`, the error
+    /// being [`ConfigError::MinAboveMax`]. Use
     /// [`Adaptive::try_new`] for values from configuration. (A zero `min` cannot be built: a
     /// [`Rate`] is never zero.)
     ///
@@ -373,7 +157,7 @@ impl Adaptive {
     pub fn new(limiter: RateLimiter, min: Rate, max: Rate) -> Adaptive {
         match Adaptive::try_new(limiter, min, max) {
             Ok(adaptive) => adaptive,
-            Err(e) => panic!("{e}"),
+            Err(e) => panic!("Adaptive::new: {e}"),
         }
     }
 
@@ -436,58 +220,25 @@ impl Adaptive {
         if max < min {
             return Err(ConfigError::MinAboveMax);
         }
-        let origin = Instant::now();
-        let inner = Inner {
-            limiter,
+        let mut wakes = Wakes::default();
+        let controller = Controller::new(
+            law,
             min,
             max,
-            law,
-            origin,
-            #[cfg(feature = "metrics")]
-            metrics: std::sync::OnceLock::new(),
-            state: Mutex::new(State {
-                set: min,
-                w_max: 0.0,
-                curve_start: 0.0,
-                curve_paused: 0.0,
-                decreased: false,
-                overload_until_reports: 0,
-                overload_until_secs: f64::NEG_INFINITY,
-                granted_before: 0,
-                reports: 0,
-                bucket: 0.0,
-                in_bucket: 0,
-                measured: 0.0,
-                pause_start: 0.0,
-                pause_end: 0.0,
-                paused_before: 0.0,
-                bucket_paused: 0.0,
-                hold_until: f64::NEG_INFINITY,
-                successes: 0,
-                refusals: 0,
-                decreases: 0,
-            }),
-        };
-        let granted_before = inner.limiter.stats().granted;
-        let mut wakes = Wakes::default();
-        {
-            let mut state = lock(&inner.state);
-            state.granted_before = granted_before;
-            let start = inner.limiter.rate();
-            Inner::restart(
-                &inner.limiter,
-                min,
-                max,
-                law,
-                &mut state,
-                start,
-                0.0,
-                &mut wakes,
-            );
-        }
+            &mut Bound {
+                limiter: &limiter,
+                wakes: &mut wakes,
+            },
+        );
         wakes.run();
         Ok(Adaptive {
-            inner: Arc::new(inner),
+            inner: Arc::new(Inner {
+                limiter,
+                origin: Instant::now(),
+                state: Mutex::new(controller),
+                #[cfg(feature = "metrics")]
+                metrics: crate::instrument::Named::default(),
+            }),
         })
     }
 
@@ -596,9 +347,119 @@ impl Adaptive {
             .saturating_duration_since(self.inner.origin)
             .as_secs_f64();
         let mut wakes = Wakes::default();
-        self.inner
-            .announce(&mut self.inner.lock(), quota, exhausted, now, &mut wakes);
+        let mut st = self.inner.lock();
+        let decreases = st.counts().2;
+        st.announce(
+            &mut Bound {
+                limiter: &self.inner.limiter,
+                wakes: &mut wakes,
+            },
+            quota,
+            exhausted,
+            now,
+        );
+        self.inner.record(&st, decreases);
+        drop(st);
         wakes.run();
+    }
+
+    /// Waits until `cost` tokens of the limiter are granted: [`RateLimiter::acquire`] on
+    /// [`limiter`](Adaptive::limiter), at the rate the controller set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{Adaptive, Rate, RateLimiter};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+    /// let start = Instant::now();
+    /// adaptive.acquire(1).await;
+    /// adaptive.acquire(1).await;
+    /// assert_eq!(start.elapsed(), Duration::from_millis(100));
+    /// # }
+    /// ```
+    pub async fn acquire(&self, cost: u64) {
+        self.inner.limiter.acquire(cost).await;
+    }
+
+    /// Takes `cost` tokens of the limiter if they are there now and nobody waits:
+    /// [`RateLimiter::try_acquire`] on [`limiter`](Adaptive::limiter).
+    ///
+    /// # Errors
+    ///
+    /// [`NotUntil`](crate::NotUntil), as [`RateLimiter::try_acquire`] says.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{Adaptive, Rate, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+    /// assert!(adaptive.try_acquire(1).is_ok());
+    /// adaptive.on_throttled(Some(Duration::from_secs(1))); // the destination said: wait 1 s
+    /// assert_eq!(adaptive.try_acquire(1).unwrap_err().retry_after(), Duration::from_secs(1));
+    /// # }
+    /// ```
+    pub fn try_acquire(&self, cost: u64) -> Result<(), crate::NotUntil> {
+        self.inner.limiter.try_acquire(cost)
+    }
+
+    /// Waits for `cost` tokens of the limiter only if they can be had within `timeout`:
+    /// [`RateLimiter::acquire_timeout`] on [`limiter`](Adaptive::limiter).
+    ///
+    /// # Errors
+    ///
+    /// [`NotUntil`](crate::NotUntil) with how long the request would have waited.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{Adaptive, Rate, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+    /// adaptive.acquire(1).await;
+    /// let refused = adaptive.acquire_timeout(1, Duration::from_millis(50)).await;
+    /// assert_eq!(refused.unwrap_err().retry_after(), Duration::from_millis(100));
+    /// assert!(adaptive.acquire_timeout(1, Duration::from_millis(100)).await.is_ok());
+    /// # }
+    /// ```
+    pub async fn acquire_timeout(
+        &self,
+        cost: u64,
+        timeout: Duration,
+    ) -> Result<(), crate::NotUntil> {
+        self.inner.limiter.acquire_timeout(cost, timeout).await
+    }
+
+    /// The whole tokens of the limiter that could be taken now, ignoring anyone waiting:
+    /// [`RateLimiter::available`] on [`limiter`](Adaptive::limiter).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paced::{Adaptive, Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 3);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+    /// adaptive.try_acquire(1).unwrap();
+    /// assert_eq!(adaptive.available(), 2);
+    /// ```
+    #[must_use]
+    pub fn available(&self) -> u64 {
+        self.inner.limiter.available()
     }
 
     /// The limiter's rate now.
@@ -642,7 +503,7 @@ impl Adaptive {
         &self.inner.limiter
     }
 
-    /// The counters (successes, refusals, decreases) and the rate now.
+    /// The counters (successes, throttled, decreases) and the rate now.
     ///
     /// # Examples
     ///
@@ -656,11 +517,11 @@ impl Adaptive {
     /// ```
     #[must_use]
     pub fn stats(&self) -> AdaptiveStats {
-        let st = self.inner.lock();
+        let (successes, throttled, decreases) = self.inner.lock().counts();
         AdaptiveStats {
-            successes: st.successes,
-            refusals: st.refusals,
-            decreases: st.decreases,
+            successes,
+            throttled,
+            decreases,
             rate: self.inner.limiter.rate(),
         }
     }
@@ -670,13 +531,13 @@ impl Adaptive {
     ///
     /// | metric | kind | what |
     /// | --- | --- | --- |
-    /// | `paced_adaptive_rate` | gauge | the rate the controller set, in tokens per second (updated on every report) |
+    /// | `paced_adaptive_rate` | gauge | the rate the controller set, in tokens per second (updated on every report: `on_success`, `on_throttled`, `on_quota`) |
     /// | `paced_adaptive_decreases_total` | counter | decreases of the rate |
     ///
-    /// and the limiter's own (it is named too, unless it already has a name: see
-    /// [`RateLimiter::with_metrics`]), all with the label `limiter = name`. As there, the
-    /// handles are registered once, here, with the recorder in force, and shared by every
-    /// clone; the first name given wins.
+    /// and the limiter's own (it is named too: see [`RateLimiter::with_metrics`]), all with the
+    /// label `limiter = name`. As there, the handles are registered here, with the recorder in
+    /// force, and shared by every clone; named twice, the last name given wins (for the
+    /// controller and its limiter).
     ///
     /// # Examples
     ///
@@ -695,220 +556,83 @@ impl Adaptive {
     pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
         let name = name.as_ref();
         self.inner.limiter.shared.set_metrics(name);
-        if self.inner.metrics.get().is_none() {
-            let metrics = crate::instrument::AdaptiveMetrics::new(name);
-            let st = self.inner.lock();
-            metrics.rate.set(per_second(st.set));
-            let _ = self.inner.metrics.set(metrics);
-            drop(st);
-        }
+        let metrics = crate::instrument::AdaptiveMetrics::new(name);
+        let st = self.inner.lock();
+        metrics.rate.set(per_second(st.rate()));
+        self.inner.metrics.replace(metrics, |_| {});
+        drop(st);
         self
     }
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, Controller> {
         lock(&self.state)
+    }
+
+    /// Seconds since the controller was made: the law's clock.
+    fn now(&self) -> f64 {
+        Instant::now()
+            .saturating_duration_since(self.origin)
+            .as_secs_f64()
     }
 
     fn report(&self, refused: bool, retry_after: Option<Duration>) {
         if let Some(d) = retry_after {
             self.limiter.pause_for(d);
         }
-        let now = Instant::now()
-            .saturating_duration_since(self.origin)
-            .as_secs_f64();
+        let now = self.now();
         let mut wakes = Wakes::default();
         let mut st = self.lock();
-        #[cfg(feature = "metrics")]
-        let decreases = st.decreases;
-        self.decide(&mut st, refused, retry_after, now, &mut wakes);
-        #[cfg(feature = "metrics")]
-        if let Some(m) = self.metrics.get() {
-            m.rate.set(per_second(st.set));
-            m.decreases.increment(st.decreases - decreases);
-        }
+        let decreases = st.counts().2;
+        st.report(
+            &mut Bound {
+                limiter: &self.limiter,
+                wakes: &mut wakes,
+            },
+            refused,
+            retry_after,
+            now,
+        );
+        self.record(&st, decreases);
         drop(st);
         // The lock released, the limiter's head waiter re-reads its deadline.
         wakes.run();
     }
 
-    /// Folds one report into the state and sets the limiter's rate accordingly; the waiters
-    /// a change of rate wakes are left in `wakes`.
-    fn decide(
-        &self,
-        st: &mut State,
-        refused: bool,
-        retry_after: Option<Duration>,
-        now: f64,
-        wakes: &mut Wakes,
-    ) {
-        if let Some(d) = retry_after {
-            note_pause(st, now, d);
-        }
-        st.reports += 1;
-        if refused {
-            st.refusals += 1;
-        } else {
-            st.successes += 1;
-        }
-        measure(self.law, st, now);
-        let mut current = self.limiter.rate();
-        if current != st.set {
-            // Set by hand: start over from there.
-            Inner::restart(
-                &self.limiter,
-                self.min,
-                self.max,
-                self.law,
-                st,
-                current,
-                now,
-                wakes,
-            );
-            current = st.set;
-        }
-        if refused {
-            let same_overload =
-                st.reports <= st.overload_until_reports && now < st.overload_until_secs;
-            if same_overload {
-                return;
-            }
-            self.decrease(st, current, now, wakes);
-        } else if now < st.hold_until {
-            // An announced quota holds the rate: no probing above it.
-            self.hold(st, now);
-        } else {
-            let probing = now - st.curve_start - (paused_through(st, now) - st.curve_paused);
-            let mut rate = curve(self.law, st.w_max, probing);
-            if st.decreased && st.measured > 0.0 {
-                rate = rate.min(2.0 * st.measured);
-            }
-            // Climbing, the curve moves with nearly every success; a change of the limiter's
-            // rate wakes its head waiter to re-read its deadline, so small steps up are
-            // gathered into steps of at least `MIN_STEP_UP` (or up to `max`).
-            let set = per_second(st.set);
-            if rate <= set || rate >= set * (1.0 + MIN_STEP_UP) || rate >= per_second(self.max) {
-                self.set(st, rate, wakes);
-            }
+    /// Records the rate now and the decreases since there were `decreases_before` (under the
+    /// lock the report was decided under, so that the gauge moves in the order of the rates).
+    #[inline]
+    #[allow(unused_variables, clippy::unused_self)]
+    fn record(&self, st: &Controller, decreases_before: u64) {
+        #[cfg(feature = "metrics")]
+        if let Some(m) = self.metrics.get() {
+            m.rate.set(per_second(st.rate()));
+            m.decreases
+                .increment(st.counts().2.saturating_sub(decreases_before));
         }
     }
+}
 
-    /// Folds an announced quota into the state: a success, then the announced rate, held.
-    fn announce(
-        &self,
-        st: &mut State,
-        quota: Announced,
-        exhausted: bool,
-        now: f64,
-        wakes: &mut Wakes,
-    ) {
-        if exhausted {
-            note_pause(st, now, quota.reset.min(QUOTA_MAX_PAUSE));
-        }
-        st.reports += 1;
-        st.successes += 1;
-        measure(self.law, st, now);
-        let current = self.limiter.rate();
-        if current != st.set {
-            // Set by hand: start over from there.
-            Inner::restart(
-                &self.limiter,
-                self.min,
-                self.max,
-                self.law,
-                st,
-                current,
-                now,
-                wakes,
-            );
-        }
-        if !exhausted {
-            self.set(st, quota.rate(), wakes);
-        }
-        // The curve waits on its plateau at the announced rate (or the rate kept).
-        st.w_max = per_second(st.set);
-        self.hold(st, now);
-        st.hold_until = now + QUOTA_HOLD_SECS;
+/// The limiter as the law sees it: the rates it sets wake the limiter's waiters only once the
+/// controller's lock is released.
+struct Bound<'a> {
+    limiter: &'a RateLimiter,
+    wakes: &'a mut Wakes,
+}
+
+impl Limited for Bound<'_> {
+    fn rate(&self) -> Rate {
+        self.limiter.rate()
     }
-
-    /// Keeps the curve on its plateau at `w_max` as of `now`.
-    fn hold(&self, st: &mut State, now: f64) {
-        st.curve_start = now - climb_secs(self.law, st.w_max);
-        st.curve_paused = paused_through(st, now);
+    fn granted(&self) -> u64 {
+        self.limiter.stats().granted
     }
-
-    fn decrease(&self, st: &mut State, current: Rate, now: f64, wakes: &mut Wakes) {
-        let current = per_second(current);
-        let reference = match self.law {
-            AdaptiveLaw::Aimd => current,
-            AdaptiveLaw::Cubic | AdaptiveLaw::AwsCubic if st.measured > 0.0 => {
-                st.measured.min(current)
-            }
-            AdaptiveLaw::Cubic | AdaptiveLaw::AwsCubic => current,
-        };
-        let beta = match self.law {
-            AdaptiveLaw::Aimd => AIMD_BETA,
-            AdaptiveLaw::Cubic => BETA,
-            AdaptiveLaw::AwsCubic => AWS_BETA,
-        };
-        st.w_max = reference;
-        st.curve_start = now;
-        st.curve_paused = paused_through(st, now);
-        st.decreased = true;
-        st.decreases += 1;
-        // The calls of this overload: those granted and not yet back, and those whose tokens
-        // are already in the bucket.
-        let granted = self
-            .limiter
-            .stats()
-            .granted
-            .saturating_sub(st.granted_before);
-        let in_flight = granted.saturating_sub(st.reports);
-        let waiting = self.limiter.available();
-        st.overload_until_reports = st.reports.saturating_add(in_flight).saturating_add(waiting);
-        st.overload_until_secs = now + OVERLOAD_MAX_SECS;
-        self.set(st, beta * reference, wakes);
+    fn available(&self) -> u64 {
+        self.limiter.available()
     }
-
-    /// Sets `rate` (tokens per second), clamped, if it differs from the one in force.
-    fn set(&self, st: &mut State, rate: f64, wakes: &mut Wakes) {
-        let rate = clamp(self.min, self.max, rate);
-        // The same rate in another representation (20/s is 20,000 per 1,000 s) is no change.
-        if rate != st.set {
-            st.set = rate;
-            wakes.defer(self.limiter.set_rate_deferred(rate));
-        }
-    }
-
-    /// Starts the curve at `rate` (clamped), on its plateau: no decrease remembered.
-    #[allow(clippy::too_many_arguments)]
-    fn restart(
-        limiter: &RateLimiter,
-        min: Rate,
-        max: Rate,
-        law: AdaptiveLaw,
-        st: &mut State,
-        rate: Rate,
-        now: f64,
-        wakes: &mut Wakes,
-    ) {
-        let clamped = if rate < min {
-            min
-        } else if rate > max {
-            max
-        } else {
-            rate
-        };
-        st.w_max = per_second(clamped);
-        st.curve_start = now - climb_secs(law, st.w_max);
-        st.curve_paused = paused_through(st, now);
-        st.decreased = false;
-        st.overload_until_secs = f64::NEG_INFINITY;
-        st.set = clamped;
-        if clamped != rate {
-            wakes.defer(limiter.set_rate_deferred(clamped));
-        }
+    fn set_rate(&mut self, rate: Rate) {
+        self.wakes.defer(self.limiter.set_rate_deferred(rate));
     }
 }
 
@@ -934,111 +658,14 @@ impl Wakes {
     }
 }
 
-/// Folds one outcome at `now` into the measured sending rate: outcomes per second over a
-/// bucket of at least half a second (AWS's buckets) and, for the default law, at least
-/// [`MEASURE_MIN_CALLS`] outcomes, so that at 5 calls per second one call more or less in a
-/// bucket does not read as a 20 % change; smoothed across buckets.
-///
-/// The time the limiter spent paused by a `Retry-After` is left out: with the whole seconds
-/// of HTTP's header, a bucket spanning a pause would otherwise read a fraction of the rate the
-/// calls were sent at, and the next decrease would land far below the limit.
-fn measure(law: AdaptiveLaw, st: &mut State, now: f64) {
-    st.in_bucket += 1;
-    let paused = paused_through(st, now);
-    let elapsed = (now - st.bucket) - (paused - st.bucket_paused);
-    let enough = match law {
-        AdaptiveLaw::Cubic => st.in_bucket >= MEASURE_MIN_CALLS,
-        AdaptiveLaw::AwsCubic | AdaptiveLaw::Aimd => true,
-    };
-    if elapsed >= MEASURE_BUCKET_SECS && (enough || elapsed >= MEASURE_MAX_SECS) {
-        let rate = st.in_bucket as f64 / elapsed;
-        st.measured = if st.measured > 0.0 {
-            MEASURE_WEIGHT * rate + (1.0 - MEASURE_WEIGHT) * st.measured
-        } else {
-            rate
-        };
-        st.in_bucket = 0;
-        st.bucket = now;
-        st.bucket_paused = paused;
-    }
-}
-
-/// Records a pause of `d` from `now` (seconds since the origin), merged with the latest one.
-fn note_pause(st: &mut State, now: f64, d: Duration) {
-    let end = now + d.as_secs_f64();
-    if end <= st.pause_end {
-        return;
-    }
-    if now <= st.pause_end {
-        st.pause_end = end;
-    } else {
-        st.paused_before += st.pause_end - st.pause_start;
-        st.pause_start = now;
-        st.pause_end = end;
-    }
-}
-
-/// The total time paused up to `t` (seconds since the origin).
-fn paused_through(st: &State, t: f64) -> f64 {
-    st.paused_before + (t.min(st.pause_end) - st.pause_start).max(0.0)
-}
-
-/// How long the curve takes to climb from a decrease back to `w_max`.
-fn climb_secs(law: AdaptiveLaw, w_max: f64) -> f64 {
-    match law {
-        // The baseline climbs back in the same time as the default, so that the two differ
-        // only in their curves (and in what they keep after a refusal).
-        AdaptiveLaw::Cubic | AdaptiveLaw::Aimd => CLIMB_MIN_SECS.max(CLIMB_MIN_CALLS / w_max),
-        AdaptiveLaw::AwsCubic => (w_max * (1.0 - AWS_BETA) / AWS_C).cbrt(),
-    }
-}
-
-/// The law's rate `dt` seconds after a decrease from `w_max`.
-fn curve(law: AdaptiveLaw, w_max: f64, dt: f64) -> f64 {
-    let k = climb_secs(law, w_max);
-    match law {
-        AdaptiveLaw::Cubic | AdaptiveLaw::AwsCubic => {
-            let beta = if law == AdaptiveLaw::Cubic {
-                BETA
-            } else {
-                AWS_BETA
-            };
-            // w_max + C (dt - K)^3 with C = w_max (1 - β) / K^3: β w_max at the decrease,
-            // flat at w_max after K, and growing again beyond.
-            let x = (dt - k) / k;
-            w_max * (1.0 + (1.0 - beta) * x * x * x)
-        }
-        AdaptiveLaw::Aimd => w_max * (AIMD_BETA + (1.0 - AIMD_BETA) * dt / k),
-    }
-}
-
-/// The `Rate` for `rate` tokens per second: exactly `min` or `max` at or beyond them, else in
-/// thousandths of a token per second.
-fn clamp(min: Rate, max: Rate, rate: f64) -> Rate {
-    if rate.is_nan() || rate <= per_second(min) {
-        return min;
-    }
-    if rate >= per_second(max) {
-        return max;
-    }
-    let millis = (rate * 1000.0).round();
-    // A float-to-int cast saturates; a rate that is not zero is at least one thousandth.
-    let fine = Rate::new((millis as u64).max(1), FINE_PER);
-    if per_second(fine) > per_second(max) {
-        max
-    } else if per_second(fine) < per_second(min) {
-        min
-    } else {
-        fine
-    }
-}
-
 impl std::fmt::Debug for Adaptive {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.inner.lock();
+        let (min, max) = st.range();
         f.debug_struct("Adaptive")
-            .field("min", &self.inner.min)
-            .field("max", &self.inner.max)
-            .field("law", &self.inner.law)
+            .field("min", &min)
+            .field("max", &max)
+            .field("law", &st.law())
             .finish_non_exhaustive()
     }
 }

@@ -58,7 +58,7 @@ use crate::stats::Stats;
 /// # async fn main() {
 /// // Every provider: 2 messages per second, one at a time; "fast" allows 10 per second.
 /// let providers = KeyedRateLimiter::new(Rate::per_second(2), 1);
-/// providers.set_limit("fast", Rate::per_second(10), 1);
+/// providers.set_limit(&"fast", Rate::per_second(10), 1);
 /// let start = Instant::now();
 /// for _ in 0..3 {
 ///     providers.acquire(&"slow", 1).await;
@@ -87,8 +87,8 @@ impl<K> KeyedRateLimiter<K> {
     ///
     /// # Panics
     ///
-    /// Panics if `burst` is 0. Use [`KeyedRateLimiter::try_new`] for values from
-    /// configuration.
+    /// Panics if `burst` is 0, with the message `"KeyedRateLimiter::new: {error}"` (the
+    /// [`ConfigError`]). Use [`KeyedRateLimiter::try_new`] for values from configuration.
     ///
     /// # Examples
     ///
@@ -103,7 +103,7 @@ impl<K> KeyedRateLimiter<K> {
     pub fn new(rate: Rate, burst: u64) -> KeyedRateLimiter<K> {
         match KeyedRateLimiter::try_new(rate, burst) {
             Ok(limiter) => limiter,
-            Err(e) => panic!("{e}"),
+            Err(e) => panic!("KeyedRateLimiter::new: {e}"),
         }
     }
 
@@ -132,7 +132,8 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     ///
     /// # Panics
     ///
-    /// Panics if `burst` is 0. Use [`KeyedRateLimiter::try_with_hasher`] for values from
+    /// Panics if `burst` is 0, with the message `"KeyedRateLimiter::with_hasher: {error}"` (the
+    /// [`ConfigError`]). Use [`KeyedRateLimiter::try_with_hasher`] for values from
     /// configuration.
     ///
     /// # Examples
@@ -151,7 +152,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     pub fn with_hasher(rate: Rate, burst: u64, hasher: S) -> KeyedRateLimiter<K, S> {
         match KeyedRateLimiter::try_with_hasher(rate, burst, hasher) {
             Ok(limiter) => limiter,
-            Err(e) => panic!("{e}"),
+            Err(e) => panic!("KeyedRateLimiter::with_hasher: {e}"),
         }
     }
 
@@ -191,22 +192,26 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     ///
     /// # Panics
     ///
-    /// Panics if `burst` is 0.
+    /// Panics if `burst` is 0, with the message `"KeyedRateLimiter::set_limit: {error}"` (the
+    /// [`ConfigError`]). Use [`try_set_limit`](KeyedRateLimiter::try_set_limit) for values
+    /// from configuration.
     ///
     /// # Examples
     ///
     /// ```
     /// use paced::{KeyedRateLimiter, Rate};
     ///
-    /// let providers = KeyedRateLimiter::new(Rate::per_second(1), 1);
+    /// // Keyed by `String`, asked with `&str`: the key is copied only if it is new.
+    /// let providers = KeyedRateLimiter::<String>::new(Rate::per_second(1), 1);
     /// providers.set_limit("bulk", Rate::per_second(50), 5);
-    /// assert_eq!(providers.available(&"bulk"), 5);
-    /// assert_eq!(providers.available(&"other"), 1);
+    /// assert_eq!(providers.available("bulk"), 5);
+    /// assert_eq!(providers.available("other"), 1);
     /// ```
     #[track_caller]
-    pub fn set_limit(&self, key: K, rate: Rate, burst: u64)
+    pub fn set_limit<Q>(&self, key: &Q, rate: Rate, burst: u64)
     where
-        K: Hash + Eq + Clone,
+        K: Borrow<Q> + Hash,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         if let Err(e) = self.try_set_limit(key, rate, burst) {
             panic!("KeyedRateLimiter::set_limit: {e}");
@@ -225,18 +230,20 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// ```
     /// use paced::{ConfigError, KeyedRateLimiter, Rate};
     ///
-    /// let providers = KeyedRateLimiter::new(Rate::per_second(1), 1);
+    /// let providers = KeyedRateLimiter::<String>::new(Rate::per_second(1), 1);
     /// assert_eq!(providers.try_set_limit("bulk", Rate::per_second(50), 0), Err(ConfigError::ZeroBurst));
-    /// assert_eq!(providers.available("bulk"), 1);
+    /// assert_eq!(providers.try_set_limit("bulk", Rate::per_second(50), 5), Ok(()));
+    /// assert_eq!(providers.available("bulk"), 5);
     /// ```
-    pub fn try_set_limit(&self, key: K, rate: Rate, burst: u64) -> Result<(), ConfigError>
+    pub fn try_set_limit<Q>(&self, key: &Q, rate: Rate, burst: u64) -> Result<(), ConfigError>
     where
-        K: Hash + Eq + Clone,
+        K: Borrow<Q> + Hash,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         if burst == 0 {
             return Err(ConfigError::ZeroBurst);
         }
-        self.shared.set_limit(&key, KeyLimit { rate, burst });
+        self.shared.set_limit(key, KeyLimit { rate, burst });
         Ok(())
     }
 
@@ -248,8 +255,8 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// ```
     /// use paced::{KeyedRateLimiter, Rate};
     ///
-    /// let providers = KeyedRateLimiter::new(Rate::per_second(1), 1);
-    /// providers.set_limit("bulk".to_string(), Rate::per_second(50), 5);
+    /// let providers = KeyedRateLimiter::<String>::new(Rate::per_second(1), 1);
+    /// providers.set_limit("bulk", Rate::per_second(50), 5);
     /// providers.clear_limit("bulk");
     /// assert_eq!(providers.available("bulk"), 1);
     /// ```
@@ -442,8 +449,9 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// Every metric carries the label `limiter = name`. The handles are registered once, here,
     /// with the recorder in force (install the recorder first), and kept in the state every
     /// clone shares: the name applies to every handle of the limiter, those cloned before the
-    /// call too, and recording an event is one call on a handle. A limiter has one name: the
-    /// first call names it, later calls (on any handle) change nothing. Without a name, the
+    /// call too, and recording an event is one call on a handle. Named twice (on any handle),
+    /// the last name given wins: the handles of the earlier name stop recording (its
+    /// `paced_waiters` gauge is set to 0) and those of the new one start. Without a name, the
     /// cost is one branch per event. See the [guide](crate::guide#metrics).
     ///
     /// # Examples

@@ -1,19 +1,23 @@
 //! The public handles over the engine: [`RateLimiter`], [`Stagger`], [`KeyedRateLimiter`],
-//! [`Adaptive`], and the [`Quota`] and [`KeyedQuota`] traits through which streams, Sinks and
+//! [`Adaptive`], and the [`Limiter`] and [`KeyedLimiter`] traits through which streams, Sinks and
 //! tower draw on them.
 
 mod adaptive;
 mod keyed;
-pub(crate) mod keyed_quota;
-pub(crate) mod quota;
+pub(crate) mod keyed_traits;
 mod rate_limiter;
 mod stagger;
+pub(crate) mod traits;
 
 #[cfg(feature = "unstable-laws")]
 pub use adaptive::AdaptiveLaw;
 pub use adaptive::{Adaptive, AdaptiveStats, Announced};
 pub use keyed::KeyedRateLimiter;
-pub use keyed_quota::KeyedQuota;
-pub use quota::Quota;
+pub use keyed_traits::KeyedLimiter;
+#[allow(deprecated)]
+pub use keyed_traits::KeyedQuota;
 pub use rate_limiter::RateLimiter;
 pub use stagger::Stagger;
+pub use traits::Limiter;
+#[allow(deprecated)]
+pub use traits::Quota;

@@ -5,8 +5,8 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::{Bucket, Nanos, WarmingUp};
-use crate::engine::{After, Rule, Shared, Waiter};
+use crate::core::{Bucket, Nanos, Pace, WarmingUp};
+use crate::engine::{After, Shared, Waiter};
 use crate::error::{ConfigError, NotUntil};
 use crate::rate::Rate;
 use crate::stats::Stats;
@@ -41,30 +41,30 @@ impl Limit {
     }
 }
 
-impl Rule for Limit {
+impl Pace for Limit {
     fn earliest(&self, since: Nanos, cost: u64) -> Nanos {
         let at = match &self.curve {
-            Curve::Bucket(b) => Rule::earliest(b, since, cost),
-            Curve::WarmingUp(w) => Rule::earliest(w, since, cost),
+            Curve::Bucket(b) => Pace::earliest(b, since, cost),
+            Curve::WarmingUp(w) => Pace::earliest(w, since, cost),
         };
         at.max(self.paused_until)
     }
     fn commit(&mut self, now: Nanos, since: Nanos, cost: u64) {
         match &mut self.curve {
-            Curve::Bucket(b) => Rule::commit(b, now, since, cost),
-            Curve::WarmingUp(w) => Rule::commit(w, now, since, cost),
+            Curve::Bucket(b) => Pace::commit(b, now, since, cost),
+            Curve::WarmingUp(w) => Pace::commit(w, now, since, cost),
         }
     }
     fn needs_wait(&self, cost: u64) -> bool {
         match &self.curve {
-            Curve::Bucket(b) => Rule::needs_wait(b, cost),
-            Curve::WarmingUp(w) => Rule::needs_wait(w, cost),
+            Curve::Bucket(b) => Pace::needs_wait(b, cost),
+            Curve::WarmingUp(w) => Pace::needs_wait(w, cost),
         }
     }
     fn same(&self, other: &Self) -> bool {
         let curve = match (&self.curve, &other.curve) {
-            (Curve::Bucket(a), Curve::Bucket(b)) => Rule::same(a, b),
-            (Curve::WarmingUp(a), Curve::WarmingUp(b)) => Rule::same(a, b),
+            (Curve::Bucket(a), Curve::Bucket(b)) => Pace::same(a, b),
+            (Curve::WarmingUp(a), Curve::WarmingUp(b)) => Pace::same(a, b),
             _ => false,
         };
         curve && self.paused_until == other.paused_until && self.rate == other.rate
@@ -97,8 +97,9 @@ impl Rule for Limit {
 ///   pay for it.
 /// - **No thundering herd.** Only the head of the queue sleeps on a timer; a grant wakes exactly
 ///   the next waiter.
-/// - **Changeable.** [`set_rate`](RateLimiter::set_rate) and
-///   [`set_burst`](RateLimiter::set_burst) take effect at once, also for those waiting.
+/// - **Changeable.** [`set_rate`](RateLimiter::set_rate),
+///   [`set_burst`](RateLimiter::set_burst) and [`set_limit`](RateLimiter::set_limit) (both at
+///   once) take effect at once, also for those waiting.
 ///
 /// Cloning is cheap (an `Arc`); every clone is the same limiter. Building one needs no runtime;
 /// waiting needs tokio's timer, and under paused time the schedule is exact.
@@ -141,7 +142,8 @@ impl RateLimiter {
     ///
     /// # Panics
     ///
-    /// Panics if `burst` is 0. Use [`RateLimiter::try_new`] for values from configuration.
+    /// Panics if `burst` is 0, with the message `"RateLimiter::new: {error}"` (the
+    /// [`ConfigError`]). Use [`RateLimiter::try_new`] for values from configuration.
     ///
     /// # Examples
     ///
@@ -156,7 +158,7 @@ impl RateLimiter {
     pub fn new(rate: Rate, burst: u64) -> RateLimiter {
         match RateLimiter::try_new(rate, burst) {
             Ok(limiter) => limiter,
-            Err(e) => panic!("{e}"),
+            Err(e) => panic!("RateLimiter::new: {e}"),
         }
     }
 
@@ -202,8 +204,9 @@ impl RateLimiter {
     ///
     /// # Panics
     ///
-    /// Panics if `warmup` is zero or `cold_factor` is not a finite number of at least 1.
-    /// Use [`RateLimiter::try_warming_up`] for values from configuration.
+    /// Panics if `warmup` is zero or `cold_factor` is not a finite number of at least 1, with
+    /// the message `"RateLimiter::warming_up: {error}"` (the [`ConfigError`]). Use
+    /// [`RateLimiter::try_warming_up`] for values from configuration.
     ///
     /// # Examples
     ///
@@ -229,7 +232,7 @@ impl RateLimiter {
     pub fn warming_up(rate: Rate, warmup: Duration, cold_factor: f64) -> RateLimiter {
         match RateLimiter::try_warming_up(rate, warmup, cold_factor) {
             Ok(limiter) => limiter,
-            Err(e) => panic!("{e}"),
+            Err(e) => panic!("RateLimiter::warming_up: {e}"),
         }
     }
 
@@ -442,7 +445,8 @@ impl RateLimiter {
     ///
     /// # Panics
     ///
-    /// Panics if `burst` is 0, or if the limiter is warming up (it has no burst). Use
+    /// Panics if `burst` is 0, or if the limiter is warming up (it has no burst), with the
+    /// message `"RateLimiter::set_burst: {error}"` (the [`ConfigError`]). Use
     /// [`try_set_burst`](RateLimiter::try_set_burst) for values from configuration.
     ///
     /// # Examples
@@ -490,6 +494,86 @@ impl RateLimiter {
         self.shared.update(|limit, now| match &mut limit.curve {
             Curve::Bucket(b) => {
                 b.set_burst(now, burst);
+                Ok(())
+            }
+            Curve::WarmingUp(_) => Err(ConfigError::NoBurst),
+        })
+    }
+
+    /// Refills at `rate` and holds at most `burst` tokens from now on: [`set_rate`] and
+    /// [`set_burst`] in one step, under one lock, so that no request is decided between the
+    /// two. The level is kept (capped at the new `burst`); waiters re-read their deadline at
+    /// once.
+    ///
+    /// [`set_rate`]: RateLimiter::set_rate
+    /// [`set_burst`]: RateLimiter::set_burst
+    ///
+    /// # Panics
+    ///
+    /// Panics if `burst` is 0, or if the limiter is warming up (it has no burst), with the
+    /// message `"RateLimiter::set_limit: {error}"` (the [`ConfigError`]). Use
+    /// [`try_set_limit`](RateLimiter::try_set_limit) for values from configuration.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{Rate, RateLimiter};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(1), 1);
+    /// limiter.set_limit(Rate::per_second(10), 5);
+    /// assert_eq!((limiter.rate(), limiter.burst()), (Rate::per_second(10), Some(5)));
+    /// let start = Instant::now();
+    /// limiter.acquire(1).await; // the token it held
+    /// limiter.acquire(1).await; // then one per 100 ms
+    /// assert_eq!(start.elapsed(), Duration::from_millis(100));
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn set_limit(&self, rate: Rate, burst: u64) {
+        if let Err(e) = self.try_set_limit(rate, burst) {
+            panic!("RateLimiter::set_limit: {e}");
+        }
+    }
+
+    /// Refills at `rate` and holds at most `burst` tokens from now on, as
+    /// [`set_limit`](RateLimiter::set_limit) does, or refuses a limit that cannot be and
+    /// changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroBurst`] if `burst` is 0; [`ConfigError::NoBurst`] if the limiter is
+    /// warming up (use [`set_rate`](RateLimiter::set_rate)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{ConfigError, Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(1), 2);
+    /// assert_eq!(limiter.try_set_limit(Rate::per_second(5), 0), Err(ConfigError::ZeroBurst));
+    /// assert_eq!(limiter.rate(), Rate::per_second(1)); // unchanged
+    /// assert_eq!(limiter.try_set_limit(Rate::per_second(5), 4), Ok(()));
+    /// assert_eq!((limiter.rate(), limiter.burst()), (Rate::per_second(5), Some(4)));
+    ///
+    /// let warming = RateLimiter::warming_up(Rate::per_second(5), Duration::from_secs(2), 3.0);
+    /// let refused = warming.try_set_limit(Rate::per_second(1), 4);
+    /// assert_eq!(refused, Err(ConfigError::NoBurst));
+    /// assert_eq!(warming.rate(), Rate::per_second(5));
+    /// ```
+    pub fn try_set_limit(&self, rate: Rate, burst: u64) -> Result<(), ConfigError> {
+        if burst == 0 {
+            return Err(ConfigError::ZeroBurst);
+        }
+        self.shared.update(|limit, now| match &mut limit.curve {
+            Curve::Bucket(b) => {
+                b.set_rate(now, rate.tokens(), rate.per().as_nanos());
+                b.set_burst(now, burst);
+                limit.rate = rate;
                 Ok(())
             }
             Curve::WarmingUp(_) => Err(ConfigError::NoBurst),
@@ -576,10 +660,10 @@ impl RateLimiter {
     /// has no burst. While paused, nothing remains and the reset is no earlier than the pause's
     /// end.
     #[cfg(feature = "http")]
-    pub(crate) fn quota_state(&self) -> Option<crate::stats::QuotaState> {
+    pub(crate) fn limit_state(&self) -> Option<crate::stats::LimitState> {
         self.shared.read(|limit, now| match &limit.curve {
             Curve::Bucket(b) => {
-                let mut state = crate::stats::QuotaState::of(b, limit.rate, now);
+                let mut state = crate::stats::LimitState::of(b, limit.rate, now);
                 if limit.is_paused(now) {
                     state.remaining = 0;
                     let pause = limit.paused_until.saturating_sub(now).to_duration();
@@ -622,8 +706,9 @@ impl RateLimiter {
     /// Every metric carries the label `limiter = name`. The handles are registered once, here,
     /// with the recorder in force (install the recorder first), and kept in the state every
     /// clone shares: the name applies to every handle of the limiter, those cloned before the
-    /// call too, and recording an event is one call on a handle. A limiter has one name: the
-    /// first call names it, later calls (on any handle) change nothing. Without a name, the
+    /// call too, and recording an event is one call on a handle. Named twice (on any handle),
+    /// the last name given wins: the handles of the earlier name stop recording (its
+    /// `paced_waiters` gauge is set to 0) and those of the new one start. Without a name, the
     /// cost is one branch per event. See the [guide](crate::guide#metrics).
     ///
     /// # Examples

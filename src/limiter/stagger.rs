@@ -57,7 +57,8 @@ impl Stagger {
     ///
     /// # Panics
     ///
-    /// Panics if `k` is 0. Use [`Stagger::try_new`] for values from configuration.
+    /// Panics if `k` is 0, with the message `"Stagger::new: {error}"` (the [`ConfigError`]).
+    /// Use [`Stagger::try_new`] for values from configuration.
     ///
     /// # Examples
     ///
@@ -65,7 +66,7 @@ impl Stagger {
     /// use std::time::Duration;
     ///
     /// let stagger = paced::Stagger::new(3, Duration::from_secs(1));
-    /// assert_eq!(stagger.available_tokens(), 3);
+    /// assert_eq!(stagger.available(), 3);
     /// ```
     #[track_caller]
     #[must_use]
@@ -146,8 +147,36 @@ impl Stagger {
         self.shared.try_acquire(1)
     }
 
-    /// How many tokens could be taken now: `k` minus the acquisitions in the last `period`,
-    /// ignoring anyone waiting.
+    /// Waits for a token only if one can be had within `timeout` (after those already
+    /// waiting); otherwise returns at once, taking nothing. As
+    /// [`RateLimiter::acquire_timeout`](crate::RateLimiter::acquire_timeout), for starts.
+    ///
+    /// # Errors
+    ///
+    /// [`NotUntil`] with how long the request would have waited.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::Stagger;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let stagger = Stagger::new(1, Duration::from_secs(1));
+    /// stagger.acquire().await;
+    /// let refused = stagger.acquire_timeout(Duration::from_millis(500)).await;
+    /// assert_eq!(refused.unwrap_err().retry_after(), Duration::from_secs(1));
+    /// assert!(stagger.acquire_timeout(Duration::from_secs(1)).await.is_ok());
+    /// # }
+    /// ```
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<(), NotUntil> {
+        let mut waiter = pin!(Waiter::new(&*self.shared));
+        poll_fn(|cx| waiter.as_mut().poll_acquire(cx, 1, Some(timeout))).await
+    }
+
+    /// How many starts could be granted now: `k` minus the acquisitions in the last
+    /// `period`, ignoring anyone waiting. A `u64`, as every handle's `available` is.
     ///
     /// # Examples
     ///
@@ -156,8 +185,27 @@ impl Stagger {
     ///
     /// let stagger = paced::Stagger::new(3, Duration::from_secs(60));
     /// stagger.try_acquire().unwrap();
-    /// assert_eq!(stagger.available_tokens(), 2);
+    /// assert_eq!(stagger.available(), 2);
     /// ```
+    #[must_use]
+    pub fn available(&self) -> u64 {
+        let free = self.shared.read(|window, now| window.available(now));
+        u64::try_from(free).unwrap_or(u64::MAX)
+    }
+
+    /// How many tokens could be taken now, as a `usize`: the former name of
+    /// [`available`](Stagger::available).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #![allow(deprecated)]
+    /// use std::time::Duration;
+    ///
+    /// let stagger = paced::Stagger::new(3, Duration::from_secs(60));
+    /// assert_eq!(stagger.available_tokens(), 3);
+    /// ```
+    #[deprecated(since = "1.0.0", note = "use `available`, which returns a `u64`")]
     #[must_use]
     pub fn available_tokens(&self) -> usize {
         self.shared.read(|window, now| window.available(now))
@@ -168,6 +216,7 @@ impl Stagger {
     /// # Examples
     ///
     /// ```
+    /// # #![allow(deprecated)]
     /// use std::time::Duration;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -177,6 +226,10 @@ impl Stagger {
     /// assert_eq!(answer, 42);
     /// # }
     /// ```
+    #[deprecated(
+        since = "1.0.0",
+        note = "write `stagger.acquire().await; future.await`"
+    )]
     pub async fn run_when_token_available<F: Future>(&self, future: F) -> F::Output {
         self.acquire().await;
         future.await
@@ -188,7 +241,8 @@ impl Stagger {
     ///
     /// # Panics
     ///
-    /// Panics if `k` is 0. Use [`try_set_limit`](Stagger::try_set_limit) for values from
+    /// Panics if `k` is 0, with the message `"Stagger::set_limit: {error}"` (the
+    /// [`ConfigError`]). Use [`try_set_limit`](Stagger::try_set_limit) for values from
     /// configuration.
     ///
     /// # Examples
@@ -199,7 +253,7 @@ impl Stagger {
     /// let stagger = paced::Stagger::new(1, Duration::from_secs(60));
     /// stagger.try_acquire().unwrap();
     /// stagger.set_limit(3, Duration::from_secs(60));
-    /// assert_eq!(stagger.available_tokens(), 2);
+    /// assert_eq!(stagger.available(), 2);
     /// ```
     #[track_caller]
     pub fn set_limit(&self, k: usize, period: Duration) {
@@ -223,7 +277,7 @@ impl Stagger {
     ///
     /// let stagger = Stagger::new(2, Duration::from_secs(60));
     /// assert_eq!(stagger.try_set_limit(0, Duration::from_secs(60)), Err(ConfigError::ZeroStarts));
-    /// assert_eq!(stagger.available_tokens(), 2);
+    /// assert_eq!(stagger.available(), 2);
     /// ```
     pub fn try_set_limit(&self, k: usize, period: Duration) -> Result<(), ConfigError> {
         if k == 0 {
@@ -265,8 +319,9 @@ impl Stagger {
     /// Every metric carries the label `limiter = name`. The handles are registered once, here,
     /// with the recorder in force (install the recorder first), and kept in the state every
     /// clone shares: the name applies to every handle of the limiter, those cloned before the
-    /// call too, and recording an event is one call on a handle. A limiter has one name: the
-    /// first call names it, later calls (on any handle) change nothing. Without a name, the
+    /// call too, and recording an event is one call on a handle. Named twice (on any handle),
+    /// the last name given wins: the handles of the earlier name stop recording (its
+    /// `paced_waiters` gauge is set to 0) and those of the new one start. Without a name, the
     /// cost is one branch per event. See the [guide](crate::guide#metrics).
     ///
     /// # Examples

@@ -21,7 +21,7 @@ use super::stats::RedisStats;
 #[allow(unused_imports)] // the docs' links
 use crate::error::NotUntil;
 #[allow(unused_imports)] // the docs' links
-use crate::limiter::{KeyedQuota, KeyedRateLimiter};
+use crate::limiter::{KeyedLimiter, KeyedRateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};
 
@@ -70,8 +70,8 @@ use crate::sync::{lock, Mutex};
 /// not clear), else the default limit; limits that other processes set are not known locally.
 ///
 /// Streams and tower services draw on it as on a [`KeyedRateLimiter`]: it is a
-/// [`KeyedQuota`], so [`throttle_by_key`](crate::PaceExt::throttle_by_key) and
-/// `paced::tower::RateLimitLayer::keyed` take it (see [`KeyedQuota`] for what holds).
+/// [`KeyedLimiter`], so [`throttle_by_key`](crate::PaceExt::throttle_by_key) and
+/// `paced::tower::RateLimitLayer::keyed` take it (see [`KeyedLimiter`] for what holds).
 ///
 /// How many tokens a key has free is not offered: it would cost a round trip, and be stale
 /// by the time it is read; [`try_acquire`](RedisKeyedRateLimiter::try_acquire) says when a

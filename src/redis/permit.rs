@@ -11,9 +11,9 @@ use super::keyed::RedisKeyedRateLimiter;
 use super::limiter::{One, RedisRateLimiter};
 use super::script::REPLY_RETRY;
 use crate::error::NotUntil;
-use crate::limiter::keyed_quota::sealed::{Arrival, KeyedSealed};
-use crate::limiter::quota::sealed;
-use crate::limiter::{KeyedQuota, Quota};
+use crate::limiter::keyed_traits::sealed::{Arrival, KeyedSealed};
+use crate::limiter::traits::sealed;
+use crate::limiter::{KeyedLimiter, Limiter};
 
 /// A round trip (and whatever waiting follows it) in flight for a stream or a tower future.
 pub(super) type Pending<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
@@ -53,7 +53,7 @@ where
     done
 }
 
-impl Quota for RedisRateLimiter {}
+impl Limiter for RedisRateLimiter {}
 
 /// A stream holds its item while the round trip is in flight: nothing is lost if it is
 /// dropped, and under `FailClosed` a shaping stream waits for Redis rather than give up.
@@ -120,7 +120,7 @@ impl<K> fmt::Debug for RedisKeyPermit<K> {
     }
 }
 
-impl<K> KeyedQuota for RedisKeyedRateLimiter<K> where
+impl<K> KeyedLimiter for RedisKeyedRateLimiter<K> where
     K: Hash + Eq + Clone + Display + Send + Sync + 'static
 {
 }
@@ -196,7 +196,7 @@ where
     }
 
     #[cfg(feature = "http")]
-    fn state(_: Pin<&mut RedisKeyPermit<K>>) -> Option<crate::stats::QuotaState> {
+    fn state(_: Pin<&mut RedisKeyPermit<K>>) -> Option<crate::stats::LimitState> {
         None
     }
 }

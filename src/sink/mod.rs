@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures_sink::Sink;
 
 use crate::error::ConfigError;
-use crate::limiter::Quota;
+use crate::limiter::Limiter;
 use crate::rate::Rate;
 
 /// What every sink adapter forwards to its `PacedSink` field `inner`: `Sink`, a pass-through
@@ -233,12 +233,12 @@ pub use throttle_with::ThrottleWith;
 ///
 /// **Charging.** Tokens are taken when an item is handed to the inner sink, and only once the
 /// inner sink is ready for it: the adapter polls the inner sink's `poll_ready` *before* asking
-/// the bucket or the shared quota, so no tokens are taken for an item stuck behind a full
+/// the bucket or the shared limiter, so no tokens are taken for an item stuck behind a full
 /// channel or socket. An item that is never handed on (the adapter dropped, or the item taken
-/// back with `take_held`) is charged nothing, and with a shared quota its place in the queue
+/// back with `take_held`) is charged nothing, and with a shared limiter its place in the queue
 /// goes to the next waiter. If the inner sink stops being ready (or fails) while the held item
-/// waits in a shared quota's queue, the item gives up its place and joins again at the back
-/// once the sink is ready: a stuck sink does not hold up the quota's other users.
+/// waits in a shared limiter's queue, the item gives up its place and joins again at the back
+/// once the sink is ready: a stuck sink does not hold up the limiter's other users.
 ///
 /// **Errors.** An error of the inner sink comes out of `poll_ready`, `poll_flush` or
 /// `poll_close` unchanged. The held item is not lost: it stays held, and the next
@@ -290,7 +290,8 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
     ///
     /// # Panics
     ///
-    /// Panics if `burst` is 0: no item could ever pass. Use
+    /// Panics if `burst` is 0: no item could ever pass (message
+    /// `"PaceSinkExt::throttle: {error}"`, the [`ConfigError`]). Use
     /// [`try_throttle`](PaceSinkExt::try_throttle) for a burst from configuration.
     ///
     /// # Examples
@@ -319,7 +320,7 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
     {
         match Throttle::try_new(self, rate, cost, burst) {
             Ok(throttle) => throttle,
-            Err(e) => panic!("throttle: {e}"),
+            Err(e) => panic!("PaceSinkExt::throttle: {e}"),
         }
     }
 
@@ -351,11 +352,11 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
         Throttle::try_new(self, rate, cost, burst)
     }
 
-    /// Like [`throttle`](PaceSinkExt::throttle), drawing on a shared [`Quota`]: a
+    /// Like [`throttle`](PaceSinkExt::throttle), drawing on a shared [`Limiter`]: a
     /// [`RateLimiter`](crate::RateLimiter), a [`Stagger`](crate::Stagger) (every item takes
-    /// one place, whatever its cost) or with the `redis` feature a quota across machines.
+    /// one place, whatever its cost) or with the `redis` feature a limiter across machines.
     ///
-    /// The held item waits in the quota's queue, in arrival order with every other user
+    /// The held item waits in the limiter's queue, in arrival order with every other user
     /// (streams, tasks, other sinks), and is charged when it is granted, right before it is
     /// handed to the inner sink. The queue is joined when the sink is next polled after
     /// `start_send` (`send` does so at once) and only while the inner sink is ready. (A
@@ -388,13 +389,13 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
     /// assert_eq!(start.elapsed().as_secs(), 1);
     /// # }
     /// ```
-    fn throttle_with<F, Q>(self, quota: &Q, cost: F) -> ThrottleWith<Self, Item, F, Q>
+    fn throttle_with<F, Q>(self, limiter: &Q, cost: F) -> ThrottleWith<Self, Item, F, Q>
     where
         Self: Sized,
         F: FnMut(&Item) -> u64,
-        Q: Quota,
+        Q: Limiter,
     {
-        ThrottleWith::new(self, quota, cost)
+        ThrottleWith::new(self, limiter, cost)
     }
 
     /// Hands items to the sink at least `interval` apart.

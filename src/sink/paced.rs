@@ -3,7 +3,7 @@
 //!
 //! The order of the steps is the point. The inner sink must be ready *before* the gate is
 //! asked, because the gate charges the item when it lets it through: asking first could take
-//! tokens for an item the inner sink cannot accept yet, and a shared quota would count it as
+//! tokens for an item the inner sink cannot accept yet, and a shared limiter would count it as
 //! sent while it waits on a full channel or socket.
 
 use std::fmt;
@@ -14,8 +14,8 @@ use futures_core::Stream;
 use futures_sink::Sink;
 use pin_project_lite::pin_project;
 
-use crate::core::{Decision, Nanos, Pace};
-use crate::limiter::Quota;
+use crate::core::{Cost, Decision, Nanos, One, Pace};
+use crate::limiter::Limiter;
 use crate::timer::Timer;
 
 /// When a held item may go, charging it as it does.
@@ -29,44 +29,57 @@ pub(crate) trait Gate<T> {
     fn cancel(self: Pin<&mut Self>);
     /// The inner sink cannot take the held item now: a gate with a place in a shared queue
     /// gives it up (joining again at the back once the sink is ready), so that a stuck sink
-    /// does not hold up every other user of the quota. A gate of this sink's own keeps
+    /// does not hold up every other user of the limiter. A gate of this sink's own keeps
     /// waiting for its deadline.
     fn step_aside(self: Pin<&mut Self>) {}
 }
 
 pin_project! {
     /// A gate over a rule of the clock-free core, kept by this sink alone: a bucket or an
-    /// interval, and the one timer that waits for the held item's deadline.
-    pub(crate) struct Local<P> {
+    /// interval, what its items cost, and the one timer that waits for the held item's
+    /// deadline.
+    pub(crate) struct Local<P, C = One> {
         #[pin]
         timer: Timer,
         pace: P,
-        // The held item's deadline, meaningful while one is held.
+        cost: C,
+        // The held item's offer and deadline, meaningful while one is held.
+        since: Nanos,
         deadline: Nanos,
     }
 }
 
 impl<P> Local<P> {
+    /// Every item costs one.
     pub(crate) const fn new(pace: P) -> Self {
+        Local::costed(pace, One)
+    }
+}
+
+impl<P, C> Local<P, C> {
+    pub(crate) const fn costed(pace: P, cost: C) -> Self {
         Local {
             timer: Timer::new(),
             pace,
+            cost,
+            since: Nanos(0),
             deadline: Nanos(0),
         }
     }
 }
 
-impl<T, P: Pace<T>> Gate<T> for Local<P> {
+impl<T, P: Pace, C: Cost<T>> Gate<T> for Local<P, C> {
     fn offer(self: Pin<&mut Self>, item: &T) -> Option<u64> {
         let me = self.project();
         if me.pace.is_unlimited() {
             return None;
         }
-        let cost = me.pace.cost(item);
+        let cost = me.cost.cost(item);
         let now = me.timer.now();
         match me.pace.offer(now, cost) {
             Decision::Go => None,
             Decision::NotUntil(deadline) => {
+                *me.since = now;
                 *me.deadline = deadline;
                 Some(cost)
             }
@@ -76,7 +89,7 @@ impl<T, P: Pace<T>> Gate<T> for Local<P> {
     fn poll_grant(self: Pin<&mut Self>, cx: &mut Context<'_>, cost: u64) -> Poll<()> {
         let me = self.project();
         let now = ready!(me.timer.poll_until(cx, *me.deadline));
-        Pace::<T>::commit(me.pace, now, cost);
+        me.pace.commit(now, *me.since, cost);
         Poll::Ready(())
     }
 
@@ -85,7 +98,7 @@ impl<T, P: Pace<T>> Gate<T> for Local<P> {
     }
 }
 
-impl<P: fmt::Debug> fmt::Debug for Local<P> {
+impl<P: fmt::Debug, C> fmt::Debug for Local<P, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Local")
             .field("pace", &self.pace)
@@ -95,41 +108,41 @@ impl<P: fmt::Debug> fmt::Debug for Local<P> {
 }
 
 pin_project! {
-    /// A gate that waits in a shared quota's queue, with a cost per item.
-    pub(crate) struct Granted<Q: Quota, F> {
+    /// A gate that waits in a shared limiter's queue, with a cost per item.
+    pub(crate) struct Granted<Q: Limiter, F> {
         #[pin]
         permit: Q::Permit,
-        quota: Q,
+        limiter: Q,
         cost: F,
     }
 }
 
-impl<Q: Quota, F> Granted<Q, F> {
-    pub(crate) fn new(quota: &Q, cost: F) -> Self {
+impl<Q: Limiter, F> Granted<Q, F> {
+    pub(crate) fn new(limiter: &Q, cost: F) -> Self {
         Granted {
-            permit: quota.permit(),
-            quota: quota.clone(),
+            permit: limiter.permit(),
+            limiter: limiter.clone(),
             cost,
         }
     }
 }
 
-impl<T, Q: Quota, F: FnMut(&T) -> u64> Gate<T> for Granted<Q, F> {
+impl<T, Q: Limiter, F: FnMut(&T) -> u64> Gate<T> for Granted<Q, F> {
     fn offer(self: Pin<&mut Self>, item: &T) -> Option<u64> {
         // Always held: the queue is joined on the next poll, which has a waker to be woken
-        // by; asking here without one would count as a refusal in the quota's statistics.
+        // by; asking here without one would count as a refusal in the limiter's statistics.
         Some((self.project().cost)(item))
     }
 
     fn poll_grant(self: Pin<&mut Self>, cx: &mut Context<'_>, cost: u64) -> Poll<()> {
         let me = self.project();
-        me.quota.poll_acquire(me.permit, cx, cost)
+        me.limiter.poll_acquire(me.permit, cx, cost)
     }
 
     fn cancel(self: Pin<&mut Self>) {
         let mut me = self.project();
         // Dropping the permit in place leaves the queue, taking nothing.
-        me.permit.set(me.quota.permit());
+        me.permit.set(me.limiter.permit());
     }
 
     fn step_aside(self: Pin<&mut Self>) {
@@ -137,7 +150,7 @@ impl<T, Q: Quota, F: FnMut(&T) -> u64> Gate<T> for Granted<Q, F> {
     }
 }
 
-impl<Q: Quota, F> fmt::Debug for Granted<Q, F> {
+impl<Q: Limiter, F> fmt::Debug for Granted<Q, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Granted").finish_non_exhaustive()
     }

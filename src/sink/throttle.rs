@@ -3,7 +3,7 @@
 use pin_project_lite::pin_project;
 
 use super::paced::{Local, PacedSink};
-use crate::core::{Bucket, Costed};
+use crate::core::{Bucket, ByItem};
 use crate::error::ConfigError;
 use crate::rate::Rate;
 
@@ -33,7 +33,7 @@ pin_project! {
     #[must_use = "sinks do nothing unless polled"]
     pub struct Throttle<Si, Item, F> {
         #[pin]
-        inner: PacedSink<Si, Item, Local<Costed<F>>>,
+        inner: PacedSink<Si, Item, Local<Bucket, ByItem<F>>>,
     }
 }
 
@@ -44,7 +44,7 @@ impl<Si, Item, F> Throttle<Si, Item, F> {
         }
         let bucket = Bucket::new(rate.tokens(), rate.per().as_nanos(), burst);
         Ok(Throttle {
-            inner: PacedSink::new(sink, Local::new(Costed { bucket, cost })),
+            inner: PacedSink::new(sink, Local::costed(bucket, ByItem(cost))),
         })
     }
 }

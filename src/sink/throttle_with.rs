@@ -1,13 +1,13 @@
-//! `throttle_with` for a sink: each item handed on once a shared [`Quota`] grants its cost.
+//! `throttle_with` for a sink: each item handed on once a shared [`Limiter`] grants its cost.
 
 use pin_project_lite::pin_project;
 
 use super::paced::{Granted, PacedSink};
-use crate::limiter::{Quota, RateLimiter};
+use crate::limiter::{Limiter, RateLimiter};
 
 pin_project! {
     /// Sink for [`throttle_with`](crate::PaceSinkExt::throttle_with): items handed to the
-    /// inner sink as a shared [`Quota`] (a [`RateLimiter`] unless said otherwise) grants
+    /// inner sink as a shared [`Limiter`] (a [`RateLimiter`] unless said otherwise) grants
     /// their cost.
     ///
     /// # Examples
@@ -37,22 +37,22 @@ pin_project! {
     /// # }
     /// ```
     #[must_use = "sinks do nothing unless polled"]
-    pub struct ThrottleWith<Si, Item, F, Q: Quota = RateLimiter> {
+    pub struct ThrottleWith<Si, Item, F, Q: Limiter = RateLimiter> {
         #[pin]
         inner: PacedSink<Si, Item, Granted<Q, F>>,
     }
 }
 
-impl<Si, Item, F, Q: Quota> ThrottleWith<Si, Item, F, Q> {
-    pub(crate) fn new(sink: Si, quota: &Q, cost: F) -> Self {
+impl<Si, Item, F, Q: Limiter> ThrottleWith<Si, Item, F, Q> {
+    pub(crate) fn new(sink: Si, limiter: &Q, cost: F) -> Self {
         ThrottleWith {
-            inner: PacedSink::new(sink, Granted::new(quota, cost)),
+            inner: PacedSink::new(sink, Granted::new(limiter, cost)),
         }
     }
 }
 
 sink_adapter!(
-    ThrottleWith [Si, Item, F, Q: Quota] [Si, Item, F, Q],
+    ThrottleWith [Si, Item, F, Q: Limiter] [Si, Item, F, Q],
     where [F: FnMut(&Item) -> u64],
     "Vec::<u32>::new().throttle_with(&paced::RateLimiter::new(Rate::per_second(1), 1), |_| 1)"
 );

@@ -1,13 +1,13 @@
 //! Pacing for streams: [`PaceExt`], the operators as methods on every stream, and the
 //! adapter types they return, one per file (as tokio-stream's adapters), each a short poll over
-//! the core's rules and, for shared quotas, the engine's waiters.
+//! the core's rules and, for shared limiters, the engine's waiters.
 
 use std::time::Duration;
 
 use futures_core::Stream;
 
 use crate::error::ConfigError;
-use crate::limiter::{KeyedQuota, Quota, Stagger};
+use crate::limiter::{KeyedLimiter, Limiter, Stagger};
 use crate::rate::Rate;
 
 /// `get_ref`, `get_mut`, `get_pin_mut` and `into_inner` for an adapter whose underlying stream
@@ -190,8 +190,9 @@ pub trait PaceExt: Stream {
     ///
     /// # Panics
     ///
-    /// Panics if `burst` is 0: no item could ever pass. Use
-    /// [`try_throttle`](PaceExt::try_throttle) for a burst from configuration.
+    /// Panics if `burst` is 0: no item could ever pass (message `"PaceExt::throttle: {error}"`,
+    /// the [`ConfigError`]). Use [`try_throttle`](PaceExt::try_throttle)
+    /// for a burst from configuration.
     ///
     /// # Examples
     ///
@@ -222,7 +223,7 @@ pub trait PaceExt: Stream {
     {
         match Throttle::try_new(self, rate, cost, burst, mode) {
             Ok(throttle) => throttle,
-            Err(e) => panic!("throttle: {e}"),
+            Err(e) => panic!("PaceExt::throttle: {e}"),
         }
     }
 
@@ -302,7 +303,8 @@ pub trait PaceExt: Stream {
     ///
     /// # Panics
     ///
-    /// Panics if `max_batch` is 0.
+    /// Panics if `max_batch` is 0, with the message `"PaceExt::batched_interval: {error}"` (the
+    /// [`ConfigError`]).
     ///
     /// # Examples
     ///
@@ -335,7 +337,7 @@ pub trait PaceExt: Stream {
     {
         match BatchedInterval::try_new(self, max_batch, interval) {
             Ok(batched) => batched,
-            Err(e) => panic!("batched_interval: {e}"),
+            Err(e) => panic!("PaceExt::batched_interval: {e}"),
         }
     }
 
@@ -375,8 +377,9 @@ pub trait PaceExt: Stream {
     ///
     /// # Panics
     ///
-    /// Panics if `k` is 0. Use [`try_staggered_start`](PaceExt::try_staggered_start) for a `k`
-    /// from configuration.
+    /// Panics if `k` is 0, with the message `"PaceExt::staggered_start: {error}"` (the
+    /// [`ConfigError`]). Use
+    /// [`try_staggered_start`](PaceExt::try_staggered_start) for a `k` from configuration.
     ///
     /// # Examples
     ///
@@ -404,7 +407,7 @@ pub trait PaceExt: Stream {
     {
         match StaggeredStart::try_new(self, k, period) {
             Ok(staggered) => staggered,
-            Err(e) => panic!("staggered_start: {e}"),
+            Err(e) => panic!("PaceExt::staggered_start: {e}"),
         }
     }
 
@@ -435,8 +438,8 @@ pub trait PaceExt: Stream {
         StaggeredStart::try_new(self, k, period)
     }
 
-    /// Like [`throttle`](PaceExt::throttle), drawing on a shared [`Quota`]: a
-    /// [`RateLimiter`](crate::RateLimiter), or with the `redis` feature a quota across
+    /// Like [`throttle`](PaceExt::throttle), drawing on a shared [`Limiter`]: a
+    /// [`RateLimiter`](crate::RateLimiter), or with the `redis` feature a limiter across
     /// machines. Any number of
     /// streams and tasks share it.
     ///
@@ -473,14 +476,14 @@ pub trait PaceExt: Stream {
     /// assert_eq!(start.elapsed().as_secs(), 2);
     /// # }
     /// ```
-    fn throttle_with<F, M, Q>(self, quota: &Q, cost: F, mode: M) -> ThrottleWith<Self, F, M, Q>
+    fn throttle_with<F, M, Q>(self, limiter: &Q, cost: F, mode: M) -> ThrottleWith<Self, F, M, Q>
     where
         Self: Sized,
         F: FnMut(&Self::Item) -> u64,
         M: ThrottleMode,
-        Q: Quota,
+        Q: Limiter,
     {
-        ThrottleWith::new(self, quota, cost, mode)
+        ThrottleWith::new(self, limiter, cost, mode)
     }
 
     /// Like [`staggered_start`](PaceExt::staggered_start), drawing on a shared [`Stagger`]: at
@@ -513,7 +516,7 @@ pub trait PaceExt: Stream {
     }
 
     /// Paces items per key: each item costs `cost(&item)` tokens of the bucket that `limiter`
-    /// keeps for `key(&item)`, and no key holds up another. `limiter` is any [`KeyedQuota`]: a
+    /// keeps for `key(&item)`, and no key holds up another. `limiter` is any [`KeyedLimiter`]: a
     /// [`KeyedRateLimiter`](crate::KeyedRateLimiter) or, with the `redis` feature, a
     /// `RedisKeyedRateLimiter` shared by a fleet.
     ///
@@ -546,7 +549,7 @@ pub trait PaceExt: Stream {
     /// holds that key's items and asks again after 100 ms, then at a backoff doubling up to
     /// 1 s, each failure counted in the limiter's `stats().reply_errors` and logged at error
     /// level (feature `tracing`); the other keys go on, and the key's items leave once it is
-    /// repaired. See [`KeyedQuota`].
+    /// repaired. See [`KeyedLimiter`].
     ///
     /// The key type needs `Hash + Eq + Clone` (and `Display + Send + Sync + 'static` for
     /// Redis); the key function and the cost function run outside any lock, so a panic in
@@ -554,7 +557,8 @@ pub trait PaceExt: Stream {
     ///
     /// # Panics
     ///
-    /// Panics if `capacity` is 0: no item could ever be held. Use
+    /// Panics if `capacity` is 0: no item could ever be held (message
+    /// `"PaceExt::throttle_by_key: {error}"`, the [`ConfigError`]). Use
     /// [`try_throttle_by_key`](PaceExt::try_throttle_by_key) for a capacity from configuration.
     ///
     /// # Examples
@@ -567,7 +571,7 @@ pub trait PaceExt: Stream {
     /// # async fn main() {
     /// // SMS providers: "a" takes 2 messages per second, "b" 5 per second, one at a time.
     /// let providers = KeyedRateLimiter::new(Rate::per_second(2), 1);
-    /// providers.set_limit("b", Rate::per_second(5), 1);
+    /// providers.set_limit(&"b", Rate::per_second(5), 1);
     /// let messages = futures_util::stream::iter([("a", 1), ("a", 2), ("a", 3), ("b", 4), ("b", 5)]);
     /// let start = tokio::time::Instant::now();
     /// let sent: Vec<_> = messages
@@ -589,13 +593,13 @@ pub trait PaceExt: Stream {
     ) -> ThrottleByKey<Self, Q::Key, KF, F, Q::Hasher, Q>
     where
         Self: Sized,
-        Q: KeyedQuota,
+        Q: KeyedLimiter,
         KF: FnMut(&Self::Item) -> Q::Key,
         F: FnMut(&Self::Item) -> u64,
     {
         match ThrottleByKey::try_new(self, limiter, key, cost, capacity) {
             Ok(paced) => paced,
-            Err(e) => panic!("throttle_by_key: {e}"),
+            Err(e) => panic!("PaceExt::throttle_by_key: {e}"),
         }
     }
 
@@ -615,7 +619,7 @@ pub trait PaceExt: Stream {
     /// let paced = futures_util::stream::iter([1, 2]).try_throttle_by_key(&limiter, |n| *n, |_| 1, 0);
     /// assert_eq!(paced.err(), Some(ConfigError::ZeroCapacity));
     /// ```
-    // The adapter's type spells out the quota's key and hasher, as `throttle_by_key`'s does.
+    // The adapter's type spells out the limiter's key and hasher, as `throttle_by_key`'s does.
     #[allow(clippy::type_complexity)]
     fn try_throttle_by_key<Q, KF, F>(
         self,
@@ -626,7 +630,7 @@ pub trait PaceExt: Stream {
     ) -> Result<ThrottleByKey<Self, Q::Key, KF, F, Q::Hasher, Q>, ConfigError>
     where
         Self: Sized,
-        Q: KeyedQuota,
+        Q: KeyedLimiter,
         KF: FnMut(&Self::Item) -> Q::Key,
         F: FnMut(&Self::Item) -> u64,
     {

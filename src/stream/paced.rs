@@ -9,7 +9,7 @@ use futures_core::Stream;
 use pin_project_lite::pin_project;
 
 use super::upstream::Upstream;
-use crate::core::{Decision, Nanos, Pace};
+use crate::core::{Cost, Decision, Nanos, One, Pace};
 use crate::timer::Timer;
 
 /// An item let through, or refused with how long until it would have conformed.
@@ -20,26 +20,38 @@ pub(crate) type Checked<T> = Result<T, (T, Nanos)>;
 pub(crate) struct Held<T> {
     pub(crate) item: T,
     cost: u64,
+    /// When it was offered: first in line since then.
+    since: Nanos,
     deadline: Nanos,
 }
 
 pin_project! {
-    /// A stream paced by the rule `P`, holding at most one upstream item.
-    pub(crate) struct Paced<S: Stream, P> {
+    /// A stream paced by the rule `P`, its items costing what `C` says, holding at most one
+    /// upstream item.
+    pub(crate) struct Paced<S: Stream, P, C = One> {
         #[pin]
         upstream: Upstream<S, Held<S::Item>>,
         #[pin]
         timer: Timer,
-        pub(crate) pace: P,
+        pace: P,
+        cost: C,
     }
 }
 
 impl<S: Stream, P> Paced<S, P> {
+    /// Every item costs one.
     pub(crate) const fn new(stream: S, pace: P) -> Self {
+        Paced::costed(stream, pace, One)
+    }
+}
+
+impl<S: Stream, P, C> Paced<S, P, C> {
+    pub(crate) const fn costed(stream: S, pace: P, cost: C) -> Self {
         Paced {
             upstream: Upstream::new(stream),
             timer: Timer::new(),
             pace,
+            cost,
         }
     }
 
@@ -78,7 +90,8 @@ impl<S: Stream, P> Paced<S, P> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<S::Item>>
     where
-        P: Pace<S::Item>,
+        P: Pace,
+        C: Cost<S::Item>,
     {
         loop {
             let mut me = self.as_mut().project();
@@ -86,7 +99,7 @@ impl<S: Stream, P> Paced<S, P> {
             if let Some(deadline) = held.as_ref().map(|held| held.deadline) {
                 let now = ready!(me.timer.as_mut().poll_until(cx, deadline));
                 if let Some(held) = me.upstream.as_mut().held().take() {
-                    me.pace.commit(now, held.cost);
+                    me.pace.commit(now, held.since, held.cost);
                     return Poll::Ready(Some(held.item));
                 }
             }
@@ -96,7 +109,7 @@ impl<S: Stream, P> Paced<S, P> {
             if me.pace.is_unlimited() {
                 return Poll::Ready(Some(item));
             }
-            let cost = me.pace.cost(&item);
+            let cost = me.cost.cost(&item);
             let now = me.timer.as_mut().now();
             let Decision::NotUntil(deadline) = me.pace.offer(now, cost) else {
                 return Poll::Ready(Some(item));
@@ -104,6 +117,7 @@ impl<S: Stream, P> Paced<S, P> {
             *me.upstream.held() = Some(Held {
                 item,
                 cost,
+                since: now,
                 deadline,
             });
         }
@@ -115,17 +129,17 @@ impl<S: Stream, P> Paced<S, P> {
     pub(crate) fn poll_checked(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        never: impl FnOnce(&P, u64) -> bool,
     ) -> Poll<Option<Checked<S::Item>>>
     where
-        P: Pace<S::Item>,
+        P: Pace,
+        C: Cost<S::Item>,
     {
         let me = self.project();
         let Some(item) = ready!(me.upstream.poll_next(cx)) else {
             return Poll::Ready(None);
         };
-        let cost = me.pace.cost(&item);
-        if never(me.pace, cost) {
+        let cost = me.cost.cost(&item);
+        if me.pace.needs_wait(cost) {
             return Poll::Ready(Some(Err((item, Nanos::MAX))));
         }
         let now = me.timer.now();
@@ -137,7 +151,7 @@ impl<S: Stream, P> Paced<S, P> {
     }
 }
 
-impl<S, P> fmt::Debug for Paced<S, P>
+impl<S, P, C> fmt::Debug for Paced<S, P, C>
 where
     S: Stream + fmt::Debug,
     S::Item: fmt::Debug,

@@ -11,26 +11,26 @@ use pin_project_lite::pin_project;
 use super::paced::Checked;
 use super::upstream::Upstream;
 use crate::core::Nanos;
-use crate::limiter::Quota;
+use crate::limiter::Limiter;
 
 pin_project! {
-    /// A stream whose items are granted by the shared quota `Q`, one held at a time.
-    pub(crate) struct SharedPaced<S: Stream, Q: Quota> {
+    /// A stream whose items are granted by the shared limiter `Q`, one held at a time.
+    pub(crate) struct SharedPaced<S: Stream, Q: Limiter> {
         // The item pulled from upstream is held with its cost while it waits for its grant.
         #[pin]
         upstream: Upstream<S, (S::Item, u64)>,
         #[pin]
         permit: Q::Permit,
-        quota: Q,
+        limiter: Q,
     }
 }
 
-impl<S: Stream, Q: Quota> SharedPaced<S, Q> {
-    pub(crate) fn new(stream: S, quota: &Q) -> Self {
+impl<S: Stream, Q: Limiter> SharedPaced<S, Q> {
+    pub(crate) fn new(stream: S, limiter: &Q) -> Self {
         SharedPaced {
             upstream: Upstream::new(stream),
-            permit: quota.permit(),
-            quota: quota.clone(),
+            permit: limiter.permit(),
+            limiter: limiter.clone(),
         }
     }
 
@@ -67,7 +67,7 @@ impl<S: Stream, Q: Quota> SharedPaced<S, Q> {
         loop {
             let mut me = self.as_mut().project();
             if let Some(&(_, cost)) = me.upstream.as_mut().held().as_ref() {
-                ready!(me.quota.poll_acquire(me.permit, cx, cost));
+                ready!(me.limiter.poll_acquire(me.permit, cx, cost));
                 return Poll::Ready(me.upstream.held().take().map(|(item, _)| item));
             }
             let Some(item) = ready!(me.upstream.as_mut().poll_next(cx)) else {
@@ -78,7 +78,7 @@ impl<S: Stream, Q: Quota> SharedPaced<S, Q> {
         }
     }
 
-    /// Enforcing: every item leaves as soon as the quota has answered, `Ok` if it granted the
+    /// Enforcing: every item leaves as soon as the limiter has answered, `Ok` if it granted the
     /// item's cost without waiting (nobody queued, tokens there) and `Err((item, wait))`
     /// otherwise, taking nothing.
     pub(crate) fn poll_checked(
@@ -89,7 +89,7 @@ impl<S: Stream, Q: Quota> SharedPaced<S, Q> {
         loop {
             let mut me = self.as_mut().project();
             if let Some(&(_, cost)) = me.upstream.as_mut().held().as_ref() {
-                let answer = ready!(me.quota.poll_try_acquire(me.permit, cx, cost));
+                let answer = ready!(me.limiter.poll_try_acquire(me.permit, cx, cost));
                 let Some((item, _)) = me.upstream.held().take() else {
                     return Poll::Ready(None);
                 };
@@ -111,7 +111,7 @@ impl<S, Q> fmt::Debug for SharedPaced<S, Q>
 where
     S: Stream + fmt::Debug,
     S::Item: fmt::Debug,
-    Q: Quota,
+    Q: Limiter,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SharedPaced")

@@ -9,7 +9,7 @@ use futures_core::Stream;
 use pin_project_lite::pin_project;
 
 use super::paced::Paced;
-use crate::core::{Bucket, Costed};
+use crate::core::{Bucket, ByItem};
 use crate::error::{ConfigError, NotUntil, RateExceeded};
 use crate::mode::{Enforcing, Shaping};
 use crate::rate::Rate;
@@ -41,7 +41,7 @@ pin_project! {
     #[must_use = "streams do nothing unless polled"]
     pub struct Throttle<S: Stream, F, M> {
         #[pin]
-        inner: Paced<S, Costed<F>>,
+        inner: Paced<S, Bucket, ByItem<F>>,
         mode: M,
     }
 }
@@ -59,7 +59,7 @@ impl<S: Stream, F, M> Throttle<S, F, M> {
         }
         let bucket = Bucket::new(rate.tokens(), rate.per().as_nanos(), burst);
         Ok(Throttle {
-            inner: Paced::new(stream, Costed { bucket, cost }),
+            inner: Paced::costed(stream, bucket, ByItem(cost)),
             mode,
         })
     }
@@ -137,8 +137,7 @@ where
     type Item = Result<S::Item, RateExceeded<S::Item>>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let never = |pace: &Costed<F>, cost| cost > pace.bucket.burst();
-        self.project().inner.poll_checked(cx, never).map(|next| {
+        self.project().inner.poll_checked(cx).map(|next| {
             next.map(|checked| {
                 checked.map_err(|(item, wait)| RateExceeded::new(item, NotUntil::new(wait)))
             })

@@ -1,8 +1,8 @@
-//! `throttle_by_key`: items paced by a [`KeyedQuota`] (a [`KeyedRateLimiter`] unless said
+//! `throttle_by_key`: items paced by a [`KeyedLimiter`] (a [`KeyedRateLimiter`] unless said
 //! otherwise), one bucket per key, with no head-of-line blocking between keys.
 //!
 //! The adapter holds up to `capacity` items in a FIFO per key. The oldest held item of each
-//! key (its *front*) waits through the quota's permit: in a [`KeyedRateLimiter`], an engine
+//! key (its *front*) waits through the limiter's permit: in a [`KeyedRateLimiter`], an engine
 //! [`Waiter`](crate::engine::Waiter) in the key's lane, like any task's request (it sleeps on
 //! its own timer while it heads the key's queue, and is woken by the lane when it comes to head
 //! it); in Redis, the Redis limiter's own wait. The items behind it wait in the adapter and take
@@ -11,7 +11,7 @@
 //! fronts that were woken (oldest first) and never those still queued behind other users of
 //! their key. An item is charged when it leaves.
 //!
-//! The first item of a key that holds nothing is offered to the quota directly (its
+//! The first item of a key that holds nothing is offered to the limiter directly (its
 //! `arrive`): in process, when the limit does not bind, an item costs
 //! one hash, one lock and one bucket offer.
 
@@ -21,7 +21,7 @@ use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{ready, Context, Poll, Wake, Waker};
 
 use futures_core::stream::FusedStream;
 use futures_core::Stream;
@@ -29,9 +29,10 @@ use hashbrown::HashTable;
 use pin_project_lite::pin_project;
 
 use super::upstream::Source;
+use crate::engine::coop::poll_budget;
 use crate::error::ConfigError;
-use crate::limiter::keyed_quota::sealed::{Arrival, KeyedSealed};
-use crate::limiter::{KeyedQuota, KeyedRateLimiter};
+use crate::limiter::keyed_traits::sealed::{Arrival, KeyedSealed};
+use crate::limiter::{KeyedLimiter, KeyedRateLimiter};
 use crate::sync::{lock, Mutex};
 
 /// The fronts woken since the adapter last looked, and the task to wake for them.
@@ -69,7 +70,7 @@ type FrontPermit<Q> = Pin<Box<<Q as KeyedSealed>::Permit>>;
 
 /// The held items of one key, oldest first (arrival number, item, cost), and the front's
 /// place in the key's queue once it has had to wait.
-struct Front<Q: KeyedQuota, T> {
+struct Front<Q: KeyedLimiter, T> {
     key: Q::Key,
     hash: u64,
     items: VecDeque<(u64, T, u64)>,
@@ -77,15 +78,15 @@ struct Front<Q: KeyedQuota, T> {
 }
 
 /// A place for one key's front, with the waker its permit runs with (made once per slot).
-struct Slot<Q: KeyedQuota, T> {
+struct Slot<Q: KeyedLimiter, T> {
     waker: Waker,
     front: Option<Front<Q, T>>,
 }
 
-/// Everything the adapter holds, and its places in the quota's queues.
-struct Held<Q: KeyedQuota, T> {
-    quota: Q,
-    /// The key of each slot that holds items, by the key's hash (the quota's hasher).
+/// Everything the adapter holds, and its places in the limiter's queues.
+struct Held<Q: KeyedLimiter, T> {
+    limiter: Q,
+    /// The key of each slot that holds items, by the key's hash (the limiter's hasher).
     table: HashTable<(u64, usize)>,
     slots: Vec<Slot<Q, T>>,
     free: Vec<usize>,
@@ -99,10 +100,10 @@ struct Held<Q: KeyedQuota, T> {
     asked: usize,
 }
 
-impl<Q: KeyedQuota, T> Held<Q, T> {
-    fn new(quota: Q) -> Self {
+impl<Q: KeyedLimiter, T> Held<Q, T> {
+    fn new(limiter: Q) -> Self {
         Held {
-            quota,
+            limiter,
             table: HashTable::new(),
             slots: Vec::new(),
             free: Vec::new(),
@@ -130,11 +131,11 @@ impl<Q: KeyedQuota, T> Held<Q, T> {
     }
 
     /// Offers an item pulled from upstream: returned at once if its key holds nothing and the
-    /// quota grants it now, else held.
+    /// limiter grants it now, else held.
     fn arrive(&mut self, key: Q::Key, item: T, cost: u64) -> Option<T> {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let hash = self.quota.hash_key(&key);
+        let hash = self.limiter.hash_key(&key);
         let slots = &mut self.slots;
         // Nothing held (the common case while the limit does not bind): no key to look for.
         let found = if self.count == 0 {
@@ -152,7 +153,10 @@ impl<Q: KeyedQuota, T> Held<Q, T> {
             }
         }
         let slot = self.free_slot();
-        let (permit, ask) = match self.quota.arrive(&key, hash, cost, &self.slots[slot].waker) {
+        let (permit, ask) = match self
+            .limiter
+            .arrive(&key, hash, cost, &self.slots[slot].waker)
+        {
             Arrival::Granted => {
                 self.free.push(slot);
                 return Some(item);
@@ -199,10 +203,10 @@ impl<Q: KeyedQuota, T> Held<Q, T> {
             if first != seq {
                 continue; // a stale entry: that item has left
             }
-            let quota = &self.quota;
+            let limiter = &self.limiter;
             let permit = front
                 .permit
-                .get_or_insert_with(|| Box::pin(quota.permit(front.key.clone(), front.hash)));
+                .get_or_insert_with(|| Box::pin(limiter.permit(front.key.clone(), front.hash)));
             let mut cx = Context::from_waker(waker);
             #[cfg(test)]
             {
@@ -251,10 +255,10 @@ impl<Q: KeyedQuota, T> Held<Q, T> {
 
 pin_project! {
     /// Stream for [`throttle_by_key`](crate::PaceExt::throttle_by_key): items paced per key
-    /// by a [`KeyedQuota`] `Q`, in upstream order per key, with no key holding up another.
+    /// by a [`KeyedLimiter`] `Q`, in upstream order per key, with no key holding up another.
     ///
     /// `Q` is a [`KeyedRateLimiter`] with hasher `H` unless said otherwise; `H` is unused (left
-    /// at its default) for another quota, such as a `RedisKeyedRateLimiter<K>`.
+    /// at its default) for another limiter, such as a `RedisKeyedRateLimiter<K>`.
     ///
     /// # Examples
     ///
@@ -288,7 +292,7 @@ pin_project! {
         K: Eq,
         K: Clone,
         H: BuildHasher,
-        Q: KeyedQuota<Key = K>,
+        Q: KeyedLimiter<Key = K>,
     {
         #[pin]
         source: Source<S>,
@@ -305,11 +309,11 @@ where
     S: Stream,
     K: Hash + Eq + Clone,
     H: BuildHasher,
-    Q: KeyedQuota<Key = K>,
+    Q: KeyedLimiter<Key = K>,
 {
     pub(crate) fn try_new(
         stream: S,
-        quota: &Q,
+        limiter: &Q,
         key: KF,
         cost: F,
         capacity: usize,
@@ -319,7 +323,7 @@ where
         }
         Ok(ThrottleByKey {
             source: Source::new(stream),
-            held: Held::new(quota.clone()),
+            held: Held::new(limiter.clone()),
             key,
             cost,
             capacity,
@@ -352,7 +356,7 @@ where
 
 accessors!(
     ThrottleByKey
-    [S: Stream, K: Hash + Eq + Clone, KF, F, H: BuildHasher, Q: KeyedQuota<Key = K>]
+    [S: Stream, K: Hash + Eq + Clone, KF, F, H: BuildHasher, Q: KeyedLimiter<Key = K>]
     [S, K, KF, F, H, Q],
     source,
     "futures_util::stream::iter([1, 2, 3]).throttle_by_key(&paced::KeyedRateLimiter::new(Rate::per_second(1), 1), |n| *n, |_| 1, 8)"
@@ -365,7 +369,7 @@ where
     KF: FnMut(&S::Item) -> K,
     F: FnMut(&S::Item) -> u64,
     H: BuildHasher,
-    Q: KeyedQuota<Key = K>,
+    Q: KeyedLimiter<Key = K>,
 {
     type Item = S::Item;
 
@@ -379,11 +383,15 @@ where
                 }
             }
             if !me.source.is_done() && me.held.count < *me.capacity {
+                // An item granted on arrival spends a unit of the task's budget (one granted
+                // from the held ones spends it in its waiter); one that must wait gives it back.
+                let budget = ready!(poll_budget(cx));
                 match me.source.as_mut().poll_next(cx) {
                     Poll::Ready(Some(item)) => {
                         let key = (me.key)(&item);
                         let cost = (me.cost)(&item);
                         if let Some(item) = me.held.arrive(key, item, cost) {
+                            budget.made_progress();
                             return Poll::Ready(Some(item));
                         }
                         continue;
@@ -416,7 +424,7 @@ where
     KF: FnMut(&S::Item) -> K,
     F: FnMut(&S::Item) -> u64,
     H: BuildHasher,
-    Q: KeyedQuota<Key = K>,
+    Q: KeyedLimiter<Key = K>,
 {
     fn is_terminated(&self) -> bool {
         self.source.is_done() && self.held.count == 0
@@ -428,7 +436,7 @@ where
     S: Stream + fmt::Debug,
     K: Hash + Eq + Clone,
     H: BuildHasher,
-    Q: KeyedQuota<Key = K>,
+    Q: KeyedLimiter<Key = K>,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThrottleByKey")
@@ -452,7 +460,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_front_queued_behind_another_user_is_asked_only_when_woken() {
         let limiter = KeyedRateLimiter::new(Rate::per_second(1), 1);
-        limiter.set_limit("fast", Rate::per_second(1_000_000), 1_000_000);
+        limiter.set_limit(&"fast", Rate::per_second(1_000_000), 1_000_000);
         limiter.acquire(&"slow", 1).await;
         // A task waits for "slow" until 1 s; the stream's "slow" item queues behind it.
         let task = tokio::spawn({

@@ -10,12 +10,12 @@ use pin_project_lite::pin_project;
 
 use super::shared_paced::SharedPaced;
 use crate::error::{NotUntil, RateExceeded};
-use crate::limiter::{Quota, RateLimiter};
+use crate::limiter::{Limiter, RateLimiter};
 use crate::mode::{Enforcing, Shaping};
 
 pin_project! {
     /// Stream for [`throttle_with`](crate::PaceExt::throttle_with): items paced by a shared
-    /// [`Quota`] (a [`RateLimiter`] unless said otherwise), each costing `cost(&item)` tokens.
+    /// [`Limiter`] (a [`RateLimiter`] unless said otherwise), each costing `cost(&item)` tokens.
     ///
     /// # Examples
     ///
@@ -38,7 +38,7 @@ pin_project! {
     /// # }
     /// ```
     #[must_use = "streams do nothing unless polled"]
-    pub struct ThrottleWith<S: Stream, F, M, Q: Quota = RateLimiter> {
+    pub struct ThrottleWith<S: Stream, F, M, Q: Limiter = RateLimiter> {
         #[pin]
         inner: SharedPaced<S, Q>,
         cost: F,
@@ -46,10 +46,10 @@ pin_project! {
     }
 }
 
-impl<S: Stream, F, M, Q: Quota> ThrottleWith<S, F, M, Q> {
-    pub(crate) fn new(stream: S, quota: &Q, cost: F, mode: M) -> Self {
+impl<S: Stream, F, M, Q: Limiter> ThrottleWith<S, F, M, Q> {
+    pub(crate) fn new(stream: S, limiter: &Q, cost: F, mode: M) -> Self {
         ThrottleWith {
-            inner: SharedPaced::new(stream, quota),
+            inner: SharedPaced::new(stream, limiter),
             cost,
             mode,
         }
@@ -57,7 +57,7 @@ impl<S: Stream, F, M, Q: Quota> ThrottleWith<S, F, M, Q> {
 }
 
 accessors!(
-    ThrottleWith [S: Stream, F, M, Q: Quota] [S, F, M, Q],
+    ThrottleWith [S: Stream, F, M, Q: Limiter] [S, F, M, Q],
     inner,
     "futures_util::stream::iter([1, 2, 3]).throttle_with(&paced::RateLimiter::new(Rate::per_second(1), 1), |_| 1, Shaping)"
 );
@@ -66,7 +66,7 @@ impl<S, F, Q> Stream for ThrottleWith<S, F, Shaping, Q>
 where
     S: Stream,
     F: FnMut(&S::Item) -> u64,
-    Q: Quota,
+    Q: Limiter,
 {
     type Item = S::Item;
 
@@ -84,7 +84,7 @@ impl<S, F, Q> Stream for ThrottleWith<S, F, Enforcing, Q>
 where
     S: Stream,
     F: FnMut(&S::Item) -> u64,
-    Q: Quota,
+    Q: Limiter,
 {
     type Item = Result<S::Item, RateExceeded<S::Item>>;
 
@@ -106,7 +106,7 @@ impl<S, F, Q> FusedStream for ThrottleWith<S, F, Shaping, Q>
 where
     S: Stream,
     F: FnMut(&S::Item) -> u64,
-    Q: Quota,
+    Q: Limiter,
 {
     fn is_terminated(&self) -> bool {
         self.inner.is_terminated()
@@ -117,7 +117,7 @@ impl<S, F, Q> FusedStream for ThrottleWith<S, F, Enforcing, Q>
 where
     S: Stream,
     F: FnMut(&S::Item) -> u64,
-    Q: Quota,
+    Q: Limiter,
 {
     fn is_terminated(&self) -> bool {
         self.inner.is_terminated()
@@ -129,7 +129,7 @@ where
     S: Stream + fmt::Debug,
     S::Item: fmt::Debug,
     M: fmt::Debug,
-    Q: Quota,
+    Q: Limiter,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThrottleWith")

@@ -1,14 +1,14 @@
 //! tower middleware: pace (or refuse) the requests a [`Service`](tower_service::Service)
-//! makes or serves on a shared quota.
+//! makes or serves on a shared limiter.
 //!
 //! [`RateLimitLayer`] wraps any tower service (a hyper client, a tonic channel, an axum
-//! router) in a [`RateLimit`] that draws every request's cost from a quota shared by handle: a
+//! router) in a [`RateLimit`] that draws every request's cost from a limiter shared by handle: a
 //! [`RateLimiter`](crate::RateLimiter), a [`Stagger`](crate::Stagger), a `RedisRateLimiter`
 //! (feature `redis`) or, one bucket per client or destination, a
 //! [`KeyedRateLimiter`](crate::KeyedRateLimiter) with a key function. Two flavours:
 //!
 //! - **shaping** (the default, for clients): a request waits for its tokens, in FIFO order with
-//!   every other user of the quota, then goes to the inner service. Nothing is refused and the
+//!   every other user of the limiter, then goes to the inner service. Nothing is refused and the
 //!   error type is the inner service's.
 //! - **enforcing** ([`RateLimitLayer::enforcing`], for servers): a request that does not
 //!   conform now is refused at once with [`RateLimited`], which carries
@@ -16,7 +16,7 @@
 //!
 //! Unlike tower's own `RateLimit`, whose window lives inside the service so that every clone
 //! starts a fresh one (tower #794, axum #2634), every clone of a [`RateLimit`] holds a handle
-//! to the same quota: cloning a service into 64 tasks keeps one limit.
+//! to the same limiter: cloning a service into 64 tasks keeps one limit.
 //!
 //! [`AdaptiveLayer`] closes the loop with an [`Adaptive`](crate::Adaptive): it reports each
 //! response, as a classifier closure reads it ([`Outcome`]), so that a client finds a
@@ -37,9 +37,9 @@
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
 //! // The partner API allows 10 calls per second, one at a time.
-//! let quota = RateLimiter::new(Rate::per_second(10), 1);
+//! let limiter = RateLimiter::new(Rate::per_second(10), 1);
 //! let api = tower::service_fn(|call: u32| async move { Ok::<_, Infallible>(call * 2) });
-//! let mut api = RateLimitLayer::new(&quota).layer(api);
+//! let mut api = RateLimitLayer::new(&limiter).layer(api);
 //! let start = Instant::now();
 //! for call in 0..3 {
 //!     std::future::poll_fn(|cx| api.poll_ready(cx)).await.unwrap();
@@ -53,8 +53,8 @@ mod adaptive;
 mod error;
 #[cfg(feature = "http")]
 mod headers;
-mod quota;
 mod rate_limit;
+mod request;
 
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
@@ -64,8 +64,10 @@ pub use error::{BoxError, RateLimited};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use headers::{quota_from_headers, retry_after, EPOCH_THRESHOLD_SECS, MAX_DELAY};
-pub use quota::{ByKey, Cost, OnePerRequest, RequestQuota};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use rate_limit::{Announcing, AnnouncingFuture, QuotaHeaders};
 pub use rate_limit::{RateLimit, RateLimitLayer, ResponseFuture};
+#[allow(deprecated)]
+pub use request::RequestQuota;
+pub use request::{ByKey, Cost, OnePerRequest, RequestLimiter};

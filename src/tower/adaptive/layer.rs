@@ -91,7 +91,7 @@ use crate::limiter::Adaptive;
 /// assert_eq!(adaptive.rate(), Rate::new(80_000, Duration::from_secs(1000))); // 80/s
 /// assert_eq!(api.oneshot(200).await.unwrap(), 200); // after the pause
 /// assert_eq!(start.elapsed(), Duration::from_secs(1));
-/// assert_eq!((adaptive.stats().successes, adaptive.stats().refusals), (1, 1));
+/// assert_eq!((adaptive.stats().successes, adaptive.stats().throttled), (1, 1));
 /// # }
 /// ```
 #[derive(Clone)]

@@ -11,14 +11,14 @@ use tower_service::Service;
 
 use crate::mode::{Enforcing, Shaping};
 use crate::tower::error::BoxError;
-use crate::tower::quota::RequestQuota;
+use crate::tower::request::RequestLimiter;
 
 pin_project! {
     /// Response future of [`RateLimit`](super::RateLimit): waits for the request's tokens
     /// (shaping) or checks them (enforcing), then calls the inner service and resolves to its
     /// answer.
     ///
-    /// It takes its place in the quota's queue when first polled; dropped before its tokens
+    /// It takes its place in the limiter's queue when first polled; dropped before its tokens
     /// are granted, it gives its place to the next waiter and has been charged nothing. It
     /// holds the clone of the inner service that `poll_ready` made ready, so the inner
     /// service is called the moment the tokens are granted.
@@ -35,21 +35,21 @@ pin_project! {
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let quota = RateLimiter::new(Rate::per_second(1), 1);
+    /// let limiter = RateLimiter::new(Rate::per_second(1), 1);
     /// let echo = tower::service_fn(|n: u32| async move { Ok::<_, Infallible>(n) });
-    /// let mut service = RateLimitLayer::new(&quota).layer(echo);
+    /// let mut service = RateLimitLayer::new(&limiter).layer(echo);
     /// let first = service.ready().await.unwrap().call(1);
     /// let second = service.ready().await.unwrap().call(2);
     /// drop(second); // never polled, never charged
     /// assert_eq!(first.await.unwrap(), 1);
-    /// assert_eq!(quota.stats().granted, 1);
+    /// assert_eq!(limiter.stats().granted, 1);
     /// # }
     /// ```
     #[must_use = "futures do nothing unless polled"]
     pub struct ResponseFuture<S, Req, Q, M>
     where
         S: Service<Req>,
-        Q: RequestQuota<Req>,
+        Q: RequestLimiter<Req>,
     {
         #[pin]
         permit: Q::Permit,
@@ -65,7 +65,7 @@ pin_project! {
 impl<S, Req, Q, M> ResponseFuture<S, Req, Q, M>
 where
     S: Service<Req>,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
 {
     pub(super) fn new(permit: Q::Permit, cost: u64, ready: S, req: Req) -> Self {
         ResponseFuture {
@@ -91,7 +91,7 @@ where
 impl<S, Req, Q> Future for ResponseFuture<S, Req, Q, Shaping>
 where
     S: Service<Req>,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
 {
     type Output = Result<S::Response, S::Error>;
 
@@ -111,7 +111,7 @@ impl<S, Req, Q> Future for ResponseFuture<S, Req, Q, Enforcing>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
 {
     type Output = Result<S::Response, BoxError>;
 
@@ -134,7 +134,7 @@ where
 impl<S, Req, Q, M> fmt::Debug for ResponseFuture<S, Req, Q, M>
 where
     S: Service<Req>,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")

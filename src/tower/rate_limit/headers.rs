@@ -14,8 +14,8 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use crate::error::NotUntil;
-use crate::stats::QuotaState;
-use crate::tower::quota::RequestQuota;
+use crate::stats::LimitState;
+use crate::tower::request::RequestLimiter;
 
 /// Which quota headers an enforcing [`RateLimitLayer`](super::RateLimitLayer) announces on
 /// every response it handles, allowed or refused (see
@@ -122,7 +122,7 @@ fn number(n: u64) -> HeaderValue {
 }
 
 /// Writes `which` headers for `state` into `headers`.
-pub(crate) fn write(headers: &mut HeaderMap, which: QuotaHeaders, state: &QuotaState) {
+pub(crate) fn write(headers: &mut HeaderMap, which: QuotaHeaders, state: &LimitState) {
     let window = secs_ceil(state.window).max(1);
     let reset = secs_ceil(state.reset);
     if matches!(which, QuotaHeaders::Draft | QuotaHeaders::Both) {
@@ -153,7 +153,7 @@ pub(crate) fn write(headers: &mut HeaderMap, which: QuotaHeaders, state: &QuotaS
 fn refusal<B: Default>(
     refused: NotUntil,
     which: QuotaHeaders,
-    state: Option<&QuotaState>,
+    state: Option<&LimitState>,
 ) -> Response<B> {
     let mut response = Response::new(B::default());
     *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
@@ -175,7 +175,7 @@ pin_project! {
     pub struct AnnouncingFuture<S, Req, Q>
     where
         S: Service<Req>,
-        Q: RequestQuota<Req>,
+        Q: RequestLimiter<Req>,
     {
         #[pin]
         permit: Q::Permit,
@@ -183,7 +183,7 @@ pin_project! {
         headers: QuotaHeaders,
         // The ready inner service and the request, until the decision.
         call: Option<(S, Req)>,
-        state: Option<QuotaState>,
+        state: Option<LimitState>,
         #[pin]
         response: Option<S::Future>,
     }
@@ -192,7 +192,7 @@ pin_project! {
 impl<S, Req, Q> AnnouncingFuture<S, Req, Q>
 where
     S: Service<Req>,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
 {
     pub(super) fn new(
         permit: Q::Permit,
@@ -215,7 +215,7 @@ where
 impl<S, Req, Q, B> Future for AnnouncingFuture<S, Req, Q>
 where
     S: Service<Req, Response = Response<B>>,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
     B: Default,
 {
     type Output = Result<Response<B>, S::Error>;
@@ -252,7 +252,7 @@ where
 impl<S, Req, Q> fmt::Debug for AnnouncingFuture<S, Req, Q>
 where
     S: Service<Req>,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AnnouncingFuture")
@@ -267,8 +267,8 @@ where
 mod tests {
     use super::*;
 
-    fn state(limit: u64, window_ms: u64, remaining: u64, reset_ms: u64) -> QuotaState {
-        QuotaState {
+    fn state(limit: u64, window_ms: u64, remaining: u64, reset_ms: u64) -> LimitState {
+        LimitState {
             limit,
             window: Duration::from_millis(window_ms),
             remaining,

@@ -1,4 +1,4 @@
-//! [`RateLimitLayer`]: wraps a service in a [`RateLimit`] over a shared quota.
+//! [`RateLimitLayer`]: wraps a service in a [`RateLimit`] over a shared limiter.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -6,21 +6,21 @@ use std::marker::PhantomData;
 use tower_layer::Layer;
 
 use super::service::RateLimit;
-use crate::limiter::{KeyedQuota, Quota};
+use crate::limiter::{KeyedLimiter, Limiter};
 use crate::mode::{Enforcing, Shaping};
-use crate::tower::quota::{ByKey, OnePerRequest};
+use crate::tower::request::{ByKey, OnePerRequest};
 
-/// A tower [`Layer`] that makes every request draw its cost from a quota shared by handle
+/// A tower [`Layer`] that makes every request draw its cost from a limiter shared by handle
 /// before it reaches the inner service.
 ///
-/// - [`new(&quota)`](RateLimitLayer::new) draws on a [`RateLimiter`](crate::RateLimiter), a
+/// - [`new(&limiter)`](RateLimitLayer::new) draws on a [`RateLimiter`](crate::RateLimiter), a
 ///   [`Stagger`](crate::Stagger) or a `RedisRateLimiter`;
 ///   [`keyed(&limiter, key)`](RateLimitLayer::keyed) on one key's bucket of a
 ///   [`KeyedRateLimiter`](crate::KeyedRateLimiter) or a `RedisKeyedRateLimiter` (any
-///   [`KeyedQuota`]), the key computed from the request.
+///   [`KeyedLimiter`]), the key computed from the request.
 /// - [`cost(|req| ..)`](RateLimitLayer::cost) sets what a request costs (default 1).
 /// - Shaping by default: a request waits for its tokens, FIFO with every other user of the
-///   quota (in the order the response futures are first polled), then is passed on.
+///   limiter (in the order the response futures are first polled), then is passed on.
 ///   [`enforcing()`](RateLimitLayer::enforcing) refuses a request that does not conform at
 ///   once with [`RateLimited`](crate::tower::RateLimited) instead.
 ///
@@ -41,9 +41,9 @@ use crate::tower::quota::{ByKey, OnePerRequest};
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
 /// // 100 bytes per second, bursts of 100; each request costs its length.
-/// let quota = RateLimiter::new(Rate::per_second(100), 100);
+/// let limiter = RateLimiter::new(Rate::per_second(100), 100);
 /// let upload = ServiceBuilder::new()
-///     .layer(RateLimitLayer::new(&quota).cost(|body: &Vec<u8>| body.len() as u64))
+///     .layer(RateLimitLayer::new(&limiter).cost(|body: &Vec<u8>| body.len() as u64))
 ///     .service_fn(|body: Vec<u8>| async move { Ok::<_, Infallible>(body.len()) });
 /// let start = Instant::now();
 /// assert_eq!(upload.clone().oneshot(vec![0; 100]).await.unwrap(), 100);
@@ -54,13 +54,13 @@ use crate::tower::quota::{ByKey, OnePerRequest};
 #[derive(Clone)]
 #[must_use = "a layer does nothing until it wraps a service"]
 pub struct RateLimitLayer<Q, C = OnePerRequest, M = Shaping> {
-    quota: Q,
+    limiter: Q,
     cost: C,
     mode: M,
 }
 
-impl<Q: Quota> RateLimitLayer<Q> {
-    /// A shaping layer over `quota`, one token per request.
+impl<Q: Limiter> RateLimitLayer<Q> {
+    /// A shaping layer over `limiter`, one token per request.
     ///
     /// # Examples
     ///
@@ -73,28 +73,28 @@ impl<Q: Quota> RateLimitLayer<Q> {
     /// let window = Stagger::new(3, Duration::from_secs(1));
     /// let _layer = RateLimitLayer::new(&window);
     /// ```
-    pub fn new(quota: &Q) -> Self {
+    pub fn new(limiter: &Q) -> Self {
         RateLimitLayer {
-            quota: quota.clone(),
+            limiter: limiter.clone(),
             cost: OnePerRequest,
             mode: Shaping,
         }
     }
 }
 
-impl<F, Q: KeyedQuota> RateLimitLayer<ByKey<Q::Key, F, Q::Hasher, Q>> {
+impl<F, Q: KeyedLimiter> RateLimitLayer<ByKey<Q::Key, F, Q::Hasher, Q>> {
     /// A shaping layer over `limiter`, one bucket per key: `key(&req)` says whose bucket a
     /// request draws on (a client's IP address or API key, a tenant, a destination host).
     /// Requests of different keys never wait for each other.
     ///
-    /// `limiter` is any [`KeyedQuota`]: a [`KeyedRateLimiter`](crate::KeyedRateLimiter) or,
-    /// with the `redis` feature, a `RedisKeyedRateLimiter` whose per-key quotas a whole fleet
+    /// `limiter` is any [`KeyedLimiter`]: a [`KeyedRateLimiter`](crate::KeyedRateLimiter) or,
+    /// with the `redis` feature, a `RedisKeyedRateLimiter` whose per-key limiters a whole fleet
     /// of servers shares. Over Redis, a shaping request waits by the Redis limiter's own
     /// `acquire` (leases, retries and failure policy included), and an enforcing one is
     /// decided by its `try_acquire` (one round trip; a refusal writes nothing): refused with
     /// its [`NotUntil`](crate::NotUntil), or, on a Redis reply error for the key (counted and
     /// logged by the limiter), with a `retry_after` of 1 s. An announcing layer
-    /// ([`headers`](RateLimitLayer::headers)) sends only `Retry-After` for a Redis quota.
+    /// ([`headers`](RateLimitLayer::headers)) sends only `Retry-After` for a Redis limiter.
     ///
     /// # Examples
     ///
@@ -123,7 +123,7 @@ impl<F, Q: KeyedQuota> RateLimitLayer<ByKey<Q::Key, F, Q::Hasher, Q>> {
     /// ```
     pub fn keyed(limiter: &Q, key: F) -> Self {
         RateLimitLayer {
-            quota: ByKey {
+            limiter: ByKey {
                 limiter: limiter.clone(),
                 key,
                 types: PhantomData,
@@ -146,13 +146,13 @@ impl<Q, C, M> RateLimitLayer<Q, C, M> {
     /// use paced::tower::RateLimitLayer;
     /// use paced::{Rate, RateLimiter};
     ///
-    /// let quota = RateLimiter::new(Rate::per_second(1_000), 1_000);
+    /// let limiter = RateLimiter::new(Rate::per_second(1_000), 1_000);
     /// // Batch requests cost one token per item.
-    /// let _layer = RateLimitLayer::new(&quota).cost(|batch: &Vec<String>| batch.len() as u64);
+    /// let _layer = RateLimitLayer::new(&limiter).cost(|batch: &Vec<String>| batch.len() as u64);
     /// ```
     pub fn cost<C2>(self, cost: C2) -> RateLimitLayer<Q, C2, M> {
         RateLimitLayer {
-            quota: self.quota,
+            limiter: self.limiter,
             cost,
             mode: self.mode,
         }
@@ -187,7 +187,7 @@ impl<Q, C, M> RateLimitLayer<Q, C, M> {
     /// ```
     pub fn enforcing(self) -> RateLimitLayer<Q, C, Enforcing> {
         RateLimitLayer {
-            quota: self.quota,
+            limiter: self.limiter,
             cost: self.cost,
             mode: Enforcing,
         }
@@ -197,7 +197,7 @@ impl<Q, C, M> RateLimitLayer<Q, C, M> {
 #[cfg(feature = "http")]
 impl<Q, C> RateLimitLayer<Q, C, Enforcing> {
     /// Announces the quota on every response (feature `http`): the inner service's responses
-    /// carry `which` headers, read from the quota right after the decision, and a request that
+    /// carry `which` headers, read from the limiter right after the decision, and a request that
     /// does not conform is answered by the layer itself, `429 Too Many Requests` with
     /// `Retry-After` (whole seconds, rounded up; none for a request that never conforms) and
     /// the same headers, instead of an error: the service's errors are the inner service's
@@ -215,9 +215,9 @@ impl<Q, C> RateLimitLayer<Q, C, Enforcing> {
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let quota = RateLimiter::new(Rate::per_second(1), 2);
+    /// let limiter = RateLimiter::new(Rate::per_second(1), 2);
     /// let api = ServiceBuilder::new()
-    ///     .layer(RateLimitLayer::new(&quota).enforcing().headers(QuotaHeaders::XRateLimit))
+    ///     .layer(RateLimitLayer::new(&limiter).enforcing().headers(QuotaHeaders::XRateLimit))
     ///     .service_fn(|_req: ()| async { Ok::<_, Infallible>(http::Response::new(String::from("ok"))) });
     /// let first = api.clone().oneshot(()).await.unwrap();
     /// assert_eq!(first.headers()["x-ratelimit-remaining"], "1");
@@ -231,7 +231,7 @@ impl<Q, C> RateLimitLayer<Q, C, Enforcing> {
     /// ```
     pub fn headers(self, which: super::QuotaHeaders) -> RateLimitLayer<Q, C, super::Announcing> {
         RateLimitLayer {
-            quota: self.quota,
+            limiter: self.limiter,
             cost: self.cost,
             mode: super::Announcing::new(which),
         }
@@ -244,14 +244,14 @@ impl<S, Q: Clone, C: Clone, M: Clone> Layer<S> for RateLimitLayer<Q, C, M> {
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit::new(
             inner,
-            self.quota.clone(),
+            self.limiter.clone(),
             self.cost.clone(),
             self.mode.clone(),
         )
     }
 }
 
-/// Shows the mode only: a quota's own `Debug` may read its shared state, and a cost is
+/// Shows the mode only: a limiter's own `Debug` may read its shared state, and a cost is
 /// usually a closure.
 impl<Q, C, M: fmt::Debug> fmt::Debug for RateLimitLayer<Q, C, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -8,24 +8,24 @@ use tower_service::Service;
 use super::future::ResponseFuture;
 use crate::mode::{Enforcing, Shaping};
 use crate::tower::error::BoxError;
-use crate::tower::quota::{Cost, OnePerRequest, RequestQuota};
+use crate::tower::request::{Cost, OnePerRequest, RequestLimiter};
 
-/// A service whose requests draw their cost from a shared quota before they reach `S`: built
+/// A service whose requests draw their cost from a shared limiter before they reach `S`: built
 /// by [`RateLimitLayer`](super::RateLimitLayer), which documents the two flavours.
 ///
-/// **Readiness.** `poll_ready` is the inner service's `poll_ready`, nothing more: the quota is
-/// not consulted there, because a request's cost (and, for a keyed quota, its key) is only
+/// **Readiness.** `poll_ready` is the inner service's `poll_ready`, nothing more: the limiter is
+/// not consulted there, because a request's cost (and, for a keyed limiter, its key) is only
 /// known in `call`, and because a token reserved in `poll_ready` by a caller that then never
 /// calls would be lost to everyone else. `call` moves the inner service that was just made
 /// ready into the [`ResponseFuture`] (leaving a fresh clone behind for the next caller, the
 /// usual tower pattern, hence `S: Clone`); the future waits for the tokens and calls it the
 /// moment they are granted. So the inner service is never called unready, and a request
-/// reaches it when it is charged, not later: the quota's bound holds at the inner service,
+/// reaches it when it is charged, not later: the limiter's bound holds at the inner service,
 /// even when it applies backpressure. The price is that a waiting request keeps whatever the
 /// inner service's readiness reserved (a `ConcurrencyLimit` slot, a `Buffer` slot) until its
 /// turn; dropping the future gives that back too.
 ///
-/// **Clones share the limit.** Every clone holds a handle to the same quota, whatever the
+/// **Clones share the limit.** Every clone holds a handle to the same limiter, whatever the
 /// number of tasks it is cloned into.
 ///
 /// **Errors.** Shaping never refuses, so its error type is `S::Error`, untouched. Enforcing
@@ -44,11 +44,11 @@ use crate::tower::quota::{Cost, OnePerRequest, RequestQuota};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
-/// let quota = RateLimiter::new(Rate::per_second(4), 1);
+/// let limiter = RateLimiter::new(Rate::per_second(4), 1);
 /// let echo = tower::service_fn(|n: u32| async move { Ok::<_, Infallible>(n) });
-/// let service: RateLimit<_, RateLimiter> = RateLimitLayer::new(&quota).layer(echo);
+/// let service: RateLimit<_, RateLimiter> = RateLimitLayer::new(&limiter).layer(echo);
 /// let start = Instant::now();
-/// // Eight tasks, each with its own clone, one quota: eight requests take 7 × 250 ms.
+/// // Eight tasks, each with its own clone, one limiter: eight requests take 7 × 250 ms.
 /// let tasks: Vec<_> = (0..8).map(|n| tokio::spawn(service.clone().oneshot(n))).collect();
 /// for task in tasks {
 ///     task.await.unwrap().unwrap();
@@ -59,17 +59,17 @@ use crate::tower::quota::{Cost, OnePerRequest, RequestQuota};
 #[derive(Clone)]
 pub struct RateLimit<S, Q, C = OnePerRequest, M = Shaping> {
     inner: S,
-    quota: Q,
+    limiter: Q,
     cost: C,
     // The flavour is in the type (`Shaping` or `Enforcing`); the value is a unit.
     _mode: M,
 }
 
 impl<S, Q, C, M> RateLimit<S, Q, C, M> {
-    pub(super) fn new(inner: S, quota: Q, cost: C, mode: M) -> Self {
+    pub(super) fn new(inner: S, limiter: Q, cost: C, mode: M) -> Self {
         RateLimit {
             inner,
-            quota,
+            limiter,
             cost,
             _mode: mode,
         }
@@ -84,8 +84,8 @@ impl<S, Q, C, M> RateLimit<S, Q, C, M> {
     /// use paced::{Rate, RateLimiter};
     /// use tower_layer::Layer;
     ///
-    /// let quota = RateLimiter::new(Rate::per_second(1), 1);
-    /// let service = RateLimitLayer::new(&quota).layer(7u8);
+    /// let limiter = RateLimiter::new(Rate::per_second(1), 1);
+    /// let service = RateLimitLayer::new(&limiter).layer(7u8);
     /// assert_eq!(*service.get_ref(), 7);
     /// ```
     pub fn get_ref(&self) -> &S {
@@ -101,8 +101,8 @@ impl<S, Q, C, M> RateLimit<S, Q, C, M> {
     /// use paced::{Rate, RateLimiter};
     /// use tower_layer::Layer;
     ///
-    /// let quota = RateLimiter::new(Rate::per_second(1), 1);
-    /// let mut service = RateLimitLayer::new(&quota).layer(7u8);
+    /// let limiter = RateLimiter::new(Rate::per_second(1), 1);
+    /// let mut service = RateLimitLayer::new(&limiter).layer(7u8);
     /// *service.get_mut() += 1;
     /// assert_eq!(*service.get_ref(), 8);
     /// ```
@@ -119,8 +119,8 @@ impl<S, Q, C, M> RateLimit<S, Q, C, M> {
     /// use paced::{Rate, RateLimiter};
     /// use tower_layer::Layer;
     ///
-    /// let quota = RateLimiter::new(Rate::per_second(1), 1);
-    /// let service = RateLimitLayer::new(&quota).layer(7u8);
+    /// let limiter = RateLimiter::new(Rate::per_second(1), 1);
+    /// let service = RateLimitLayer::new(&limiter).layer(7u8);
     /// assert_eq!(service.into_inner(), 7);
     /// ```
     pub fn into_inner(self) -> S {
@@ -134,12 +134,12 @@ impl<S, Q, C, M> RateLimit<S, Q, C, M> {
     fn start<Req>(&mut self, req: Req) -> ResponseFuture<S, Req, Q, M>
     where
         S: Service<Req> + Clone,
-        Q: RequestQuota<Req>,
+        Q: RequestLimiter<Req>,
         C: Cost<Req>,
     {
         let fresh = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, fresh);
-        let permit = self.quota.permit(&req);
+        let permit = self.limiter.permit(&req);
         let cost = self.cost.cost(&req);
         ResponseFuture::new(permit, cost, ready, req)
     }
@@ -148,7 +148,7 @@ impl<S, Q, C, M> RateLimit<S, Q, C, M> {
 impl<S, Req, Q, C> Service<Req> for RateLimit<S, Q, C, Shaping>
 where
     S: Service<Req> + Clone,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
     C: Cost<Req>,
 {
     type Response = S::Response;
@@ -168,7 +168,7 @@ impl<S, Req, Q, C> Service<Req> for RateLimit<S, Q, C, Enforcing>
 where
     S: Service<Req> + Clone,
     S::Error: Into<BoxError>,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
     C: Cost<Req>,
 {
     type Response = S::Response;
@@ -184,13 +184,13 @@ where
     }
 }
 
-/// Shows the inner service and the mode only: a quota's own `Debug` may read its shared
+/// Shows the inner service and the mode only: a limiter's own `Debug` may read its shared
 /// state, and a cost is usually a closure.
 #[cfg(feature = "http")]
 impl<S, Req, Q, C, B> Service<Req> for RateLimit<S, Q, C, super::Announcing>
 where
     S: Service<Req, Response = http::Response<B>> + Clone,
-    Q: RequestQuota<Req>,
+    Q: RequestLimiter<Req>,
     C: Cost<Req>,
     B: Default,
 {
@@ -207,7 +207,7 @@ where
     fn call(&mut self, req: Req) -> Self::Future {
         let fresh = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, fresh);
-        let permit = self.quota.permit(&req);
+        let permit = self.limiter.permit(&req);
         let cost = self.cost.cost(&req);
         super::AnnouncingFuture::new(permit, cost, self._mode.headers(), ready, req)
     }

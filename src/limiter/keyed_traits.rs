@@ -1,4 +1,4 @@
-//! [`KeyedQuota`]: what `throttle_by_key` and the keyed tower layer draw on, one bucket per
+//! [`KeyedLimiter`]: what `throttle_by_key` and the keyed tower layer draw on, one bucket per
 //! key, whether the buckets live in this process or in Redis.
 
 use std::hash::{BuildHasher, Hash};
@@ -27,18 +27,18 @@ pub(crate) mod sealed {
         Waiting { permit: P, ask: bool },
     }
 
-    /// What a [`KeyedQuota`](super::KeyedQuota) does, out of users' reach: public in a private
+    /// What a [`KeyedLimiter`](super::KeyedLimiter) does, out of users' reach: public in a private
     /// module, so that the adapters can call it and nobody else can name it.
     pub trait KeyedSealed {
-        /// The keys the quota has one bucket each for.
+        /// The keys the limiter has one bucket each for.
         type Key: Hash + Eq + Clone;
 
         /// The hasher parameter of the adapters' types: the in-process limiter's own; for a
-        /// quota that has none, std's `RandomState` (unused).
+        /// limiter that has none, std's `RandomState` (unused).
         type Hasher: BuildHasher;
 
         /// The state of one key's request in flight, kept pinned where it waits (a stream's
-        /// front item, a tower response future). It holds what it needs of the quota and the
+        /// front item, a tower response future). It holds what it needs of the limiter and the
         /// key; once granted it may be used again for the next request of the same key.
         type Permit;
 
@@ -73,23 +73,23 @@ pub(crate) mod sealed {
             cost: u64,
         ) -> Poll<Result<(), crate::error::NotUntil>>;
 
-        /// The key's quota as HTTP headers announce it, now; `None` for a quota that cannot
+        /// The key's limit as quota headers announce it, now; `None` for a quota that cannot
         /// say (one kept in Redis).
         #[cfg(feature = "http")]
-        fn state(permit: Pin<&mut Self::Permit>) -> Option<crate::stats::QuotaState>;
+        fn state(permit: Pin<&mut Self::Permit>) -> Option<crate::stats::LimitState>;
     }
 }
 
 use sealed::{Arrival, KeyedSealed};
 
-/// A quota with one bucket per key, shared by handle, that
+/// A limiter with one bucket per key, shared by handle, that
 /// [`throttle_by_key`](crate::PaceExt::throttle_by_key) and the keyed tower layer
 /// (`paced::tower::RateLimitLayer::keyed`, feature `tower`) draw on: [`KeyedRateLimiter`] in
 /// this process and, with the `redis` feature, `RedisKeyedRateLimiter` across processes.
 ///
-/// The key type is the quota's (`Q: KeyedQuota<Key = String>` in a bound). As [`Quota`] is,
+/// The key type is the limiter's (`Q: KeyedLimiter<Key = String>` in a bound). As [`Limiter`] is,
 /// it is sealed, and its machinery is out of reach: the adapters rely on the exact semantics
-/// of these quotas. What each promises to a stream:
+/// of these limiters. What each promises to a stream:
 ///
 /// - [`KeyedRateLimiter`]: a stream's item waits in its key's FIFO queue like any task, so the
 ///   stream's items of one key leave in upstream order, FIFO with every other user of the key.
@@ -102,21 +102,21 @@ use sealed::{Arrival, KeyedSealed};
 ///   to 1 s, each failure counted in the limiter's `stats().reply_errors` and logged at error
 ///   level with the `tracing` feature; the other keys go on.
 ///
-/// [`Quota`]: crate::Quota
+/// [`Limiter`]: crate::Limiter
 ///
 /// # Examples
 ///
 /// ```
 /// use futures_util::{Stream, StreamExt};
-/// use paced::{KeyedQuota, KeyedRateLimiter, PaceExt, Rate};
+/// use paced::{KeyedLimiter, KeyedRateLimiter, PaceExt, Rate};
 ///
-/// // One function for a local keyed quota or (with the `redis` feature) one across machines.
-/// fn per_tenant<S, Q>(s: S, quota: &Q) -> impl Stream<Item = (String, u32)>
+/// // One function for a local keyed limiter or (with the `redis` feature) one across machines.
+/// fn per_tenant<S, Q>(s: S, limiter: &Q) -> impl Stream<Item = (String, u32)>
 /// where
 ///     S: Stream<Item = (String, u32)>,
-///     Q: KeyedQuota<Key = String>,
+///     Q: KeyedLimiter<Key = String>,
 /// {
-///     s.throttle_by_key(quota, |m| m.0.clone(), |_| 1, 64)
+///     s.throttle_by_key(limiter, |m| m.0.clone(), |_| 1, 64)
 /// }
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -132,9 +132,26 @@ use sealed::{Arrival, KeyedSealed};
 /// assert_eq!(sent, expected.map(|(t, s)| (t.to_string(), s)));
 /// # }
 /// ```
-pub trait KeyedQuota: KeyedSealed + Clone {}
+pub trait KeyedLimiter: KeyedSealed + Clone {}
 
-impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedQuota for KeyedRateLimiter<K, S> {}
+impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLimiter for KeyedRateLimiter<K, S> {}
+
+/// The former name of [`KeyedLimiter`]: every keyed limiter is one.
+///
+/// # Examples
+///
+/// ```
+/// # #![allow(deprecated)]
+/// use paced::{KeyedQuota, KeyedRateLimiter, Rate};
+///
+/// fn takes<Q: KeyedQuota<Key = String>>(_: &Q) {} // write `Q: paced::KeyedLimiter<Key = String>`
+/// takes(&KeyedRateLimiter::<String>::new(Rate::per_second(1), 1));
+/// ```
+#[deprecated(since = "1.0.0", note = "renamed `KeyedLimiter`")]
+pub trait KeyedQuota: KeyedLimiter {}
+
+#[allow(deprecated)]
+impl<T: KeyedLimiter> KeyedQuota for T {}
 
 pin_project! {
     /// A stream's item or a request in one key's queue of a [`KeyedRateLimiter`] (not
@@ -208,14 +225,14 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedSealed for KeyedRateLimiter<K, S
     #[cfg(feature = "tower")]
     fn poll_try_acquire(
         permit: Pin<&mut Self::Permit>,
-        _: &mut Context<'_>,
+        cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<Result<(), crate::error::NotUntil>> {
-        Poll::Ready(permit.waiter.handle().try_acquire(cost))
+        crate::engine::coop::poll_try_acquire(cx, || permit.waiter.handle().try_acquire(cost))
     }
 
     #[cfg(feature = "http")]
-    fn state(permit: Pin<&mut Self::Permit>) -> Option<crate::stats::QuotaState> {
-        Some(permit.waiter.handle().quota_state())
+    fn state(permit: Pin<&mut Self::Permit>) -> Option<crate::stats::LimitState> {
+        Some(permit.waiter.handle().limit_state())
     }
 }

@@ -1,4 +1,4 @@
-//! What a request draws on ([`RequestQuota`], [`ByKey`]) and what it costs ([`Cost`]).
+//! What a request draws on ([`RequestLimiter`], [`ByKey`]) and what it costs ([`Cost`]).
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -8,8 +8,8 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 
 use crate::error::NotUntil;
-use crate::limiter::quota::sealed::Sealed;
-use crate::limiter::{KeyedQuota, KeyedRateLimiter, Quota};
+use crate::limiter::traits::sealed::Sealed;
+use crate::limiter::{KeyedLimiter, KeyedRateLimiter, Limiter};
 
 pub(crate) mod sealed {
     use std::pin::Pin;
@@ -17,7 +17,7 @@ pub(crate) mod sealed {
 
     use crate::error::NotUntil;
 
-    /// What a [`RequestQuota`](super::RequestQuota) does, out of users' reach.
+    /// What a [`RequestLimiter`](super::RequestLimiter) does, out of users' reach.
     pub trait RequestSealed<Req> {
         /// The state of one request in flight, pinned in its response future.
         type Permit;
@@ -39,101 +39,123 @@ pub(crate) mod sealed {
             cost: u64,
         ) -> Poll<Result<(), NotUntil>>;
 
-        /// The request's quota as HTTP headers announce it, now (see `Sealed::state`).
+        /// The request's limit as quota headers announce it, now (see `Sealed::state`).
         #[cfg(feature = "http")]
-        fn state(permit: Pin<&mut Self::Permit>) -> Option<crate::stats::QuotaState>;
+        fn state(permit: Pin<&mut Self::Permit>) -> Option<crate::stats::LimitState>;
     }
 }
 
 use sealed::RequestSealed;
 
-/// The quota a [`RateLimit`](super::RateLimit) draws a request's tokens from: every
-/// [`Quota`] ([`RateLimiter`](crate::RateLimiter), [`Stagger`](crate::Stagger),
-/// `RedisRateLimiter`), and every [`KeyedQuota`] ([`KeyedRateLimiter`],
+/// The limiter a [`RateLimit`](super::RateLimit) draws a request's tokens from: every
+/// [`Limiter`] ([`RateLimiter`](crate::RateLimiter), [`Stagger`](crate::Stagger),
+/// `RedisRateLimiter`), and every [`KeyedLimiter`] ([`KeyedRateLimiter`],
 /// `RedisKeyedRateLimiter`) with a key function ([`ByKey`]).
 ///
-/// Sealed, as [`Quota`] is: the layer relies on the exact semantics of these quotas.
+/// Sealed, as [`Limiter`] is: the layer relies on the exact semantics of these limiters.
 ///
 /// # Examples
 ///
 /// ```
-/// use paced::tower::{RateLimitLayer, RequestQuota};
+/// use paced::tower::{RateLimitLayer, RequestLimiter};
 /// use paced::{KeyedRateLimiter, Rate, RateLimiter};
 ///
-/// fn layer_for<Req, Q: RequestQuota<Req>>(quota: Q) -> Q {
-///     quota
+/// fn layer_for<Req, Q: RequestLimiter<Req>>(limiter: Q) -> Q {
+///     limiter
 /// }
 /// let _ = layer_for::<u32, _>(RateLimiter::new(Rate::per_second(1), 1));
 /// let per_user = KeyedRateLimiter::<u32>::new(Rate::per_second(1), 1);
 /// let _ = RateLimitLayer::keyed(&per_user, |user: &u32| *user);
 /// ```
-pub trait RequestQuota<Req>: RequestSealed<Req> + Clone {}
+pub trait RequestLimiter<Req>: RequestSealed<Req> + Clone {}
 
-impl<Q: Quota, Req> RequestQuota<Req> for Q {}
+impl<Q: Limiter, Req> RequestLimiter<Req> for Q {}
 
-impl<K, S, F, Q, Req> RequestQuota<Req> for ByKey<K, F, S, Q>
+impl<K, S, F, Q, Req> RequestLimiter<Req> for ByKey<K, F, S, Q>
 where
-    Q: KeyedQuota<Key = K>,
+    Q: KeyedLimiter<Key = K>,
     F: Fn(&Req) -> K + Clone,
 {
 }
 
+/// The former name of [`RequestLimiter`]: every request limiter is one.
+///
+/// # Examples
+///
+/// ```
+/// # #![allow(deprecated)]
+/// use paced::tower::RequestQuota;
+/// use paced::{Rate, RateLimiter};
+///
+/// fn takes<Req, Q: RequestQuota<Req>>(_: &Q) {} // write `Q: paced::tower::RequestLimiter<Req>`
+/// takes::<u32, _>(&RateLimiter::new(Rate::per_second(1), 1));
+/// ```
+#[deprecated(since = "1.0.0", note = "renamed `RequestLimiter`")]
+pub trait RequestQuota<Req>: RequestLimiter<Req> {}
+
+#[allow(deprecated)]
+impl<Req, T: RequestLimiter<Req>> RequestQuota<Req> for T {}
+
 pin_project! {
-    /// A request's place in a [`Quota`]'s queue (not nameable outside the crate).
-    pub struct QuotaPermit<Q: Quota> {
-        quota: Q,
+    /// A request's place in a [`Limiter`]'s queue (not nameable outside the crate).
+    pub struct LimiterPermit<Q: Limiter> {
+        limiter: Q,
         #[pin]
         permit: Q::Permit,
     }
 }
 
-impl<Q: Quota> fmt::Debug for QuotaPermit<Q>
+impl<Q: Limiter> fmt::Debug for LimiterPermit<Q>
 where
     Q::Permit: fmt::Debug,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("QuotaPermit")
+        f.debug_struct("LimiterPermit")
             .field("permit", &self.permit)
             .finish_non_exhaustive()
     }
 }
 
-impl<Q: Quota, Req> RequestSealed<Req> for Q {
-    type Permit = QuotaPermit<Q>;
+impl<Q: Limiter, Req> RequestSealed<Req> for Q {
+    type Permit = LimiterPermit<Q>;
 
-    fn permit(&self, _: &Req) -> QuotaPermit<Q> {
-        QuotaPermit {
-            quota: self.clone(),
+    fn permit(&self, _: &Req) -> LimiterPermit<Q> {
+        LimiterPermit {
+            limiter: self.clone(),
             permit: Sealed::permit(self),
         }
     }
 
-    fn poll_acquire(permit: Pin<&mut QuotaPermit<Q>>, cx: &mut Context<'_>, cost: u64) -> Poll<()> {
+    fn poll_acquire(
+        permit: Pin<&mut LimiterPermit<Q>>,
+        cx: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<()> {
         let me = permit.project();
-        me.quota.poll_acquire(me.permit, cx, cost)
+        me.limiter.poll_acquire(me.permit, cx, cost)
     }
 
     fn poll_try_acquire(
-        permit: Pin<&mut QuotaPermit<Q>>,
+        permit: Pin<&mut LimiterPermit<Q>>,
         cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<Result<(), NotUntil>> {
         let me = permit.project();
-        me.quota.poll_try_acquire(me.permit, cx, cost)
+        me.limiter.poll_try_acquire(me.permit, cx, cost)
     }
 
     #[cfg(feature = "http")]
-    fn state(permit: Pin<&mut QuotaPermit<Q>>) -> Option<crate::stats::QuotaState> {
-        permit.quota.state()
+    fn state(permit: Pin<&mut LimiterPermit<Q>>) -> Option<crate::stats::LimitState> {
+        permit.limiter.state()
     }
 }
 
-/// A keyed quota (a [`KeyedRateLimiter`], or a `RedisKeyedRateLimiter` with the `redis`
-/// feature: any [`KeyedQuota`]) and the function that gives each request its key (a client's
+/// A keyed limiter (a [`KeyedRateLimiter`], or a `RedisKeyedRateLimiter` with the `redis`
+/// feature: any [`KeyedLimiter`]) and the function that gives each request its key (a client's
 /// IP address or API key, a tenant, a destination host): see [`RateLimitLayer::keyed`].
 ///
 /// `Q` is a [`KeyedRateLimiter`] with hasher `S` unless said otherwise; `S` is unused (left at
-/// its default) for another quota.
+/// its default) for another limiter.
 ///
 /// [`RateLimitLayer::keyed`]: super::RateLimitLayer::keyed
 ///
@@ -173,13 +195,13 @@ impl<K, F, S, Q: fmt::Debug> fmt::Debug for ByKey<K, F, S, Q> {
 
 pin_project! {
     /// A request's place in one key's queue (not nameable outside the crate).
-    pub struct KeyPermit<Q: KeyedQuota> {
+    pub struct KeyPermit<Q: KeyedLimiter> {
         #[pin]
         permit: Q::Permit,
     }
 }
 
-impl<Q: KeyedQuota> fmt::Debug for KeyPermit<Q> {
+impl<Q: KeyedLimiter> fmt::Debug for KeyPermit<Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyPermit").finish_non_exhaustive()
     }
@@ -187,7 +209,7 @@ impl<Q: KeyedQuota> fmt::Debug for KeyPermit<Q> {
 
 impl<K, S, F, Q, Req> RequestSealed<Req> for ByKey<K, F, S, Q>
 where
-    Q: KeyedQuota<Key = K>,
+    Q: KeyedLimiter<Key = K>,
     F: Fn(&Req) -> K + Clone,
 {
     type Permit = KeyPermit<Q>;
@@ -213,7 +235,7 @@ where
     }
 
     #[cfg(feature = "http")]
-    fn state(permit: Pin<&mut KeyPermit<Q>>) -> Option<crate::stats::QuotaState> {
+    fn state(permit: Pin<&mut KeyPermit<Q>>) -> Option<crate::stats::LimitState> {
         Q::state(permit.project().permit)
     }
 }
@@ -230,7 +252,7 @@ where
 /// assert_eq!(Cost::<Vec<u8>>::cost(&OnePerRequest, &vec![0; 3]), 1);
 /// ```
 pub trait Cost<Req> {
-    /// The tokens `req` takes from the quota.
+    /// The tokens `req` takes from the limiter.
     fn cost(&self, req: &Req) -> u64;
 }
 

@@ -1,4 +1,4 @@
-//! [`Quota`]: what `throttle_with` draws on, whether the quota lives in this process or
+//! [`Limiter`]: what `throttle_with` draws on, whether the limiter lives in this process or
 //! elsewhere.
 
 use std::pin::Pin;
@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 use super::rate_limiter::{Limit, RateLimiter};
 use super::stagger::Stagger;
 use crate::core::Window;
-use crate::engine::{Shared, Waiter};
+use crate::engine::{coop, Shared, Waiter};
 use crate::error::NotUntil;
 
 pub(crate) mod sealed {
@@ -19,16 +19,16 @@ pub(crate) mod sealed {
 
     use crate::error::NotUntil;
 
-    /// What a [`Quota`](super::Quota) does, out of users' reach: public in a private module,
+    /// What a [`Limiter`](super::Quota) does, out of users' reach: public in a private module,
     /// so that the adapters can call it and nobody else can name it.
     pub trait Sealed {
         /// The state of one request in flight, kept pinned in the stream that waits.
         type Permit;
 
-        /// The quota as HTTP headers announce it, now; `None` for a quota that cannot say
-        /// (a warming-up limiter, a stagger, a quota kept in Redis).
+        /// The limit as quota headers announce it, now; `None` for a quota that cannot say
+        /// (a warming-up limiter, a stagger, a limiter kept in Redis).
         #[cfg(feature = "http")]
-        fn state(&self) -> Option<crate::stats::QuotaState> {
+        fn state(&self) -> Option<crate::stats::LimitState> {
             None
         }
 
@@ -55,35 +55,52 @@ pub(crate) mod sealed {
 
 use sealed::Sealed;
 
-/// A quota shared by handle that streams can draw on: [`RateLimiter`], [`Stagger`] and, with
+/// A limiter shared by handle that streams can draw on: [`RateLimiter`], [`Stagger`] and, with
 /// the `redis` feature, `RedisRateLimiter`.
 ///
-/// It is a trait rather than an enum so that each quota keeps its own waiting machinery
+/// It is a trait rather than an enum so that each limiter keeps its own waiting machinery
 /// without boxing or dispatch on the local hot path, and so that a stream's type says which
-/// quota it uses. It is sealed, and its machinery is out of reach: the adapters rely on the
-/// exact semantics of these quotas.
+/// limiter it uses. It is sealed, and its machinery is out of reach: the adapters rely on the
+/// exact semantics of these limiters.
 ///
 /// # Examples
 ///
 /// ```
 /// use futures_util::Stream;
-/// use paced::{PaceExt, Quota, Rate, RateLimiter, Shaping};
+/// use paced::{PaceExt, Limiter, Rate, RateLimiter, Shaping};
 ///
-/// // One function for a local quota or (with the `redis` feature) one across machines.
-/// fn paced<S: Stream, Q: Quota>(s: S, quota: &Q) -> impl Stream<Item = S::Item> {
-///     s.throttle_with(quota, |_| 1, Shaping)
+/// // One function for a local limiter or (with the `redis` feature) one across machines.
+/// fn paced<S: Stream, Q: Limiter>(s: S, limiter: &Q) -> impl Stream<Item = S::Item> {
+///     s.throttle_with(limiter, |_| 1, Shaping)
 /// }
 /// let _ = paced(futures_util::stream::iter([1, 2]), &RateLimiter::new(Rate::per_second(1), 1));
 /// ```
-pub trait Quota: Sealed + Clone + Send + Sync + 'static {}
+pub trait Limiter: Sealed + Clone + Send + Sync + 'static {}
 
-impl Quota for RateLimiter {}
-impl Quota for Stagger {}
+impl Limiter for RateLimiter {}
+impl Limiter for Stagger {}
+
+/// The former name of [`Limiter`]: every limiter is one.
+///
+/// # Examples
+///
+/// ```
+/// # #![allow(deprecated)]
+/// use paced::{Quota, Rate, RateLimiter};
+///
+/// fn takes<Q: Quota>(_: &Q) {} // write `Q: paced::Limiter`
+/// takes(&RateLimiter::new(Rate::per_second(1), 1));
+/// ```
+#[deprecated(since = "1.0.0", note = "renamed `Limiter`")]
+pub trait Quota: Limiter {}
+
+#[allow(deprecated)]
+impl<T: Limiter> Quota for T {}
 
 pin_project! {
     /// A stream's place in a [`RateLimiter`]'s queue.
     #[derive(Debug)]
-    pub struct LimiterPermit {
+    pub struct RateLimiterPermit {
         #[pin]
         waiter: Waiter<Arc<Shared<Limit>>>,
     }
@@ -99,15 +116,15 @@ pin_project! {
 }
 
 impl Sealed for RateLimiter {
-    type Permit = LimiterPermit;
+    type Permit = RateLimiterPermit;
 
     #[cfg(feature = "http")]
-    fn state(&self) -> Option<crate::stats::QuotaState> {
-        self.quota_state()
+    fn state(&self) -> Option<crate::stats::LimitState> {
+        self.limit_state()
     }
 
     fn permit(&self) -> Self::Permit {
-        LimiterPermit {
+        RateLimiterPermit {
             waiter: Waiter::new(self.shared.clone()),
         }
     }
@@ -129,10 +146,10 @@ impl Sealed for RateLimiter {
     fn poll_try_acquire(
         &self,
         _: Pin<&mut Self::Permit>,
-        _: &mut Context<'_>,
+        cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<Result<(), NotUntil>> {
-        Poll::Ready(self.shared.try_acquire(cost))
+        coop::poll_try_acquire(cx, || self.shared.try_acquire(cost))
     }
 }
 
@@ -162,9 +179,9 @@ impl Sealed for Stagger {
     fn poll_try_acquire(
         &self,
         _: Pin<&mut Self::Permit>,
-        _: &mut Context<'_>,
+        cx: &mut Context<'_>,
         _: u64,
     ) -> Poll<Result<(), NotUntil>> {
-        Poll::Ready(self.shared.try_acquire(1))
+        coop::poll_try_acquire(cx, || self.shared.try_acquire(1))
     }
 }
