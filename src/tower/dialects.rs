@@ -181,7 +181,8 @@ pub fn limits_from_headers(headers: &HeaderMap, now: SystemTime) -> Vec<Announce
 /// ([`Dimension::counts_requests`]), the one that allows the lowest rate as
 /// [`Adaptive::on_quota`](crate::Adaptive::on_quota) reads it: `(remaining + 1) / reset`, or a
 /// token bucket's refill rate `limit / window` if that is higher, and zero for a limit with
-/// nothing left that is not a bucket (it pauses the `Adaptive` until its reset). Of equal rates,
+/// nothing left that is not a bucket (it pauses the `Adaptive` until its reset, unless that is
+/// now). Of equal rates,
 /// the one with the longer reset; `None` if no limit counts requests.
 ///
 /// Limits of tokens are left out: a request-rate `Adaptive` cannot pace them (a limiter of
@@ -215,7 +216,8 @@ pub fn binding_request_limit(limits: &[AnnouncedLimit]) -> Option<&AnnouncedLimi
 }
 
 /// The rate, in calls per second, at which `Adaptive::on_quota` paces for an announcement
-/// (the rule is stated there): zero when it pauses instead. Never NaN.
+/// (the rule is stated there): zero when it pauses instead, infinite when it neither pauses nor
+/// paces. Never NaN.
 fn pace(quota: &Announced) -> f64 {
     let sustained = match (quota.limit, quota.window) {
         (Some(limit), Some(window)) if !window.is_zero() => {
@@ -225,7 +227,12 @@ fn pace(quota: &Announced) -> f64 {
     };
     let bucket = sustained.is_some() && quota.window.is_some_and(|w| quota.reset >= w);
     if quota.remaining == 0 && !bucket {
-        return 0.0;
+        // A pause until `reset`; none if that is now.
+        return if quota.reset.is_zero() {
+            f64::INFINITY
+        } else {
+            0.0
+        };
     }
     // A zero reset is read as a millisecond, as `Adaptive::on_quota` reads it.
     let spread = (quota.remaining as f64 + 1.0) / quota.reset.as_secs_f64().max(0.001);
@@ -435,4 +442,544 @@ fn split_digits(value: &str) -> (&str, &str) {
         .position(|b| !b.is_ascii_digit())
         .unwrap_or(value.len());
     value.split_at(end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+    use proptest::prelude::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.append(*k, HeaderValue::from_str(v).unwrap());
+        }
+        map
+    }
+
+    /// 2026-11-26T12:00:00Z.
+    fn noon() -> SystemTime {
+        let at: jiff::Timestamp = "2026-11-26T12:00:00Z".parse().unwrap();
+        SystemTime::try_from(at).unwrap()
+    }
+
+    fn limit(name: &str, dimension: Dimension, remaining: u64, reset: Duration) -> AnnouncedLimit {
+        AnnouncedLimit::new(name, dimension, Announced::new(remaining, reset))
+    }
+
+    fn with_limit(mut limit: AnnouncedLimit, max: u64) -> AnnouncedLimit {
+        limit.announced.limit = Some(max);
+        limit
+    }
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn go_durations() {
+        let d = |s: &str| go_duration(s);
+        let ns = |n: u64| Some(Duration::from_nanos(n));
+        assert_eq!(d("0"), Some(Duration::ZERO));
+        assert_eq!(d("+0"), Some(Duration::ZERO));
+        assert_eq!(d("0s"), Some(Duration::ZERO));
+        assert_eq!(d("1s"), Some(SEC));
+        assert_eq!(d("6m0s"), Some(Duration::from_secs(360)));
+        assert_eq!(d("20ms"), Some(Duration::from_millis(20)));
+        assert_eq!(d("1h2m3.5s"), Some(Duration::from_millis(3_723_500)));
+        assert_eq!(d("3.5s"), Some(Duration::from_millis(3_500)));
+        assert_eq!(d("2m59.56s"), Some(Duration::from_millis(179_560)));
+        assert_eq!(d("500us"), Some(Duration::from_micros(500)));
+        assert_eq!(d("500µs"), Some(Duration::from_micros(500))); // U+00B5
+        assert_eq!(d("500μs"), Some(Duration::from_micros(500))); // U+03BC
+        assert_eq!(d("7ns"), ns(7));
+        assert_eq!(d("1.5h"), Some(Duration::from_secs(5_400)));
+        assert_eq!(d(".5s"), Some(Duration::from_millis(500)));
+        assert_eq!(d("1.s"), Some(SEC));
+        assert_eq!(d("1s1s"), Some(2 * SEC));
+        assert_eq!(d("0.000000001s"), ns(1));
+        // Below a nanosecond: dropped, never rounded up.
+        assert_eq!(d("0.0000000019s"), ns(1));
+        assert_eq!(d("1.9ns"), ns(1));
+        // Exact where a float is not: 0.1 + 0.2.
+        assert_eq!(d("0.3s"), ns(300_000_000));
+        assert_eq!(d("1.000000001h"), ns(3_600_000_003_600));
+        assert_eq!(d("00000000000000000000001s"), Some(SEC));
+        assert_eq!(
+            d("1.00000000000000000000000000001s"),
+            Some(SEC),
+            "long fractions"
+        );
+        // Go's range: up to i64::MAX nanoseconds (2562047h47m16.854775807s).
+        assert_eq!(d("2562047h47m16.854775807s"), ns(i64::MAX as u64));
+        assert_eq!(d("9223372036854775807ns"), ns(i64::MAX as u64));
+        for bad in [
+            "",
+            "+",
+            "1",
+            "00",
+            "-1s",
+            "-0s",
+            "+-1s",
+            "s",
+            ".s",
+            "1.2.3s",
+            "1 s",
+            "1S",
+            "1sec",
+            "1d",
+            "1e3s",
+            "1s2",
+            "inf",
+            "NaN",
+            "0x10s",
+            "9223372036854775808ns",
+            "2562047h47m16.854775808s",
+            "2562048h",
+            "99999999999999999999h",
+            "999999999999999999999999999999s",
+            "1h\u{0}",
+        ] {
+            assert_eq!(d(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn openai() {
+        let got = limits_from_headers(
+            &headers(&[
+                ("x-ratelimit-limit-requests", "10000"),
+                ("x-ratelimit-limit-tokens", "2000000"),
+                ("x-ratelimit-remaining-requests", "9999"),
+                ("x-ratelimit-remaining-tokens", "1999619"),
+                ("x-ratelimit-reset-requests", "6ms"),
+                ("x-ratelimit-reset-tokens", "11ms"),
+            ]),
+            noon(),
+        );
+        assert_eq!(
+            got,
+            [
+                with_limit(
+                    limit(
+                        "requests",
+                        Dimension::Requests,
+                        9999,
+                        Duration::from_millis(6)
+                    ),
+                    10_000
+                ),
+                with_limit(
+                    limit(
+                        "tokens",
+                        Dimension::Tokens,
+                        1_999_619,
+                        Duration::from_millis(11)
+                    ),
+                    2_000_000
+                ),
+            ]
+        );
+        // A free tier's day of requests; the tokens' reset broken: only the requests.
+        let got = limits_from_headers(
+            &headers(&[
+                ("x-ratelimit-limit-requests", "200"),
+                ("x-ratelimit-remaining-requests", "150"),
+                ("x-ratelimit-reset-requests", "6h28m48s"),
+                ("x-ratelimit-remaining-tokens", "40000"),
+                ("x-ratelimit-reset-tokens", "soon"),
+            ]),
+            noon(),
+        );
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].announced.reset, Duration::from_secs(23_328));
+        // A broken limit is no limit; a missing remaining count is no quota.
+        let got = limits_from_headers(
+            &headers(&[
+                ("x-ratelimit-limit-requests", "lots"),
+                ("x-ratelimit-remaining-requests", "3"),
+                ("x-ratelimit-reset-requests", "1s"),
+                ("x-ratelimit-limit-tokens", "100"),
+                ("x-ratelimit-reset-tokens", "1s"),
+            ]),
+            noon(),
+        );
+        assert_eq!(got, [limit("requests", Dimension::Requests, 3, SEC)]);
+        for (remaining, reset) in [
+            ("-1", "1s"),
+            ("1.5", "1s"),
+            ("99999999999999999999999", "1s"),
+            ("", "1s"),
+            ("1", "-1s"),
+            ("1", "1"),
+            ("1", "1 s"),
+            ("1", "3000000h"),
+        ] {
+            let got = limits_from_headers(
+                &headers(&[
+                    ("x-ratelimit-remaining-requests", remaining),
+                    ("x-ratelimit-reset-requests", reset),
+                ]),
+                noon(),
+            );
+            assert_eq!(got, [], "{remaining} {reset}");
+        }
+        // Long but within Go's range: capped at a year.
+        let got = limits_from_headers(
+            &headers(&[
+                ("x-ratelimit-remaining-requests", "1"),
+                ("x-ratelimit-reset-requests", "2000000h"),
+            ]),
+            noon(),
+        );
+        assert_eq!(got[0].announced.reset, MAX_DELAY);
+    }
+
+    #[test]
+    fn anthropic() {
+        let got = limits_from_headers(
+            &headers(&[
+                ("anthropic-ratelimit-requests-limit", "4000"),
+                ("anthropic-ratelimit-requests-remaining", "3999"),
+                (
+                    "anthropic-ratelimit-requests-reset",
+                    "2026-11-26T12:00:00.015Z",
+                ),
+                ("anthropic-ratelimit-tokens-limit", "480000"),
+                ("anthropic-ratelimit-tokens-remaining", "479000"),
+                ("anthropic-ratelimit-tokens-reset", "2026-11-26T12:00:01Z"),
+                ("anthropic-ratelimit-input-tokens-limit", "400000"),
+                ("anthropic-ratelimit-input-tokens-remaining", "399000"),
+                (
+                    "anthropic-ratelimit-input-tokens-reset",
+                    "2026-11-26T13:00:30+01:00",
+                ),
+                ("anthropic-ratelimit-output-tokens-limit", "80000"),
+                ("anthropic-ratelimit-output-tokens-remaining", "80000"),
+                (
+                    "anthropic-ratelimit-output-tokens-reset",
+                    "2026-11-26T11:59:00Z",
+                ),
+                ("retry-after", "1"),
+            ]),
+            noon(),
+        );
+        assert_eq!(
+            got,
+            [
+                with_limit(
+                    limit(
+                        "requests",
+                        Dimension::Requests,
+                        3999,
+                        Duration::from_millis(15)
+                    ),
+                    4000
+                ),
+                with_limit(limit("tokens", Dimension::Tokens, 479_000, SEC), 480_000),
+                with_limit(
+                    limit("input-tokens", Dimension::InputTokens, 399_000, 30 * SEC),
+                    400_000
+                ),
+                // In the past: restored now.
+                with_limit(
+                    limit(
+                        "output-tokens",
+                        Dimension::OutputTokens,
+                        80_000,
+                        Duration::ZERO
+                    ),
+                    80_000
+                ),
+            ]
+        );
+        for bad in [
+            "2026-11-26T12:00:30", // no offset: not RFC 3339
+            "2026-13-26T12:00:30Z",
+            "2026-11-31T12:00:30Z",
+            "tomorrow",
+            "1764158430",
+            "",
+        ] {
+            let got = limits_from_headers(
+                &headers(&[
+                    ("anthropic-ratelimit-requests-remaining", "1"),
+                    ("anthropic-ratelimit-requests-reset", bad),
+                ]),
+                noon(),
+            );
+            assert_eq!(got, [], "{bad:?}");
+        }
+        // RFC 3339 lets a space stand for the `T`, and lower case for `T` and `Z`.
+        for spelled in ["2026-11-26 12:00:30Z", "2026-11-26t12:00:30z"] {
+            let got = limits_from_headers(
+                &headers(&[
+                    ("anthropic-ratelimit-requests-remaining", "1"),
+                    ("anthropic-ratelimit-requests-reset", spelled),
+                ]),
+                noon(),
+            );
+            assert_eq!(
+                got,
+                [limit("requests", Dimension::Requests, 1, 30 * SEC)],
+                "{spelled}"
+            );
+        }
+        // Far ahead: a year at most.
+        let got = limits_from_headers(
+            &headers(&[
+                ("anthropic-ratelimit-requests-remaining", "1"),
+                ("anthropic-ratelimit-requests-reset", "9000-01-01T00:00:00Z"),
+            ]),
+            noon(),
+        );
+        assert_eq!(got[0].announced.reset, MAX_DELAY);
+    }
+
+    #[test]
+    fn github() {
+        let reset = (noon().duration_since(UNIX_EPOCH).unwrap().as_secs() + 1800).to_string();
+        let got = limits_from_headers(
+            &headers(&[
+                ("x-ratelimit-limit", "5000"),
+                ("x-ratelimit-remaining", "4987"),
+                ("x-ratelimit-reset", &reset),
+                ("x-ratelimit-used", "13"),
+                ("x-ratelimit-resource", "core"),
+            ]),
+            noon(),
+        );
+        assert_eq!(
+            got,
+            [with_limit(
+                limit("core", Dimension::Requests, 4987, 1800 * SEC),
+                5000
+            )]
+        );
+        // GraphQL counts points; a missing limit is remaining + used.
+        let got = limits_from_headers(
+            &headers(&[
+                ("x-ratelimit-remaining", "4900"),
+                ("x-ratelimit-reset", &reset),
+                ("x-ratelimit-used", "100"),
+                ("x-ratelimit-resource", "graphql"),
+            ]),
+            noon(),
+        );
+        assert_eq!(
+            got,
+            [with_limit(
+                limit("graphql", Dimension::Units, 4900, 1800 * SEC),
+                5000
+            )]
+        );
+        // The plain trio: "default", units unsaid; a used count that overflows is no limit.
+        let got = limits_from_headers(
+            &headers(&[
+                ("x-ratelimit-remaining", "18446744073709551615"),
+                ("x-ratelimit-reset", "60"),
+                ("x-ratelimit-used", "1"),
+            ]),
+            noon(),
+        );
+        assert_eq!(
+            got,
+            [limit("default", Dimension::Units, u64::MAX, 60 * SEC)]
+        );
+    }
+
+    #[test]
+    fn ietf_several_policies() {
+        let got = limits_from_headers(
+            &headers(&[
+                (
+                    "ratelimit-policy",
+                    r#""minute";q=500;w=60, "day";q=10000;w=86400;qu="requests""#,
+                ),
+                (
+                    "ratelimit-policy",
+                    r#""bytes";q=1000000;w=60;qu="content-bytes""#,
+                ),
+                ("ratelimit", r#""day";r=9000;t=40000, "minute";r=250;t=30"#),
+                (
+                    "ratelimit",
+                    r#""bytes";r=5;t=1, "orphan";r=1;t=1, "broken";r=1"#,
+                ),
+                // Not read: the IETF fields win.
+                ("x-ratelimit-remaining", "1"),
+                ("x-ratelimit-reset", "1"),
+            ]),
+            noon(),
+        );
+        let day = Announced::new(9000, 40_000 * SEC).with_policy(10_000, 86_400 * SEC);
+        let minute = Announced::new(250, 30 * SEC).with_policy(500, 60 * SEC);
+        let bytes = Announced::new(5, SEC).with_policy(1_000_000, 60 * SEC);
+        assert_eq!(
+            got,
+            [
+                AnnouncedLimit::new("day", Dimension::Requests, day),
+                AnnouncedLimit::new("minute", Dimension::Requests, minute),
+                AnnouncedLimit::new("bytes", Dimension::Units, bytes),
+                // Several items: no policy is guessed for one without its name.
+                limit("orphan", Dimension::Requests, 1, SEC),
+            ]
+        );
+        // One item, no policy of its name: the first, as single-policy servers send it.
+        let got = limits_from_headers(
+            &headers(&[
+                ("ratelimit-policy", r#""p";q=100;w=60"#),
+                ("ratelimit", r#""default";r=50;t=30"#),
+            ]),
+            noon(),
+        );
+        assert_eq!(got[0].announced.limit, Some(100));
+        // No item read: the de facto headers.
+        let got = limits_from_headers(
+            &headers(&[
+                ("ratelimit", r#""a";r=x;t=1, "b";t=2"#),
+                ("x-ratelimit-remaining", "7"),
+                ("x-ratelimit-reset", "9"),
+            ]),
+            noon(),
+        );
+        assert_eq!(got, [limit("default", Dimension::Units, 7, 9 * SEC)]);
+    }
+
+    #[test]
+    fn the_binding_limit_is_the_slowest_one_of_requests() {
+        let minute = AnnouncedLimit::new(
+            "minute",
+            Dimension::Requests,
+            Announced::new(250, 30 * SEC).with_policy(500, 60 * SEC),
+        );
+        let day = AnnouncedLimit::new(
+            "day",
+            Dimension::Requests,
+            Announced::new(9000, 40_000 * SEC).with_policy(10_000, 86_400 * SEC),
+        );
+        let tokens = limit("tokens", Dimension::Tokens, 0, 60 * SEC);
+        let all = [tokens.clone(), minute.clone(), day.clone()];
+        assert_eq!(binding_request_limit(&all), Some(&day));
+        // Nothing left binds: it pauses.
+        let empty = limit("hour", Dimension::Units, 0, 10 * SEC);
+        let all = [minute.clone(), day.clone(), empty.clone()];
+        assert_eq!(binding_request_limit(&all), Some(&empty));
+        // Of two with nothing left, the longer wait.
+        let longer = limit("week", Dimension::Requests, 0, 100 * SEC);
+        let all = [empty.clone(), longer.clone()];
+        assert_eq!(binding_request_limit(&all), Some(&longer));
+        // A drained token bucket refills at its own rate: 500/60 s is more than the day's.
+        let drained = AnnouncedLimit::new(
+            "minute",
+            Dimension::Requests,
+            Announced::new(0, 60 * SEC).with_policy(500, 60 * SEC),
+        );
+        let all = [drained, day.clone()];
+        assert_eq!(binding_request_limit(&all), Some(&day));
+        // A zero reset: restored now, it binds nothing while another limit does.
+        let now = limit("now", Dimension::Requests, 0, Duration::ZERO);
+        assert_eq!(
+            binding_request_limit(&[now.clone(), minute.clone()]),
+            Some(&minute)
+        );
+        // Tokens only: nothing for a request rate.
+        assert_eq!(binding_request_limit(&[tokens]), None);
+        assert_eq!(binding_request_limit(&[]), None);
+    }
+
+    const NAMES: [&str; 22] = [
+        "ratelimit",
+        "ratelimit-policy",
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+        "x-ratelimit-reset-after",
+        "x-ratelimit-used",
+        "x-ratelimit-resource",
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
+        "x-ratelimit-limit-tokens",
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-tokens",
+        "anthropic-ratelimit-requests-remaining",
+        "anthropic-ratelimit-requests-reset",
+        "anthropic-ratelimit-tokens-remaining",
+        "anthropic-ratelimit-tokens-reset",
+        "anthropic-ratelimit-input-tokens-limit",
+        "anthropic-ratelimit-input-tokens-remaining",
+        "anthropic-ratelimit-input-tokens-reset",
+        "anthropic-ratelimit-output-tokens-remaining",
+    ];
+
+    /// Header values: arbitrary text, and near-misses of each dialect's syntax.
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "[ -~]{0,40}",
+            "[+-]?[0-9]{0,25}(\\.[0-9]{0,5})?",
+            "[+-]?([0-9]{0,20}(\\.[0-9]{0,12})?(h|m|s|ms|us|µs|μs|ns|d|)){1,4}",
+            "[0-9]{1,5}-[0-9]{1,2}-[0-9]{1,2}[T ][0-9]{1,2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{0,12})?(Z|[+-][0-9]{2}:[0-9]{2})?",
+            "(\"[a-z;,]{0,5}\"|[a-z]{0,3})(;[qrtwu ]{0,2}=-?[0-9]{0,17}){0,4}(, ?[a-z]{0,2};q=[0-9]{0,3};w=[0-9]{0,3})?",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+        /// Whatever the values, no panic, and nothing out of range: every reset and window
+        /// within `MAX_DELAY`, every token limit under its dialect's name, the binding limit
+        /// one of requests among those read.
+        #[test]
+        fn any_values_read_sanely(
+            pairs in prop::collection::vec((0usize..NAMES.len(), value()), 0..12),
+            secs in 0u64..4_000_000_000,
+        ) {
+            let mut map = HeaderMap::new();
+            for (name, v) in &pairs {
+                if let Ok(v) = HeaderValue::from_str(v) {
+                    map.append(NAMES[*name], v);
+                }
+            }
+            let now = UNIX_EPOCH + Duration::from_secs(secs);
+            let limits = limits_from_headers(&map, now);
+            for l in &limits {
+                prop_assert!(l.announced.reset <= MAX_DELAY, "{l:?}");
+                prop_assert!(l.announced.window.is_none_or(|w| w <= MAX_DELAY), "{l:?}");
+                let fixed = match l.dimension {
+                    Dimension::Tokens => l.name == "tokens",
+                    Dimension::InputTokens => l.name == "input-tokens",
+                    Dimension::OutputTokens => l.name == "output-tokens",
+                    Dimension::Requests | Dimension::Units => true,
+                };
+                prop_assert!(fixed, "{l:?}");
+            }
+            if let Some(binding) = binding_request_limit(&limits) {
+                prop_assert!(binding.dimension.counts_requests());
+                prop_assert!(limits.contains(binding));
+            }
+            // Against the system clock: only that it does not panic.
+            let _ = super::super::headers::quota_from_headers(&map);
+        }
+
+        /// Any Go duration written from whole and fractional parts reads back exactly.
+        #[test]
+        fn go_durations_read_exactly(
+            h in 0u64..1_000_000,
+            m in 0u64..1_000,
+            s in 0u64..100_000,
+            frac in 0u64..1_000_000_000,
+        ) {
+            let text = format!("{h}h{m}m{s}.{frac:09}s");
+            let nanos = ((h * 60 + m) * 60 + s) as u128 * 1_000_000_000 + u128::from(frac);
+            prop_assert_eq!(go_duration(&text), Some(Duration::from_nanos(nanos as u64)));
+        }
+
+        /// Any text: no panic, and never beyond Go's range.
+        #[test]
+        fn go_durations_never_panic(text in "\\PC{0,30}") {
+            if let Some(d) = go_duration(&text) {
+                prop_assert!(d.as_nanos() <= i64::MAX as u128);
+            }
+        }
+    }
 }
