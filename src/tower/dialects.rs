@@ -6,7 +6,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::HeaderMap;
 
-use super::headers::{leading_u64, non_negative, param, sf_items, EPOCH_THRESHOLD_SECS, MAX_DELAY};
+use super::headers::{
+    leading_u64, non_negative, param, sf_items, split_outside_quotes, EPOCH_THRESHOLD_SECS,
+    MAX_DELAY,
+};
 use crate::limiter::Announced;
 
 /// What a limit counts.
@@ -104,7 +107,11 @@ impl AnnouncedLimit {
 ///   when none has its name, as the draft's single-policy servers send them. Fields repeated
 ///   on several lines are one list. Only `r`, `t`, `q` and `w` are read, as integers; an item
 ///   without `r` and `t` is skipped.
-/// - Otherwise (no IETF item read), the `X-RateLimit-*` trio: `X-RateLimit-Remaining` with
+/// - Otherwise, the draft's older single-policy forms (as `express-rate-limit` sends them),
+///   named `"default"`: draft 7's `RateLimit: limit=100, remaining=25, reset=5`, or drafts
+///   1 to 6's `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` (seconds), with the
+///   window of `RateLimit-Policy: 100;w=60` (or of `RateLimit-Limit: 100, 100;w=60`).
+/// - Otherwise (no IETF field read), the `X-RateLimit-*` trio: `X-RateLimit-Remaining` with
 ///   `X-RateLimit-Reset-After` (Discord: seconds, fractions allowed) or `X-RateLimit-Reset`:
 ///   delta seconds or, above [`EPOCH_THRESHOLD_SECS`], Unix epoch seconds (GitHub, Discord);
 ///   `X-RateLimit-Limit` (its leading integer), or else `remaining + X-RateLimit-Used`.
@@ -156,6 +163,9 @@ impl AnnouncedLimit {
 #[must_use]
 pub fn limits_from_headers(headers: &HeaderMap, now: SystemTime) -> Vec<AnnouncedLimit> {
     let mut limits = ietf(headers);
+    if limits.is_empty() {
+        limits.extend(ietf_older(headers));
+    }
     if limits.is_empty() {
         limits.extend(x_ratelimit(headers, now));
     }
@@ -279,6 +289,54 @@ fn ietf(headers: &HeaderMap) -> Vec<AnnouncedLimit> {
             Some(AnnouncedLimit::new(*name, dimension, announced))
         })
         .collect()
+}
+
+/// The draft's older forms: draft 7's `RateLimit` dictionary, or the three fields of drafts 1
+/// to 6; the window from a policy item `limit;w=window`.
+fn ietf_older(headers: &HeaderMap) -> Option<AnnouncedLimit> {
+    let dictionary: Vec<(&str, &str)> = get(headers, "ratelimit")
+        .map(|v| {
+            split_outside_quotes(v, b',')
+                .filter_map(|member| {
+                    let (key, value) = member.split_once('=')?;
+                    // A member's own parameters (`reset=5;x=1`) are not read.
+                    let value = value.split(';').next().unwrap_or("");
+                    Some((key.trim(), value.trim()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let member = |key: &str| {
+        dictionary
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, v)| integer(v))
+    };
+    let (remaining, reset, limit) = match (member("remaining"), member("reset")) {
+        (Some(remaining), Some(reset)) => (remaining, reset, member("limit")),
+        _ => (
+            integer(get(headers, "ratelimit-remaining")?)?,
+            integer(get(headers, "ratelimit-reset")?)?,
+            get(headers, "ratelimit-limit").and_then(leading_u64),
+        ),
+    };
+    let mut announced = Announced::new(remaining, secs(reset));
+    announced.limit = limit;
+    if let Some(limit) = limit {
+        let window = ["ratelimit-policy", "ratelimit-limit"]
+            .into_iter()
+            .flat_map(|field| items(headers, field))
+            .filter(|(name, _)| integer(name) == Some(limit))
+            .find_map(|(_, params)| param(&params, "w"));
+        if let Some(window) = window {
+            announced = announced.with_policy(limit, secs(window));
+        }
+    }
+    Some(AnnouncedLimit::new(
+        "default",
+        Dimension::Requests,
+        announced,
+    ))
 }
 
 /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`, `-Reset-After`, `-Used` and `-Resource`.
@@ -845,6 +903,68 @@ mod tests {
     }
 
     #[test]
+    fn ietf_older_forms() {
+        let window = Announced::new(25, 5 * SEC).with_policy(100, 60 * SEC);
+        // Draft 7, as express-rate-limit sends it.
+        let got = limits_from_headers(
+            &headers(&[
+                ("ratelimit-policy", "100;w=60"),
+                ("ratelimit", "limit=100, remaining=25, reset=5"),
+            ]),
+            noon(),
+        );
+        assert_eq!(
+            got,
+            [AnnouncedLimit::new("default", Dimension::Requests, window)]
+        );
+        // Drafts 1 to 6: three fields; the window in the limit's policy, or none.
+        let got = limits_from_headers(
+            &headers(&[
+                ("ratelimit-limit", "100, 100;w=60"),
+                ("ratelimit-remaining", "25"),
+                ("ratelimit-reset", "5"),
+            ]),
+            noon(),
+        );
+        assert_eq!(
+            got,
+            [AnnouncedLimit::new("default", Dimension::Requests, window)]
+        );
+        let got = limits_from_headers(
+            &headers(&[
+                ("ratelimit-limit", "100"),
+                ("ratelimit-remaining", "25"),
+                ("ratelimit-reset", "5"),
+                ("ratelimit-policy", "50;w=1"),
+            ]),
+            noon(),
+        );
+        assert_eq!(
+            got,
+            [with_limit(
+                limit("default", Dimension::Requests, 25, 5 * SEC),
+                100
+            )]
+        );
+        // Broken: the de facto headers, or nothing.
+        for (remaining, reset) in [("-1", "5"), ("1", "5.5"), ("x", "5"), ("1", "")] {
+            let got = limits_from_headers(
+                &headers(&[
+                    ("ratelimit-remaining", remaining),
+                    ("ratelimit-reset", reset),
+                    ("x-ratelimit-remaining", "7"),
+                    ("x-ratelimit-reset", "9"),
+                ]),
+                noon(),
+            );
+            assert_eq!(got, [limit("default", Dimension::Units, 7, 9 * SEC)]);
+            let dictionary = format!("limit=9, remaining={remaining}, reset={reset}");
+            let got = limits_from_headers(&headers(&[("ratelimit", &dictionary)]), noon());
+            assert_eq!(got, [], "{dictionary}");
+        }
+    }
+
+    #[test]
     fn the_binding_limit_is_the_slowest_one_of_requests() {
         let minute = AnnouncedLimit::new(
             "minute",
@@ -886,9 +1006,12 @@ mod tests {
         assert_eq!(binding_request_limit(&[]), None);
     }
 
-    const NAMES: [&str; 22] = [
+    const NAMES: [&str; 25] = [
         "ratelimit",
         "ratelimit-policy",
+        "ratelimit-limit",
+        "ratelimit-remaining",
+        "ratelimit-reset",
         "x-ratelimit-limit",
         "x-ratelimit-remaining",
         "x-ratelimit-reset",

@@ -56,7 +56,7 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 
 /// The quota a response announces for requests, if it announces one: of every limit
 /// [`limits_from_headers`](crate::tower::limits_from_headers) reads (the IETF draft's
-/// `RateLimit` / `RateLimit-Policy` with one policy or several, the de facto `X-RateLimit-*`
+/// `RateLimit` / `RateLimit-Policy` with one policy or several, or its older forms), the de facto `X-RateLimit-*`
 /// with GitHub's and Discord's forms, OpenAI's `x-ratelimit-*-requests` and Anthropic's
 /// `anthropic-ratelimit-requests-*`), the one that binds
 /// ([`binding_request_limit`](crate::tower::binding_request_limit): the lowest rate among those
@@ -66,8 +66,10 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 ///   (`remaining`, `reset` in seconds) and `RateLimit-Policy: "default";q=100;w=60` (`limit`
 ///   per `window` in seconds). Only the parameters `r`, `t`, `q` and `w` are read, as
 ///   non-negative integers; each item's policy is the one of the same name (or, for a single
-///   item, the first). An item needs `r` and `t`.
-/// - Without one, the de facto headers: `X-RateLimit-Remaining` with `X-RateLimit-Reset-After`
+///   item, the first). An item needs `r` and `t`. Without one, the draft's older forms:
+///   `RateLimit: limit=100, remaining=25, reset=5`, or `RateLimit-Limit`, `-Remaining` and
+///   `-Reset`.
+/// - Without those, the de facto headers: `X-RateLimit-Remaining` with `X-RateLimit-Reset-After`
 ///   (Discord: seconds, fractions allowed) or `X-RateLimit-Reset`: delta seconds, or, above
 ///   [`EPOCH_THRESHOLD_SECS`] (10⁹), Unix epoch seconds (GitHub, Discord), read against the
 ///   system clock (a time in the past is a zero reset). `X-RateLimit-Limit` (its leading
@@ -170,7 +172,7 @@ pub(super) fn param(params: &[(&str, &str)], key: &str) -> Option<u64> {
 }
 
 /// `value` split on `sep`, except inside double quotes (with `\` escapes).
-fn split_outside_quotes(value: &str, sep: u8) -> impl Iterator<Item = &str> {
+pub(super) fn split_outside_quotes(value: &str, sep: u8) -> impl Iterator<Item = &str> {
     let bytes = value.as_bytes();
     let mut start = 0;
     let mut pos = 0;
