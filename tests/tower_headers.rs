@@ -280,3 +280,219 @@ mod paused {
         }
     }
 }
+
+/// The dialects of LLM providers through `AdaptiveLayer::http`, on paused time: the limit of
+/// requests that binds sets the rate, clamped into `[min, max]`; limits of tokens do not, but
+/// a `429` for want of tokens waits for them.
+mod dialects {
+    use std::convert::Infallible;
+    use std::time::{Duration, SystemTime};
+
+    use http::{HeaderValue, Response};
+    use paced::tower::{AdaptiveLayer, RateLimitLayer};
+    use paced::{Adaptive, Rate, RateLimiter};
+    use proptest::prelude::*;
+    use tokio::time::Instant;
+    use tower::util::BoxCloneService;
+    use tower::{ServiceBuilder, ServiceExt};
+
+    type Api = BoxCloneService<Response<()>, Response<()>, Infallible>;
+
+    /// A destination that answers each request with the response it carries, through
+    /// `AdaptiveLayer::http` and a `RateLimitLayer` over the controller's limiter.
+    fn api(adaptive: &Adaptive) -> Api {
+        let api = ServiceBuilder::new()
+            .layer(AdaptiveLayer::http(adaptive))
+            .layer(RateLimitLayer::new(adaptive.limiter()))
+            .service_fn(|answer: Response<()>| async move { Ok::<_, Infallible>(answer) });
+        BoxCloneService::new(api)
+    }
+
+    fn answer(status: u16, headers: &[(&'static str, String)]) -> Response<()> {
+        let mut response = Response::builder().status(status).body(()).unwrap();
+        for (name, value) in headers {
+            response
+                .headers_mut()
+                .append(*name, HeaderValue::from_str(value).unwrap());
+        }
+        response
+    }
+
+    /// An RFC 3339 time `secs` from now, as Anthropic writes its resets.
+    fn in_secs(secs: u64) -> String {
+        let at = SystemTime::now() + Duration::from_secs(secs);
+        jiff::Timestamp::try_from(at).unwrap().to_string()
+    }
+
+    fn openai(requests: (u64, &str), tokens: (u64, &str)) -> Vec<(&'static str, String)> {
+        vec![
+            ("x-ratelimit-limit-requests", "500".into()),
+            ("x-ratelimit-remaining-requests", requests.0.to_string()),
+            ("x-ratelimit-reset-requests", requests.1.into()),
+            ("x-ratelimit-limit-tokens", "30000".into()),
+            ("x-ratelimit-remaining-tokens", tokens.0.to_string()),
+            ("x-ratelimit-reset-tokens", tokens.1.into()),
+        ]
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn openai_the_requests_set_the_rate_and_a_429_for_tokens_waits_for_them() {
+        let max = Rate::per_second(100);
+        let adaptive = Adaptive::new(RateLimiter::new(max, 10), Rate::per_second(1), max);
+        let api = api(&adaptive);
+        // 119 requests left for a minute: 2/s. The tokens are drained for 6 minutes, which a
+        // request rate does not take: no pause.
+        let ok = answer(200, &openai((119, "1m0s"), (0, "6m0s")));
+        let start = Instant::now();
+        api.clone().oneshot(ok.clone()).await.unwrap();
+        assert_eq!(adaptive.rate(), Rate::per_second(2));
+        api.clone().oneshot(ok).await.unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            start.elapsed()
+        );
+        // Refused for want of tokens, without `Retry-After`: the next call waits for them.
+        let refused = answer(429, &openai((117, "59s"), (0, "6.5s")));
+        api.clone().oneshot(refused).await.unwrap();
+        let at = Instant::now();
+        api.clone()
+            .oneshot(answer(200, &openai((116, "58s"), (900, "1s"))))
+            .await
+            .unwrap();
+        let waited = at.elapsed();
+        assert!(
+            waited >= Duration::from_millis(6_500) && waited < Duration::from_millis(7_000),
+            "{waited:?}"
+        );
+        assert_eq!(adaptive.stats().refusals, 1);
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn anthropic_the_requests_set_the_rate_within_min_and_max() {
+        let (min, max) = (Rate::per_second(1), Rate::per_second(50));
+        let adaptive = Adaptive::new(RateLimiter::new(max, 10), min, max);
+        let api = api(&adaptive);
+        let headers = |requests: (u64, u64), input_tokens: (u64, u64)| {
+            vec![
+                ("anthropic-ratelimit-requests-limit", "4000".to_string()),
+                (
+                    "anthropic-ratelimit-requests-remaining",
+                    requests.0.to_string(),
+                ),
+                ("anthropic-ratelimit-requests-reset", in_secs(requests.1)),
+                (
+                    "anthropic-ratelimit-input-tokens-limit",
+                    "400000".to_string(),
+                ),
+                (
+                    "anthropic-ratelimit-input-tokens-remaining",
+                    input_tokens.0.to_string(),
+                ),
+                (
+                    "anthropic-ratelimit-input-tokens-reset",
+                    in_secs(input_tokens.1),
+                ),
+            ]
+        };
+        // 3,999 requests left for a minute, 67/s: clamped to `max`; the input tokens are
+        // drained, which a request rate does not take.
+        let start = Instant::now();
+        api.clone()
+            .oneshot(answer(200, &headers((3999, 60), (0, 30))))
+            .await
+            .unwrap();
+        assert_eq!(adaptive.rate(), max);
+        // One request left for an hour: clamped to `min`.
+        api.clone()
+            .oneshot(answer(200, &headers((1, 3600), (1000, 30))))
+            .await
+            .unwrap();
+        assert_eq!(adaptive.rate(), min);
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            start.elapsed()
+        );
+        // None left for 20 s (less what the system clock moved on): the next call waits.
+        api.clone()
+            .oneshot(answer(200, &headers((0, 20), (1000, 30))))
+            .await
+            .unwrap();
+        let at = Instant::now();
+        api.clone().oneshot(answer(200, &[])).await.unwrap();
+        let waited = at.elapsed();
+        assert!(
+            waited >= Duration::from_secs(18) && waited <= Duration::from_secs(21),
+            "{waited:?}"
+        );
+        assert_eq!(adaptive.stats().successes, 4);
+    }
+
+    const NAMES: [&str; 16] = [
+        "ratelimit",
+        "ratelimit-policy",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+        "x-ratelimit-resource",
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-tokens",
+        "anthropic-ratelimit-requests-limit",
+        "anthropic-ratelimit-requests-remaining",
+        "anthropic-ratelimit-requests-reset",
+        "anthropic-ratelimit-tokens-remaining",
+        "anthropic-ratelimit-tokens-reset",
+        "retry-after",
+    ];
+
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[ -~]{0,30}",
+            "[0-9]{0,22}",
+            "([0-9]{0,6}(\\.[0-9]{0,4})?(h|m|s|ms|us|ns)){1,3}",
+            "20[0-9]{2}-1[0-2]-[0-2][0-9]T[0-2][0-9]:[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,4})?(Z|[+-]0[0-9]:00)",
+            "(\"[a-z]{0,3}\"|[a-z]{0,3})(;[qrtw]=[0-9]{0,16}){0,3}(, ?\"[a-z]{0,2}\";[qrtw]=[0-9]{0,5}){0,2}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// Whatever the dialects say, the rate stays within `[min, max]`.
+        #[test]
+        fn any_dialect_keeps_the_rate_within_min_and_max(
+            status in prop_oneof![Just(200u16), Just(429), Just(503)],
+            headers in prop::collection::vec((0usize..NAMES.len(), value()), 0..10),
+            min in 1u64..1_000_000,
+            span in 0u64..1_000_000,
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let per = Duration::from_secs(1000);
+                let (min, max) = (Rate::new(min, per), Rate::new(min + span, per));
+                let adaptive = Adaptive::new(RateLimiter::new(max, 4), min, max);
+                let api = api(&adaptive);
+                let mut response = Response::builder().status(status).body(()).unwrap();
+                for (name, v) in &headers {
+                    if let Ok(v) = HeaderValue::from_str(v) {
+                        response.headers_mut().append(NAMES[*name], v);
+                    }
+                }
+                for _ in 0..2 {
+                    // A pause of up to a day (a year, for `Retry-After`) is no hang on
+                    // paused time: the clock jumps.
+                    api.clone().oneshot(response.clone()).await.unwrap();
+                    let rate = adaptive.rate();
+                    prop_assert!(rate >= min && rate <= max, "{:?} outside [{:?}, {:?}]", rate, min, max);
+                }
+                Ok(())
+            })?;
+        }
+    }
+}

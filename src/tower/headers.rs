@@ -1,5 +1,5 @@
-//! Reading a destination's refusal and quota headers (feature `http`): `Retry-After`, the IETF
-//! draft's `RateLimit` / `RateLimit-Policy`, and the de facto `X-RateLimit-*`.
+//! Reading a destination's refusal and quota headers (feature `http`): `Retry-After`, and the
+//! quota that binds a request rate (`dialects.rs` reads every limit, in each dialect).
 //!
 //! Every parser here is defensive: a header that is missing, malformed, negative, non-finite
 //! or not ASCII reads as absent, a number too large for a `u64` reads as absent, and a delay
@@ -7,10 +7,11 @@
 //! they return, [`Adaptive::on_quota`](crate::Adaptive::on_quota) keeps the rate within its
 //! `[min, max]`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use http::header::{HeaderMap, HeaderName, RETRY_AFTER};
 
+use super::dialects::{binding_request_limit, limits_from_headers};
 use crate::limiter::Announced;
 
 /// The longest delay the parsers return: a longer `Retry-After` or reset reads as a year.
@@ -53,14 +54,22 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     Some(delay.min(MAX_DELAY))
 }
 
-/// The quota a response announces, if it announces one:
+/// The quota a response announces for requests, if it announces one: of every limit
+/// [`limits_from_headers`](crate::tower::limits_from_headers) reads (the IETF draft's
+/// `RateLimit` / `RateLimit-Policy` with one policy or several, or its older forms), the de facto `X-RateLimit-*`
+/// with GitHub's and Discord's forms, OpenAI's `x-ratelimit-*-requests` and Anthropic's
+/// `anthropic-ratelimit-requests-*`), the one that binds
+/// ([`binding_request_limit`](crate::tower::binding_request_limit): the lowest rate among those
+/// that count requests), read against the system clock. Limits of tokens are not taken.
 ///
-/// - the IETF draft's (draft-ietf-httpapi-ratelimit-headers) structured fields first:
-///   `RateLimit: "default";r=50;t=30` (`remaining`, `reset` in seconds) and
-///   `RateLimit-Policy: "default";q=100;w=60` (`limit` per `window` in seconds). Only the
-///   parameters `r`, `t`, `q` and `w` are read, as non-negative integers; the policy used is
-///   the one named like the `RateLimit` item, or the first. `RateLimit` needs `r` and `t`.
-/// - otherwise the de facto headers: `X-RateLimit-Remaining` with `X-RateLimit-Reset-After`
+/// - The IETF draft (draft-ietf-httpapi-ratelimit-headers): `RateLimit: "default";r=50;t=30`
+///   (`remaining`, `reset` in seconds) and `RateLimit-Policy: "default";q=100;w=60` (`limit`
+///   per `window` in seconds). Only the parameters `r`, `t`, `q` and `w` are read, as
+///   non-negative integers; each item's policy is the one of the same name (or, for a single
+///   item, the first). An item needs `r` and `t`. Without one, the draft's older forms:
+///   `RateLimit: limit=100, remaining=25, reset=5`, or `RateLimit-Limit`, `-Remaining` and
+///   `-Reset`.
+/// - Without those, the de facto headers: `X-RateLimit-Remaining` with `X-RateLimit-Reset-After`
 ///   (Discord: seconds, fractions allowed) or `X-RateLimit-Reset`: delta seconds, or, above
 ///   [`EPOCH_THRESHOLD_SECS`] (10⁹), Unix epoch seconds (GitHub, Discord), read against the
 ///   system clock (a time in the past is a zero reset). `X-RateLimit-Limit` (its leading
@@ -88,70 +97,20 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 /// headers.insert("x-ratelimit-reset", "1800".parse().unwrap());
 /// let quota = quota_from_headers(&headers).unwrap();
 /// assert_eq!((quota.remaining, quota.reset, quota.limit), (4000, Duration::from_secs(1800), Some(5000)));
+///
+/// // OpenAI: the requests limit; the tokens one is not for a request rate.
+/// let mut headers = HeaderMap::new();
+/// headers.insert("x-ratelimit-remaining-requests", "499".parse().unwrap());
+/// headers.insert("x-ratelimit-reset-requests", "120ms".parse().unwrap());
+/// headers.insert("x-ratelimit-remaining-tokens", "0".parse().unwrap());
+/// headers.insert("x-ratelimit-reset-tokens", "6m0s".parse().unwrap());
+/// let quota = quota_from_headers(&headers).unwrap();
+/// assert_eq!((quota.remaining, quota.reset), (499, Duration::from_millis(120)));
 /// ```
 #[must_use]
 pub fn quota_from_headers(headers: &HeaderMap) -> Option<Announced> {
-    ietf(headers).or_else(|| de_facto(headers))
-}
-
-/// The IETF draft's `RateLimit` and `RateLimit-Policy`.
-fn ietf(headers: &HeaderMap) -> Option<Announced> {
-    let limit = header_str(headers, &HeaderName::from_static("ratelimit"))?;
-    let (name, params) = sf_items(limit).next()?;
-    let remaining = param(&params, "r")?;
-    let reset = Duration::from_secs(param(&params, "t")?).min(MAX_DELAY);
-    let mut quota = Announced::new(remaining, reset);
-    if let Some(policy) = header_str(headers, &HeaderName::from_static("ratelimit-policy")) {
-        let mut policies = sf_items(policy);
-        let first = policies.next();
-        let chosen = std::iter::once(first.clone())
-            .flatten()
-            .chain(policies)
-            .find(|(n, _)| *n == name)
-            .or(first);
-        if let Some((_, p)) = chosen {
-            if let (Some(q), Some(w)) = (param(&p, "q"), param(&p, "w")) {
-                quota = quota.with_policy(q, Duration::from_secs(w).min(MAX_DELAY));
-            }
-        }
-    }
-    Some(quota)
-}
-
-/// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` and
-/// `X-RateLimit-Reset-After`.
-fn de_facto(headers: &HeaderMap) -> Option<Announced> {
-    let remaining = leading_u64(header_str(
-        headers,
-        &HeaderName::from_static("x-ratelimit-remaining"),
-    )?)?;
-    let reset_after = header_str(headers, &HeaderName::from_static("x-ratelimit-reset-after"))
-        .and_then(non_negative);
-    let reset = match reset_after {
-        Some(secs) => secs,
-        None => {
-            let reset = non_negative(header_str(
-                headers,
-                &HeaderName::from_static("x-ratelimit-reset"),
-            )?)?;
-            if reset > EPOCH_THRESHOLD_SECS {
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .unwrap_or(Duration::ZERO)
-                    .as_secs_f64();
-                (reset - now).max(0.0)
-            } else {
-                reset
-            }
-        }
-    };
-    let reset = Duration::try_from_secs_f64(reset)
-        .unwrap_or(MAX_DELAY)
-        .min(MAX_DELAY);
-    let mut quota = Announced::new(remaining, reset);
-    quota.limit =
-        header_str(headers, &HeaderName::from_static("x-ratelimit-limit")).and_then(leading_u64);
-    Some(quota)
+    let limits = limits_from_headers(headers, SystemTime::now());
+    binding_request_limit(&limits).map(|limit| limit.announced)
 }
 
 /// The header's value, trimmed, if present once or more (the first) and visible ASCII.
@@ -160,7 +119,7 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> 
 }
 
 /// A non-negative number of seconds (`30`, `1.5`); infinite if it overflows.
-fn non_negative(value: &str) -> Option<f64> {
+pub(super) fn non_negative(value: &str) -> Option<f64> {
     let value = value.trim();
     // `f64::from_str` also takes `inf`, `NaN` and exponents: digits and one dot only.
     if value.is_empty()
@@ -173,7 +132,7 @@ fn non_negative(value: &str) -> Option<f64> {
 }
 
 /// The integer a value starts with (`100` in `100, 100;w=60`), if it starts with digits.
-fn leading_u64(value: &str) -> Option<u64> {
+pub(super) fn leading_u64(value: &str) -> Option<u64> {
     let value = value.trim();
     let end = value
         .bytes()
@@ -188,7 +147,7 @@ fn leading_u64(value: &str) -> Option<u64> {
 /// The items of a structured-field list (`"a";q=1;w=2, "b";q=3`): each item's name (a quoted
 /// string or a token, as written) and its parameters as `(key, value)` pairs. Splitting on `,`
 /// and `;` outside quotes is all the parsing the four integer parameters need.
-fn sf_items(value: &str) -> impl Iterator<Item = (&str, Vec<(&str, &str)>)> {
+pub(super) fn sf_items(value: &str) -> impl Iterator<Item = (&str, Vec<(&str, &str)>)> {
     split_outside_quotes(value, b',').map(|item| {
         let mut members = split_outside_quotes(item, b';');
         let name = members.next().unwrap_or("").trim().trim_matches('"');
@@ -204,7 +163,7 @@ fn sf_items(value: &str) -> impl Iterator<Item = (&str, Vec<(&str, &str)>)> {
 
 /// A structured-field integer parameter: digits only (no sign), at most 15 of them (the
 /// format's limit).
-fn param(params: &[(&str, &str)], key: &str) -> Option<u64> {
+pub(super) fn param(params: &[(&str, &str)], key: &str) -> Option<u64> {
     let (_, v) = params.iter().find(|(k, _)| *k == key)?;
     if v.is_empty() || v.len() > 15 || !v.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -213,7 +172,7 @@ fn param(params: &[(&str, &str)], key: &str) -> Option<u64> {
 }
 
 /// `value` split on `sep`, except inside double quotes (with `\` escapes).
-fn split_outside_quotes(value: &str, sep: u8) -> impl Iterator<Item = &str> {
+pub(super) fn split_outside_quotes(value: &str, sep: u8) -> impl Iterator<Item = &str> {
     let bytes = value.as_bytes();
     let mut start = 0;
     let mut pos = 0;
@@ -249,6 +208,7 @@ fn split_outside_quotes(value: &str, sep: u8) -> impl Iterator<Item = &str> {
 mod tests {
     use super::*;
     use http::HeaderValue;
+    use std::time::UNIX_EPOCH;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();

@@ -50,6 +50,8 @@
 //! ```
 
 mod adaptive;
+#[cfg(feature = "http")]
+mod dialects;
 mod error;
 #[cfg(feature = "http")]
 mod headers;
@@ -60,6 +62,9 @@ mod request;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use adaptive::classify_http;
 pub use adaptive::{AdaptiveFuture, AdaptiveLayer, AdaptiveService, Outcome};
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use dialects::{binding_request_limit, limits_from_headers, AnnouncedLimit, Dimension};
 pub use error::{BoxError, RateLimited};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]

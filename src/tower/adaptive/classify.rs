@@ -1,19 +1,27 @@
 //! [`classify_http`]: the classifier for an `http::Response` (feature `http`).
 
 use super::outcome::Outcome;
-use crate::tower::headers::{quota_from_headers, retry_after};
+use std::time::SystemTime;
+
+use crate::tower::dialects::{binding_request_limit, limits_from_headers};
+use crate::tower::headers::retry_after;
 
 /// Reads an HTTP response for an [`AdaptiveLayer`](super::AdaptiveLayer) (feature `http`):
 ///
 /// - `429 Too Many Requests` and `503 Service Unavailable`: [`Outcome::Throttled`], with the
 ///   delay of `Retry-After` ([`retry_after`](crate::tower::retry_after): delta-seconds or an
-///   HTTP-date), or else, if the quota headers say nothing is left, the time until they say it
-///   is restored;
+///   HTTP-date), or else, if the quota headers say a limit has nothing left, the time until
+///   they say it is restored (the longest, if several have nothing left: of any dimension, a
+///   refusal for want of tokens too is lifted only then);
 /// - other server errors, and transport errors: [`Outcome::Ignore`] (they say nothing about
 ///   the rate);
-/// - anything else went through: [`Outcome::Quota`] if the headers announce a quota
-///   ([`quota_from_headers`](crate::tower::quota_from_headers): `RateLimit` /
-///   `RateLimit-Policy`, or `X-RateLimit-*`), else [`Outcome::Success`].
+/// - anything else went through: [`Outcome::Quota`] if the headers announce a limit of
+///   requests ([`quota_from_headers`](crate::tower::quota_from_headers): `RateLimit` /
+///   `RateLimit-Policy`, `X-RateLimit-*`, OpenAI's and Anthropic's headers; of several, the
+///   one that binds, [`binding_request_limit`](crate::tower::binding_request_limit)), else
+///   [`Outcome::Success`]. Limits of tokens are not reported: a request-rate `Adaptive`
+///   cannot pace them; a limiter of several dimensions
+///   ([`limits_from_headers`](crate::tower::limits_from_headers) reads them all) takes them.
 ///
 /// # Examples
 ///
@@ -48,12 +56,15 @@ pub fn classify_http<B, E>(result: &Result<http::Response<B>, E>) -> Outcome {
     match response.status().as_u16() {
         429 | 503 => Outcome::Throttled {
             retry_after: retry_after(headers).or_else(|| {
-                quota_from_headers(headers)
-                    .filter(|q| q.remaining == 0)
-                    .map(|q| q.reset)
+                limits_from_headers(headers, SystemTime::now())
+                    .iter()
+                    .filter(|l| l.announced.remaining == 0)
+                    .map(|l| l.announced.reset)
+                    .max()
             }),
         },
         _ if response.status().is_server_error() => Outcome::Ignore,
-        _ => quota_from_headers(headers).map_or(Outcome::Success, Outcome::Quota),
+        _ => binding_request_limit(&limits_from_headers(headers, SystemTime::now()))
+            .map_or(Outcome::Success, |l| Outcome::Quota(l.announced)),
     }
 }
