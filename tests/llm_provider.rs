@@ -89,8 +89,9 @@ async fn composed(prompts: &[Prompt], scenario: &Scenario, order: Order) -> Outc
 
 // ---------------------------------------------------------------------------------------------
 // The multi-limit client, for the merger of `MultiRateLimiter` (notes/MULTI.md). Disabled here:
-// this branch has no `MultiRateLimiter`. To enable: delete the `#[cfg(any())]` lines in this
-// block, and add `Client::Multi` to `CLIENTS` below (the match arm in `measure` is ready).
+// this branch has no `MultiRateLimiter`. To enable: delete the five `#[cfg(any())]` lines of
+// this file (this block, `measure` and `check`) and add `Client::Multi` to `CLIENTS` below.
+// `check` then asks of it no refusal in any scenario and a makespan within 1 % of the oracle's.
 // ---------------------------------------------------------------------------------------------
 #[cfg(any())]
 async fn multi(prompts: &[Prompt], scenario: &Scenario) -> Outcome {
@@ -107,13 +108,18 @@ async fn multi(prompts: &[Prompt], scenario: &Scenario) -> Outcome {
         let llm = llm.clone();
         async move { llm.acquire([1, estimate]).await }
     };
-    // A refused call cost the provider nothing: give the whole charge back.
-    let settle = |permit: paced::Permit<2>, answered: Answered| match answered {
-        Answered::Ok { usage } => permit.settle([1, usage]),
-        Answered::Refused => permit.settle([0, 0]),
-    };
+    // A refused call cost the provider nothing: the permit gives its whole charge back.
+    let answered = run(
+        prompts,
+        scenario,
+        acquire,
+        |permit, answered| match answered {
+            Answered::Ok { usage } => permit.settle([1, usage]),
+            Answered::Refused => permit.settle([0, 0]),
+        },
+    );
     let within = Duration::from_secs(30 * 24 * 3600);
-    tokio::time::timeout(within, run(prompts, scenario, acquire, settle))
+    tokio::time::timeout(within, answered)
         .await
         .expect("a month of paused time: a lost wake-up?")
 }
@@ -164,7 +170,7 @@ fn measure(client: Client, prompts: &[Prompt], scenario: &Scenario) -> Outcome {
 /// One row of the table.
 struct Row {
     scenario: String,
-    client: &'static str,
+    client: Client,
     outcome: Outcome,
     ratio: f64,
 }
@@ -204,7 +210,7 @@ fn table(n: usize) -> Vec<Row> {
             );
             rows.push(Row {
                 scenario: label.clone(),
-                client: client.name(),
+                client,
                 outcome,
                 ratio,
             });
@@ -225,28 +231,53 @@ fn describe(l: &LimitSpec) -> String {
 /// What the table shows, for `n` prompts: no client beats the oracle; where one limit binds,
 /// neither composed client is refused; where both bind, requests-then-tokens is refused many
 /// times (a call holds its request while it waits for tokens, then cheap prompts leave in
-/// bunches that the provider's request bucket refuses) and tokens-then-requests hardly ever;
-/// and where the provider settles on tokens, the composed clients (which cannot settle) are
-/// far from the oracle.
+/// bunches that the provider's request bucket refuses) and tokens-then-requests hardly ever
+/// (see `the_lag_after_the_token_grant_can_cost_a_refusal`); and where the provider settles on
+/// tokens, the composed clients (which cannot settle) are far from the oracle.
 fn check(rows: &[Row], n: usize) {
     for row in rows {
         let (scenario, client, refusals) = (&row.scenario, row.client, row.outcome.refusals);
-        assert!(row.ratio >= 0.999, "{scenario} / {client}: beat the oracle");
-        if !scenario.starts_with("both") {
-            assert_eq!(refusals, 0, "{scenario} / {client}");
-        } else if client == Client::RequestsThenTokens.name() {
-            assert!(
-                refusals as usize >= n / 50,
-                "{scenario}: {refusals} refusals"
-            );
-        } else if client == Client::TokensThenRequests.name() {
-            assert!(
-                refusals as usize <= n / 1_000,
-                "{scenario}: {refusals} refusals"
-            );
+        assert!(
+            row.ratio >= 0.999,
+            "{scenario} / {}: beat the oracle",
+            client.name()
+        );
+        let both = scenario.starts_with("both");
+        let settling_tokens = scenario.starts_with("tokens") && scenario.contains("settles");
+        let composed = matches!(
+            client,
+            Client::RequestsThenTokens | Client::TokensThenRequests
+        );
+        match client {
+            Client::RequestsThenTokens | Client::TokensThenRequests if !both => {
+                assert_eq!(refusals, 0, "{scenario} / {}", client.name());
+            }
+            Client::RequestsThenTokens => {
+                assert!(
+                    refusals as usize >= n / 50,
+                    "{scenario}: {refusals} refusals"
+                );
+            }
+            Client::TokensThenRequests => {
+                assert!(
+                    refusals as usize <= n / 1_000,
+                    "{scenario}: {refusals} refusals"
+                );
+            }
+            // The multi-limit client: never refused, within 1 % of the oracle (it settles).
+            #[cfg(any())]
+            Client::Multi => {
+                assert_eq!(refusals, 0, "{scenario}");
+                assert!(row.ratio <= 1.01, "{scenario}: {:.3}", row.ratio);
+            }
         }
-        if scenario.starts_with("tokens") && scenario.contains("settles") {
-            assert!(row.ratio > 1.3, "{scenario} / {client}: {:.3}", row.ratio);
+        if settling_tokens && composed {
+            assert!(
+                row.ratio > 1.3,
+                "{scenario} / {}: {:.3}",
+                client.name(),
+                row.ratio
+            );
         }
     }
 }
@@ -255,6 +286,47 @@ fn check(rows: &[Row], n: usize) {
 #[test]
 fn table_of_clients_against_the_oracle() {
     check(&table(PROMPTS), PROMPTS);
+}
+
+/// Why tokens-then-requests is not refused never: the provider charges the tokens only at
+/// arrival, after the request wait. With 1 request per 2 s (burst 1) and 1 token/s (burst 10):
+/// `h` (0 tokens) takes the request at 0; `j` (10) takes the client's 10 tokens at 0 but its
+/// request only at 2 s, so the provider, full until then, lost 2 s of refill; `i` (10) gets
+/// the client's tokens at 10 s and its request at once, and finds 8 tokens at the provider:
+/// 429. Its retry waits for another 10 tokens at the client (until 20 s). Requests then tokens
+/// sends `i` at 12 s, as the oracle does.
+#[tokio::test(start_paused = true)]
+async fn the_lag_after_the_token_grant_can_cost_a_refusal() {
+    let prompt = |estimate| Prompt {
+        estimate,
+        usage: estimate,
+        latency_ms: 20_000,
+    };
+    let prompts = [prompt(0), prompt(10), prompt(10)];
+    let scenario = Scenario {
+        name: "by hand",
+        limits: vec![requests(30, 1), tokens(60, 10)],
+        settles: false,
+    };
+    assert_eq!(oracle(&prompts, &scenario).makespan, 32 * SECOND_NS);
+    let lagging = composed(&prompts, &scenario, Order::TokensThenRequests).await;
+    assert_eq!(
+        lagging,
+        Outcome {
+            refusals: 1,
+            makespan: 40 * SECOND_NS
+        }
+    );
+    let start = tokio::time::Instant::now();
+    let waiting = composed(&prompts, &scenario, Order::RequestsThenTokens).await;
+    assert_eq!(
+        waiting,
+        Outcome {
+            refusals: 0,
+            makespan: 32 * SECOND_NS
+        }
+    );
+    assert_eq!(start.elapsed(), Duration::from_secs(32));
 }
 
 // ---------------------------------------------------------------------------------------------
