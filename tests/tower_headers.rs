@@ -365,7 +365,7 @@ mod dialects {
             waited >= Duration::from_millis(6_500) && waited < Duration::from_millis(7_000),
             "{waited:?}"
         );
-        assert_eq!(adaptive.stats().refusals, 1);
+        assert_eq!(adaptive.stats().throttled, 1);
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
