@@ -24,8 +24,8 @@
 //! limiter's tokens, keys are passed by reference (`&Q` where `K: Borrow<Q>`, so `&str` for
 //! `String` keys), and every refusal is a [`NotUntil`](crate::NotUntil). The Redis handles
 //! answer through the network, so their verbs are `async` and return a `Result` whose error
-//! says what failed (`paced::redis::RedisLimiterError`; `TryAcquireError` for `try_acquire`,
-//! which tells a refusal from a failure).
+//! says what failed (`paced::redis::RedisLimiterError`; `TryAcquireError` for `try_acquire`
+//! and `acquire_timeout`, which tells a refusal, with its `NotUntil`, from a failure).
 //!
 //! | operation | `RateLimiter` | `Stagger` | `KeyedRateLimiter` | `Adaptive` | `RedisRateLimiter` | `RedisKeyedRateLimiter` |
 //! |---|---|---|---|---|---|---|
