@@ -7,7 +7,7 @@
 //! - [Every handle, every operation](#every-handle-every-operation)
 //! - [Testing your code with paused time](#testing-your-code-with-paused-time)
 //! - [The operators in depth](#the-operators-in-depth)
-//! - [Sharing a quota](#sharing-a-quota)
+//! - [Sharing a limiter](#sharing-a-limiter)
 //! - [Per-key limits](#per-key-limits)
 //! - [Across machines (Redis)](#across-machines-redis)
 //! - [Pacing a Sink](#pacing-a-sink)
@@ -226,7 +226,7 @@
 //!
 //! [`ThrottleMode`]: crate::stream::ThrottleMode
 //!
-//! # Sharing a quota
+//! # Sharing a limiter
 //!
 //! A real quota is rarely per stream. [`RateLimiter`] (a token bucket) and [`Stagger`] (a
 //! sliding window) are shared by handle: clone them into any number of tasks and streams, and
