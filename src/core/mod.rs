@@ -13,6 +13,6 @@ mod window;
 
 pub(crate) use bucket::{Bucket, Decision, Packed};
 pub(crate) use nanos::Nanos;
-pub(crate) use pace::{ByItem, Cost, One, Pace};
+pub(crate) use pace::{Amount, ByItem, Cost, One, Pace};
 pub(crate) use warmup::WarmingUp;
 pub(crate) use window::Window;

@@ -1018,6 +1018,7 @@ where
     K: Borrow<R> + Hash,
     R: Eq + ToOwned<Owned = K> + ?Sized,
 {
+    type Cost = u64;
     fn origin(&self) -> Instant {
         self.shared.origin
     }

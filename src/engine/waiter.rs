@@ -17,6 +17,8 @@ use crate::timer::Timer;
 /// A request's way into a limiter's queue: a borrowed handle for a future, an owned one for a
 /// stream; for a keyed limiter, the key too.
 pub(crate) trait Handle {
+    /// What a request costs (see [`Pace::Cost`](crate::core::Pace::Cost)).
+    type Cost: Copy;
     /// The instant the limiter's times count from.
     fn origin(&self) -> Instant;
     /// Advances the request behind `ticket` (`None`: not queued yet), reading the clock under
@@ -25,7 +27,7 @@ pub(crate) trait Handle {
     fn poll(
         &self,
         ticket: &mut Option<u64>,
-        cost: u64,
+        cost: Self::Cost,
         waker: &Waker,
         timeout: Option<Duration>,
     ) -> Result<Step, NotUntil>;
@@ -85,7 +87,7 @@ impl<H: Handle> Waiter<H> {
     pub(crate) fn poll_acquire(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        cost: u64,
+        cost: H::Cost,
         timeout: Option<Duration>,
     ) -> Poll<Result<(), NotUntil>> {
         let budget = ready!(poll_budget(cx));
