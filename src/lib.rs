@@ -100,8 +100,8 @@ pub use error::{ConfigError, NotUntil, RateExceeded};
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-laws")))]
 pub use limiter::AdaptiveLaw;
 pub use limiter::{
-    Adaptive, AdaptiveStats, Announced, KeyedLimiter, KeyedRateLimiter, Limiter, RateLimiter,
-    Stagger,
+    Adaptive, AdaptiveStats, Announced, KeyedLimiter, KeyedRateLimiter, Limit, Limiter,
+    MultiRateLimiter, MultiRateLimiterBuilder, Permit, RateLimiter, Stagger,
 };
 #[allow(deprecated)]
 pub use limiter::{KeyedQuota, Quota};

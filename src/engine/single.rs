@@ -100,6 +100,11 @@ pub(crate) struct Shared<R: Pace> {
 
 impl<R: Pace> Shared<R> {
     pub(crate) fn new(rule: R) -> Shared<R> {
+        Shared::with_origin(rule, Instant::now())
+    }
+
+    /// A limiter whose times count from `origin` (the rule's time 0).
+    pub(crate) fn with_origin(rule: R, origin: Instant) -> Shared<R> {
         let shared = Shared {
             fast: Fast {
                 word: Line(AtomicU64::new(HELD)),
@@ -110,7 +115,7 @@ impl<R: Pace> Shared<R> {
             },
             granted: Striped::default(),
             rejected: AtomicU64::new(0),
-            origin: Instant::now(),
+            origin,
             state: Mutex::new(Locked {
                 lane: Lane::new(rule),
                 tally: Tally::default(),
@@ -375,6 +380,23 @@ impl<R: Pace> Shared<R> {
         self.release(&mut st, now);
         drop(st);
         (out, after)
+    }
+
+    /// Corrects the rule at `now` (a grant settled for what it really cost); if `f` says it
+    /// gave something back, the head of the queue is woken to see whether it may now go (and a
+    /// grant wakes the next in turn).
+    pub(crate) fn correct(&self, f: impl FnOnce(&mut R, Nanos) -> bool) {
+        let mut st = self.lock();
+        let now = self.now();
+        self.take(&mut st);
+        let returned = f(st.lane.rule_mut(), now);
+        let after = After {
+            wake: if returned { st.lane.head_waker() } else { None },
+            ..After::default()
+        };
+        self.release(&mut st, now);
+        drop(st);
+        after.run();
     }
 
     /// Reads the rule at `now`.
