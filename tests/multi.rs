@@ -298,3 +298,534 @@ async fn acquire_timeout_refuses_at_once_and_takes_nothing() {
     assert_eq!(permit.charged(), [1, 50]);
     assert_eq!(start.elapsed(), ms(500));
 }
+
+/// The obviously correct limits, in whole milliseconds: a bucket as a level (in milliseconds
+/// of refill: one token is `per` of them) that grows by one per millisecond up to the burst,
+/// a fixed window as its own list of charges with the carry computed window by window.
+mod model {
+    #[derive(Clone, Debug)]
+    pub enum Rule {
+        /// One token per `per` ms, at most `burst`; `level` (in ms of refill) as of `at`;
+        /// `full`: since when it has been full, if it was full at `at`.
+        Bucket {
+            per: u64,
+            burst: u64,
+            level: i128,
+            at: u64,
+            full: u64,
+        },
+        /// At most `quota` per window of `len` ms, boundaries at `phase + k * len`; the
+        /// charges, by window, net of refunds.
+        Window {
+            quota: u64,
+            len: u64,
+            phase: u64,
+            direct: Vec<(u64, i128)>,
+        },
+    }
+
+    impl Rule {
+        pub fn bucket(per: u64, burst: u64) -> Rule {
+            Rule::Bucket {
+                per,
+                burst,
+                level: i128::from(per * burst),
+                at: 0,
+                full: 0,
+            }
+        }
+
+        /// Since when a bucket is full (or will be, if nothing more is taken).
+        fn full_at(per: u64, burst: u64, level: i128, at: u64, full: u64) -> u64 {
+            let max = i128::from(per * burst);
+            if level < max {
+                at + (max - level) as u64
+            } else {
+                full
+            }
+        }
+
+        fn level(per: u64, burst: u64, level: i128, at: u64, t: u64) -> i128 {
+            (level + i128::from(t.saturating_sub(at))).min(i128::from(per * burst))
+        }
+
+        fn number(len: u64, phase: u64, t: u64) -> u64 {
+            (t + len - phase) / len
+        }
+
+        fn start(len: u64, phase: u64, k: u64) -> u64 {
+            (k * len + phase).saturating_sub(len)
+        }
+
+        fn last(direct: &[(u64, i128)]) -> u64 {
+            direct.last().map_or(0, |d| d.0)
+        }
+
+        fn used(quota: u64, direct: &[(u64, i128)], k: u64) -> i128 {
+            let mut carry = 0i128;
+            let first = direct.first().map_or(k, |d| d.0);
+            for w in first..=k {
+                let own: i128 = direct.iter().filter(|d| d.0 == w).map(|d| d.1).sum();
+                let used = carry + own;
+                if w == k {
+                    return used;
+                }
+                carry = (used - i128::from(quota)).max(0);
+            }
+            carry
+        }
+
+        /// When a request of `c` heading the queue since `since` may go.
+        pub fn earliest(&self, since: u64, c: u64) -> u64 {
+            match self {
+                &Rule::Bucket {
+                    per,
+                    burst,
+                    level,
+                    at,
+                    full,
+                } => {
+                    let from = since.max(at);
+                    let now_level = Rule::level(per, burst, level, at, at);
+                    if c <= burst {
+                        let need = i128::from(c * per);
+                        if now_level >= need {
+                            from
+                        } else {
+                            from.max(at + (need - now_level) as u64)
+                        }
+                    } else {
+                        let full = Rule::full_at(per, burst, level, at, full);
+                        full.max(since) + (c - burst) * per
+                    }
+                }
+                Rule::Window {
+                    quota,
+                    len,
+                    phase,
+                    direct,
+                } => {
+                    let mut k = Rule::number(*len, *phase, since).max(Rule::last(direct));
+                    loop {
+                        let used = Rule::used(*quota, direct, k);
+                        let fits = if c > *quota {
+                            used == 0
+                        } else {
+                            used + i128::from(c) <= i128::from(*quota)
+                        };
+                        if fits {
+                            return since.max(Rule::start(*len, *phase, k));
+                        }
+                        k += 1;
+                    }
+                }
+            }
+        }
+
+        /// Charges `c` at `t`: a grant (`debt == false`, a cost above a bucket's burst leaves
+        /// it empty) or a debt.
+        pub fn charge(&mut self, t: u64, c: u64, debt: bool) {
+            match self {
+                Rule::Bucket {
+                    per,
+                    burst,
+                    level,
+                    at,
+                    ..
+                } => {
+                    let now = Rule::level(*per, *burst, *level, *at, t);
+                    let c = if debt { c } else { c.min(*burst) };
+                    *level = now - i128::from(c * *per);
+                    *at = t;
+                }
+                Rule::Window {
+                    len, phase, direct, ..
+                } => {
+                    let k = Rule::number(*len, *phase, t).max(Rule::last(direct));
+                    direct.push((k, i128::from(c)));
+                }
+            }
+        }
+
+        /// Corrects a grant of `c` made at `granted` to `a < c`, at `t`.
+        pub fn refund(&mut self, t: u64, granted: u64, c: u64, a: u64) {
+            match self {
+                Rule::Bucket {
+                    per,
+                    burst,
+                    level,
+                    at,
+                    full,
+                } => {
+                    // What the bucket gave (the rest of a cost above the burst was waited for).
+                    let d = c.min(*burst) - a.min(*burst);
+                    let max = i128::from(*per * *burst);
+                    let was_full = Rule::full_at(*per, *burst, *level, *at, *full);
+                    let now = Rule::level(*per, *burst, *level, *at, t);
+                    *level = (now + i128::from(d * *per)).min(max);
+                    *at = t;
+                    // Full already: since then; full by this refund: from now.
+                    *full = if now >= max { was_full } else { t };
+                }
+                Rule::Window {
+                    quota,
+                    len,
+                    phase,
+                    direct,
+                } => {
+                    let d = c - a;
+                    let k = Rule::number(*len, *phase, granted);
+                    if Rule::number(*len, *phase, t) != k || Rule::last(direct) != k {
+                        return;
+                    }
+                    let back = i128::from(d).min(Rule::used(*quota, direct, k));
+                    direct.push((k, -back));
+                }
+            }
+        }
+
+        /// A new burst (a bucket) or quota (a window), keeping the level or the use.
+        pub fn set(&mut self, t: u64, to: u64) {
+            match self {
+                Rule::Bucket {
+                    per,
+                    burst,
+                    level,
+                    at,
+                    full,
+                } => {
+                    let now = Rule::level(*per, *burst, *level, *at, t);
+                    *burst = to;
+                    *level = now.min(i128::from(*per * to));
+                    *at = t;
+                    *full = t;
+                }
+                Rule::Window {
+                    quota,
+                    len,
+                    phase,
+                    direct,
+                } => {
+                    let k = Rule::number(*len, *phase, t).max(Rule::last(direct));
+                    let used = Rule::used(*quota, direct, k);
+                    *direct = vec![(k, used)];
+                    *quota = to;
+                }
+            }
+        }
+
+        pub fn is_bucket_below(&self, c: u64) -> bool {
+            matches!(self, &Rule::Bucket { burst, .. } if c > burst)
+        }
+    }
+}
+
+mod exact {
+    use std::collections::VecDeque;
+
+    use paced::{Limit, MultiRateLimiter, Permit, Rate};
+    use proptest::prelude::*;
+    use tokio::sync::mpsc;
+    use tokio::time::{sleep, Instant};
+
+    use super::model::Rule;
+    use super::ms;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Arrive([u64; 2]),
+        TryAcquire([u64; 2]),
+        Advance(u64),
+        /// The waiter at this place (modulo the queue's length) gives up.
+        Cancel(usize),
+        /// The permit at this place (modulo their number) is settled to this share (in %) of
+        /// its charge, or above it.
+        Settle(usize, u64),
+        /// Limit 0 (requests) gets this burst, or limit 2 (the window) this quota.
+        Set(bool, u64),
+    }
+
+    fn ops() -> impl Strategy<Value = Vec<Op>> {
+        let cost = (0u64..=2, 0u64..=25).prop_map(|(r, t)| [r, t]);
+        prop::collection::vec(
+            prop_oneof![
+                6 => cost.clone().prop_map(Op::Arrive),
+                2 => cost.prop_map(Op::TryAcquire),
+                4 => prop_oneof![Just(0u64), 1u64..20, 1u64..400].prop_map(Op::Advance),
+                1 => any::<usize>().prop_map(Op::Cancel),
+                3 => (any::<usize>(), 0u64..=200).prop_map(|(i, p)| Op::Settle(i, p)),
+                1 => (any::<bool>(), 1u64..6).prop_map(|(w, to)| Op::Set(w, to)),
+            ],
+            1..50,
+        )
+    }
+
+    struct Model {
+        limits: Vec<(usize, Rule)>,
+        /// (id, cost, since)
+        queue: VecDeque<(usize, [u64; 2], u64)>,
+        /// No grant before this (the last time the head was woken by a change).
+        floor: u64,
+        /// The grants made, in order: (id, at).
+        grants: Vec<(usize, u64)>,
+    }
+
+    impl Model {
+        fn earliest(&self, since: u64, cost: [u64; 2]) -> u64 {
+            let mut at = since;
+            for (dim, rule) in &self.limits {
+                if cost[*dim] > 0 {
+                    at = at.max(rule.earliest(since, cost[*dim]));
+                }
+            }
+            at
+        }
+        fn commit(&mut self, t: u64, cost: [u64; 2]) {
+            for (dim, rule) in &mut self.limits {
+                if cost[*dim] > 0 {
+                    rule.charge(t, cost[*dim], false);
+                }
+            }
+        }
+        fn advance_to(&mut self, t: u64) {
+            while let Some(&(id, cost, since)) = self.queue.front() {
+                let g = self.earliest(since, cost).max(self.floor);
+                if g > t {
+                    break;
+                }
+                self.commit(g, cost);
+                self.grants.push((id, g));
+                self.queue.pop_front();
+                if let Some(next) = self.queue.front_mut() {
+                    next.2 = g;
+                }
+            }
+        }
+    }
+
+    type Granted = (usize, u64, Permit<2>);
+
+    /// A grant of `cost` at `at`, as the bound counts it.
+    fn charge(at: u64, cost: [u64; 2]) -> (u64, [i128; 2], i128) {
+        (at, cost.map(i128::from), i128::from(cost[1]))
+    }
+
+    /// Lets every task woken at this instant run (a grant wakes the next waiter, one link a
+    /// yield).
+    async fn settle_down(n: usize) {
+        for _ in 0..n + 4 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[allow(clippy::too_many_lines)]
+    async fn replay(
+        (per_r, burst_r, per_t, burst_t, quota, len, offset): (u64, u64, u64, u64, u64, u64, u64),
+        ops: Vec<Op>,
+    ) -> Result<(), TestCaseError> {
+        let start = Instant::now();
+        let limiter: MultiRateLimiter<2> = MultiRateLimiter::builder(["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::new(1, ms(per_r)), burst_r))
+            .limit("tokens", Limit::bucket(Rate::new(1, ms(per_t)), burst_t))
+            .limit(
+                "tokens",
+                Limit::window(quota, ms(len)).aligned_to_instant(start + ms(offset)),
+            )
+            .build()
+            .unwrap();
+        let mut model = Model {
+            limits: vec![
+                (0, Rule::bucket(per_r, burst_r)),
+                (1, Rule::bucket(per_t, burst_t)),
+                (
+                    1,
+                    Rule::Window {
+                        quota,
+                        len,
+                        phase: offset % len,
+                        direct: Vec::new(),
+                    },
+                ),
+            ],
+            queue: VecDeque::new(),
+            floor: 0,
+            grants: Vec::new(),
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel::<Granted>();
+        let mut tasks: Vec<(usize, tokio::task::JoinHandle<()>)> = Vec::new();
+        let mut seen: Vec<(usize, u64)> = Vec::new();
+        // Granted, unsettled: (id, at, charged, permit).
+        let mut permits: Vec<(usize, u64, [u64; 2], Option<Permit<2>>)> = Vec::new();
+        // Every charge and correction, counted at its instant, as the bound counts them:
+        // (at, amounts, and for the window's dimension only what it applied).
+        let mut used: Vec<(u64, [i128; 2], i128)> = Vec::new();
+        let mut upward = false;
+        // Whether no cost charged was above a burst or a quota (as the bound asks).
+        let mut charged_small = true;
+        let mut bursts = burst_r;
+        let mut quotas = quota;
+        let mut now = 0u64;
+        let mut next_id = 0usize;
+        for op in ops {
+            match op {
+                Op::Arrive(cost) => {
+                    let id = next_id;
+                    next_id += 1;
+                    if cost == [0, 0] {
+                        model.grants.push((id, now));
+                    } else if model.queue.is_empty() && model.earliest(now, cost) <= now {
+                        model.commit(now, cost);
+                        model.grants.push((id, now));
+                    } else {
+                        model.queue.push_back((id, cost, now));
+                    }
+                    let (limiter, tx) = (limiter.clone(), tx.clone());
+                    let task = tokio::spawn(async move {
+                        let permit = limiter.acquire(cost).await;
+                        let at = u64::try_from(start.elapsed().as_millis()).unwrap();
+                        let _ = tx.send((id, at, permit));
+                    });
+                    tasks.push((id, task));
+                }
+                Op::TryAcquire(cost) => {
+                    let expected = cost == [0, 0]
+                        || (!model
+                            .limits
+                            .iter()
+                            .any(|(d, r)| r.is_bucket_below(cost[*d]))
+                            && model.queue.is_empty()
+                            && model.earliest(now, cost) <= now);
+                    charged_small &= cost[0] <= burst_r && cost[1] <= burst_t.min(quota);
+                    let got = limiter.try_acquire(cost);
+                    prop_assert_eq!(got.is_ok(), expected, "try_acquire {:?} at {}", cost, now);
+                    if let Ok(permit) = got {
+                        if cost != [0, 0] {
+                            model.commit(now, cost);
+                        }
+                        let id = next_id;
+                        next_id += 1;
+                        permits.push((id, now, cost, Some(permit)));
+                        used.push(charge(now, cost));
+                    }
+                }
+                Op::Advance(d) => {
+                    model.advance_to(now + d);
+                    now += d;
+                    sleep(ms(d)).await;
+                }
+                Op::Cancel(i) => {
+                    if !model.queue.is_empty() {
+                        let i = i % model.queue.len();
+                        let (id, _, _) = model.queue.remove(i).unwrap();
+                        if i == 0 {
+                            if let Some(next) = model.queue.front_mut() {
+                                next.2 = now;
+                            }
+                        }
+                        let task = tasks.iter().find(|t| t.0 == id).unwrap();
+                        task.1.abort();
+                    }
+                }
+                Op::Settle(i, share) => {
+                    let open: Vec<usize> = (0..permits.len())
+                        .filter(|&j| permits[j].3.is_some())
+                        .collect();
+                    if !open.is_empty() {
+                        let j = open[i % open.len()];
+                        let (_, at, charged, permit) = &mut permits[j];
+                        let actual = charged.map(|c| c * share / 100);
+                        let mut returned = false;
+                        for (dim, rule) in &mut model.limits {
+                            let (c, a) = (charged[*dim], actual[*dim]);
+                            if a < c {
+                                returned = true;
+                                rule.refund(now, *at, c, a);
+                            } else if a > c {
+                                upward = true;
+                                rule.charge(now, a - c, true);
+                            }
+                        }
+                        if returned {
+                            model.floor = now;
+                        }
+                        permit.take().unwrap().settle(actual);
+                        let delta = [0, 1].map(|d| i128::from(actual[d]) - i128::from(charged[d]));
+                        // A fixed window gives back only within the window charged.
+                        let same =
+                            (now + len - offset % len) / len == (*at + len - offset % len) / len;
+                        let window = if delta[1] < 0 && !same { 0 } else { delta[1] };
+                        used.push((now, delta, window));
+                    }
+                }
+                Op::Set(window, to) => {
+                    if window {
+                        let q = to * 10;
+                        quotas = quotas.max(q);
+                        model.limits[2].1.set(now, q);
+                        let origin = start + ms(offset);
+                        limiter.set_limit(2, Limit::window(q, ms(len)).aligned_to_instant(origin));
+                    } else {
+                        bursts = bursts.max(to);
+                        model.limits[0].1.set(now, to);
+                        limiter.set_limit(0, Limit::bucket(Rate::new(1, ms(per_r)), to));
+                    }
+                    model.floor = now;
+                }
+            }
+            model.advance_to(now);
+            settle_down(model.queue.len() + tasks.len()).await;
+            while let Ok((id, at, permit)) = rx.try_recv() {
+                seen.push((id, at));
+                let charged = permit.charged();
+                charged_small &= charged[0] <= burst_r && charged[1] <= burst_t.min(quota);
+                permits.push((id, at, charged, Some(permit)));
+                used.push(charge(at, charged));
+            }
+            // Grants by try_acquire are not in either list; those by acquire, in order.
+            prop_assert_eq!(&seen, &model.grants, "at {} ms", now);
+        }
+        for (_, task) in tasks {
+            task.abort();
+        }
+        // The bound, with downward corrections only: a bucket grants at most burst + w * rate
+        // in any span of w, a fixed window at most its quota in each window.
+        if !upward && charged_small {
+            for &(a, ..) in &used {
+                for &(b, ..) in used.iter().filter(|u| u.0 >= a) {
+                    let within = used.iter().filter(|u| (a..=b).contains(&u.0));
+                    let (r, t) = within.fold((0, 0), |s, u| (s.0 + u.1[0], s.1 + u.1[1]));
+                    let span = i128::from(b - a);
+                    let (per_r, per_t) = (i128::from(per_r), i128::from(per_t));
+                    let (bursts, burst_t) = (i128::from(bursts), i128::from(burst_t));
+                    prop_assert!(r * per_r <= bursts * per_r + span, "requests {a}..{b}");
+                    prop_assert!(t * per_t <= burst_t * per_t + span, "tokens {a}..{b}");
+                }
+            }
+            let phase = offset % len;
+            let mut windows: std::collections::BTreeMap<u64, i128> = Default::default();
+            for u in &used {
+                *windows.entry((u.0 + len - phase) / len).or_default() += u.2;
+            }
+            for (k, sum) in windows {
+                prop_assert!(sum <= i128::from(quotas), "window {k}: {sum} > {quotas}");
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+        #[test]
+        fn the_limiter_is_the_naive_model(
+            limits in (1u64..50, 1u64..4, 1u64..10, 5u64..30, 10u64..60, 50u64..500, 0u64..500),
+            ops in ops(),
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            rt.block_on(replay(limits, ops))?;
+        }
+    }
+}

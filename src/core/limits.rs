@@ -96,10 +96,20 @@ impl<const N: usize> Limits<N> {
         for l in &mut self.limits {
             let (charged, actual) = (charged[l.dim], actual[l.dim]);
             if actual < charged {
-                returned = true;
                 match &mut l.rule {
-                    Rule::Bucket(b) => b.refund(now, charged - actual),
-                    Rule::Window(w) => w.refund(now, at, charged - actual),
+                    Rule::Bucket(b) => {
+                        // A cost above the burst took the burst from the bucket and paid the
+                        // rest by waiting: only what the bucket gave is given back.
+                        let back = charged.min(b.burst()) - actual.min(b.burst());
+                        if back > 0 {
+                            returned = true;
+                            b.refund(now, back);
+                        }
+                    }
+                    Rule::Window(w) => {
+                        returned = true;
+                        w.refund(now, at, charged - actual);
+                    }
                 }
             } else if actual > charged {
                 match &mut l.rule {
