@@ -303,17 +303,61 @@ async fn acquire_timeout_refuses_at_once_and_takes_nothing() {
 /// of refill: one token is `per` of them) that grows by one per millisecond up to the burst,
 /// a fixed window as its own list of charges with the carry computed window by window.
 mod model {
+    /// One token per `per` ms, at most `burst`; `level` (in ms of refill) as of `at`; `full`:
+    /// since when it has been full, if it was full at `at`.
+    #[derive(Clone, Debug)]
+    pub struct Bucket {
+        per: u64,
+        burst: u64,
+        level: i128,
+        at: u64,
+        full: u64,
+    }
+
+    impl Bucket {
+        fn max(&self) -> i128 {
+            i128::from(self.per * self.burst)
+        }
+
+        fn level(&self, t: u64) -> i128 {
+            (self.level + i128::from(t.saturating_sub(self.at))).min(self.max())
+        }
+
+        /// Since when the bucket is full (or will be, if nothing more is taken).
+        fn full_at(&self) -> u64 {
+            if self.level < self.max() {
+                self.at + (self.max() - self.level) as u64
+            } else {
+                self.full
+            }
+        }
+
+        fn earliest(&self, since: u64, c: u64) -> u64 {
+            if c > self.burst {
+                // Full, then the rest flows in, counted from when it heads the queue.
+                return self.full_at().max(since) + (c - self.burst) * self.per;
+            }
+            let need = i128::from(c * self.per);
+            let now = self.level(self.at);
+            let ready = if now >= need {
+                self.at
+            } else {
+                self.at + (need - now) as u64
+            };
+            since.max(ready)
+        }
+
+        /// Sets the level at `t`, keeping when it became full if it stays full since.
+        fn set_level(&mut self, t: u64, level: i128, full: u64) {
+            self.level = level;
+            self.at = t;
+            self.full = full;
+        }
+    }
+
     #[derive(Clone, Debug)]
     pub enum Rule {
-        /// One token per `per` ms, at most `burst`; `level` (in ms of refill) as of `at`;
-        /// `full`: since when it has been full, if it was full at `at`.
-        Bucket {
-            per: u64,
-            burst: u64,
-            level: i128,
-            at: u64,
-            full: u64,
-        },
+        Bucket(Bucket),
         /// At most `quota` per window of `len` ms, boundaries at `phase + k * len`; the
         /// charges, by window, net of refunds.
         Window {
@@ -324,97 +368,60 @@ mod model {
         },
     }
 
+    fn number(len: u64, phase: u64, t: u64) -> u64 {
+        (t + len - phase) / len
+    }
+
+    fn last(direct: &[(u64, i128)]) -> u64 {
+        direct.last().map_or(0, |d| d.0)
+    }
+
+    /// What window `k` uses, carry included.
+    fn used(quota: u64, direct: &[(u64, i128)], k: u64) -> i128 {
+        let mut carry = 0i128;
+        let first = direct.first().map_or(k, |d| d.0);
+        for w in first..=k {
+            let own: i128 = direct.iter().filter(|d| d.0 == w).map(|d| d.1).sum();
+            let used = carry + own;
+            if w == k {
+                return used;
+            }
+            carry = (used - i128::from(quota)).max(0);
+        }
+        carry
+    }
+
     impl Rule {
         pub fn bucket(per: u64, burst: u64) -> Rule {
-            Rule::Bucket {
+            Rule::Bucket(Bucket {
                 per,
                 burst,
                 level: i128::from(per * burst),
                 at: 0,
                 full: 0,
-            }
-        }
-
-        /// Since when a bucket is full (or will be, if nothing more is taken).
-        fn full_at(per: u64, burst: u64, level: i128, at: u64, full: u64) -> u64 {
-            let max = i128::from(per * burst);
-            if level < max {
-                at + (max - level) as u64
-            } else {
-                full
-            }
-        }
-
-        fn level(per: u64, burst: u64, level: i128, at: u64, t: u64) -> i128 {
-            (level + i128::from(t.saturating_sub(at))).min(i128::from(per * burst))
-        }
-
-        fn number(len: u64, phase: u64, t: u64) -> u64 {
-            (t + len - phase) / len
-        }
-
-        fn start(len: u64, phase: u64, k: u64) -> u64 {
-            (k * len + phase).saturating_sub(len)
-        }
-
-        fn last(direct: &[(u64, i128)]) -> u64 {
-            direct.last().map_or(0, |d| d.0)
-        }
-
-        fn used(quota: u64, direct: &[(u64, i128)], k: u64) -> i128 {
-            let mut carry = 0i128;
-            let first = direct.first().map_or(k, |d| d.0);
-            for w in first..=k {
-                let own: i128 = direct.iter().filter(|d| d.0 == w).map(|d| d.1).sum();
-                let used = carry + own;
-                if w == k {
-                    return used;
-                }
-                carry = (used - i128::from(quota)).max(0);
-            }
-            carry
+            })
         }
 
         /// When a request of `c` heading the queue since `since` may go.
         pub fn earliest(&self, since: u64, c: u64) -> u64 {
             match self {
-                &Rule::Bucket {
-                    per,
-                    burst,
-                    level,
-                    at,
-                    full,
-                } => {
-                    let from = since.max(at);
-                    let now_level = Rule::level(per, burst, level, at, at);
-                    if c <= burst {
-                        let need = i128::from(c * per);
-                        if now_level >= need {
-                            from
-                        } else {
-                            from.max(at + (need - now_level) as u64)
-                        }
-                    } else {
-                        let full = Rule::full_at(per, burst, level, at, full);
-                        full.max(since) + (c - burst) * per
-                    }
-                }
+                Rule::Bucket(b) => b.earliest(since, c),
                 Rule::Window {
                     quota,
                     len,
                     phase,
                     direct,
                 } => {
-                    let mut k = Rule::number(*len, *phase, since).max(Rule::last(direct));
+                    let mut k = number(*len, *phase, since).max(last(direct));
                     loop {
-                        let used = Rule::used(*quota, direct, k);
+                        let used = used(*quota, direct, k);
                         let fits = if c > *quota {
                             used == 0
                         } else {
                             used + i128::from(c) <= i128::from(*quota)
                         };
                         if fits {
-                            return since.max(Rule::start(*len, *phase, k));
+                            return since.max((k * len + phase).saturating_sub(*len));
                         }
                         k += 1;
                     }
@@ -422,26 +429,19 @@ mod model {
             }
         }
 
-        /// Charges `c` at `t`: a grant (`debt == false`, a cost above a bucket's burst leaves
+        /// Charges `c` at `t`: a grant (`debt == false`: a cost above a bucket's burst leaves
         /// it empty) or a debt.
         pub fn charge(&mut self, t: u64, c: u64, debt: bool) {
             match self {
-                Rule::Bucket {
-                    per,
-                    burst,
-                    level,
-                    at,
-                    ..
-                } => {
-                    let now = Rule::level(*per, *burst, *level, *at, t);
-                    let c = if debt { c } else { c.min(*burst) };
-                    *level = now - i128::from(c * *per);
-                    *at = t;
+                Rule::Bucket(b) => {
+                    let c = if debt { c } else { c.min(b.burst) };
+                    let level = b.level(t) - i128::from(c * b.per);
+                    b.set_level(t, level, t);
                 }
                 Rule::Window {
                     len, phase, direct, ..
                 } => {
-                    let k = Rule::number(*len, *phase, t).max(Rule::last(direct));
+                    let k = number(*len, *phase, t).max(last(direct));
                     direct.push((k, i128::from(c)));
                 }
             }
@@ -450,22 +450,13 @@ mod model {
         /// Corrects a grant of `c` made at `granted` to `a < c`, at `t`.
         pub fn refund(&mut self, t: u64, granted: u64, c: u64, a: u64) {
             match self {
-                Rule::Bucket {
-                    per,
-                    burst,
-                    level,
-                    at,
-                    full,
-                } => {
+                Rule::Bucket(b) => {
                     // What the bucket gave (the rest of a cost above the burst was waited for).
-                    let d = c.min(*burst) - a.min(*burst);
-                    let max = i128::from(*per * *burst);
-                    let was_full = Rule::full_at(*per, *burst, *level, *at, *full);
-                    let now = Rule::level(*per, *burst, *level, *at, t);
-                    *level = (now + i128::from(d * *per)).min(max);
-                    *at = t;
+                    let d = c.min(b.burst) - a.min(b.burst);
+                    let (was_full, now) = (b.full_at(), b.level(t));
+                    let level = (now + i128::from(d * b.per)).min(b.max());
                     // Full already: since then; full by this refund: from now.
-                    *full = if now >= max { was_full } else { t };
+                    b.set_level(t, level, if now >= b.max() { was_full } else { t });
                 }
                 Rule::Window {
                     quota,
@@ -473,12 +464,11 @@ mod model {
                     phase,
                     direct,
                 } => {
-                    let d = c - a;
-                    let k = Rule::number(*len, *phase, granted);
-                    if Rule::number(*len, *phase, t) != k || Rule::last(direct) != k {
+                    let k = number(*len, *phase, granted);
+                    if number(*len, *phase, t) != k || last(direct) != k {
                         return;
                     }
-                    let back = i128::from(d).min(Rule::used(*quota, direct, k));
+                    let back = i128::from(c - a).min(used(*quota, direct, k));
                     direct.push((k, -back));
                 }
             }
@@ -487,18 +477,11 @@ mod model {
         /// A new burst (a bucket) or quota (a window), keeping the level or the use.
         pub fn set(&mut self, t: u64, to: u64) {
             match self {
-                Rule::Bucket {
-                    per,
-                    burst,
-                    level,
-                    at,
-                    full,
-                } => {
-                    let now = Rule::level(*per, *burst, *level, *at, t);
-                    *burst = to;
-                    *level = now.min(i128::from(*per * to));
-                    *at = t;
-                    *full = t;
+                Rule::Bucket(b) => {
+                    let now = b.level(t);
+                    b.burst = to;
+                    let level = now.min(b.max());
+                    b.set_level(t, level, t);
                 }
                 Rule::Window {
                     quota,
@@ -506,16 +489,17 @@ mod model {
                     phase,
                     direct,
                 } => {
-                    let k = Rule::number(*len, *phase, t).max(Rule::last(direct));
-                    let used = Rule::used(*quota, direct, k);
+                    let k = number(*len, *phase, t).max(last(direct));
+                    let used = used(*quota, direct, k);
                     *direct = vec![(k, used)];
                     *quota = to;
                 }
             }
         }
 
-        pub fn is_bucket_below(&self, c: u64) -> bool {
-            matches!(self, &Rule::Bucket { burst, .. } if c > burst)
+        /// Whether `c` is above a bucket's burst (only to be had by waiting).
+        pub fn is_above_burst(&self, c: u64) -> bool {
+            matches!(self, Rule::Bucket(b) if c > b.burst)
         }
     }
 }
@@ -689,10 +673,7 @@ mod exact {
                 }
                 Op::TryAcquire(cost) => {
                     let expected = cost == [0, 0]
-                        || (!model
-                            .limits
-                            .iter()
-                            .any(|(d, r)| r.is_bucket_below(cost[*d]))
+                        || (!model.limits.iter().any(|(d, r)| r.is_above_burst(cost[*d]))
                             && model.queue.is_empty()
                             && model.earliest(now, cost) <= now);
                     charged_small &= cost[0] <= burst_r && cost[1] <= burst_t.min(quota);
