@@ -299,6 +299,9 @@ async fn acquire_timeout_refuses_at_once_and_takes_nothing() {
     assert_eq!(start.elapsed(), ms(500));
 }
 
+#[path = "common/naive_window.rs"]
+mod naive_window;
+
 /// The obviously correct limits, in whole milliseconds: a bucket as a level (in milliseconds
 /// of refill: one token is `per` of them) that grows by one per millisecond up to the burst,
 /// a fixed window as its own list of charges with the carry computed window by window.
@@ -355,43 +358,19 @@ mod model {
         }
     }
 
+    use super::naive_window::NaiveWindow as Window;
+
     #[derive(Clone, Debug)]
     pub enum Rule {
         Bucket(Bucket),
-        /// At most `quota` per window of `len` ms, boundaries at `phase + k * len`; the
-        /// charges, by window, net of refunds.
-        Window {
-            quota: u64,
-            len: u64,
-            phase: u64,
-            direct: Vec<(u64, i128)>,
-        },
-    }
-
-    fn number(len: u64, phase: u64, t: u64) -> u64 {
-        (t + len - phase) / len
-    }
-
-    fn last(direct: &[(u64, i128)]) -> u64 {
-        direct.last().map_or(0, |d| d.0)
-    }
-
-    /// What window `k` uses, carry included.
-    fn used(quota: u64, direct: &[(u64, i128)], k: u64) -> i128 {
-        let mut carry = 0i128;
-        let first = direct.first().map_or(k, |d| d.0);
-        for w in first..=k {
-            let own: i128 = direct.iter().filter(|d| d.0 == w).map(|d| d.1).sum();
-            let used = carry + own;
-            if w == k {
-                return used;
-            }
-            carry = (used - i128::from(quota)).max(0);
-        }
-        carry
+        Window(Window),
     }
 
     impl Rule {
+        pub fn window(quota: u64, len: u64, phase: u64) -> Rule {
+            Rule::Window(Window::new(quota, len, phase))
+        }
+
         pub fn bucket(per: u64, burst: u64) -> Rule {
             Rule::Bucket(Bucket {
                 per,
@@ -406,26 +385,7 @@ mod model {
         pub fn earliest(&self, since: u64, c: u64) -> u64 {
             match self {
                 Rule::Bucket(b) => b.earliest(since, c),
-                Rule::Window {
-                    quota,
-                    len,
-                    phase,
-                    direct,
-                } => {
-                    let mut k = number(*len, *phase, since).max(last(direct));
-                    loop {
-                        let used = used(*quota, direct, k);
-                        let fits = if c > *quota {
-                            used == 0
-                        } else {
-                            used + i128::from(c) <= i128::from(*quota)
-                        };
-                        if fits {
-                            return since.max((k * len + phase).saturating_sub(*len));
-                        }
-                        k += 1;
-                    }
-                }
+                Rule::Window(w) => w.earliest(since, c),
             }
         }
 
@@ -438,12 +398,7 @@ mod model {
                     let level = b.level(t) - i128::from(c * b.per);
                     b.set_level(t, level, t);
                 }
-                Rule::Window {
-                    len, phase, direct, ..
-                } => {
-                    let k = number(*len, *phase, t).max(last(direct));
-                    direct.push((k, i128::from(c)));
-                }
+                Rule::Window(w) => w.charge(t, c),
             }
         }
 
@@ -458,19 +413,7 @@ mod model {
                     // Full already: since then; full by this refund: from now.
                     b.set_level(t, level, if now >= b.max() { was_full } else { t });
                 }
-                Rule::Window {
-                    quota,
-                    len,
-                    phase,
-                    direct,
-                } => {
-                    let k = number(*len, *phase, granted);
-                    if number(*len, *phase, t) != k || last(direct) != k {
-                        return;
-                    }
-                    let back = i128::from(c - a).min(used(*quota, direct, k));
-                    direct.push((k, -back));
-                }
+                Rule::Window(w) => w.refund(t, granted, c - a),
             }
         }
 
@@ -483,17 +426,7 @@ mod model {
                     let level = now.min(b.max());
                     b.set_level(t, level, t);
                 }
-                Rule::Window {
-                    quota,
-                    len,
-                    phase,
-                    direct,
-                } => {
-                    let k = number(*len, *phase, t).max(last(direct));
-                    let used = used(*quota, direct, k);
-                    *direct = vec![(k, used)];
-                    *quota = to;
-                }
+                Rule::Window(w) => w.set_quota(t, to),
             }
         }
 
@@ -621,15 +554,7 @@ mod exact {
             limits: vec![
                 (0, Rule::bucket(per_r, burst_r)),
                 (1, Rule::bucket(per_t, burst_t)),
-                (
-                    1,
-                    Rule::Window {
-                        quota,
-                        len,
-                        phase: offset % len,
-                        direct: Vec::new(),
-                    },
-                ),
+                (1, Rule::window(quota, len, offset % len)),
             ],
             queue: VecDeque::new(),
             floor: 0,

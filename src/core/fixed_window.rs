@@ -138,10 +138,16 @@ impl FixedWindow {
     }
 }
 
+/// The naive window `tests/multi.rs` uses too.
+#[cfg(test)]
+#[path = "../../tests/common/naive_window.rs"]
+mod naive_window;
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 
+    use super::naive_window::NaiveWindow;
     use super::*;
 
     const DAY: u64 = 86_400_000;
@@ -221,78 +227,6 @@ mod tests {
         assert_eq!(w.earliest(Nanos(6), 1), Nanos(u64::MAX));
     }
 
-    /// The obviously correct window: every window's own charges, each window starting with
-    /// what the one before used above the quota.
-    #[derive(Debug)]
-    struct Naive {
-        quota: u64,
-        len: u64,
-        phase: u64,
-        /// (window, charged there, net of refunds), in window order.
-        direct: Vec<(u64, i128)>,
-    }
-
-    impl Naive {
-        fn number(&self, t: u64) -> u64 {
-            ((u128::from(t) + u128::from(self.len - self.phase)) / u128::from(self.len)) as u64
-        }
-        fn start(&self, k: u64) -> u64 {
-            (i128::from(k) * i128::from(self.len) + i128::from(self.phase) - i128::from(self.len))
-                .max(0) as u64
-        }
-        /// What window `k` uses, carry included.
-        fn used(&self, k: u64) -> i128 {
-            let mut carry = 0i128;
-            let first = self.direct.first().map_or(k, |d| d.0);
-            for w in first..=k {
-                let own: i128 = self.direct.iter().filter(|d| d.0 == w).map(|d| d.1).sum();
-                let used = carry + own;
-                if w == k {
-                    return used;
-                }
-                carry = (used - i128::from(self.quota)).max(0);
-            }
-            carry
-        }
-        fn last(&self) -> u64 {
-            self.direct.last().map_or(0, |d| d.0)
-        }
-        fn earliest(&self, since: u64, cost: u64) -> u64 {
-            if cost == 0 {
-                return since;
-            }
-            let mut k = self.number(since).max(self.last());
-            loop {
-                let used = self.used(k);
-                let fits = if cost > self.quota {
-                    used == 0
-                } else {
-                    used + i128::from(cost) <= i128::from(self.quota)
-                };
-                if fits {
-                    return since.max(self.start(k));
-                }
-                k += 1;
-            }
-        }
-        fn charge(&mut self, now: u64, cost: u64) {
-            let k = self.number(now).max(self.last());
-            self.direct.push((k, i128::from(cost)));
-        }
-        fn refund(&mut self, now: u64, at: u64, amount: u64) {
-            let k = self.number(at);
-            if self.number(now) != k || self.last() != k {
-                return;
-            }
-            let back = i128::from(amount).min(self.used(k));
-            self.direct.push((k, -back));
-        }
-        fn available(&self, now: u64) -> u64 {
-            let k = self.number(now).max(self.last());
-            (i128::from(self.quota) - self.used(k)).max(0) as u64
-        }
-    }
-
     #[derive(Clone, Debug)]
     enum Op {
         Advance(u64),
@@ -322,7 +256,7 @@ mod tests {
             ops in ops(),
         ) {
             let mut w = FixedWindow::new(quota, Nanos(len), Nanos(phase));
-            let mut naive = Naive { quota, len, phase: phase % len, direct: Vec::new() };
+            let mut naive = NaiveWindow::new(quota, len, phase);
             let mut now = 0u64;
             let mut last: Option<(u64, u64)> = None;
             for op in ops {
