@@ -211,4 +211,23 @@ mod tests {
         assert_eq!(l.earliest(Nanos(10), [0, 1]), Nanos(3_000));
         assert_eq!(l.available(Nanos(2_900)), [2, 0]);
     }
+
+    #[test]
+    fn a_cost_above_the_burst_gets_back_only_what_the_bucket_gave() {
+        let mut l = Limits::<1>::new(vec![Tagged {
+            dim: 0,
+            rule: Rule::Bucket(Bucket::new(1, 100, 10)),
+        }]);
+        // 15 of a bucket of 10: full at 0, then 5 more by 500.
+        assert_eq!(l.earliest(Nanos(0), [15]), Nanos(500));
+        l.commit(Nanos(500), Nanos(0), [15]);
+        assert_eq!(l.available(Nanos(500)), [0]);
+        // It used 3: the bucket gave 10, so 7 come back, not 12.
+        assert!(l.settle(Nanos(500), Nanos(500), [15], [3]));
+        assert_eq!(l.available(Nanos(500)), [7]);
+        // Above the burst both ways: nothing comes back.
+        let mut full = l;
+        full.commit(Nanos(2_000), Nanos(2_000), [12]);
+        assert!(!full.settle(Nanos(2_000), Nanos(2_000), [12], [11]));
+    }
 }

@@ -742,8 +742,10 @@ impl<const N: usize> Permit<N> {
     /// Corrects the charge to `actual`, per dimension, now.
     ///
     /// A smaller amount gives the difference back at once, never beyond a limit's room: a
-    /// bucket's level caps at its burst; a fixed window gives back only within the window the
-    /// grant was charged in, and never below nothing used. The waiters it now admits are woken.
+    /// bucket's level caps at its burst (and a cost above the burst, which took the whole
+    /// burst and waited for the rest, gets back only what the bucket gave); a fixed window
+    /// gives back only within the window the grant was charged in, and never below nothing
+    /// used. The waiters it now admits are woken.
     /// A larger amount is charged as debt: a bucket's level goes below zero, a fixed window's
     /// use above its quota (the excess carries into the next windows), so that later grants
     /// wait.
