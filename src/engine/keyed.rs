@@ -652,7 +652,7 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
                     let w = packed.offer(word, now, cost, LANE)?.ok()?;
                     tally.granted += 1;
                     after.grant(cost, Nanos::ZERO);
-                    Some((w, Ok(Step::Granted)))
+                    Some((w, Ok(Step::Granted(now))))
                 },
                 slow: |lane: &mut Lane<Bucket>, tally: &mut Tally, after: &mut After| {
                     lane.poll(tally, now, ticket, cost, waker, limit, after)

@@ -48,8 +48,8 @@ impl Tally {
 /// What a waiter should do next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Step {
-    /// The request is granted and charged.
-    Granted,
+    /// The request is granted and charged, at this time.
+    Granted(Nanos),
     /// The request heads the queue and may go at this time: sleep until then.
     Wait(Nanos),
     /// Others are ahead: wait to be woken.
@@ -332,7 +332,7 @@ impl<R: Pace> Lane<R> {
         after.grant(cost.total(), waited);
         after.queue(-1);
         after.wake = self.promote(now);
-        Step::Granted
+        Step::Granted(now)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -349,7 +349,7 @@ impl<R: Pace> Lane<R> {
         if cost.is_zero() {
             tally.granted += 1;
             after.grant(0, Nanos::ZERO);
-            return Ok(Step::Granted);
+            return Ok(Step::Granted(now));
         }
         let step = if self.queue.is_empty() {
             let at = self.rule.earliest(now, cost);
@@ -357,7 +357,7 @@ impl<R: Pace> Lane<R> {
                 self.rule.commit(now, now, cost);
                 tally.granted += 1;
                 after.grant(cost.total(), Nanos::ZERO);
-                return Ok(Step::Granted);
+                return Ok(Step::Granted(now));
             }
             Step::Wait(at)
         } else {
@@ -644,7 +644,7 @@ pub(crate) mod testing {
                     let step =
                         lane.poll(&mut tally, now, &mut ticket, cost, waker, None, &mut after);
                     if ticket.is_none() {
-                        prop_assert_eq!(step, Ok(Step::Granted));
+                        prop_assert_eq!(step, Ok(Step::Granted(now)));
                         prop_assert_eq!(i, 0);
                         tickets.remove(0);
                     }
@@ -669,7 +669,7 @@ pub(crate) mod testing {
                         }
                     }
                     if ticket.is_none() {
-                        prop_assert_eq!(step, Ok(Step::Granted));
+                        prop_assert_eq!(step, Ok(Step::Granted(now)));
                         tickets.remove(0);
                     }
                 }
@@ -837,7 +837,7 @@ mod tests {
                 None,
                 &mut after,
             );
-            assert_eq!(step, Ok(Step::Granted));
+            assert_eq!(step, Ok(Step::Granted(now)));
             // Asked after every other grant: right after it, and while the new head is
             // overdue.
             if i % 2 == 1 {

@@ -23,7 +23,7 @@ fn ask<R: crate::core::Pace<Cost = u64>>(
 ) -> bool {
     matches!(
         shared.poll_at(Some(now), ticket, 1, Waker::noop(), None),
-        Ok(Step::Granted)
+        Ok(Step::Granted(_))
     )
 }
 
@@ -202,7 +202,7 @@ fn a_settle_racing_a_waiter_admits_it_once() {
         let poll = |ticket: &mut Option<u64>| {
             matches!(
                 shared.poll_at(Some(AT_ONCE), ticket, [1], Waker::noop(), None),
-                Ok(Step::Granted)
+                Ok(Step::Granted(_))
             )
         };
         let first = poll(&mut ticket);

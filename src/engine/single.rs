@@ -319,8 +319,8 @@ impl<R: Pace> Shared<R> {
         timeout: Option<Duration>,
     ) -> Result<Step, NotUntil> {
         if let Some(units) = cost.single().filter(|&units| ticket.is_none() && units > 0) {
-            if let (FastAnswer::Granted, _) = self.try_fast(at, units) {
-                return Ok(Step::Granted);
+            if let (FastAnswer::Granted, now) = self.try_fast(at, units) {
+                return Ok(Step::Granted(now));
             }
         }
         let mut st = self.lock();
@@ -509,7 +509,7 @@ mod tests {
         assert_eq!(step, Ok(Step::Wait(Nanos(1_000))));
         assert!(!is_lock_free(&shared));
         let step = shared.poll_at(Some(Nanos(1_000)), &mut ticket, 1, waker, None);
-        assert_eq!(step, Ok(Step::Granted));
+        assert_eq!(step, Ok(Step::Granted(Nanos(1_000))));
         assert!(is_lock_free(&shared));
     }
 

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::coop::poll_budget;
 use super::lane::Step;
+use crate::core::Nanos;
 use crate::error::NotUntil;
 use crate::timer::Timer;
 
@@ -90,13 +91,25 @@ impl<H: Handle> Waiter<H> {
         cost: H::Cost,
         timeout: Option<Duration>,
     ) -> Poll<Result<(), NotUntil>> {
+        self.poll_acquire_at(cx, cost, timeout)
+            .map(|granted| granted.map(|_| ()))
+    }
+
+    /// [`Waiter::poll_acquire`], answering with the time of the grant (the limiter's time,
+    /// read under its lock): what a grant that may be corrected later needs to know.
+    pub(crate) fn poll_acquire_at(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        cost: H::Cost,
+        timeout: Option<Duration>,
+    ) -> Poll<Result<Nanos, NotUntil>> {
         let budget = ready!(poll_budget(cx));
         let mut me = self.project();
         loop {
             match me.handle.poll(me.ticket, cost, cx.waker(), timeout)? {
-                Step::Granted => {
+                Step::Granted(at) => {
                     budget.made_progress();
-                    return Poll::Ready(Ok(()));
+                    return Poll::Ready(Ok(at));
                 }
                 Step::Queued => return Poll::Pending,
                 Step::Wait(at) => {

@@ -446,8 +446,10 @@ impl<const N: usize> MultiRateLimiter<N> {
     pub async fn acquire(&self, cost: [u64; N]) -> Permit<N> {
         let mut waiter = pin!(Waiter::new(&*self.shared));
         // Without a timeout a request is never refused.
-        let _ = poll_fn(|cx| waiter.as_mut().poll_acquire(cx, cost, None)).await;
-        self.permit(cost)
+        let at = poll_fn(|cx| waiter.as_mut().poll_acquire_at(cx, cost, None))
+            .await
+            .unwrap_or(Nanos::ZERO);
+        self.permit(cost, at)
     }
 
     /// Takes `cost` if every limit has room now and nobody is waiting; never waits.
@@ -482,11 +484,7 @@ impl<const N: usize> MultiRateLimiter<N> {
     pub fn try_acquire(&self, cost: [u64; N]) -> Result<Permit<N>, NotUntil> {
         let now = self.shared.now();
         self.shared.try_acquire_at(Some(now), cost)?;
-        Ok(Permit {
-            shared: Arc::clone(&self.shared),
-            charged: cost,
-            at: now,
-        })
+        Ok(self.permit(cost, now))
     }
 
     /// Waits for `cost` only if it can be had within `timeout` (after those already waiting);
@@ -520,17 +518,17 @@ impl<const N: usize> MultiRateLimiter<N> {
         timeout: Duration,
     ) -> Result<Permit<N>, NotUntil> {
         let mut waiter = pin!(Waiter::new(&*self.shared));
-        poll_fn(|cx| waiter.as_mut().poll_acquire(cx, cost, Some(timeout))).await?;
-        Ok(self.permit(cost))
+        let at = poll_fn(|cx| waiter.as_mut().poll_acquire_at(cx, cost, Some(timeout))).await?;
+        Ok(self.permit(cost, at))
     }
 
-    fn permit(&self, cost: [u64; N]) -> Permit<N> {
+    /// A permit for `cost`, granted at `at` (a fixed window gives back only within the
+    /// window it was charged in).
+    fn permit(&self, cost: [u64; N], at: Nanos) -> Permit<N> {
         Permit {
             shared: Arc::clone(&self.shared),
             charged: cost,
-            // The grant was made under the lock an instant ago; a fixed window gives back
-            // only if this is still the window it was charged in (see `FixedWindow::refund`).
-            at: self.shared.now(),
+            at,
         }
     }
 
