@@ -268,6 +268,17 @@ async fn a_bucket_of_q_per_day_lets_2q_through_in_a_day_a_window_q() {
     assert_eq!(through[1], q);
 }
 
+#[test]
+fn handles_and_futures_cross_threads() {
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    let limiter = llm(1);
+    send_sync(&limiter);
+    send(&limiter.acquire([1, 1]));
+    send(&limiter.acquire_timeout([1, 1], MS));
+    send_sync(&limiter.try_acquire([1, 1]).unwrap());
+}
+
 #[tokio::test(start_paused = true)]
 async fn names_are_checked() {
     let unknown = MultiRateLimiter::builder(["requests", "tokens"])

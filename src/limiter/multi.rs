@@ -199,12 +199,22 @@ impl Limit {
                 quota,
                 window,
                 origin,
-            } => {
-                let len = Nanos::from_duration(window);
-                Rule::Window(FixedWindow::new(quota, len, phase(origin, len, base, now)))
-            }
+            } => Rule::Window(fixed_window(quota, window, origin, base, now)),
         }
     }
+}
+
+/// A fixed window of `quota` per `window`, its boundaries at `origin + k * window`, in a
+/// limiter whose times count from `base`, at `now` (its time).
+fn fixed_window(
+    quota: u64,
+    window: Duration,
+    origin: Origin,
+    base: Instant,
+    now: Nanos,
+) -> FixedWindow {
+    let len = Nanos::from_duration(window);
+    FixedWindow::new(quota, len, phase(origin, len, base, now))
 }
 
 /// Where the boundaries `origin + k * len` fall in a limiter's time (counted from `base`, now
@@ -612,18 +622,21 @@ impl<const N: usize> MultiRateLimiter<N> {
         let base = Handle::origin(&&*self.shared);
         self.shared.update(|limits, now| {
             let tagged = limits.limit_mut(index).ok_or(ConfigError::NoSuchLimit)?;
-            match (&mut tagged.rule, limit.rule(base, now)) {
-                (Rule::Bucket(old), Rule::Bucket(new)) => {
-                    let Kind::Bucket { rate, burst } = limit.kind else {
-                        return Err(ConfigError::LimitKind);
-                    };
-                    debug_assert_eq!(new.burst(), burst);
+            match (&mut tagged.rule, limit.kind) {
+                (Rule::Bucket(old), Kind::Bucket { rate, burst }) => {
                     old.set_rate(now, rate.tokens(), rate.per().as_nanos());
                     old.set_burst(now, burst);
                     Ok(())
                 }
-                (Rule::Window(old), Rule::Window(new)) => {
-                    old.set_limit(now, &new);
+                (
+                    Rule::Window(old),
+                    Kind::Window {
+                        quota,
+                        window,
+                        origin,
+                    },
+                ) => {
+                    old.set_limit(now, &fixed_window(quota, window, origin, base, now));
                     Ok(())
                 }
                 _ => Err(ConfigError::LimitKind),
