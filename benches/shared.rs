@@ -133,6 +133,45 @@ fn uncontended(c: &mut Criterion) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Several limits at once: a grant of a MultiRateLimiter of two limits, of one, and two
+// RateLimiters asked one after the other (what composing them by hand costs)
+
+fn multi(c: &mut Criterion) {
+    use paced::{Limit, MultiRateLimiter};
+
+    let rt = current_thread();
+    let _guard = rt.enter();
+    let mut group = c.benchmark_group("multi");
+    let free = || Limit::bucket(Rate::per_second(1_000_000_000), u64::MAX / 2);
+
+    let one: MultiRateLimiter<1> = MultiRateLimiter::builder(["tokens"])
+        .limit("tokens", free())
+        .build()
+        .unwrap();
+    bench_try(&mut group, "paced/multi_one_limit", || {
+        one.try_acquire([1]).is_ok()
+    });
+    let two: MultiRateLimiter<2> = MultiRateLimiter::builder(["requests", "tokens"])
+        .limit("requests", free())
+        .limit("tokens", free())
+        .build()
+        .unwrap();
+    bench_try(&mut group, "paced/multi_two_limits", || {
+        two.try_acquire([1, 1]).is_ok()
+    });
+    let requests = paced_free();
+    let tokens = paced_free();
+    bench_try(&mut group, "paced/two_rate_limiters", || {
+        requests.try_acquire(1).is_ok() && tokens.try_acquire(1).is_ok()
+    });
+    let single = paced_free();
+    bench_try(&mut group, "paced/one_rate_limiter", || {
+        single.try_acquire(1).is_ok()
+    });
+    group.finish();
+}
+
+// ---------------------------------------------------------------------------------------------
 // A refused try_acquire behind a queue
 
 /// Queues `n` requests made by `acquire` (each polled once, then kept pending).
@@ -721,6 +760,7 @@ fn cpu_notes(_: &mut Criterion) {
 criterion_group!(
     benches,
     uncontended,
+    multi,
     refused_with_queue,
     contended,
     cpu_notes

@@ -338,6 +338,22 @@ pub enum ConfigError {
     ZeroBatch,
     /// A `throttle_by_key` that may hold 0 items: none could ever wait for its key.
     ZeroCapacity,
+    /// A [`MultiRateLimiter`](crate::MultiRateLimiter) limit on a name that is not one of its
+    /// dimensions.
+    UnknownDimension,
+    /// A [`MultiRateLimiter`](crate::MultiRateLimiter) whose dimensions have the same name
+    /// twice.
+    DuplicateDimension,
+    /// A fixed [`Limit::window`](crate::Limit::window) of quota 0: nothing could ever pass.
+    ZeroQuota,
+    /// A fixed [`Limit::window`](crate::Limit::window) of length zero.
+    ZeroWindow,
+    /// A [`MultiRateLimiter::set_limit`](crate::MultiRateLimiter::set_limit) at an index where
+    /// there is no limit.
+    NoSuchLimit,
+    /// A [`MultiRateLimiter::set_limit`](crate::MultiRateLimiter::set_limit) that would turn a
+    /// bucket into a fixed window or the reverse.
+    LimitKind,
 }
 
 impl fmt::Display for ConfigError {
@@ -378,6 +394,24 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::ZeroCapacity => {
                 "invalid capacity: `capacity` is 0, so no item could ever be held; it must be at least 1"
+            }
+            ConfigError::UnknownDimension => {
+                "invalid limit: its dimension is not one of the names given to `builder`"
+            }
+            ConfigError::DuplicateDimension => {
+                "invalid dimensions: a name is given twice; each dimension needs a name of its own"
+            }
+            ConfigError::ZeroQuota => {
+                "invalid window: `quota` is 0, so nothing could ever pass; it must be at least 1"
+            }
+            ConfigError::ZeroWindow => {
+                "invalid window: its length is zero; it must be a positive duration"
+            }
+            ConfigError::NoSuchLimit => {
+                "invalid limit index: there is no limit there (limits count from 0, in the order `limit` was called)"
+            }
+            ConfigError::LimitKind => {
+                "invalid limit: a bucket can only be replaced by a bucket, a fixed window by a fixed window"
             }
             ConfigError::ColdFactor => {
                 "invalid warm-up: `cold_factor` must be a finite number of at least 1 (3 is Guava's default)"

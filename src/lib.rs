@@ -26,6 +26,7 @@
 //! | a stream | [`PaceExt`] | adapters in [`stream`] |
 //! | a Sink | [`PaceSinkExt`] | adapters in [`sink`] |
 //! | tasks sharing a limit | [`RateLimiter`] (optionally with Guava's warm-up), [`Stagger`] | streams draw on them with [`throttle_with`](PaceExt::throttle_with) |
+//! | several limits at once (requests AND tokens, per minute AND per day) | [`MultiRateLimiter`] | a cost per dimension, token buckets and fixed windows, one FIFO queue; [`Permit::settle`] corrects an estimate |
 //! | one limit per destination | [`KeyedRateLimiter`] | [`throttle_by_key`](PaceExt::throttle_by_key) |
 //! | a limit learned from `429`s | [`Adaptive`] | |
 //! | a tower `Service` | `paced::tower` (feature `tower`) | shaping clients, enforcing servers |
@@ -100,8 +101,8 @@ pub use error::{ConfigError, NotUntil, RateExceeded};
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-laws")))]
 pub use limiter::AdaptiveLaw;
 pub use limiter::{
-    Adaptive, AdaptiveStats, Announced, KeyedLimiter, KeyedRateLimiter, Limiter, RateLimiter,
-    Stagger,
+    Adaptive, AdaptiveStats, Announced, KeyedLimiter, KeyedRateLimiter, Limit, Limiter,
+    MultiRateLimiter, MultiRateLimiterBuilder, Permit, RateLimiter, Stagger,
 };
 #[allow(deprecated)]
 pub use limiter::{KeyedQuota, Quota};

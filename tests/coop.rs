@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use futures_util::{stream, SinkExt, StreamExt};
 use paced::{
-    Enforcing, KeyedRateLimiter, PaceExt, PaceSinkExt, Rate, RateLimiter, Shaping, Stagger,
+    Enforcing, KeyedRateLimiter, Limit, MultiRateLimiter, PaceExt, PaceSinkExt, Rate, RateLimiter,
+    Shaping, Stagger,
 };
 
 /// Grants in the loop: far more than one budget (tokio's is 128 units per poll).
@@ -48,6 +49,24 @@ async fn assert_yields(step: impl AsyncFnMut()) {
         seen <= 128,
         "the other task ran only after {seen} of {N} grants made without a wait"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn multi_rate_limiter_acquire_spends_the_budget() {
+    let free = Limit::bucket(Rate::per_second(1_000_000_000), u64::MAX / 2);
+    let limiter: MultiRateLimiter<2> = MultiRateLimiter::builder(["requests", "tokens"])
+        .limit("requests", free)
+        .limit("tokens", free)
+        .build()
+        .unwrap();
+    assert_yields(async || drop(limiter.acquire([1, 10]).await)).await;
+    assert_yields(async || {
+        let _ = limiter
+            .acquire_timeout([1, 10], Duration::from_secs(1))
+            .await;
+    })
+    .await;
+    assert_eq!(limiter.stats().granted, 2 * N as u64);
 }
 
 #[tokio::test(start_paused = true)]

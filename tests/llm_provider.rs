@@ -93,7 +93,6 @@ async fn composed(prompts: &[Prompt], scenario: &Scenario, order: Order) -> Outc
 // this file (this block, `measure` and `check`) and add `Client::Multi` to `CLIENTS` below.
 // `check` then asks of it no refusal in any scenario and a makespan within 1 % of the oracle's.
 // ---------------------------------------------------------------------------------------------
-#[cfg(any())]
 async fn multi(prompts: &[Prompt], scenario: &Scenario) -> Outcome {
     use llm::Answered;
     use paced::{Limit, MultiRateLimiter};
@@ -128,18 +127,20 @@ async fn multi(prompts: &[Prompt], scenario: &Scenario) -> Outcome {
 enum Client {
     RequestsThenTokens,
     TokensThenRequests,
-    #[cfg(any())]
     Multi,
 }
 
-const CLIENTS: &[Client] = &[Client::RequestsThenTokens, Client::TokensThenRequests];
+const CLIENTS: &[Client] = &[
+    Client::RequestsThenTokens,
+    Client::TokensThenRequests,
+    Client::Multi,
+];
 
 impl Client {
     fn name(self) -> &'static str {
         match self {
             Client::RequestsThenTokens => "requests then tokens",
             Client::TokensThenRequests => "tokens then requests",
-            #[cfg(any())]
             Client::Multi => "MultiRateLimiter<2>",
         }
     }
@@ -161,7 +162,6 @@ fn measure(client: Client, prompts: &[Prompt], scenario: &Scenario) -> Outcome {
             Client::TokensThenRequests => {
                 composed(prompts, scenario, Order::TokensThenRequests).await
             }
-            #[cfg(any())]
             Client::Multi => multi(prompts, scenario).await,
         }
     })
@@ -265,7 +265,6 @@ fn check(rows: &[Row], n: usize) {
                 );
             }
             // The multi-limit client: never refused, within 1 % of the oracle (it settles).
-            #[cfg(any())]
             Client::Multi => {
                 assert_eq!(refusals, 0, "{scenario}");
                 assert!(row.ratio <= 1.01, "{scenario}: {:.3}", row.ratio);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use metrics_util::registry::{AtomicStorage, Registry};
-use paced::{Adaptive, KeyedRateLimiter, Rate, RateLimiter, Stagger};
+use paced::{Adaptive, KeyedRateLimiter, Limit, MultiRateLimiter, Rate, RateLimiter, Stagger};
 use tokio::time::{sleep, timeout, Instant};
 
 /// A recorder whose values are read without being reset (the debugging recorder's snapshot
@@ -404,4 +404,49 @@ async fn adaptive_rate_gauge_follows_every_report() {
         adaptive.on_success();
         assert_eq!(gauge(), rate(&adaptive));
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_multi_limiter_records_as_a_rate_limiter_does_and_the_last_name_wins() {
+    let recorder = Reader(Arc::new(Registry::atomic()));
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    let limiter: MultiRateLimiter<2> = MultiRateLimiter::builder(["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_second(10), 2))
+        .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
+        .build()
+        .unwrap()
+        .with_metrics("old");
+    let limiter = limiter.with_metrics("llm");
+    limiter.try_acquire([1, 40]).unwrap();
+    limiter.try_acquire([1, 70]).unwrap_err(); // tokens refuse
+    let waiter = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.acquire([1, 70]).await }
+    });
+    sleep(Duration::from_millis(1)).await;
+    assert_eq!(recorder.gauge("llm", "paced_waiters"), 1.0);
+    let dropped = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.acquire([1, 1]).await }
+    });
+    sleep(Duration::from_millis(1)).await;
+    dropped.abort();
+    let _ = dropped.await;
+    timeout(Duration::from_secs(1), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    let name = "llm";
+    assert_eq!(recorder.counter(name, "paced_grants_total"), 2);
+    // A grant's cost summed over the dimensions.
+    assert_eq!(
+        recorder.counter(name, "paced_tokens_granted_total"),
+        41 + 71
+    );
+    assert_eq!(recorder.counter(name, "paced_refusals_total"), 1);
+    assert_eq!(recorder.counter(name, "paced_cancellations_total"), 1);
+    assert_eq!(recorder.gauge(name, "paced_waiters"), 0.0);
+    assert_close(&recorder.histogram(name, "paced_wait_seconds"), &[0.0, 0.1]);
+    assert_eq!(recorder.count("old"), 6);
+    assert_eq!(recorder.counter("old", "paced_grants_total"), 0);
 }

@@ -273,7 +273,8 @@ impl Bucket {
                 // `owed + part / old` tokens are missing: the whole ones exactly in the new
                 // rate's units, the fraction rounded up so that nothing is granted early.
                 let (owed, part) = self.deficit(now).div_rem(old);
-                match owed.to_u64().filter(|&owed| owed < self.burst) {
+                // A debt (a level below zero, charged by `charge_debt`) is kept whole.
+                match owed.to_u64() {
                     Some(owed) => new.tokens(owed).saturating_add(U256::from(mul_div_ceil(
                         part,
                         new.token(),
@@ -300,9 +301,31 @@ impl Bucket {
                 .saturating_sub(self.tokens(self.burst - burst))
                 .max(now_units)
         };
+        // A debt beyond the old burst (see `charge_debt`) is kept whole.
+        let debt = self
+            .tat()
+            .saturating_sub(now_units.saturating_add(self.tokens(self.burst)));
         self.burst = burst;
         let empty_at = now_units.saturating_add(self.tokens(burst));
-        self.set_tat(tat.min(empty_at));
+        self.set_tat(tat.min(empty_at).saturating_add(debt));
+    }
+
+    /// Gives back `amount` tokens at `now` (a grant that cost less than it was charged),
+    /// never above a full bucket.
+    pub(crate) fn refund(&mut self, now: Nanos, amount: u64) {
+        let now_units = U256::from(self.units(now));
+        let tat = self.tat();
+        if tat > now_units {
+            self.set_tat(tat.saturating_sub(self.tokens(amount)).max(now_units));
+        }
+    }
+
+    /// Charges `amount` more tokens at `now` (a grant that cost more than it was charged): a
+    /// use already made, which cannot be refused, so the level may go below zero; later
+    /// requests wait until it is paid back.
+    pub(crate) fn charge_debt(&mut self, now: Nanos, amount: u64) {
+        let tat = self.tat().max(U256::from(self.units(now)));
+        self.set_tat(tat.saturating_add(self.tokens(amount)));
     }
 }
 

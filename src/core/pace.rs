@@ -16,15 +16,18 @@ use super::window::Window;
 /// Generic everywhere it is used (a stream adapter's rule, a lane's rule): no dynamic dispatch,
 /// and `Clone` so that a lane can project its queue on a copy.
 pub(crate) trait Pace: Clone {
+    /// What a request costs: one amount (`u64`) for a rule of one dimension, one amount per
+    /// dimension (`[u64; N]`) for [`Limits`](super::Limits).
+    type Cost: Amount;
     /// When a request of `cost` that has been waiting first in line since `since` may go
     /// (`since` or earlier if at once).
-    fn earliest(&self, since: Nanos, cost: u64) -> Nanos;
+    fn earliest(&self, since: Nanos, cost: Self::Cost) -> Nanos;
     /// Charges a request of `cost` granted at `now`, which has waited first in line since
     /// `since`.
-    fn commit(&mut self, now: Nanos, since: Nanos, cost: u64);
+    fn commit(&mut self, now: Nanos, since: Nanos, cost: Self::Cost);
     /// Whether a request of `cost` can only ever be had by waiting, so that asking without
     /// waiting is pointless (an enforcing adapter refuses it with `Duration::MAX`).
-    fn needs_wait(&self, cost: u64) -> bool;
+    fn needs_wait(&self, cost: Self::Cost) -> bool;
     /// Whether `other` is in the same state as `self`: whatever the two are asked from now on,
     /// they answer alike. (A projection of a queue uses it to see that it has caught up with
     /// one made earlier; `false` is always safe, only slower.)
@@ -35,7 +38,7 @@ pub(crate) trait Pace: Clone {
     }
     /// Charges a request of `cost` arriving at `now` if it may go now; otherwise says when.
     #[inline]
-    fn offer(&mut self, now: Nanos, cost: u64) -> Decision {
+    fn offer(&mut self, now: Nanos, cost: Self::Cost) -> Decision {
         match self.earliest(now, cost) {
             at if at <= now => {
                 self.commit(now, now, cost);
@@ -56,6 +59,7 @@ pub(crate) trait Pace: Clone {
 }
 
 impl Pace for Bucket {
+    type Cost = u64;
     #[inline]
     fn earliest(&self, since: Nanos, cost: u64) -> Nanos {
         Bucket::earliest(self, since, cost)
@@ -88,6 +92,7 @@ impl Pace for Bucket {
 }
 
 impl Pace for WarmingUp {
+    type Cost = u64;
     fn earliest(&self, _: Nanos, _: u64) -> Nanos {
         WarmingUp::earliest(self)
     }
@@ -107,6 +112,7 @@ impl Pace for WarmingUp {
 
 /// At most k grants per window; a request counts once, whatever its cost.
 impl Pace for Window {
+    type Cost = u64;
     #[inline]
     fn earliest(&self, since: Nanos, _: u64) -> Nanos {
         Window::earliest(self, since)
@@ -128,6 +134,48 @@ impl Pace for Window {
     #[inline]
     fn offer(&mut self, now: Nanos, _: u64) -> Decision {
         Window::offer(self, now)
+    }
+}
+
+/// A request's cost as the engine handles it, whatever its shape: whether it is free, and
+/// one number for tracing and metrics.
+pub(crate) trait Amount: Copy + fmt::Debug + PartialEq {
+    /// Whether the request costs nothing at all (granted at once, charging nothing).
+    fn is_zero(&self) -> bool;
+    /// The cost as one number: the amount itself, or the sum over the dimensions (saturating).
+    fn total(&self) -> u64;
+    /// The amount, if the cost is one number (so that a lock-free path for one bucket may
+    /// decide for it).
+    fn single(&self) -> Option<u64>;
+}
+
+impl Amount for u64 {
+    #[inline]
+    fn is_zero(&self) -> bool {
+        *self == 0
+    }
+    #[inline]
+    fn total(&self) -> u64 {
+        *self
+    }
+    #[inline]
+    fn single(&self) -> Option<u64> {
+        Some(*self)
+    }
+}
+
+impl<const N: usize> Amount for [u64; N] {
+    #[inline]
+    fn is_zero(&self) -> bool {
+        self.iter().all(|&c| c == 0)
+    }
+    #[inline]
+    fn total(&self) -> u64 {
+        self.iter().fold(0u64, |sum, &c| sum.saturating_add(c))
+    }
+    #[inline]
+    fn single(&self) -> Option<u64> {
+        None
     }
 }
 
@@ -171,7 +219,7 @@ mod tests {
 
     /// The default `offer` is `earliest` then `commit`; the bucket's and the window's own
     /// (faster) ones must answer alike.
-    fn offers_agree<P: Pace>(mut fast: P, costs: &[(u64, u64)]) {
+    fn offers_agree<P: Pace<Cost = u64>>(mut fast: P, costs: &[(u64, u64)]) {
         let mut slow = fast.clone();
         for &(now, cost) in costs {
             let now = Nanos(now);

@@ -652,7 +652,7 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
                     let w = packed.offer(word, now, cost, LANE)?.ok()?;
                     tally.granted += 1;
                     after.grant(cost, Nanos::ZERO);
-                    Some((w, Ok(Step::Granted)))
+                    Some((w, Ok(Step::Granted(now))))
                 },
                 slow: |lane: &mut Lane<Bucket>, tally: &mut Tally, after: &mut After| {
                     lane.poll(tally, now, ticket, cost, waker, limit, after)
@@ -1018,6 +1018,7 @@ where
     K: Borrow<R> + Hash,
     R: Eq + ToOwned<Owned = K> + ?Sized,
 {
+    type Cost = u64;
     fn origin(&self) -> Instant {
         self.shared.origin
     }

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::task::Waker;
 
-use crate::core::{Nanos, Pace};
+use crate::core::{Amount, Nanos, Pace};
 use crate::error::NotUntil;
 use crate::stats::Stats;
 
@@ -24,9 +24,9 @@ pub(crate) struct Tally {
 }
 
 #[derive(Debug)]
-struct Entry {
+struct Entry<C> {
     ticket: u64,
-    cost: u64,
+    cost: C,
     /// When the entry became the head of the queue (its arrival, until then).
     since: Nanos,
     enqueued: Nanos,
@@ -48,8 +48,8 @@ impl Tally {
 /// What a waiter should do next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Step {
-    /// The request is granted and charged.
-    Granted,
+    /// The request is granted and charged, at this time.
+    Granted(Nanos),
     /// The request heads the queue and may go at this time: sleep until then.
     Wait(Nanos),
     /// Others are ahead: wait to be woken.
@@ -150,9 +150,9 @@ impl After {
 /// Tickets are handed out in increasing order and requests only ever join at the back, so the
 /// queue is sorted by ticket: a waiter is found by binary search.
 #[derive(Debug)]
-pub(crate) struct Lane<R> {
+pub(crate) struct Lane<R: Pace> {
     rule: R,
-    queue: VecDeque<Entry>,
+    queue: VecDeque<Entry<R::Cost>>,
     /// Where the queue leaves the rule if everyone in it goes as soon as they may, kept for
     /// [`Lane::projected`]; only while someone waits, and only once it was asked for.
     projection: Option<Box<Projection<R>>>,
@@ -169,14 +169,14 @@ struct Point<R> {
 impl<R: Pace> Point<R> {
     /// Walks past an entry of `cost` behind the head: it heads the queue from the moment the
     /// one before it goes, and goes as soon as it may from then.
-    fn step(&mut self, cost: u64) {
+    fn step(&mut self, cost: R::Cost) {
         let since = self.at;
         self.at = since.max(self.rule.earliest(since, cost));
         self.rule.commit(self.at, since, cost);
     }
 
     /// When a request of `cost` behind everyone walked past may go.
-    fn answer(&self, cost: u64) -> Nanos {
+    fn answer(&self, cost: R::Cost) -> Nanos {
         self.at.max(self.rule.earliest(self.at, cost))
     }
 
@@ -248,10 +248,10 @@ impl<R: Pace> Lane<R> {
         &mut self,
         tally: &mut Tally,
         now: Nanos,
-        cost: u64,
+        cost: R::Cost,
         after: &mut After,
     ) -> Result<(), NotUntil> {
-        if cost == 0 {
+        if cost.is_zero() {
             tally.granted += 1;
             after.grant(0, Nanos::ZERO);
             return Ok(());
@@ -265,14 +265,14 @@ impl<R: Pace> Lane<R> {
                 at if at <= now => {
                     self.rule.commit(now, now, cost);
                     tally.granted += 1;
-                    after.grant(cost, Nanos::ZERO);
+                    after.grant(cost.total(), Nanos::ZERO);
                     return Ok(());
                 }
                 at => at.wait_from(now),
             }
         };
         tally.rejected += 1;
-        after.rejected = Some((cost, refused));
+        after.rejected = Some((cost.total(), refused));
         Err(NotUntil::new(refused))
     }
 
@@ -285,7 +285,7 @@ impl<R: Pace> Lane<R> {
         tally: &mut Tally,
         now: Nanos,
         ticket: &mut Option<u64>,
-        cost: u64,
+        cost: R::Cost,
         waker: &Waker,
         limit: Option<Nanos>,
         after: &mut After,
@@ -309,7 +309,7 @@ impl<R: Pace> Lane<R> {
         tally: &mut Tally,
         now: Nanos,
         ticket: &mut Option<u64>,
-        cost: u64,
+        cost: R::Cost,
         waker: &Waker,
         after: &mut After,
     ) -> Step {
@@ -329,10 +329,10 @@ impl<R: Pace> Lane<R> {
         *ticket = None;
         self.rule.commit(now, since, cost);
         tally.granted += 1;
-        after.grant(cost, waited);
+        after.grant(cost.total(), waited);
         after.queue(-1);
         after.wake = self.promote(now);
-        Step::Granted
+        Step::Granted(now)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -341,23 +341,23 @@ impl<R: Pace> Lane<R> {
         tally: &mut Tally,
         now: Nanos,
         ticket: &mut Option<u64>,
-        cost: u64,
+        cost: R::Cost,
         waker: &Waker,
         limit: Option<Nanos>,
         after: &mut After,
     ) -> Result<Step, NotUntil> {
-        if cost == 0 {
+        if cost.is_zero() {
             tally.granted += 1;
             after.grant(0, Nanos::ZERO);
-            return Ok(Step::Granted);
+            return Ok(Step::Granted(now));
         }
         let step = if self.queue.is_empty() {
             let at = self.rule.earliest(now, cost);
             if at <= now {
                 self.rule.commit(now, now, cost);
                 tally.granted += 1;
-                after.grant(cost, Nanos::ZERO);
-                return Ok(Step::Granted);
+                after.grant(cost.total(), Nanos::ZERO);
+                return Ok(Step::Granted(now));
             }
             Step::Wait(at)
         } else {
@@ -371,7 +371,7 @@ impl<R: Pace> Lane<R> {
             if at > limit {
                 tally.rejected += 1;
                 let wait = at.wait_from(now);
-                after.rejected = Some((cost, wait));
+                after.rejected = Some((cost.total(), wait));
                 return Err(NotUntil::new(wait));
             }
         }
@@ -390,7 +390,7 @@ impl<R: Pace> Lane<R> {
             waker: Some(waker.clone()),
         });
         *ticket = Some(mine);
-        after.delayed = Some((cost, self.queue.len()));
+        after.delayed = Some((cost.total(), self.queue.len()));
         after.queue(1);
         Ok(step)
     }
@@ -439,7 +439,7 @@ impl<R: Pace> Lane<R> {
     /// When a request of `cost` joining the queue at `now` would be granted, if everyone
     /// ahead were granted as soon as they may: [`projected_walk`]'s answer, from the kept
     /// walk (see [`Projection`]).
-    fn projected(&mut self, now: Nanos, cost: u64) -> Nanos {
+    fn projected(&mut self, now: Nanos, cost: R::Cost) -> Nanos {
         let Some(head) = self.queue.front() else {
             return now.max(self.rule.earliest(now, cost));
         };
@@ -454,7 +454,7 @@ impl<R: Pace> Lane<R> {
     /// Walks the queue again, its head going at `at`, and keeps the walk (as soon as it meets
     /// the walk kept before, the rest is that walk's); answers for a request of `cost` behind
     /// the queue.
-    fn project(&mut self, at: Nanos, cost: u64) -> Nanos {
+    fn project(&mut self, at: Nanos, cost: R::Cost) -> Nanos {
         let head = &self.queue[0];
         let mut key = Point {
             at,
@@ -515,7 +515,7 @@ impl<R: Pace> Lane<R> {
 /// The walk [`Lane::projected`] keeps, made from scratch: when a request of `cost` joining
 /// the queue at `now` would be granted, if everyone ahead were granted as soon as they may.
 #[cfg(test)]
-fn projected_walk<R: Pace>(lane: &Lane<R>, now: Nanos, cost: u64) -> Nanos {
+fn projected_walk<R: Pace>(lane: &Lane<R>, now: Nanos, cost: R::Cost) -> Nanos {
     let mut rule = lane.rule.clone();
     let mut t = now;
     for (i, entry) in lane.queue.iter().enumerate() {
@@ -598,7 +598,11 @@ pub(crate) mod testing {
     }
 
     /// Checks the projection at `now` for a few costs against the walk made from scratch.
-    fn check<R: Pace>(lane: &mut Lane<R>, now: Nanos, costs: &[u64]) -> Result<(), TestCaseError> {
+    fn check<R: Pace<Cost = u64>>(
+        lane: &mut Lane<R>,
+        now: Nanos,
+        costs: &[u64],
+    ) -> Result<(), TestCaseError> {
         for &cost in costs {
             let expected = projected_walk(lane, now, cost);
             prop_assert_eq!(
@@ -613,7 +617,7 @@ pub(crate) mod testing {
     }
 
     /// Replays `ops` on a lane of `rule`, changing the rule with `change(rule, now, seed)`.
-    pub(crate) fn replay<R: Pace>(
+    pub(crate) fn replay<R: Pace<Cost = u64>>(
         rule: R,
         ops: &[(Op, bool)],
         max_cost: u64,
@@ -640,7 +644,7 @@ pub(crate) mod testing {
                     let step =
                         lane.poll(&mut tally, now, &mut ticket, cost, waker, None, &mut after);
                     if ticket.is_none() {
-                        prop_assert_eq!(step, Ok(Step::Granted));
+                        prop_assert_eq!(step, Ok(Step::Granted(now)));
                         prop_assert_eq!(i, 0);
                         tickets.remove(0);
                     }
@@ -665,7 +669,7 @@ pub(crate) mod testing {
                         }
                     }
                     if ticket.is_none() {
-                        prop_assert_eq!(step, Ok(Step::Granted));
+                        prop_assert_eq!(step, Ok(Step::Granted(now)));
                         tickets.remove(0);
                     }
                 }
@@ -717,15 +721,16 @@ mod tests {
     }
 
     impl<R: Pace> Pace for Counting<R> {
-        fn earliest(&self, since: Nanos, cost: u64) -> Nanos {
+        type Cost = R::Cost;
+        fn earliest(&self, since: Nanos, cost: R::Cost) -> Nanos {
             self.calls.set(self.calls.get() + 1);
             self.rule.earliest(since, cost)
         }
-        fn commit(&mut self, now: Nanos, since: Nanos, cost: u64) {
+        fn commit(&mut self, now: Nanos, since: Nanos, cost: R::Cost) {
             self.calls.set(self.calls.get() + 1);
             self.rule.commit(now, since, cost);
         }
-        fn needs_wait(&self, cost: u64) -> bool {
+        fn needs_wait(&self, cost: R::Cost) -> bool {
             self.rule.needs_wait(cost)
         }
         fn same(&self, other: &Self) -> bool {
@@ -743,7 +748,12 @@ mod tests {
     }
 
     /// Queues `n` requests of cost 1 at `now`; returns their tickets.
-    fn queue_up<R: Pace>(lane: &mut Lane<R>, tally: &mut Tally, now: Nanos, n: usize) -> Vec<u64> {
+    fn queue_up<R: Pace<Cost = u64>>(
+        lane: &mut Lane<R>,
+        tally: &mut Tally,
+        now: Nanos,
+        n: usize,
+    ) -> Vec<u64> {
         (0..n)
             .map(|_| {
                 let mut ticket = None;
@@ -755,7 +765,7 @@ mod tests {
             .collect()
     }
 
-    fn refused<R: Pace>(lane: &mut Lane<R>, tally: &mut Tally, now: Nanos) -> Nanos {
+    fn refused<R: Pace<Cost = u64>>(lane: &mut Lane<R>, tally: &mut Tally, now: Nanos) -> Nanos {
         let mut after = After::default();
         let wait = lane
             .try_acquire(tally, now, 1, &mut after)
@@ -827,7 +837,7 @@ mod tests {
                 None,
                 &mut after,
             );
-            assert_eq!(step, Ok(Step::Granted));
+            assert_eq!(step, Ok(Step::Granted(now)));
             // Asked after every other grant: right after it, and while the new head is
             // overdue.
             if i % 2 == 1 {

@@ -10,16 +10,20 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::{Shared, Step};
-use crate::core::{Bucket, Nanos, Window};
+use crate::core::{Bucket, Limits, Nanos, Rule, Tagged, Window};
 
 const AT_ONCE: Nanos = Nanos(0);
 const LATER: Nanos = Nanos(1_000_000);
 
 /// Polls a request at `now` until it is granted or queued; returns whether it was granted.
-fn ask<R: crate::core::Pace>(shared: &Shared<R>, ticket: &mut Option<u64>, now: Nanos) -> bool {
+fn ask<R: crate::core::Pace<Cost = u64>>(
+    shared: &Shared<R>,
+    ticket: &mut Option<u64>,
+    now: Nanos,
+) -> bool {
     matches!(
         shared.poll_at(Some(now), ticket, 1, Waker::noop(), None),
-        Ok(Step::Granted)
+        Ok(Step::Granted(_))
     )
 }
 
@@ -175,5 +179,36 @@ fn a_rate_change_racing_a_refusal_refuses_by_one_rate() {
                 || refused == std::time::Duration::from_nanos(10),
             "{refused:?}"
         );
+    });
+}
+
+#[test]
+fn a_settle_racing_a_waiter_admits_it_once() {
+    loom::model(|| {
+        // One token, taken; its grant is settled to nothing while another request arrives.
+        let bucket = Rule::Bucket(Bucket::new(1, 1_000_000_000, 1));
+        let shared = Arc::new(Shared::new(Limits::<1>::new(vec![Tagged {
+            dim: 0,
+            rule: bucket,
+        }])));
+        assert!(shared.try_acquire_at(Some(AT_ONCE), [1]).is_ok());
+        let settler = {
+            let shared = shared.clone();
+            thread::spawn(move || {
+                shared.correct(|limits, _| limits.settle(AT_ONCE, AT_ONCE, [1], [0]));
+            })
+        };
+        let mut ticket = None;
+        let poll = |ticket: &mut Option<u64>| {
+            matches!(
+                shared.poll_at(Some(AT_ONCE), ticket, [1], Waker::noop(), None),
+                Ok(Step::Granted(_))
+            )
+        };
+        let first = poll(&mut ticket);
+        settler.join().unwrap();
+        // Before the settle it queued; after it, it goes (the token given back).
+        assert!(first || poll(&mut ticket));
+        assert!(shared.try_acquire_at(Some(AT_ONCE), [1]).is_err());
     });
 }

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use super::lane::{After, Lane, Step, Tally};
 use super::striped::Striped;
 use super::waiter::Handle;
-use crate::core::{Nanos, Pace, Packed};
+use crate::core::{Amount, Nanos, Pace, Packed};
 use crate::error::NotUntil;
 use crate::stats::Stats;
 use crate::sync::{fence, lock, AtomicU64, Mutex, MutexGuard, Ordering};
@@ -38,7 +38,7 @@ const HELD: u64 = 1 << 63;
 
 /// What the mutex guards: the lane, the limiter's counters, and the word's bookkeeping.
 #[derive(Debug)]
-pub(crate) struct Locked<R> {
+pub(crate) struct Locked<R: Pace> {
     pub(crate) lane: Lane<R>,
     pub(crate) tally: Tally,
     /// Whether the mutex side holds the bucket's state (the word's `HELD` bit is set).
@@ -85,7 +85,7 @@ enum FastAnswer {
 
 /// The state shared by every handle of one limiter.
 #[derive(Debug)]
-pub(crate) struct Shared<R> {
+pub(crate) struct Shared<R: Pace> {
     fast: Fast,
     /// Grants and refusals on the lock-free path (those under the lock are in the tally).
     granted: Striped,
@@ -100,6 +100,11 @@ pub(crate) struct Shared<R> {
 
 impl<R: Pace> Shared<R> {
     pub(crate) fn new(rule: R) -> Shared<R> {
+        Shared::with_origin(rule, Instant::now())
+    }
+
+    /// A limiter whose times count from `origin` (the rule's time 0).
+    pub(crate) fn with_origin(rule: R, origin: Instant) -> Shared<R> {
         let shared = Shared {
             fast: Fast {
                 word: Line(AtomicU64::new(HELD)),
@@ -110,7 +115,7 @@ impl<R: Pace> Shared<R> {
             },
             granted: Striped::default(),
             rejected: AtomicU64::new(0),
-            origin: Instant::now(),
+            origin,
             state: Mutex::new(Locked {
                 lane: Lane::new(rule),
                 tally: Tally::default(),
@@ -260,13 +265,13 @@ impl<R: Pace> Shared<R> {
     }
 
     /// Grants `cost` now if that needs no waiting and nobody is queued.
-    pub(crate) fn try_acquire(&self, cost: u64) -> Result<(), NotUntil> {
+    pub(crate) fn try_acquire(&self, cost: R::Cost) -> Result<(), NotUntil> {
         self.try_acquire_at(None, cost)
     }
 
     /// [`Shared::try_acquire`] at `at`, or at the clock's time if `None`.
-    pub(crate) fn try_acquire_at(&self, at: Option<Nanos>, cost: u64) -> Result<(), NotUntil> {
-        if cost == 0 {
+    pub(crate) fn try_acquire_at(&self, at: Option<Nanos>, cost: R::Cost) -> Result<(), NotUntil> {
+        if cost.is_zero() {
             self.granted.increment();
             #[cfg(feature = "metrics")]
             if let Some(m) = self.metrics.get() {
@@ -274,9 +279,9 @@ impl<R: Pace> Shared<R> {
             }
             return Ok(());
         }
-        match self.try_fast(at, cost) {
-            (FastAnswer::Granted, _) => return Ok(()),
-            (FastAnswer::NotUntil(when), now) => {
+        match cost.single().map(|units| (units, self.try_fast(at, units))) {
+            Some((_, (FastAnswer::Granted, _))) => return Ok(()),
+            Some((units, (FastAnswer::NotUntil(when), now))) => {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
                 #[cfg(feature = "metrics")]
                 if let Some(m) = self.metrics.get() {
@@ -284,13 +289,13 @@ impl<R: Pace> Shared<R> {
                 }
                 let wait = when.wait_from(now);
                 After {
-                    rejected: Some((cost, wait)),
+                    rejected: Some((units, wait)),
                     ..After::default()
                 }
                 .run();
                 return Err(NotUntil::new(wait));
             }
-            (FastAnswer::Locked, _) => {}
+            Some((_, (FastAnswer::Locked, _))) | None => {}
         }
         let mut st = self.lock();
         // Read again under the lock, so that grants made under it are recorded in order.
@@ -309,13 +314,13 @@ impl<R: Pace> Shared<R> {
         &self,
         at: Option<Nanos>,
         ticket: &mut Option<u64>,
-        cost: u64,
+        cost: R::Cost,
         waker: &Waker,
         timeout: Option<Duration>,
     ) -> Result<Step, NotUntil> {
-        if ticket.is_none() && cost > 0 {
-            if let (FastAnswer::Granted, _) = self.try_fast(at, cost) {
-                return Ok(Step::Granted);
+        if let Some(units) = cost.single().filter(|&units| ticket.is_none() && units > 0) {
+            if let (FastAnswer::Granted, now) = self.try_fast(at, units) {
+                return Ok(Step::Granted(now));
             }
         }
         let mut st = self.lock();
@@ -377,6 +382,23 @@ impl<R: Pace> Shared<R> {
         (out, after)
     }
 
+    /// Corrects the rule at `now` (a grant settled for what it really cost); if `f` says it
+    /// gave something back, the head of the queue is woken to see whether it may now go (and a
+    /// grant wakes the next in turn).
+    pub(crate) fn correct(&self, f: impl FnOnce(&mut R, Nanos) -> bool) {
+        let mut st = self.lock();
+        let now = self.now();
+        self.take(&mut st);
+        let returned = f(st.lane.rule_mut(), now);
+        let after = After {
+            wake: if returned { st.lane.head_waker() } else { None },
+            ..After::default()
+        };
+        self.release(&mut st, now);
+        drop(st);
+        after.run();
+    }
+
     /// Reads the rule at `now`.
     pub(crate) fn read<T>(&self, f: impl FnOnce(&R, Nanos) -> T) -> T {
         let mut st = self.lock();
@@ -428,13 +450,14 @@ impl<R: Pace> Shared<R> {
 /// Any way to a limiter's state is a way into its queue: borrowed (`&Shared`, for a future of
 /// the limiter's own) or owned (`Arc<Shared>`, for a stream or a tower future).
 impl<R: Pace, P: Deref<Target = Shared<R>>> Handle for P {
+    type Cost = R::Cost;
     fn origin(&self) -> Instant {
         self.origin
     }
     fn poll(
         &self,
         ticket: &mut Option<u64>,
-        cost: u64,
+        cost: R::Cost,
         waker: &Waker,
         timeout: Option<Duration>,
     ) -> Result<Step, NotUntil> {
@@ -486,7 +509,7 @@ mod tests {
         assert_eq!(step, Ok(Step::Wait(Nanos(1_000))));
         assert!(!is_lock_free(&shared));
         let step = shared.poll_at(Some(Nanos(1_000)), &mut ticket, 1, waker, None);
-        assert_eq!(step, Ok(Step::Granted));
+        assert_eq!(step, Ok(Step::Granted(Nanos(1_000))));
         assert!(is_lock_free(&shared));
     }
 

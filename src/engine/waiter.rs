@@ -11,12 +11,15 @@ use tokio::time::Instant;
 
 use super::coop::poll_budget;
 use super::lane::Step;
+use crate::core::Nanos;
 use crate::error::NotUntil;
 use crate::timer::Timer;
 
 /// A request's way into a limiter's queue: a borrowed handle for a future, an owned one for a
 /// stream; for a keyed limiter, the key too.
 pub(crate) trait Handle {
+    /// What a request costs (see [`Pace::Cost`](crate::core::Pace::Cost)).
+    type Cost: Copy;
     /// The instant the limiter's times count from.
     fn origin(&self) -> Instant;
     /// Advances the request behind `ticket` (`None`: not queued yet), reading the clock under
@@ -25,7 +28,7 @@ pub(crate) trait Handle {
     fn poll(
         &self,
         ticket: &mut Option<u64>,
-        cost: u64,
+        cost: Self::Cost,
         waker: &Waker,
         timeout: Option<Duration>,
     ) -> Result<Step, NotUntil>;
@@ -85,16 +88,28 @@ impl<H: Handle> Waiter<H> {
     pub(crate) fn poll_acquire(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        cost: u64,
+        cost: H::Cost,
         timeout: Option<Duration>,
     ) -> Poll<Result<(), NotUntil>> {
+        self.poll_acquire_at(cx, cost, timeout)
+            .map(|granted| granted.map(|_| ()))
+    }
+
+    /// [`Waiter::poll_acquire`], answering with the time of the grant (the limiter's time,
+    /// read under its lock): what a grant that may be corrected later needs to know.
+    pub(crate) fn poll_acquire_at(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        cost: H::Cost,
+        timeout: Option<Duration>,
+    ) -> Poll<Result<Nanos, NotUntil>> {
         let budget = ready!(poll_budget(cx));
         let mut me = self.project();
         loop {
             match me.handle.poll(me.ticket, cost, cx.waker(), timeout)? {
-                Step::Granted => {
+                Step::Granted(at) => {
                     budget.made_progress();
-                    return Poll::Ready(Ok(()));
+                    return Poll::Ready(Ok(at));
                 }
                 Step::Queued => return Poll::Pending,
                 Step::Wait(at) => {

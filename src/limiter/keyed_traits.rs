@@ -198,7 +198,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedSealed for KeyedRateLimiter<K, S
         let mut ticket = None;
         match self.shared.poll(hash, key, &mut ticket, cost, waker, None) {
             // Without a timeout the limiter never refuses.
-            Ok(Step::Granted) | Err(_) => Arrival::Granted,
+            Ok(Step::Granted(_)) | Err(_) => Arrival::Granted,
             Ok(step) => {
                 // It holds a place in the key's queue now: a waiter takes that place over.
                 let handle = KeyOwned::hashed(self.shared.clone(), key.clone(), hash);

@@ -5,6 +5,7 @@
 mod adaptive;
 mod keyed;
 pub(crate) mod keyed_traits;
+mod multi;
 mod rate_limiter;
 mod stagger;
 pub(crate) mod traits;
@@ -16,6 +17,7 @@ pub use keyed::KeyedRateLimiter;
 pub use keyed_traits::KeyedLimiter;
 #[allow(deprecated)]
 pub use keyed_traits::KeyedQuota;
+pub use multi::{Limit, MultiRateLimiter, MultiRateLimiterBuilder, Permit};
 pub use rate_limiter::RateLimiter;
 pub use stagger::Stagger;
 pub use traits::Limiter;

@@ -42,6 +42,7 @@ impl Limit {
 }
 
 impl Pace for Limit {
+    type Cost = u64;
     fn earliest(&self, since: Nanos, cost: u64) -> Nanos {
         let at = match &self.curve {
             Curve::Bucket(b) => Pace::earliest(b, since, cost),

@@ -68,7 +68,7 @@ impl<P, C> Local<P, C> {
     }
 }
 
-impl<T, P: Pace, C: Cost<T>> Gate<T> for Local<P, C> {
+impl<T, P: Pace<Cost = u64>, C: Cost<T>> Gate<T> for Local<P, C> {
     fn offer(self: Pin<&mut Self>, item: &T) -> Option<u64> {
         let me = self.project();
         if me.pace.is_unlimited() {

@@ -90,7 +90,7 @@ impl<S: Stream, P, C> Paced<S, P, C> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<S::Item>>
     where
-        P: Pace,
+        P: Pace<Cost = u64>,
         C: Cost<S::Item>,
     {
         loop {
@@ -131,7 +131,7 @@ impl<S: Stream, P, C> Paced<S, P, C> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Checked<S::Item>>>
     where
-        P: Pace,
+        P: Pace<Cost = u64>,
         C: Cost<S::Item>,
     {
         let me = self.project();

@@ -1,0 +1,233 @@
+//! [`Limits`]: several limits at once, each on one dimension of a cost `[u64; N]` (requests,
+//! tokens, ...): a request may go when every limit has room for its amount, and is charged on
+//! all of them at one instant. Clock-free, like the rest of the core.
+
+use super::bucket::Bucket;
+use super::fixed_window::FixedWindow;
+use super::nanos::Nanos;
+use super::pace::Pace;
+
+/// One limit's rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Rule {
+    /// A token bucket.
+    Bucket(Bucket),
+    /// A fixed window.
+    Window(FixedWindow),
+}
+
+impl Rule {
+    #[inline]
+    fn earliest(&self, since: Nanos, cost: u64) -> Nanos {
+        match self {
+            Rule::Bucket(b) => b.earliest(since, cost),
+            Rule::Window(w) => w.earliest(since, cost),
+        }
+    }
+
+    #[inline]
+    fn commit(&mut self, now: Nanos, cost: u64) {
+        match self {
+            Rule::Bucket(b) => b.commit(now, cost),
+            Rule::Window(w) => w.commit(now, cost),
+        }
+    }
+
+    /// What the limit holds at `now`.
+    pub(crate) fn available(&self, now: Nanos) -> u64 {
+        match self {
+            Rule::Bucket(b) => b.available(now),
+            Rule::Window(w) => w.available(now),
+        }
+    }
+}
+
+/// A limit on one dimension.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Tagged {
+    /// The dimension: the place of its amount in a cost.
+    pub(crate) dim: usize,
+    pub(crate) rule: Rule,
+}
+
+/// Every limit of a quota of `N` dimensions, in the order they were given.
+///
+/// The limits live in a `Vec`: it is read and charged in place on every grant; only a
+/// projection of the queue (a refusal while others wait) clones it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Limits<const N: usize> {
+    limits: Vec<Tagged>,
+}
+
+impl<const N: usize> Limits<N> {
+    /// The limits; each `dim` must be below `N`.
+    pub(crate) fn new(limits: Vec<Tagged>) -> Limits<N> {
+        debug_assert!(limits.iter().all(|l| l.dim < N));
+        Limits { limits }
+    }
+
+    /// The limit at `index`, to change it.
+    pub(crate) fn limit_mut(&mut self, index: usize) -> Option<&mut Tagged> {
+        self.limits.get_mut(index)
+    }
+
+    /// Per dimension, the least any of its limits holds at `now` (`u64::MAX` for a dimension
+    /// with none).
+    pub(crate) fn available(&self, now: Nanos) -> [u64; N] {
+        let mut out = [u64::MAX; N];
+        for l in &self.limits {
+            out[l.dim] = out[l.dim].min(l.rule.available(now));
+        }
+        out
+    }
+
+    /// Corrects a grant of `charged` made at `at` to `actual`, at `now`: per limit, a smaller
+    /// amount gives the difference back (a bucket up to full, a fixed window within the window
+    /// charged only), a larger one is charged as debt. Whether anything was given back (so
+    /// that the head of the queue may now go).
+    pub(crate) fn settle(
+        &mut self,
+        now: Nanos,
+        at: Nanos,
+        charged: [u64; N],
+        actual: [u64; N],
+    ) -> bool {
+        let mut returned = false;
+        for l in &mut self.limits {
+            let (charged, actual) = (charged[l.dim], actual[l.dim]);
+            if actual < charged {
+                match &mut l.rule {
+                    Rule::Bucket(b) => {
+                        // A cost above the burst took the burst from the bucket and paid the
+                        // rest by waiting: only what the bucket gave is given back.
+                        let back = charged.min(b.burst()) - actual.min(b.burst());
+                        if back > 0 {
+                            returned = true;
+                            b.refund(now, back);
+                        }
+                    }
+                    Rule::Window(w) => {
+                        returned = true;
+                        w.refund(now, at, charged - actual);
+                    }
+                }
+            } else if actual > charged {
+                match &mut l.rule {
+                    Rule::Bucket(b) => b.charge_debt(now, actual - charged),
+                    Rule::Window(w) => w.charge_debt(now, actual - charged),
+                }
+            }
+        }
+        returned
+    }
+}
+
+impl<const N: usize> Pace for Limits<N> {
+    type Cost = [u64; N];
+
+    /// The latest of the limits' own ready times: each limit, once it has room, keeps it until
+    /// something is charged, so that is exactly the first instant all have room.
+    #[inline]
+    fn earliest(&self, since: Nanos, cost: [u64; N]) -> Nanos {
+        let mut at = since;
+        for l in &self.limits {
+            let c = cost[l.dim];
+            if c > 0 {
+                at = at.max(l.rule.earliest(since, c));
+            }
+        }
+        at
+    }
+
+    #[inline]
+    fn commit(&mut self, now: Nanos, _: Nanos, cost: [u64; N]) {
+        for l in &mut self.limits {
+            let c = cost[l.dim];
+            if c > 0 {
+                l.rule.commit(now, c);
+            }
+        }
+    }
+
+    fn needs_wait(&self, cost: [u64; N]) -> bool {
+        self.limits
+            .iter()
+            .any(|l| matches!(&l.rule, Rule::Bucket(b) if cost[l.dim] > b.burst()))
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        self == other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two() -> Limits<2> {
+        Limits::new(vec![
+            // 1 request per 100 ns, burst 2.
+            Tagged {
+                dim: 0,
+                rule: Rule::Bucket(Bucket::new(1, 100, 2)),
+            },
+            // 10 tokens per 1_000 ns, burst 10.
+            Tagged {
+                dim: 1,
+                rule: Rule::Bucket(Bucket::new(10, 1_000, 10)),
+            },
+            // 15 tokens per fixed window of 3_000 ns.
+            Tagged {
+                dim: 1,
+                rule: Rule::Window(FixedWindow::new(15, Nanos(3_000), Nanos(0))),
+            },
+        ])
+    }
+
+    #[test]
+    fn a_request_waits_for_the_latest_limit() {
+        let mut l = two();
+        assert_eq!(l.earliest(Nanos(0), [1, 10]), Nanos(0));
+        l.commit(Nanos(0), Nanos(0), [1, 10]);
+        assert_eq!(l.available(Nanos(0)), [1, 0]);
+        // Requests allow one more now, tokens only at 500 (5 tokens).
+        assert_eq!(l.earliest(Nanos(0), [1, 5]), Nanos(500));
+        assert_eq!(l.earliest(Nanos(0), [1, 0]), Nanos(0));
+        l.commit(Nanos(500), Nanos(0), [1, 5]);
+        // The fixed window holds 0 more until 3_000.
+        assert_eq!(l.earliest(Nanos(500), [1, 1]), Nanos(3_000));
+        assert_eq!(l.earliest(Nanos(500), [2, 0]), Nanos(600));
+    }
+
+    #[test]
+    fn settling_gives_back_and_charges_debt() {
+        let mut l = two();
+        l.commit(Nanos(0), Nanos(0), [1, 10]);
+        assert!(l.settle(Nanos(10), Nanos(0), [1, 10], [1, 4]));
+        // The bucket is back to 6 (+ what flowed in), the window to 11 left.
+        assert_eq!(l.available(Nanos(10)), [1, 6]);
+        assert!(!l.settle(Nanos(10), Nanos(0), [1, 4], [1, 24]));
+        // 20 tokens owed beyond an empty bucket: the next token at 2_010 + 100.
+        assert_eq!(l.earliest(Nanos(10), [0, 1]), Nanos(3_000));
+        assert_eq!(l.available(Nanos(2_900)), [2, 0]);
+    }
+
+    #[test]
+    fn a_cost_above_the_burst_gets_back_only_what_the_bucket_gave() {
+        let mut l = Limits::<1>::new(vec![Tagged {
+            dim: 0,
+            rule: Rule::Bucket(Bucket::new(1, 100, 10)),
+        }]);
+        // 15 of a bucket of 10: full at 0, then 5 more by 500.
+        assert_eq!(l.earliest(Nanos(0), [15]), Nanos(500));
+        l.commit(Nanos(500), Nanos(0), [15]);
+        assert_eq!(l.available(Nanos(500)), [0]);
+        // It used 3: the bucket gave 10, so 7 come back, not 12.
+        assert!(l.settle(Nanos(500), Nanos(500), [15], [3]));
+        assert_eq!(l.available(Nanos(500)), [7]);
+        // Above the burst both ways: nothing comes back.
+        let mut full = l;
+        full.commit(Nanos(2_000), Nanos(2_000), [12]);
+        assert!(!full.settle(Nanos(2_000), Nanos(2_000), [12], [11]));
+    }
+}
