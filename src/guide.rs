@@ -476,7 +476,7 @@
 //! | dialect | what it announces | the limits to build |
 //! |---|---|---|
 //! | IETF draft, several policies | `RateLimit-Policy: "minute";q=500;w=60, "day";q=10000;w=86400` and `RateLimit: "minute";r=250;t=30, ...` | one limit per policy, `q` per `w` seconds, on the dimension its quota unit names (`qu`, requests by default). The draft does not say whether a policy refills or resets: a bucket `Limit::bucket(Rate::new(q, w), q)` if it refills, a window `Limit::window(q, w)` aligned to the reset (`now + t`) if it resets; both on the same dimension when unsure (what keeps both keeps either) |
-//! | OpenAI | `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, resets as Go durations (`6m0s`) | `"requests"`: `Limit::bucket(Rate::per_minute(limit), limit)`; `"tokens"`: the same with the tokens' limit. Daily limits are not in the headers: add them from the account's limits page as `Limit::window(q, 86_400 s)` |
+//! | OpenAI | `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, resets as Go durations (`6m0s`) | `"requests"`: `Limit::bucket(Rate::per_minute(limit), limit)`; `"tokens"`: the same with the tokens' limit. The headers name one limit per dimension: a daily limit of the account's tier goes in as `Limit::window(q, 86_400 s)`, from its limits page |
 //! | Anthropic | `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}`, resets in RFC 3339 | a bucket per minute for each; input and output tokens are separate limits, so three dimensions: `MultiRateLimiter<3>` over `["requests", "input-tokens", "output-tokens"]`, a cost of `[1, prompt_tokens, max_tokens]` settled to `[1, input, output]` |
 //! | GitHub | `X-RateLimit-Limit`, `-Remaining`, `-Reset` (epoch seconds), `-Used`, `-Resource` | per resource (`core`, `search`; `graphql` counts points, `Units`): `Limit::window(limit, 3_600 s).aligned_to(UNIX_EPOCH + reset)` |
 //!
@@ -523,8 +523,10 @@
 //! **In real time**, a call is counted by the provider a little after the limiter granted
 //! it, and not always in the same order: a call delayed longer than the one after it makes
 //! the provider's bucket lose refill the limiter counted on. Leave a margin of the jitter you
-//! expect times the rate (the example's buckets are 5 % smaller than the server's: 50 ms of
-//! refill).
+//! expect times the rate. The example's server counts to the token exactly, and tokens bind
+//! there all the time: with buckets as large as the server's, it refused 46 to 88 of the 360
+//! calls (a millisecond of jitter is 40 tokens at its rate); 1 % smaller (10 ms of refill),
+//! none. The example keeps 5 %.
 //!
 //! # Per-key limits
 //!
