@@ -9,6 +9,7 @@
 //! - [The operators in depth](#the-operators-in-depth)
 //! - [Sharing a limiter](#sharing-a-limiter)
 //! - [Per-key limits](#per-key-limits)
+//! - [Several limits at once](#several-limits-at-once)
 //! - [Across machines (Redis)](#across-machines-redis)
 //! - [Pacing a Sink](#pacing-a-sink)
 //! - [tower and HTTP](#tower-and-http)
@@ -340,6 +341,192 @@
 //! `throttle_with` takes any [`Limiter`]: a [`RateLimiter`], a [`Stagger`] (one per item,
 //! whatever the cost) or a [`RedisRateLimiter`]. The trait is sealed: the adapters rely on the
 //! exact semantics of these quotas.
+//!
+//! # Several limits at once
+//!
+//! An LLM account allows R requests per minute AND T tokens per minute (and, on low tiers,
+//! per day), and the provider refuses a call when *any* of its limits lacks room. The token
+//! cost is an estimate when the call is sent and exact only in the answer's usage. A
+//! [`MultiRateLimiter`] paces against all of it at once.
+//!
+//! **The model.**
+//!
+//! - **Dimensions** are named once, in the builder: `["requests", "tokens"]`. A **cost** is one
+//!   amount per dimension, in that order: a `[u64; N]` such as `[1, estimate]`. The shape is
+//!   the type (`MultiRateLimiter<2>`); the names are checked when the limiter is built (a
+//!   limit on an unknown name is a [`ConfigError`]).
+//! - **Limits**: each dimension has any number of them (per minute AND per day), or none.
+//!   `.limit(name, limit)` adds one; its index, for `set_limit`, is the number added before
+//!   it.
+//! - **One grant at one instant.** A request is granted when every limit has room for its
+//!   amount, and every limit is charged at that one instant. The head of the queue is granted
+//!   at the latest of the limits' own ready times, never later (plus tokio's 1 ms tick in
+//!   real time). A waiter that is dropped has taken nothing.
+//! - **FIFO.** One queue in front of all the limits: a dear prompt at the head is not
+//!   overtaken by cheap ones, and `try_acquire` / `acquire_timeout` never jump the queue.
+//! - **Settling.** [`acquire`](crate::MultiRateLimiter::acquire) returns a [`Permit`];
+//!   [`settle`](crate::Permit::settle)`([1, usage])` corrects the charge once the answer says
+//!   what the call used. A call the provider refused cost it nothing:
+//!   `settle([0, 0])` gives the whole charge back. Dropping a permit keeps its charge.
+//!
+//! ```
+//! use std::time::Duration;
+//! use paced::{Limit, MultiRateLimiter, Rate};
+//! use tokio::time::Instant;
+//!
+//! /// Your API call. Here it answers at once; the model wrote 200 tokens, and the usage
+//! /// counts the prompt's tokens too (one per word in this sketch).
+//! async fn complete(prompt: &str, max_tokens: u64) -> u64 {
+//!     prompt.split_whitespace().count() as u64 + max_tokens.min(200)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let llm: MultiRateLimiter<2> = MultiRateLimiter::builder(["requests", "tokens"])
+//!     .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
+//!     .limit("tokens", Limit::bucket(Rate::per_minute(6_000), 6_000))
+//!     .limit("requests", Limit::window(10_000, Duration::from_secs(86_400))) // from 00:00 UTC
+//!     .build()
+//!     .unwrap();
+//! let prompt = "word ".repeat(100);
+//! let start = Instant::now();
+//! for _ in 0..30 {
+//!     let estimate = 100 + 500; // the prompt's tokens + max_tokens: never too low
+//!     let permit = llm.acquire([1, estimate]).await;
+//!     let usage = complete(&prompt, 500).await;
+//!     permit.settle([1, usage]); // 300 of the 600 come back at once
+//! }
+//! // 10 calls at once, one a second while the tokens last, then one per 3 s of tokens
+//! // (300 tokens at 100/s). Charged the estimates without settling: 120 s.
+//! assert_eq!(start.elapsed(), Duration::from_secs(33));
+//! # }
+//! ```
+//!
+//! Overlapping the calls (`buffer_unordered(n)` over a stream of prompts, or tasks) changes
+//! nothing above: the limiter is shared by handle, and every clone draws on the same limits in
+//! the same queue. `cargo run --example llm_pipeline` runs such a stage against a local
+//! OpenAI-style server that enforces four limits exactly (requests and tokens, per minute and
+//! per day) and refuses with 429: none is refused.
+//!
+//! **Two kinds of limit**, for the two ways providers count:
+//!
+//! - [`Limit::bucket`](crate::Limit::bucket)`(rate, burst)`, a token bucket: at most `burst`
+//!   at once, refilled continuously at `rate`. This is how OpenAI's and Anthropic's per-minute
+//!   limits (requests, tokens, Anthropic's input and output tokens) work: capacity flows back
+//!   as time passes instead of resetting on the minute. `Limit::bucket(Rate::per_minute(l), l)`
+//!   for a limit of `l` per minute.
+//! - [`Limit::window`](crate::Limit::window)`(quota, window)`, a fixed window: at most `quota`
+//!   per window, the windows aligned to an origin, by default the Unix epoch, so a day runs
+//!   from midnight UTC and an hour starts on the hour
+//!   ([`aligned_to`](crate::Limit::aligned_to) a `SystemTime` moves it;
+//!   [`aligned_to_instant`](crate::Limit::aligned_to_instant) takes a tokio `Instant`, exact
+//!   under paused time, for tests). This is how daily caps that reset at midnight UTC work,
+//!   and GitHub's hourly window (its `X-RateLimit-Reset` is the epoch second the window
+//!   ends: `aligned_to(UNIX_EPOCH + Duration::from_secs(reset))`).
+//!
+//! A daily cap is not a bucket of a day. A bucket of burst `q` and rate `q` per day is full at
+//! midnight, so `q` may go at 00:00; by 23:59 nearly `q` has flowed back in, and that may go
+//! too: up to `2q` within one calendar day, which a provider counting per calendar day
+//! refuses. A fixed window of `q` per day lets `q` through in each calendar day, and no more:
+//!
+//! ```
+//! use std::time::Duration;
+//! use paced::{Limit, MultiRateLimiter, Rate};
+//! use tokio::time::Instant;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let day = Duration::from_secs(86_400);
+//! let midnight = Instant::now();
+//! let limiter = |limit| MultiRateLimiter::builder(["requests"]).limit("requests", limit).build();
+//! let bucket = limiter(Limit::bucket(Rate::new(100, day), 100)).unwrap();
+//! let window = limiter(Limit::window(100, day).aligned_to_instant(midnight)).unwrap();
+//! for limiter in [&bucket, &window] {
+//!     limiter.try_acquire([100]).unwrap(); // 00:00
+//! }
+//! tokio::time::advance(day - Duration::from_secs(60)).await; // 23:59
+//! assert_eq!(bucket.available(), [99]); // 199 in one calendar day
+//! assert_eq!(window.available(), [0]); // 100, until midnight
+//! # }
+//! ```
+//!
+//! **The bound**, as [`MultiRateLimiter`] states it and its tests check it: with no upward
+//! correction, for every bucket limit the cost charged in any span `[t, t + w]` is at most
+//! `burst + w × rate`, and for every fixed-window limit the cost charged in any `k`
+//! consecutive windows is at most `k × quota` (so at most `quota` in each window when no
+//! single cost exceeds the quota). With corrections, each counted at its instant: the same,
+//! plus the debt still unpaid at the end of the span (an upward correction is a cost already
+//! spent at the provider: it cannot be refused, only paid back by making later grants wait).
+//! Downward corrections never let more through than the bound.
+//!
+//! What a correction does, per dimension: a smaller amount gives the difference back at once,
+//! never beyond a limit's room (a bucket's level caps at its burst; a fixed window gives back
+//! only within the window the grant was charged in, and never below nothing used), and wakes
+//! the waiters it now admits; a larger amount is charged as debt (a bucket's level goes below
+//! zero, a fixed window's use above its quota, the excess carried into the next windows), so
+//! later grants wait. So estimate from above (the prompt's tokens plus `max_tokens`): every
+//! correction is then downward, and the plain bound holds.
+//!
+//! **Reading the limits from the headers.** With the `http` feature,
+//! `paced::tower::limits_from_headers` reads every limit a response announces, each with its
+//! name, what it counts (`Dimension::Requests`, `Tokens`, `InputTokens`, `OutputTokens`, or
+//! `Units` for a cost the destination does not name) and where it stands (`remaining`,
+//! `reset`, and its `limit` and `window` when announced). Each maps onto a [`Limit`]:
+//!
+//! | dialect | what it announces | the limits to build |
+//! |---|---|---|
+//! | IETF draft, several policies | `RateLimit-Policy: "minute";q=500;w=60, "day";q=10000;w=86400` and `RateLimit: "minute";r=250;t=30, ...` | one limit per policy, `q` per `w` seconds, on the dimension its quota unit names (`qu`, requests by default). The draft does not say whether a policy refills or resets: a bucket `Limit::bucket(Rate::new(q, w), q)` if it refills, a window `Limit::window(q, w)` aligned to the reset (`now + t`) if it resets; both on the same dimension when unsure (what keeps both keeps either) |
+//! | OpenAI | `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, resets as Go durations (`6m0s`) | `"requests"`: `Limit::bucket(Rate::per_minute(limit), limit)`; `"tokens"`: the same with the tokens' limit. The headers name one limit per dimension: a daily limit of the account's tier goes in as `Limit::window(q, 86_400 s)`, from its limits page |
+//! | Anthropic | `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}`, resets in RFC 3339 | a bucket per minute for each; input and output tokens are separate limits, so three dimensions: `MultiRateLimiter<3>` over `["requests", "input-tokens", "output-tokens"]`, a cost of `[1, prompt_tokens, max_tokens]` settled to `[1, input, output]` |
+//! | GitHub | `X-RateLimit-Limit`, `-Remaining`, `-Reset` (epoch seconds), `-Used`, `-Resource` | per resource (`core`, `search`; `graphql` counts points, `Units`): `Limit::window(limit, 3_600 s).aligned_to(UNIX_EPOCH + reset)` |
+//!
+//! The announced `remaining` says where the provider stands: a limiter built fresh starts
+//! full, so start it after the first answer, or charge what the provider says is used with
+//! one `acquire` before the stage starts. (An [`Adaptive`] paces a single rate instead, and
+//! takes only the limits that count requests: `binding_request_limit`.)
+//!
+//! **Two single limiters are not one.** The composition users write first awaits a
+//! [`RateLimiter`] per dimension, one after the other. It is not safe where both limits bind,
+//! and it cannot settle. `tests/llm_provider.rs` measures both orders against a simulated
+//! provider (requests and tokens per minute, refusing a call when either lacks room) and an
+//! exact oracle, 5,000 prompts from 64 workers under paused time (`cargo test --test
+//! llm_provider -- --nocapture table`):
+//!
+//! | scenario (provider's limits) | requests then tokens | tokens then requests | `MultiRateLimiter<2>` |
+//! |---|---|---|---|
+//! | requests bind (30/min burst 10; 400,000 tokens/min) | 0 refused, 1.000 | 0, 1.000 | 0, 1.000 |
+//! | tokens bind (500/min burst 50; 40,000 tokens/min), usage = estimate | 0, 1.000 | 0, 1.000 | 0, 1.000 |
+//! | tokens bind, settles to 30–100 % of the estimate | 0, **1.542** | 0, **1.542** | 0, 1.000 |
+//! | both bind (30/min burst 10; 40,000 tokens/min), usage = estimate | **242**, 1.007 | **1**, 1.001 | 0, 1.000 |
+//! | both bind, settles to 30–100 % | **242**, **1.168** | 0, **1.160** | 0, 1.000 |
+//!
+//! (refusals, then the makespan over the oracle's: 1.542 is 11,565.5 s where 7,501.2 s were
+//! enough.)
+//!
+//! - **Requests then tokens is unsafe.** A call takes its request, then waits for its tokens
+//!   holding it. Meanwhile the request limiter keeps granting, to calls that queue behind it
+//!   for tokens; when the tokens come, cheap prompts that took their requests long ago leave
+//!   in a bunch, faster than the provider's request bucket refills, and it refuses them: 242
+//!   of 5,000.
+//! - **Tokens then requests can still lose refill.** A call holds its tokens while it waits
+//!   for its request; the provider charges them only when the call arrives, and its token
+//!   bucket, full until then, lost that refill. A later call then finds fewer tokens at the
+//!   provider than the client counted: rare (1 of 5,000), never impossible.
+//! - **Neither can give back unused tokens.** A `RateLimiter` keeps the estimate; where the
+//!   provider settles to the usage, the composed clients pace to estimates and take 1.16–1.54
+//!   times as long as needed.
+//!
+//! One [`MultiRateLimiter`] grants both amounts at one instant (nothing is held while
+//! waiting for the other) and settles to the usage: no refusal, and the oracle's makespan, in
+//! every scenario.
+//!
+//! **In real time**, a call is counted by the provider a little after the limiter granted
+//! it, and not always in the same order: a call delayed longer than the one after it makes
+//! the provider's bucket lose refill the limiter counted on. Leave a margin of the jitter you
+//! expect times the rate. The example's server counts to the token exactly, and tokens bind
+//! there all the time: with buckets as large as the server's, it refused 46 to 88 of the 360
+//! calls (a millisecond of jitter is 40 tokens at its rate); 1 % smaller (10 ms of refill),
+//! none. The example keeps 5 %.
 //!
 //! # Per-key limits
 //!
@@ -1238,6 +1425,9 @@
 //! [`Stagger::try_set_limit`]: crate::Stagger::try_set_limit
 //! [`KeyedRateLimiter`]: crate::KeyedRateLimiter
 //! [`Adaptive`]: crate::Adaptive
+//! [`MultiRateLimiter`]: crate::MultiRateLimiter
+//! [`Permit`]: crate::Permit
+//! [`Limit`]: crate::Limit
 //! [`Limiter`]: crate::Limiter
 //! [`KeyedLimiter`]: crate::KeyedLimiter
 #![cfg_attr(
