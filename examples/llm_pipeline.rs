@@ -29,8 +29,8 @@
 //! server's bucket has lost a little refill that the client counted on. The client's
 //! per-minute buckets are therefore 5 % smaller than the server's (50 ms of refill), which
 //! absorbs up to 50 ms of difference in delay. Without it (tokens bind at the server all the
-//! time, and a millisecond of jitter is 40 tokens) the server refused 46 to 88 of the 360
-//! calls. The daily windows need no margin here: the caps bind well before midnight, so no
+//! time, and a millisecond of jitter is 40 tokens) the server refused 46 to 88 calls in runs of
+//! 360 prompts. The daily windows need no margin here: the caps bind well before midnight, so no
 //! call is granted before it and counted after it.
 //!
 //! ```text
@@ -67,7 +67,9 @@ const TOKENS_PER_DAY: u64 = 80_000;
 /// 50 ms of refill, for the differences in network delay.
 const MARGIN_PERMILLE: u64 = 50;
 
-const PROMPTS: u64 = 360;
+// At most 200 (a day's requests) are left for after midnight as long as 100 go before it: a
+// slow machine cannot leave more than a day's cap for the new day (it would wait a scaled day).
+const PROMPTS: u64 = 300;
 /// Calls in flight at once.
 const IN_FLIGHT: usize = 32;
 /// The most a completion may use, sent with each call.

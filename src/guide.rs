@@ -524,9 +524,9 @@
 //! it, and not always in the same order: a call delayed longer than the one after it makes
 //! the provider's bucket lose refill the limiter counted on. Leave a margin of the jitter you
 //! expect times the rate. The example's server counts to the token exactly, and tokens bind
-//! there all the time: with buckets as large as the server's, it refused 46 to 88 of the 360
-//! calls (a millisecond of jitter is 40 tokens at its rate); 1 % smaller (10 ms of refill),
-//! none. The example keeps 5 %.
+//! there all the time: with buckets as large as the server's, it refused 46 to 88 calls in
+//! runs of 360 (a millisecond of jitter is 40 tokens at its rate); 1 % smaller (10 ms of
+//! refill), none. The example keeps 5 %.
 //!
 //! # Per-key limits
 //!
