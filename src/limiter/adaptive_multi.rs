@@ -9,6 +9,8 @@ use tokio::time::Instant;
 
 use super::adaptive::{AdaptiveStats, Wakes};
 use super::multi::{MultiRateLimiter, Permit};
+#[cfg(feature = "metrics")]
+use crate::core::adaptive_law::per_second;
 use crate::core::adaptive_law::{AdaptiveLaw, Announced, Controller, Limited, QUOTA_MAX_PAUSE};
 use crate::error::{ConfigError, NotUntil};
 use crate::rate::Rate;
@@ -36,7 +38,7 @@ use crate::sync::{lock, Mutex, MutexGuard};
 /// - [`on_quota`](AdaptiveMulti::on_quota) / [`on_limits`](AdaptiveMulti::on_limits): an
 ///   announced limit sets the limits it is routed to. By default an announcement named as a
 ///   dimension of the limiter (`"requests"`, `"tokens"`, `"input-tokens"`,
-///   `"output-tokens"`, as [`limits_from_headers`](crate::tower::limits_from_headers) names
+///   `"output-tokens"`, as `paced::tower::limits_from_headers` (feature `http`) names
 ///   OpenAI's and Anthropic's limits) goes to every adapted limit of that dimension;
 ///   [`AdaptiveMultiBuilder::route`] sends a name elsewhere (an IETF policy `"minute"`, a
 ///   dimension called otherwise).
@@ -90,6 +92,10 @@ struct Inner<const N: usize> {
     /// Announced names sent to other limits than their dimension's: (name, limit index).
     routes: Vec<(String, usize)>,
     state: Mutex<Vec<Adapted>>,
+    /// One controller's handles per adapted limit, in the order of `state`, for every clone:
+    /// replaced if it is named again.
+    #[cfg(feature = "metrics")]
+    metrics: crate::instrument::Named<Vec<crate::instrument::AdaptiveMetrics>>,
 }
 
 /// One adapted limit and its law.
@@ -235,6 +241,8 @@ impl<const N: usize> AdaptiveMultiBuilder<N> {
                 origin: Instant::now(),
                 routes: self.routes,
                 state: Mutex::new(adapted),
+                #[cfg(feature = "metrics")]
+                metrics: crate::instrument::Named::default(),
             }),
         })
     }
@@ -677,6 +685,51 @@ impl<const N: usize> AdaptiveMulti<N> {
         self.inner.limiter.available()
     }
 
+    /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
+    /// `metrics`): for each adapted limit, the metrics of
+    /// [`Adaptive::with_metrics`](crate::Adaptive::with_metrics) (`paced_adaptive_rate`, the
+    /// limit's rate in its units per second, and `paced_adaptive_decreases_total`) with the
+    /// labels `limiter = name` and `limit = index` (the limit's index, `"0"`, `"1"`, ...);
+    /// and the limiter's own ([`MultiRateLimiter::with_metrics`]), labelled `limiter = name`.
+    /// Named twice, the last name given wins.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
+    /// # let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+    /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
+    /// let adaptive = AdaptiveMulti::builder(limiter)
+    ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
+    ///     .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
+    ///     .build()
+    ///     .unwrap()
+    ///     .with_metrics("llm");
+    /// // paced_adaptive_rate{limiter="llm",limit="1"} 800
+    /// adaptive.on_throttled_limit(1, None);
+    /// assert_eq!(adaptive.stats(1).unwrap().decreases, 1);
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    #[must_use]
+    pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
+        let name = name.as_ref();
+        let _named = self.inner.limiter.clone().with_metrics(name);
+        let st = self.inner.lock();
+        let metrics: Vec<_> = st
+            .iter()
+            .map(|a| {
+                let m = crate::instrument::AdaptiveMetrics::for_limit(name, a.index);
+                m.rate.set(per_second(a.controller.rate()));
+                m
+            })
+            .collect();
+        self.inner.metrics.replace(metrics, |_| {});
+        drop(st);
+        self
+    }
+
     /// Whether an announcement named `name` goes to the adapted limit `a`.
     fn routed(&self, name: &str, a: &Adapted) -> bool {
         let mut routes = self
@@ -714,8 +767,9 @@ impl<const N: usize> AdaptiveMulti<N> {
         let mut wakes = Wakes::default();
         let mut st = self.inner.lock();
         let mut paused = false;
-        for a in st.iter_mut() {
+        for (k, a) in st.iter_mut().enumerate() {
             let Some(report) = what(a) else { continue };
+            let decreases = a.controller.counts().2;
             let mut bound = Bound {
                 limiter,
                 index: a.index,
@@ -734,6 +788,7 @@ impl<const N: usize> AdaptiveMulti<N> {
                     a.controller.announce(&mut bound, quota, exhausted, now);
                 }
             }
+            self.inner.record(k, &a.controller, decreases);
         }
         drop(st);
         wakes.run();
@@ -751,6 +806,19 @@ enum Report {
 impl<const N: usize> Inner<N> {
     fn lock(&self) -> MutexGuard<'_, Vec<Adapted>> {
         lock(&self.state)
+    }
+
+    /// Records the rate of the `k`-th adapted limit now and its decreases since there were
+    /// `decreases_before` (under the lock its report was decided under).
+    #[inline]
+    #[allow(unused_variables, clippy::unused_self)]
+    fn record(&self, k: usize, controller: &Controller, decreases_before: u64) {
+        #[cfg(feature = "metrics")]
+        if let Some(m) = self.metrics.get() {
+            m[k].rate.set(per_second(controller.rate()));
+            m[k].decreases
+                .increment(controller.counts().2.saturating_sub(decreases_before));
+        }
     }
 }
 
