@@ -695,6 +695,19 @@ mod multi {
     }
 
     #[test]
+    fn an_exhausted_announcement_pauses_the_limiter_and_keeps_the_rates() {
+        paused(async {
+            let a = llm();
+            let start = Instant::now();
+            a.on_quota("tokens", Announced::new(0, Duration::from_secs(3)));
+            assert_eq!(rates(&a), (Rate::per_second(10), Rate::per_second(1_000)));
+            // A call of requests only waits too: the provider refuses every call until then.
+            a.acquire([1, 0]).await;
+            assert_eq!(start.elapsed(), Duration::from_secs(3));
+        });
+    }
+
+    #[test]
     fn routes_send_announcements_elsewhere_and_unadapted_limits_stay() {
         paused(async {
             let limiter = MultiRateLimiter::builder(["calls", "input"])

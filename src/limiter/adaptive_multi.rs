@@ -758,7 +758,22 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// Folds one response into each adapted limit `what` gives a report for.
     fn report(&self, what: impl Fn(&Adapted) -> Option<Report>, retry_after: Option<Duration>) {
         let limiter = &self.inner.limiter;
-        if let Some(d) = retry_after {
+        // What concerns each limit depends only on its index and dimension, which never
+        // change: decided first, so that the limiter is paused (and its head waiter woken)
+        // outside the controller's lock, as `Adaptive` does.
+        let reports: Vec<Option<Report>> = self.inner.lock().iter().map(&what).collect();
+        let exhausted = |quota: &Announced| quota.remaining == 0 && !quota.is_bucket();
+        let pause = reports
+            .iter()
+            .filter_map(|r| match r {
+                Some(Report::Announced(quota)) if exhausted(quota) => {
+                    Some(quota.reset.min(QUOTA_MAX_PAUSE))
+                }
+                _ => None,
+            })
+            .chain(retry_after)
+            .max();
+        if let Some(d) = pause {
             limiter.pause_for(d);
         }
         let now = Instant::now()
@@ -766,9 +781,8 @@ impl<const N: usize> AdaptiveMulti<N> {
             .as_secs_f64();
         let mut wakes = Wakes::default();
         let mut st = self.inner.lock();
-        let mut paused = false;
-        for (k, a) in st.iter_mut().enumerate() {
-            let Some(report) = what(a) else { continue };
+        for (k, (a, report)) in st.iter_mut().zip(reports).enumerate() {
+            let Some(report) = report else { continue };
             let decreases = a.controller.counts().2;
             let mut bound = Bound {
                 limiter,
@@ -779,13 +793,8 @@ impl<const N: usize> AdaptiveMulti<N> {
                 Report::Success => a.controller.report(&mut bound, false, None, now),
                 Report::Throttled => a.controller.report(&mut bound, true, retry_after, now),
                 Report::Announced(quota) => {
-                    let exhausted = quota.remaining == 0 && !quota.is_bucket();
-                    if exhausted && !paused {
-                        // The lock of the limiter is taken inside, not the controller's.
-                        limiter.pause_for(quota.reset.min(QUOTA_MAX_PAUSE));
-                        paused = true;
-                    }
-                    a.controller.announce(&mut bound, quota, exhausted, now);
+                    a.controller
+                        .announce(&mut bound, quota, exhausted(&quota), now);
                 }
             }
             self.inner.record(k, &a.controller, decreases);
@@ -840,6 +849,9 @@ impl<const N: usize> Limited for Bound<'_, N> {
     fn granted(&self) -> u64 {
         self.limiter.stats().granted
     }
+    /// In the limit's own units: for a limit of tokens, more than the calls whose cost is
+    /// already in the bucket, so an overload's refusals are counted as one for longer, never
+    /// beyond the law's 2 s.
     fn available(&self) -> u64 {
         self.limiter.limit_available(self.index)
     }
