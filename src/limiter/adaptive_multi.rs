@@ -35,7 +35,7 @@ use crate::sync::{lock, Mutex, MutexGuard};
 ///   lowers every adapted limit**. Any of them may have refused, and lowering one that did not
 ///   costs little: its next announcement sets it back, or the curve climbs back within
 ///   seconds; leaving the one that did refuse unchanged would be refused again.
-/// - [`on_quota`](AdaptiveMulti::on_quota) / [`on_limits`](AdaptiveMulti::on_limits): an
+/// - [`on_quota`](AdaptiveMulti::on_quota) / `on_limits` (feature `http`): an
 ///   announced limit sets the limits it is routed to. By default an announcement named as a
 ///   dimension of the limiter (`"requests"`, `"tokens"`, `"input-tokens"`,
 ///   `"output-tokens"`, as `paced::tower::limits_from_headers` (feature `http`) names

@@ -11,7 +11,7 @@ mod sealed {
 
 /// A controller an [`AdaptiveLayer`](super::AdaptiveLayer) reports to: an
 /// [`Adaptive`], fed [`Outcome`]s, or (feature `http`) an
-/// [`AdaptiveMulti`](crate::AdaptiveMulti), fed [`LimitsOutcome`]s. Sealed: paced implements
+/// [`AdaptiveMulti`](crate::AdaptiveMulti), fed `LimitsOutcome`s. Sealed: paced implements
 /// it for these only.
 ///
 /// # Examples
