@@ -13,6 +13,8 @@ use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
 
 /// The label every metric carries: the limiter's name.
 const LABEL: &str = "limiter";
+/// The label of an `AdaptiveMulti`'s metrics that tells its limits apart (their index).
+const LIMIT_LABEL: &str = "limit";
 
 /// The handles a limiter records to under its name, shared by every clone: none until it is
 /// named, then those of the last name given.
@@ -138,6 +140,19 @@ impl AdaptiveMetrics {
         AdaptiveMetrics {
             rate: gauge!("paced_adaptive_rate", LABEL => name.clone()),
             decreases: counter!("paced_adaptive_decreases_total", LABEL => name),
+        }
+    }
+
+    /// The handles of one adapted limit of an `AdaptiveMulti`: also labelled `limit = index`.
+    pub(crate) fn for_limit(name: &str, index: usize) -> AdaptiveMetrics {
+        let (name, index) = (name.to_owned(), index.to_string());
+        AdaptiveMetrics {
+            rate: gauge!("paced_adaptive_rate", LABEL => name.clone(), LIMIT_LABEL => index.clone()),
+            decreases: counter!(
+                "paced_adaptive_decreases_total",
+                LABEL => name,
+                LIMIT_LABEL => index
+            ),
         }
     }
 }

@@ -601,3 +601,230 @@ fn a_waiter_woken_by_a_rate_change_may_call_back_at_once() {
     assert_eq!(adaptive.rate(), Rate::per_second(10));
     drop(waiter);
 }
+
+// ----- AdaptiveMulti: each limit of a MultiRateLimiter learned on its own -----
+
+mod multi {
+    use std::time::Duration;
+
+    use paced::{AdaptiveMulti, Announced, ConfigError, Limit, MultiRateLimiter, Rate};
+    use proptest::prelude::*;
+    use tokio::time::Instant;
+
+    use super::paused;
+
+    const REQUESTS: usize = 0;
+    const TOKENS: usize = 1;
+
+    /// Requests 10/s (burst 10) in [1/s, 10/s], tokens 1,000/s (burst 1,000) in
+    /// [100/s, 1,000/s].
+    fn llm() -> AdaptiveMulti<2> {
+        let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+            .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
+            .build()
+            .unwrap();
+        AdaptiveMulti::builder(limiter)
+            .adapt(REQUESTS, Rate::per_second(1), Rate::per_second(10))
+            .adapt(TOKENS, Rate::per_second(100), Rate::per_second(1_000))
+            .build()
+            .unwrap()
+    }
+
+    fn rates(a: &AdaptiveMulti<2>) -> (Rate, Rate) {
+        (a.rate(REQUESTS).unwrap(), a.rate(TOKENS).unwrap())
+    }
+
+    #[test]
+    fn announcements_set_each_limit_independently_and_exactly() {
+        paused(async {
+            let a = llm();
+            let start = Instant::now();
+            // 119 requests left for 60 s: 2/s; tokens untouched.
+            a.on_quota("requests", Announced::new(119, Duration::from_secs(60)));
+            assert_eq!(rates(&a), (Rate::per_second(2), Rate::per_second(1_000)));
+            // 1,199 tokens left for 6 s: 200/s; requests untouched.
+            a.on_quota("tokens", Announced::new(1_199, Duration::from_secs(6)));
+            assert_eq!(rates(&a), (Rate::per_second(2), Rate::per_second(200)));
+            // Successes while announcements hold (2 s): no probing above them.
+            a.on_success();
+            assert_eq!(rates(&a), (Rate::per_second(2), Rate::per_second(200)));
+            // The levels were kept (full buckets), and the rates are the limiter's.
+            assert_eq!(a.available(), [10, 1_000]);
+            a.acquire([0, 1_000]).await;
+            a.acquire([0, 200]).await; // 200 tokens at 200/s: 1 s
+            assert_eq!(start.elapsed(), Duration::from_secs(1));
+            a.acquire([10, 0]).await;
+            a.acquire([2, 0]).await; // 2 requests at 2/s: 1 s more
+            assert_eq!(start.elapsed(), Duration::from_secs(2));
+            let (r, t) = (a.stats(REQUESTS).unwrap(), a.stats(TOKENS).unwrap());
+            assert_eq!((r.successes, r.throttled, r.decreases), (2, 0, 0));
+            assert_eq!((t.successes, t.throttled, t.decreases), (2, 0, 0));
+        });
+    }
+
+    #[test]
+    fn a_refusal_naming_tokens_lowers_tokens_only() {
+        paused(async {
+            let a = llm();
+            a.acquire([1, 500]).await;
+            a.on_throttled_dimension("tokens", None);
+            assert_eq!(rates(&a), (Rate::per_second(10), Rate::per_second(800)));
+            a.on_throttled_limit(TOKENS, None); // the same overload: no second decrease
+            assert_eq!(rates(&a), (Rate::per_second(10), Rate::per_second(800)));
+            let (r, t) = (a.stats(REQUESTS).unwrap(), a.stats(TOKENS).unwrap());
+            assert_eq!((r.throttled, r.decreases), (0, 0));
+            assert_eq!((t.throttled, t.decreases), (2, 1));
+        });
+    }
+
+    #[test]
+    fn a_refusal_naming_no_limit_lowers_every_adapted_limit() {
+        paused(async {
+            let a = llm();
+            let start = Instant::now();
+            a.on_throttled(Some(Duration::from_secs(2)));
+            assert_eq!(rates(&a), (Rate::per_second(8), Rate::per_second(800)));
+            assert_eq!(
+                a.try_acquire([1, 1]).unwrap_err().retry_after(),
+                Duration::from_secs(2)
+            );
+            a.acquire([1, 1]).await;
+            assert_eq!(start.elapsed(), Duration::from_secs(2));
+        });
+    }
+
+    #[test]
+    fn an_exhausted_announcement_pauses_the_limiter_and_keeps_the_rates() {
+        paused(async {
+            let a = llm();
+            let start = Instant::now();
+            a.on_quota("tokens", Announced::new(0, Duration::from_secs(3)));
+            assert_eq!(rates(&a), (Rate::per_second(10), Rate::per_second(1_000)));
+            // A call of requests only waits too: the provider refuses every call until then.
+            a.acquire([1, 0]).await;
+            assert_eq!(start.elapsed(), Duration::from_secs(3));
+        });
+    }
+
+    #[test]
+    fn routes_send_announcements_elsewhere_and_unadapted_limits_stay() {
+        paused(async {
+            let limiter = MultiRateLimiter::builder(["calls", "input"])
+                .limit("calls", Limit::bucket(Rate::per_second(10), 10))
+                .limit("calls", Limit::window(1_000, Duration::from_secs(86_400)))
+                .limit("input", Limit::bucket(Rate::per_second(1_000), 1_000))
+                .build()
+                .unwrap();
+            let a = AdaptiveMulti::builder(limiter)
+                .adapt(0, Rate::per_second(1), Rate::per_second(10))
+                .adapt(2, Rate::per_second(10), Rate::per_second(1_000))
+                .route("requests", 0)
+                .route("input-tokens", 2)
+                .build()
+                .unwrap();
+            a.on_quota("requests", Announced::new(4, Duration::from_secs(1)));
+            a.on_quota("input-tokens", Announced::new(499, Duration::from_secs(1)));
+            // Routed nowhere: no limit, no pause.
+            a.on_quota("output-tokens", Announced::new(0, Duration::from_secs(1)));
+            assert_eq!(a.rate(0), Some(Rate::per_second(5)));
+            assert_eq!(a.rate(1), None); // a window is not adapted
+            assert_eq!(a.rate(2), Some(Rate::per_second(500)));
+            assert!(a.try_acquire([1, 1]).is_ok()); // nothing paused
+        });
+    }
+
+    #[test]
+    fn building_checks_the_limits_and_ranges() {
+        let limiter = MultiRateLimiter::builder(["requests"])
+            .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+            .limit("requests", Limit::window(100, Duration::from_secs(60)))
+            .build()
+            .unwrap();
+        let range = (Rate::per_second(1), Rate::per_second(2));
+        let build = |index, route: Option<usize>| {
+            let b = AdaptiveMulti::builder(limiter.clone()).adapt(index, range.0, range.1);
+            match route {
+                Some(i) => b.route("x", i).build().err(),
+                None => b.build().err(),
+            }
+        };
+        assert_eq!(build(0, None), None);
+        assert_eq!(build(1, None), Some(ConfigError::LimitKind));
+        assert_eq!(build(2, None), Some(ConfigError::NoSuchLimit));
+        assert_eq!(build(0, Some(1)), Some(ConfigError::NoSuchLimit));
+        let reversed = AdaptiveMulti::builder(limiter)
+            .adapt(0, range.1, range.0)
+            .build()
+            .err();
+        assert_eq!(reversed, Some(ConfigError::MinAboveMax));
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Success,
+        Throttled(Option<u64>),
+        ThrottledLimit(usize),
+        Quota {
+            name: &'static str,
+            remaining: u64,
+            reset_ms: u64,
+            policy: Option<(u64, u64)>,
+        },
+        Advance(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            Just(Op::Success),
+            proptest::option::of(0..3_000u64).prop_map(Op::Throttled),
+            (0..2usize).prop_map(Op::ThrottledLimit),
+            (
+                prop_oneof![Just("requests"), Just("tokens")],
+                prop_oneof![Just(0u64), 0..100u64, 0..10_000_000u64, Just(u64::MAX)],
+                prop_oneof![Just(0u64), 0..120_000u64],
+                proptest::option::of((0..1_000_000u64, 0..120_000u64)),
+            )
+                .prop_map(|(name, remaining, reset_ms, policy)| Op::Quota {
+                    name,
+                    remaining,
+                    reset_ms,
+                    policy,
+                }),
+            (0..5_000u64).prop_map(Op::Advance),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// Whatever is reported, each limit's rate stays within its own range.
+        #[test]
+        fn rates_never_leave_their_ranges(ops in proptest::collection::vec(op(), 1..60)) {
+            paused(async {
+                let a = llm();
+                let within = |a: &AdaptiveMulti<2>| {
+                    let (r, t) = rates(a);
+                    assert!(Rate::per_second(1) <= r && r <= Rate::per_second(10), "{r:?}");
+                    assert!(Rate::per_second(100) <= t && t <= Rate::per_second(1_000), "{t:?}");
+                };
+                for op in ops {
+                    match op {
+                        Op::Success => a.on_success(),
+                        Op::Throttled(ms) => a.on_throttled(ms.map(Duration::from_millis)),
+                        Op::ThrottledLimit(i) => a.on_throttled_limit(i, None),
+                        Op::Quota { name, remaining, reset_ms, policy } => {
+                            let mut q = Announced::new(remaining, Duration::from_millis(reset_ms));
+                            if let Some((limit, window_ms)) = policy {
+                                q = q.with_policy(limit, Duration::from_millis(window_ms));
+                            }
+                            a.on_quota(name, q);
+                        }
+                        Op::Advance(ms) => tokio::time::advance(Duration::from_millis(ms)).await,
+                    }
+                    within(&a);
+                }
+            });
+        }
+    }
+}

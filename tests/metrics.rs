@@ -450,3 +450,54 @@ async fn a_multi_limiter_records_as_a_rate_limiter_does_and_the_last_name_wins()
     assert_eq!(recorder.count("old"), 6);
     assert_eq!(recorder.counter("old", "paced_grants_total"), 0);
 }
+
+/// `AdaptiveMulti`: one `paced_adaptive_rate` gauge and one decreases counter per adapted
+/// limit, told apart by the label `limit` (the limit's index).
+#[tokio::test(start_paused = true)]
+async fn adaptive_multi_rate_and_decreases_per_limit() {
+    use paced::{AdaptiveMulti, Limit, MultiRateLimiter};
+
+    let recorder = Reader(Arc::new(Registry::atomic()));
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    let of = |key: &Key, limit: &str| {
+        labelled(key, "llm")
+            && key
+                .labels()
+                .any(|l| l.key() == "limit" && l.value() == limit)
+    };
+    let gauge = |limit: &str| {
+        recorder
+            .0
+            .get_gauge_handles()
+            .into_iter()
+            .find(|(k, _)| k.name() == "paced_adaptive_rate" && of(k, limit))
+            .map(|(_, g)| f64::from_bits(g.load(std::sync::atomic::Ordering::SeqCst)))
+            .unwrap()
+    };
+    let decreases = |limit: &str| {
+        recorder
+            .0
+            .get_counter_handles()
+            .into_iter()
+            .find(|(k, _)| k.name() == "paced_adaptive_decreases_total" && of(k, limit))
+            .map(|(_, c)| c.load(std::sync::atomic::Ordering::SeqCst))
+            .unwrap()
+    };
+    let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+        .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
+        .build()
+        .unwrap();
+    let adaptive = AdaptiveMulti::builder(limiter)
+        .adapt(0, Rate::per_second(1), Rate::per_second(10))
+        .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
+        .build()
+        .unwrap()
+        .with_metrics("llm");
+    assert_eq!((gauge("0"), gauge("1")), (10.0, 1_000.0));
+    adaptive.acquire([1, 100]).await;
+    adaptive.on_throttled_limit(1, None);
+    assert_eq!((gauge("0"), gauge("1")), (10.0, 800.0));
+    assert_eq!((decreases("0"), decreases("1")), (0, 1));
+    assert_eq!(recorder.counter("llm", "paced_grants_total"), 1);
+}

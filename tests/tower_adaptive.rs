@@ -598,3 +598,164 @@ async fn over_real_http_the_rate_comes_down_to_the_servers_limit() {
     // So at most 8 refusals per 10 successes, whatever the timing.
     assert!(refused <= ok, "{ok} × 200, {refused} × 429");
 }
+
+/// `AdaptiveLayer::http_multi`: an `AdaptiveMulti` fed every limit a provider's headers
+/// announce, and its 429s.
+#[cfg(feature = "http")]
+mod multi {
+    use std::convert::Infallible;
+    use std::time::{Duration, SystemTime};
+
+    use http::Response;
+    use paced::tower::AdaptiveLayer;
+    use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
+    use tower::{ServiceBuilder, ServiceExt};
+
+    use super::provider::per_second;
+
+    /// An OpenAI-style answer: `(status, [remaining, reset] of requests, of tokens)`.
+    fn openai(status: u16, requests: (u64, &str), tokens: (u64, &str)) -> Response<()> {
+        Response::builder()
+            .status(status)
+            .header("x-ratelimit-limit-requests", "120")
+            .header("x-ratelimit-remaining-requests", requests.0.to_string())
+            .header("x-ratelimit-reset-requests", requests.1)
+            .header("x-ratelimit-limit-tokens", "72000")
+            .header("x-ratelimit-remaining-tokens", tokens.0.to_string())
+            .header("x-ratelimit-reset-tokens", tokens.1)
+            .body(())
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn openai_headers_set_requests_and_tokens_and_a_429_for_tokens_lowers_tokens_only() {
+        let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+            .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
+            .build()
+            .unwrap();
+        let adaptive = AdaptiveMulti::builder(limiter)
+            .adapt(0, Rate::per_second(1), Rate::per_second(10))
+            .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
+            .build()
+            .unwrap();
+        let provider = ServiceBuilder::new()
+            .layer(AdaptiveLayer::http_multi(&adaptive))
+            .service(tower::service_fn(|refuse: bool| async move {
+                Ok::<_, Infallible>(if refuse {
+                    // Tokens ran out, requests did not.
+                    openai(429, (100, "1m0s"), (0, "2s"))
+                } else {
+                    // 120 requests a minute, 72,000 tokens in 6 minutes.
+                    openai(200, (119, "1m0s"), (71_999, "6m0s"))
+                })
+            }));
+        adaptive.acquire([1, 100]).await;
+        provider.clone().oneshot(false).await.unwrap();
+        assert_eq!(adaptive.rate(0), Some(Rate::per_second(2)));
+        assert_eq!(adaptive.rate(1), Some(Rate::per_second(200)));
+
+        provider.oneshot(true).await.unwrap();
+        assert_eq!(adaptive.rate(0), Some(Rate::per_second(2)));
+        assert_eq!(adaptive.rate(1), Some(Rate::per_second(160))); // 80 %
+        let (r, t) = (adaptive.stats(0).unwrap(), adaptive.stats(1).unwrap());
+        assert_eq!((r.successes, r.throttled, r.decreases), (1, 0, 0));
+        assert_eq!((t.successes, t.throttled, t.decreases), (1, 1, 1));
+        // No `Retry-After`: paused until the exhausted limit's reset.
+        let refused = adaptive.try_acquire([1, 1]).unwrap_err();
+        assert_eq!(refused.retry_after(), Duration::from_secs(2));
+    }
+
+    /// An RFC 3339 time `secs` whole seconds after the next whole second of the wall clock
+    /// (Anthropic's resets are read against it, not against tokio's paused clock).
+    fn at(secs: u64) -> String {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        jiff::Timestamp::from_second((now + 1 + secs) as i64)
+            .unwrap()
+            .to_string()
+    }
+
+    /// An Anthropic-style answer: remaining requests, input and output tokens, each reset in
+    /// about 60 s.
+    fn anthropic(status: u16, remaining: [u64; 3]) -> Response<()> {
+        let mut b = Response::builder().status(status);
+        for (part, left) in ["requests", "input-tokens", "output-tokens"]
+            .into_iter()
+            .zip(remaining)
+        {
+            b = b
+                .header(
+                    format!("anthropic-ratelimit-{part}-remaining"),
+                    left.to_string(),
+                )
+                .header(format!("anthropic-ratelimit-{part}-reset"), at(60));
+        }
+        if status == 429 {
+            b = b.header("retry-after", "1");
+        }
+        b.body(()).unwrap()
+    }
+
+    /// `got` is `x / reset` for a reset between 60 and 62 s (the wall clock moves on).
+    fn about(got: Option<Rate>, x: f64) {
+        let got = per_second(got.unwrap());
+        assert!(
+            x / 62.0 - 0.001 <= got && got <= x / 60.0 + 0.001,
+            "{got} for {x}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn anthropic_headers_set_each_limit_and_a_429_for_requests_lowers_requests_only() {
+        let limiter = MultiRateLimiter::builder(["requests", "input", "output"])
+            .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+            .limit("input", Limit::bucket(Rate::per_second(2_000), 2_000))
+            .limit("output", Limit::bucket(Rate::per_second(1_000), 1_000))
+            .build()
+            .unwrap();
+        let adaptive = AdaptiveMulti::builder(limiter)
+            .adapt(
+                0,
+                Rate::new(1, Duration::from_secs(10)),
+                Rate::per_second(10),
+            )
+            .adapt(1, Rate::per_second(10), Rate::per_second(2_000))
+            .adapt(2, Rate::per_second(10), Rate::per_second(1_000))
+            .route("input-tokens", 1)
+            .route("output-tokens", 2)
+            .build()
+            .unwrap();
+        let provider = ServiceBuilder::new()
+            .layer(AdaptiveLayer::http_multi(&adaptive))
+            .service(tower::service_fn(|refuse: bool| async move {
+                Ok::<_, Infallible>(if refuse {
+                    anthropic(429, [0, 5_000, 1_000])
+                } else {
+                    anthropic(200, [49, 59_999, 11_999])
+                })
+            }));
+        provider.clone().oneshot(false).await.unwrap();
+        about(adaptive.rate(0), 50.0);
+        about(adaptive.rate(1), 60_000.0);
+        about(adaptive.rate(2), 12_000.0);
+        let before = [0, 1, 2].map(|i| adaptive.rate(i).unwrap());
+
+        provider.oneshot(true).await.unwrap();
+        let lowered = per_second(adaptive.rate(0).unwrap());
+        let expected = 0.8 * per_second(before[0]);
+        assert!(
+            (lowered - expected).abs() <= 0.001,
+            "{lowered} for {expected}"
+        );
+        assert_eq!(adaptive.rate(1), Some(before[1]));
+        assert_eq!(adaptive.rate(2), Some(before[2]));
+        assert_eq!(adaptive.stats(0).unwrap().decreases, 1);
+        assert_eq!(adaptive.stats(1).unwrap().throttled, 0);
+        // `Retry-After: 1` pauses the whole limiter.
+        let refused = adaptive.try_acquire([1, 1, 1]).unwrap_err();
+        assert_eq!(refused.retry_after(), Duration::from_secs(1));
+    }
+}

@@ -91,6 +91,12 @@ impl Bucket {
         self.burst
     }
 
+    /// Its refill rate, reduced: `tokens` every `per_nanos` nanoseconds (`per_nanos` is zero
+    /// for a bucket that never binds).
+    pub(crate) fn rate_parts(&self) -> (u64, u128) {
+        (self.scale, self.token())
+    }
+
     #[inline]
     fn units(&self, at: Nanos) -> u128 {
         u128::from(at.0) * u128::from(self.scale)

@@ -57,13 +57,28 @@ pub(crate) struct Tagged {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Limits<const N: usize> {
     limits: Vec<Tagged>,
+    /// Nothing is granted before this time (`MultiRateLimiter::pause_for`).
+    paused_until: Nanos,
 }
 
 impl<const N: usize> Limits<N> {
     /// The limits; each `dim` must be below `N`.
     pub(crate) fn new(limits: Vec<Tagged>) -> Limits<N> {
         debug_assert!(limits.iter().all(|l| l.dim < N));
-        Limits { limits }
+        Limits {
+            limits,
+            paused_until: Nanos::ZERO,
+        }
+    }
+
+    /// The limit at `index`.
+    pub(crate) fn limit(&self, index: usize) -> Option<&Tagged> {
+        self.limits.get(index)
+    }
+
+    /// Grants nothing before `until` (a later pause given before is kept).
+    pub(crate) fn pause_until(&mut self, until: Nanos) {
+        self.paused_until = self.paused_until.max(until);
     }
 
     /// The limit at `index`, to change it.
@@ -129,7 +144,7 @@ impl<const N: usize> Pace for Limits<N> {
     /// something is charged, so that is exactly the first instant all have room.
     #[inline]
     fn earliest(&self, since: Nanos, cost: [u64; N]) -> Nanos {
-        let mut at = since;
+        let mut at = since.max(self.paused_until);
         for l in &self.limits {
             let c = cost[l.dim];
             if c > 0 {

@@ -642,16 +642,16 @@ impl Limited for Bound<'_> {
 /// that concurrent reports set their rates in the order they decided them.
 #[derive(Debug, Default)]
 #[must_use]
-struct Wakes(Vec<After>);
+pub(super) struct Wakes(Vec<After>);
 
 impl Wakes {
-    fn defer(&mut self, after: After) {
+    pub(super) fn defer(&mut self, after: After) {
         if after.wake.is_some() {
             self.0.push(after);
         }
     }
 
-    fn run(self) {
+    pub(super) fn run(self) {
         for after in self.0 {
             after.run();
         }

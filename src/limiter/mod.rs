@@ -3,6 +3,7 @@
 //! tower draw on them.
 
 mod adaptive;
+mod adaptive_multi;
 mod keyed;
 pub(crate) mod keyed_traits;
 mod multi;
@@ -13,6 +14,7 @@ pub(crate) mod traits;
 #[cfg(feature = "unstable-laws")]
 pub use adaptive::AdaptiveLaw;
 pub use adaptive::{Adaptive, AdaptiveStats, Announced};
+pub use adaptive_multi::{AdaptiveMulti, AdaptiveMultiBuilder};
 pub use keyed::KeyedRateLimiter;
 pub use keyed_traits::KeyedLimiter;
 #[allow(deprecated)]

@@ -644,6 +644,82 @@ impl<const N: usize> MultiRateLimiter<N> {
         })
     }
 
+    /// Grants nothing to anyone before `d` from now (a longer pause given before is kept),
+    /// as a destination's `Retry-After` asks: waiters re-read their deadline at once, and
+    /// [`try_acquire`](MultiRateLimiter::try_acquire) refuses until then. `Duration::MAX`
+    /// saturates to a pause of centuries.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = MultiRateLimiter::builder(["requests"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+    ///     .build()
+    ///     .unwrap();
+    /// let start = Instant::now();
+    /// limiter.pause_for(Duration::from_secs(2));
+    /// assert!(limiter.try_acquire([1]).is_err());
+    /// limiter.acquire([1]).await;
+    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
+    /// # }
+    /// ```
+    pub fn pause_for(&self, d: Duration) {
+        self.shared.update(|limits, now| {
+            limits.pause_until(now.saturating_add(Nanos::from_duration(d)));
+        });
+    }
+
+    /// The names of the dimensions, in the order of a cost's amounts.
+    pub(crate) fn names(&self) -> &[String; N] {
+        &self.names
+    }
+
+    /// The dimension of the limit at `index` and, if it is a bucket, its rate.
+    pub(crate) fn limit_info(&self, index: usize) -> Option<(usize, Option<Rate>)> {
+        self.shared.read(|limits, _| {
+            let tagged = limits.limit(index)?;
+            let rate = match &tagged.rule {
+                Rule::Bucket(b) => Some(bucket_rate(b)),
+                Rule::Window(_) => None,
+            };
+            Some((tagged.dim, rate))
+        })
+    }
+
+    /// What the limit at `index` holds now (0 if there is none).
+    pub(crate) fn limit_available(&self, index: usize) -> u64 {
+        self.shared.read(|limits, now| {
+            limits
+                .limit(index)
+                .map_or(0, |tagged| tagged.rule.available(now))
+        })
+    }
+
+    /// Sets the rate of the bucket at `index` (a window or no limit there: nothing changes),
+    /// keeping its level and burst; the head of the queue is left for the caller to wake.
+    pub(crate) fn set_bucket_rate_deferred(
+        &self,
+        index: usize,
+        rate: Rate,
+    ) -> crate::engine::After {
+        let ((), after) = self.shared.update_deferred(|limits, now| {
+            if let Some(Tagged {
+                rule: Rule::Bucket(b),
+                ..
+            }) = limits.limit_mut(index)
+            {
+                b.set_rate(now, rate.tokens(), rate.per().as_nanos());
+            }
+        });
+        after
+    }
+
     /// A snapshot of the limiter's counters: granted, rejected, waiting now, total wait.
     ///
     /// # Examples
@@ -689,6 +765,16 @@ impl<const N: usize> MultiRateLimiter<N> {
         self.shared.set_metrics(name.as_ref());
         self
     }
+}
+
+/// A bucket's rate as a [`Rate`] (reduced, so equal to the rate it was given).
+fn bucket_rate(bucket: &Bucket) -> Rate {
+    let (tokens, per_nanos) = bucket.rate_parts();
+    let per = Duration::new(
+        u64::try_from(per_nanos / 1_000_000_000).unwrap_or(u64::MAX),
+        (per_nanos % 1_000_000_000) as u32,
+    );
+    Rate::new(tokens, per)
 }
 
 /// Shows the limiter's identity and dimensions (clones show the same): its levels are shared

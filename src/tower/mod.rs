@@ -61,7 +61,9 @@ mod request;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use adaptive::classify_http;
-pub use adaptive::{AdaptiveFuture, AdaptiveLayer, AdaptiveService, Outcome};
+#[cfg(feature = "http")]
+pub use adaptive::{classify_http_limits, LimitsOutcome};
+pub use adaptive::{AdaptiveFuture, AdaptiveLayer, AdaptiveService, Feedback, Outcome};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use dialects::{binding_request_limit, limits_from_headers, AnnouncedLimit, Dimension};

@@ -7,7 +7,7 @@ use std::task::{ready, Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use super::outcome::Outcome;
+use super::feedback::Feedback;
 use crate::limiter::Adaptive;
 
 pin_project! {
@@ -42,16 +42,16 @@ pin_project! {
     /// # }
     /// ```
     #[must_use = "futures do nothing unless polled"]
-    pub struct AdaptiveFuture<Fut, F> {
+    pub struct AdaptiveFuture<Fut, F, A = Adaptive> {
         #[pin]
         response: Fut,
         // Taken when the response is reported, so that it is reported once.
-        report: Option<(Adaptive, F)>,
+        report: Option<(A, F)>,
     }
 }
 
-impl<Fut, F> AdaptiveFuture<Fut, F> {
-    pub(super) fn new(response: Fut, adaptive: Adaptive, classify: F) -> Self {
+impl<Fut, F, A> AdaptiveFuture<Fut, F, A> {
+    pub(super) fn new(response: Fut, adaptive: A, classify: F) -> Self {
         AdaptiveFuture {
             response,
             report: Some((adaptive, classify)),
@@ -59,10 +59,11 @@ impl<Fut, F> AdaptiveFuture<Fut, F> {
     }
 }
 
-impl<Fut, F, T, E> Future for AdaptiveFuture<Fut, F>
+impl<Fut, F, A, T, E> Future for AdaptiveFuture<Fut, F, A>
 where
     Fut: Future<Output = Result<T, E>>,
-    F: Fn(&Result<T, E>) -> Outcome,
+    A: Feedback,
+    F: Fn(&Result<T, E>) -> A::Outcome,
 {
     type Output = Result<T, E>;
 
@@ -70,18 +71,13 @@ where
         let me = self.project();
         let result = ready!(me.response.poll(cx));
         if let Some((adaptive, classify)) = me.report.take() {
-            match classify(&result) {
-                Outcome::Success => adaptive.on_success(),
-                Outcome::Throttled { retry_after } => adaptive.on_throttled(retry_after),
-                Outcome::Quota(quota) => adaptive.on_quota(quota),
-                Outcome::Ignore => {}
-            }
+            adaptive.report(classify(&result));
         }
         Poll::Ready(result)
     }
 }
 
-impl<Fut, F> fmt::Debug for AdaptiveFuture<Fut, F> {
+impl<Fut, F, A> fmt::Debug for AdaptiveFuture<Fut, F, A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdaptiveFuture")
             .field("reported", &self.report.is_none())

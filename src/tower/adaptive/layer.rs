@@ -96,8 +96,8 @@ use crate::limiter::Adaptive;
 /// ```
 #[derive(Clone)]
 #[must_use = "a layer does nothing until it wraps a service"]
-pub struct AdaptiveLayer<F> {
-    adaptive: Adaptive,
+pub struct AdaptiveLayer<F, A = Adaptive> {
+    adaptive: A,
     classify: F,
 }
 
@@ -169,8 +169,76 @@ impl<B, E> AdaptiveLayer<fn(&Result<http::Response<B>, E>) -> Outcome> {
     }
 }
 
-impl<S, F: Clone> Layer<S> for AdaptiveLayer<F> {
-    type Service = AdaptiveService<S, F>;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+impl<B, E, const N: usize>
+    AdaptiveLayer<
+        fn(&Result<http::Response<B>, E>) -> super::LimitsOutcome,
+        crate::limiter::AdaptiveMulti<N>,
+    >
+{
+    /// A layer over an HTTP client that reports each response to `adaptive`, an
+    /// [`AdaptiveMulti`](crate::AdaptiveMulti), with every limit its headers announce
+    /// ([`classify_http_limits`](crate::tower::classify_http_limits); feature `http`): an
+    /// answer that went through sets each announced limit
+    /// ([`on_limits`](crate::AdaptiveMulti::on_limits)); a `429` lowers the limits it
+    /// announces with nothing left, or every adapted limit if it names none
+    /// ([`on_throttled_limits`](crate::AdaptiveMulti::on_throttled_limits)), and pauses the
+    /// limiter for its `Retry-After`.
+    ///
+    /// It only reports: the pacing is the caller's, with
+    /// [`acquire`](crate::AdaptiveMulti::acquire) and the cost of each call.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use http::Response;
+    /// use paced::tower::AdaptiveLayer;
+    /// use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
+    /// use tower::{ServiceBuilder, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+    ///     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
+    ///     .build()
+    ///     .unwrap();
+    /// let adaptive = AdaptiveMulti::builder(limiter)
+    ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
+    ///     .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
+    ///     .build()
+    ///     .unwrap();
+    /// let api = ServiceBuilder::new()
+    ///     .layer(AdaptiveLayer::http_multi(&adaptive))
+    ///     .service_fn(|_: ()| async {
+    ///         let response = Response::builder()
+    ///             .status(429)
+    ///             .header("x-ratelimit-remaining-requests", "5")
+    ///             .header("x-ratelimit-reset-requests", "1s")
+    ///             .header("x-ratelimit-remaining-tokens", "0")
+    ///             .header("x-ratelimit-reset-tokens", "2s")
+    ///             .body(())
+    ///             .unwrap();
+    ///         Ok::<_, Infallible>(response)
+    ///     });
+    /// adaptive.acquire([1, 500]).await;
+    /// api.oneshot(()).await.unwrap();
+    /// assert_eq!(adaptive.rate(0), Some(Rate::per_second(10))); // requests untouched
+    /// assert_eq!(adaptive.rate(1), Some(Rate::per_second(800))); // tokens lowered
+    /// # }
+    /// ```
+    pub fn http_multi(adaptive: &crate::limiter::AdaptiveMulti<N>) -> Self {
+        AdaptiveLayer {
+            adaptive: adaptive.clone(),
+            classify: super::classify_http_limits::<B, E>,
+        }
+    }
+}
+
+impl<S, F: Clone, A: Clone> Layer<S> for AdaptiveLayer<F, A> {
+    type Service = AdaptiveService<S, F, A>;
 
     fn layer(&self, inner: S) -> Self::Service {
         AdaptiveService::new(inner, self.adaptive.clone(), self.classify.clone())
@@ -178,7 +246,7 @@ impl<S, F: Clone> Layer<S> for AdaptiveLayer<F> {
 }
 
 /// Shows nothing of the controller: its `Debug` reads its state, under its lock.
-impl<F> fmt::Debug for AdaptiveLayer<F> {
+impl<F, A> fmt::Debug for AdaptiveLayer<F, A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdaptiveLayer").finish_non_exhaustive()
     }

@@ -5,8 +5,8 @@ use std::task::{Context, Poll};
 
 use tower_service::Service;
 
+use super::feedback::Feedback;
 use super::future::AdaptiveFuture;
-use super::outcome::Outcome;
 use crate::limiter::Adaptive;
 
 /// A service that reports each response of `S` to an [`Adaptive`]: built by
@@ -38,14 +38,14 @@ use crate::limiter::Adaptive;
 /// # }
 /// ```
 #[derive(Clone)]
-pub struct AdaptiveService<S, F> {
+pub struct AdaptiveService<S, F, A = Adaptive> {
     inner: S,
-    adaptive: Adaptive,
+    adaptive: A,
     classify: F,
 }
 
-impl<S, F> AdaptiveService<S, F> {
-    pub(super) fn new(inner: S, adaptive: Adaptive, classify: F) -> Self {
+impl<S, F, A> AdaptiveService<S, F, A> {
+    pub(super) fn new(inner: S, adaptive: A, classify: F) -> Self {
         AdaptiveService {
             inner,
             adaptive,
@@ -110,14 +110,15 @@ impl<S, F> AdaptiveService<S, F> {
     }
 }
 
-impl<S, F, Req> Service<Req> for AdaptiveService<S, F>
+impl<S, F, A, Req> Service<Req> for AdaptiveService<S, F, A>
 where
     S: Service<Req>,
-    F: Fn(&Result<S::Response, S::Error>) -> Outcome + Clone,
+    A: Feedback,
+    F: Fn(&Result<S::Response, S::Error>) -> A::Outcome + Clone,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = AdaptiveFuture<S::Future, F>;
+    type Future = AdaptiveFuture<S::Future, F, A>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -133,7 +134,7 @@ where
 }
 
 /// Shows the inner service only: the controller's `Debug` reads its state, under its lock.
-impl<S: fmt::Debug, F> fmt::Debug for AdaptiveService<S, F> {
+impl<S: fmt::Debug, F, A> fmt::Debug for AdaptiveService<S, F, A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdaptiveService")
             .field("inner", &self.inner)
