@@ -110,7 +110,7 @@ pub use mode::{Enforcing, Shaping};
 pub use rate::Rate;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::{RedisKeyedRateLimiter, RedisRateLimiter};
+pub use redis::{RedisKeyedRateLimiter, RedisMultiRateLimiter, RedisRateLimiter};
 pub use sink::PaceSinkExt;
 pub use stats::Stats;
 pub use stream::PaceExt;

@@ -177,7 +177,16 @@ impl Limit {
         }
     }
 
-    fn check(&self) -> Result<(), ConfigError> {
+    /// A bucket's rate and burst (`None` for a fixed window): what a Redis limiter keeps.
+    #[cfg(feature = "redis")]
+    pub(crate) fn as_bucket(&self) -> Option<(Rate, u64)> {
+        match self.kind {
+            Kind::Bucket { rate, burst } => Some((rate, burst)),
+            Kind::Window { .. } => None,
+        }
+    }
+
+    pub(crate) fn check(&self) -> Result<(), ConfigError> {
         match self.kind {
             Kind::Bucket { burst: 0, .. } => Err(ConfigError::ZeroBurst),
             Kind::Window { quota: 0, .. } => Err(ConfigError::ZeroQuota),

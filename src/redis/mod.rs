@@ -35,6 +35,7 @@ mod key;
 mod keyed;
 mod lease;
 mod limiter;
+mod multi;
 mod permit;
 mod policy;
 mod script;
@@ -47,6 +48,7 @@ pub use error::RedisQuotaError;
 pub use error::{RedisLimiterError, TryAcquireError};
 pub use keyed::RedisKeyedRateLimiter;
 pub use limiter::RedisRateLimiter;
+pub use multi::{RedisMultiPermit, RedisMultiRateLimiter, RedisMultiRateLimiterBuilder};
 pub use policy::FailurePolicy;
 #[allow(deprecated)]
 pub use stats::RedisKeyedStats;

@@ -1,0 +1,632 @@
+//! [`RedisMultiRateLimiter`]: several token buckets of one quota across a fleet, checked and
+//! charged at once by one script call on Redis's clock, and [`RedisMultiPermit`], what a grant
+//! charged (to settle).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::connect::Target;
+use super::error::{RedisLimiterError, TryAcquireError};
+use super::fallback::Fallback;
+use super::policy::{self, FailurePolicy};
+use super::script::{evalsha, round_down, round_up, wait_from_us, Conn, Counters, Failure};
+use super::stats::RedisStats;
+use super::turns::Turns;
+use crate::core::Nanos;
+use crate::engine::coop::poll_budget;
+use crate::error::{ConfigError, NotUntil};
+use crate::limiter::{Limit, MultiRateLimiter, Permit};
+use crate::rate::Rate;
+use crate::sync::{lock, Mutex};
+
+/// The script of [`RedisMultiRateLimiter`]: every limit of a quota in one state of format
+/// version 1 (a leading byte; see the script's header); a state of another version is a reply
+/// error, never misread nor overwritten.
+const SCRIPT: &str = include_str!("multi.lua");
+
+/// Builds a [`RedisMultiRateLimiter`]; made by [`RedisMultiRateLimiter::builder`] and
+/// [`RedisMultiRateLimiter::cluster_builder`].
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct RedisMultiRateLimiterBuilder<const N: usize> {
+    target: Target,
+    name: String,
+    names: [String; N],
+    limits: Vec<(String, Limit)>,
+    policy: FailurePolicy,
+    response_timeout: Duration,
+    #[cfg(feature = "metrics")]
+    metrics_name: Option<String>,
+}
+
+impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
+    /// Adds the token bucket `limit` on the dimension called `name`, as
+    /// [`MultiRateLimiterBuilder::limit`](crate::MultiRateLimiterBuilder::limit) does. A fixed
+    /// window is refused by [`build`](Self::build) ([`ConfigError::WindowOnRedis`]).
+    pub fn limit(mut self, name: &str, limit: Limit) -> Self {
+        self.limits.push((name.to_owned(), limit));
+        self
+    }
+
+    /// What to do while Redis is unreachable, as on the other Redis limiters. Under
+    /// `FailOpen`, a local [`MultiRateLimiter`] with `share` of every limit stands in.
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// How long one round trip may take before it counts as an outage (default 250 ms; not
+    /// zero), as on the other Redis limiters.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Records to the `metrics` facade under `name`, the metrics of the other Redis limiters
+    /// (`paced_tokens_granted_total` counts the sum of a cost's amounts).
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn with_metrics(mut self, name: impl AsRef<str>) -> Self {
+        self.metrics_name = Some(name.as_ref().to_owned());
+        self
+    }
+
+    /// The limiter, with one lazy connection: nothing is sent to Redis until the first
+    /// request. Needs a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisLimiterError::Config`] for a duplicated or unknown dimension, an invalid limit,
+    /// a fixed window, a `FailOpen` share outside `(0, 1]` or a zero response timeout;
+    /// [`RedisLimiterError::Client`] for an invalid URL.
+    pub fn build(self) -> Result<RedisMultiRateLimiter<N>, RedisLimiterError> {
+        let config = |e| RedisLimiterError::Config(e);
+        policy::validate(1, self.response_timeout, None, self.policy)?;
+        for (i, name) in self.names.iter().enumerate() {
+            if self.names[..i].contains(name) {
+                return Err(config(ConfigError::DuplicateDimension));
+            }
+        }
+        let mut limits = Vec::with_capacity(self.limits.len());
+        for (name, limit) in &self.limits {
+            let dim = self
+                .names
+                .iter()
+                .position(|n| n == name)
+                .ok_or(config(ConfigError::UnknownDimension))?;
+            limit.check().map_err(config)?;
+            let (rate, burst) = limit
+                .as_bucket()
+                .ok_or(config(ConfigError::WindowOnRedis))?;
+            limits.push(RedisLimit {
+                dim,
+                rate,
+                burst,
+                interval_us: policy::interval_us(rate),
+            });
+        }
+        let conn = self.target.connect(self.response_timeout)?;
+        let mut key = String::with_capacity(self.name.len() + 2);
+        key.push('{');
+        key.push_str(&super::key::escape(&self.name));
+        key.push('}');
+        Ok(RedisMultiRateLimiter {
+            inner: Arc::new(Inner {
+                conn,
+                script: redis::Script::new(SCRIPT),
+                key,
+                names: self.names,
+                limits,
+                policy: self.policy,
+                turns: Arc::new(Turns::default()),
+                fallback: Mutex::new(Fallback::default()),
+                counters: Counters {
+                    #[cfg(feature = "metrics")]
+                    metrics: self
+                        .metrics_name
+                        .as_deref()
+                        .map(crate::instrument::RedisMetrics::new),
+                    ..Counters::default()
+                },
+            }),
+        })
+    }
+}
+
+/// One bucket of the quota, on dimension `dim`.
+#[derive(Debug)]
+struct RedisLimit {
+    dim: usize,
+    rate: Rate,
+    burst: u64,
+    interval_us: f64,
+}
+
+struct Inner<const N: usize> {
+    conn: Conn,
+    script: redis::Script,
+    /// `{name}`: one key, so one Cluster slot, for every limit.
+    key: String,
+    names: [String; N],
+    limits: Vec<RedisLimit>,
+    policy: FailurePolicy,
+    /// The order of this process's reservations, as Redis charged them.
+    turns: Arc<Turns>,
+    fallback: Mutex<Fallback<MultiRateLimiter<N>>>,
+    counters: Counters,
+}
+
+/// Several token buckets of one quota across processes and machines, kept in Redis (feature
+/// `redis`): a cost is one amount per dimension (`[u64; N]`), and a request is granted when
+/// every limit has room for its amount; all are checked and charged at one instant by one
+/// script call, on Redis's clock, all or nothing.
+///
+/// The Redis counterpart of [`MultiRateLimiter`]: grants are first come, first served across
+/// the fleet (in the order Redis received them), each at the earliest instant at which every
+/// limit has room, never before an earlier grant (its wait is the latest of the limits').
+/// Every limit lives in one key, `{name}`, so on a Redis Cluster in one slot. Token buckets
+/// only (no fixed windows), no leases.
+///
+/// # Examples
+///
+/// ```no_run
+/// use paced::redis::RedisMultiRateLimiter;
+/// use paced::{Limit, Rate};
+///
+/// # async fn demo(estimate: u64) -> Result<(), paced::redis::RedisLimiterError> {
+/// let llm: RedisMultiRateLimiter<2> =
+///     RedisMultiRateLimiter::builder("redis://127.0.0.1/", "llm", ["requests", "tokens"])
+///         .limit("requests", Limit::bucket(Rate::per_minute(500), 50))
+///         .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
+///         .build()?;
+/// let permit = llm.acquire([1, estimate]).await?;
+/// let used = estimate / 2; // the answer's usage
+/// permit.settle([1, used]).await?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisMultiRateLimiter<const N: usize> {
+    inner: Arc<Inner<N>>,
+}
+
+impl<const N: usize> Clone for RedisMultiRateLimiter<N> {
+    fn clone(&self) -> Self {
+        RedisMultiRateLimiter {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<const N: usize> fmt::Debug for RedisMultiRateLimiter<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisMultiRateLimiter")
+            .field("key", &self.inner.key)
+            .field("names", &self.inner.names)
+            .field("limits", &self.inner.limits)
+            .field("policy", &self.inner.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a waiting acquisition ended without a grant.
+enum WaitError {
+    Limiter(RedisLimiterError),
+    Refused(NotUntil),
+}
+
+/// What one round trip answered: granted, usable after the wait, or refused for the wait.
+enum Answer {
+    Granted(Nanos),
+    Refused(Nanos),
+}
+
+impl<const N: usize> RedisMultiRateLimiter<N> {
+    /// A builder for a quota kept in the Redis server at `url`, under the key `{name}`, with
+    /// the dimensions `names` (a cost gives one amount per name, in this order). Without
+    /// limits, failing closed, with a 250 ms response timeout.
+    pub fn builder(
+        url: &str,
+        name: impl Into<String>,
+        names: [&str; N],
+    ) -> RedisMultiRateLimiterBuilder<N> {
+        Self::builder_for(Target::Url(url.to_owned()), name.into(), names)
+    }
+
+    /// [`builder`](Self::builder) for a Redis Cluster reached through `nodes`.
+    pub fn cluster_builder(
+        nodes: &[&str],
+        name: impl Into<String>,
+        names: [&str; N],
+    ) -> RedisMultiRateLimiterBuilder<N> {
+        Self::builder_for(Target::cluster(nodes), name.into(), names)
+    }
+
+    fn builder_for(
+        target: Target,
+        name: String,
+        names: [&str; N],
+    ) -> RedisMultiRateLimiterBuilder<N> {
+        RedisMultiRateLimiterBuilder {
+            target,
+            name,
+            names: names.map(str::to_owned),
+            limits: Vec::new(),
+            policy: FailurePolicy::default(),
+            response_timeout: Duration::from_millis(250),
+            #[cfg(feature = "metrics")]
+            metrics_name: None,
+        }
+    }
+
+    /// Waits until every limit grants `cost` (one amount per dimension), in one round trip
+    /// while Redis answers.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisRateLimiter::acquire`](crate::RedisRateLimiter::acquire):
+    /// [`RedisLimiterError::Unavailable`] once Redis has been unreachable for the fail-closed
+    /// deadline, [`RedisLimiterError::Reply`] when Redis answers with an error. Nothing was
+    /// taken.
+    pub async fn acquire(&self, cost: [u64; N]) -> Result<RedisMultiPermit<N>, RedisLimiterError> {
+        loop {
+            match self.reserve(cost, None).await {
+                Ok(permit) => return Ok(permit),
+                Err(WaitError::Limiter(e)) => return Err(e),
+                Err(WaitError::Refused(refused)) => {
+                    let pause = refused.retry_after().min(Duration::from_secs(1));
+                    tokio::time::sleep(pause.max(Duration::from_millis(1))).await;
+                }
+            }
+        }
+    }
+
+    /// Waits until every limit grants `cost`, if that can be within `timeout`; otherwise
+    /// returns at once, having taken nothing (one round trip).
+    ///
+    /// # Errors
+    ///
+    /// [`TryAcquireError::NotUntil`] when the cost cannot be had within `timeout` (the latest
+    /// of the limits' waits); [`TryAcquireError::Reply`] when Redis answers with an error.
+    pub async fn acquire_timeout(
+        &self,
+        cost: [u64; N],
+        timeout: Duration,
+    ) -> Result<RedisMultiPermit<N>, TryAcquireError> {
+        let deadline = Instant::now().checked_add(timeout);
+        match self.reserve(cost, Some(deadline)).await {
+            Ok(permit) => Ok(permit),
+            Err(WaitError::Refused(refused)) => {
+                self.inner.counters.refuse();
+                Err(TryAcquireError::NotUntil(refused))
+            }
+            Err(WaitError::Limiter(RedisLimiterError::Reply(e))) => Err(TryAcquireError::Reply(e)),
+            Err(WaitError::Limiter(_)) => {
+                self.inner.counters.refuse();
+                Err(TryAcquireError::NotUntil(NotUntil::after(
+                    Duration::from_millis(10),
+                )))
+            }
+        }
+    }
+
+    /// Grants `cost` if every limit holds it now and no grant is queued; one round trip. A
+    /// refusal charges no limit and writes nothing to Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`TryAcquireError::NotUntil`], a refusal, with the latest of the limits' waits; while
+    /// Redis is unreachable, under `FailClosed` a refusal with the retry backoff, under
+    /// `FailOpen` the fallback's answer. [`TryAcquireError::Reply`] when Redis answers with an
+    /// error.
+    pub async fn try_acquire(
+        &self,
+        cost: [u64; N],
+    ) -> Result<RedisMultiPermit<N>, TryAcquireError> {
+        let counters = &self.inner.counters;
+        if cost == [0; N] {
+            spend_budget().await;
+            counters.grant(0);
+            return Ok(self.permit(cost, None));
+        }
+        let answer = if let Some(fallback) = self.fallback() {
+            fallback.try_acquire(cost).map(|local| {
+                counters.fall_back();
+                Some(local)
+            })
+        } else {
+            match self.round_trip("try", self.amounts(cost), None).await {
+                Ok(Answer::Granted(_)) => {
+                    self.recovered();
+                    spend_budget().await;
+                    Ok(None)
+                }
+                Ok(Answer::Refused(wait)) => {
+                    self.recovered();
+                    Err(NotUntil::new(wait))
+                }
+                Err(Failure::Reply(e)) => return Err(TryAcquireError::Reply(e)),
+                Err(Failure::Outage(_)) => match self.inner.policy {
+                    FailurePolicy::FailOpen { share } => {
+                        self.open_fallback(share);
+                        return Box::pin(self.try_acquire(cost)).await;
+                    }
+                    FailurePolicy::FailClosed { .. } => {
+                        Err(NotUntil::after(Duration::from_millis(10)))
+                    }
+                },
+            }
+        };
+        match answer {
+            Ok(local) => {
+                counters.grant(sum(cost));
+                Ok(self.permit(cost, local))
+            }
+            Err(refused) => {
+                counters.refuse();
+                Err(TryAcquireError::NotUntil(refused))
+            }
+        }
+    }
+
+    /// This process's counters (`keys` is 1: the quota's one key).
+    pub fn stats(&self) -> RedisStats {
+        RedisStats::read(&self.inner.counters, 1)
+    }
+
+    fn permit(&self, charged: [u64; N], local: Option<Permit<N>>) -> RedisMultiPermit<N> {
+        RedisMultiPermit {
+            limiter: self.clone(),
+            charged,
+            local,
+        }
+    }
+
+    /// The script's limits: interval, burst and this limit's dimension's amount of `cost`.
+    fn amounts(&self, cost: [u64; N]) -> Vec<u8> {
+        self.spec(|dim| round_up(cost[dim]))
+    }
+
+    fn spec(&self, amount: impl Fn(usize) -> f64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.inner.limits.len() * 24);
+        for limit in &self.inner.limits {
+            for v in [
+                limit.interval_us,
+                round_down(limit.burst),
+                amount(limit.dim),
+            ] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    async fn call(
+        &self,
+        mode: &str,
+        spec: Vec<u8>,
+        max_wait_us: Option<u64>,
+    ) -> Result<(u64, u64), Failure> {
+        let inner = &self.inner;
+        inner.counters.round_trip();
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(inner.script.get_hash())
+            .arg(1)
+            .arg(&inner.key)
+            .arg(mode)
+            .arg(spec);
+        if let Some(max_wait_us) = max_wait_us {
+            cmd.arg(round_down(max_wait_us).to_le_bytes().as_slice());
+        }
+        let reply = match inner.conn.clone() {
+            Conn::Single(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,
+            Conn::Cluster(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,
+        };
+        reply.map_err(|e| Failure::classify(e, &inner.counters, &inner.key, 0))
+    }
+
+    async fn round_trip(
+        &self,
+        mode: &str,
+        spec: Vec<u8>,
+        max_wait_us: Option<u64>,
+    ) -> Result<Answer, Failure> {
+        Ok(match self.call(mode, spec, max_wait_us).await? {
+            (0, wait_us) => Answer::Refused(wait_from_us(wait_us)),
+            (_, wait_us) => Answer::Granted(wait_from_us(wait_us)),
+        })
+    }
+
+    /// The fail-open fallback, while it is in charge.
+    fn fallback(&self) -> Option<MultiRateLimiter<N>> {
+        lock(&self.inner.fallback).current()
+    }
+
+    /// Puts a local limiter at `share` of every limit in charge for a second.
+    fn open_fallback(&self, share: f64) {
+        lock(&self.inner.fallback).open(|| {
+            let names: [&str; N] = std::array::from_fn(|i| self.inner.names[i].as_str());
+            let mut builder = MultiRateLimiter::builder(names);
+            for limit in &self.inner.limits {
+                let (rate, burst) = policy::share_of(limit.rate, limit.burst, share);
+                builder = builder.limit(&self.inner.names[limit.dim], Limit::bucket(rate, burst));
+            }
+            // The limits were checked when this limiter was built.
+            builder
+                .build()
+                .expect("RedisMultiRateLimiter: valid limits")
+        });
+    }
+
+    fn recovered(&self) {
+        lock(&self.inner.fallback).recovered();
+    }
+
+    /// The one reservation path of `acquire` (`deadline: None`) and `acquire_timeout`.
+    async fn reserve(
+        &self,
+        cost: [u64; N],
+        deadline: Option<Option<Instant>>,
+    ) -> Result<RedisMultiPermit<N>, WaitError> {
+        let counters = &self.inner.counters;
+        if cost == [0; N] {
+            spend_budget().await;
+            counters.grant(0);
+            return Ok(self.permit(cost, None));
+        }
+        let mut backoff = Duration::from_millis(10);
+        let mut failing_since: Option<Instant> = None;
+        let left = |now: Instant| match deadline {
+            Some(Some(d)) => Some(d.saturating_duration_since(now)),
+            _ => None,
+        };
+        loop {
+            if let Some(fallback) = self.fallback() {
+                let local = match deadline {
+                    None => fallback.acquire(cost).await,
+                    Some(_) => {
+                        let timeout = left(Instant::now()).unwrap_or(Duration::MAX);
+                        fallback
+                            .acquire_timeout(cost, timeout)
+                            .await
+                            .map_err(WaitError::Refused)?
+                    }
+                };
+                counters.grant(sum(cost));
+                counters.fall_back();
+                return Ok(self.permit(cost, Some(local)));
+            }
+            let attempt = Instant::now();
+            let max_wait_us =
+                left(attempt).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+            let trip = self.round_trip("reserve", self.amounts(cost), max_wait_us);
+            let (turn, answer) = self.inner.turns.send(trip).await;
+            match answer {
+                Ok(Answer::Granted(wait)) => {
+                    self.recovered();
+                    // A permit made before the wait: dropped while waiting, it keeps its
+                    // charge (it may already be the reason later grants wait).
+                    if wait > Nanos::ZERO {
+                        tokio::time::sleep(wait.to_duration()).await;
+                    } else {
+                        spend_budget().await;
+                    }
+                    turn.come().await;
+                    drop(turn);
+                    counters.grant(sum(cost));
+                    return Ok(self.permit(cost, None));
+                }
+                Ok(Answer::Refused(wait)) => {
+                    drop(turn);
+                    self.recovered();
+                    if deadline.is_some() {
+                        return Err(WaitError::Refused(NotUntil::new(wait)));
+                    }
+                    if wait == Nanos::MAX {
+                        // Never, as in process.
+                        std::future::pending::<()>().await;
+                    }
+                    let wait = wait.to_duration().min(Duration::from_secs(1));
+                    tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
+                }
+                Err(Failure::Reply(e)) => {
+                    return Err(WaitError::Limiter(RedisLimiterError::Reply(e)));
+                }
+                Err(Failure::Outage(e)) => {
+                    drop(turn);
+                    let since = *failing_since.get_or_insert(attempt);
+                    match self.inner.policy {
+                        FailurePolicy::FailClosed {
+                            max_backoff,
+                            deadline: give_up_after,
+                        } => {
+                            let mut pause = backoff;
+                            if let Some(left) = left(Instant::now()) {
+                                if left.is_zero() {
+                                    return Err(WaitError::Refused(NotUntil::after(backoff)));
+                                }
+                                pause = pause.min(left);
+                            } else if deadline.is_none() && since.elapsed() >= give_up_after {
+                                return Err(WaitError::Limiter(RedisLimiterError::Unavailable(e)));
+                            }
+                            tokio::time::sleep(pause).await;
+                            backoff = (backoff * 2).min(max_backoff.max(Duration::from_millis(1)));
+                        }
+                        FailurePolicy::FailOpen { share } => self.open_fallback(share),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What a grant of a [`RedisMultiRateLimiter`] charged, to [`settle`](Self::settle) once the
+/// actual cost is known. Dropping it keeps its charge.
+pub struct RedisMultiPermit<const N: usize> {
+    limiter: RedisMultiRateLimiter<N>,
+    charged: [u64; N],
+    /// Granted by the fail-open fallback: settled there.
+    local: Option<Permit<N>>,
+}
+
+impl<const N: usize> fmt::Debug for RedisMultiPermit<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisMultiPermit")
+            .field("charged", &self.charged)
+            .field("fallback", &self.local.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<const N: usize> RedisMultiPermit<N> {
+    /// The cost this grant charged, per dimension.
+    pub fn charged(&self) -> [u64; N] {
+        self.charged
+    }
+
+    /// Corrects the charge to `actual`, in Redis (one round trip, none if nothing changes):
+    /// per dimension, a smaller actual gives the difference back to each of its limits (a
+    /// bucket's level never above its burst), a larger one is charged as debt (later grants
+    /// wait for it). A grant of the fail-open fallback is settled there.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisLimiterError::Unavailable`] when Redis is unreachable,
+    /// [`RedisLimiterError::Reply`] when it answers with an error: the correction was not
+    /// made.
+    pub async fn settle(self, actual: [u64; N]) -> Result<(), RedisLimiterError> {
+        if let Some(local) = self.local {
+            local.settle(actual);
+            return Ok(());
+        }
+        if actual == self.charged {
+            return Ok(());
+        }
+        let (charged, limiter) = (self.charged, &self.limiter);
+        // Given back rounded down, charged rounded up: in the quota's favour.
+        let spec = limiter.spec(|dim| {
+            let (a, c) = (actual[dim], charged[dim]);
+            if a >= c {
+                round_up(a - c)
+            } else {
+                -round_down(c - a)
+            }
+        });
+        match limiter.call("settle", spec, None).await {
+            Ok(_) => Ok(()),
+            Err(Failure::Reply(e)) => Err(RedisLimiterError::Reply(e)),
+            Err(Failure::Outage(e)) => Err(RedisLimiterError::Unavailable(e)),
+        }
+    }
+}
+
+/// Spends one unit of the task's cooperative budget on a grant that needed no wait.
+async fn spend_budget() {
+    std::future::poll_fn(poll_budget).await.made_progress();
+}
+
+fn sum<const N: usize>(cost: [u64; N]) -> u64 {
+    cost.iter().fold(0u64, |a, &c| a.saturating_add(c))
+}
