@@ -354,10 +354,6 @@ pub enum ConfigError {
     /// A [`MultiRateLimiter::set_limit`](crate::MultiRateLimiter::set_limit) that would turn a
     /// bucket into a fixed window or the reverse.
     LimitKind,
-    /// A fixed [`Limit::window`](crate::Limit::window) given to a
-    /// [`RedisMultiRateLimiter`](crate::redis::RedisMultiRateLimiter), which keeps token
-    /// buckets only.
-    WindowOnRedis,
 }
 
 impl fmt::Display for ConfigError {
@@ -416,9 +412,6 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::LimitKind => {
                 "invalid limit: a bucket can only be replaced by a bucket, a fixed window by a fixed window"
-            }
-            ConfigError::WindowOnRedis => {
-                "invalid limit: a Redis multi-limit limiter keeps token buckets only, not fixed windows"
             }
             ConfigError::ColdFactor => {
                 "invalid warm-up: `cold_factor` must be a finite number of at least 1 (3 is Guava's default)"

@@ -19,7 +19,8 @@ use redis_server::Server;
 /// Set in a worker process's environment: what it is to do, as its arguments, one a line.
 const WORKER: &str = "PACED_MULTI_WORKER";
 
-/// Requests and tokens, each so slow that no test refills a noticeable part of a token.
+/// Requests and tokens, each so slow that no test refills a noticeable part of a token (one a
+/// minute: under 0.05 in 3 s).
 fn slow(url: &str, name: &str, requests: u64, tokens: u64) -> RedisMultiRateLimiter<2> {
     RedisMultiRateLimiter::builder(url, name, ["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_minute(1), requests))
@@ -35,19 +36,30 @@ fn admin(server: &Server) -> redis::Connection {
         .unwrap()
 }
 
-/// The levels of the limits in the state under `key`: version byte 1, `at`, one level each.
-fn levels(conn: &mut redis::Connection, key: &str) -> Vec<f64> {
+/// The state under `key`, read: version byte 1, `at`, then two doubles per limit (a bucket's
+/// level and 0; a window's number and use).
+fn state(conn: &mut redis::Connection, key: &str) -> Vec<f64> {
     let state: Vec<u8> = redis::cmd("GET").arg(key).query(conn).unwrap();
     assert_eq!(state.first(), Some(&1), "the format version: {state:?}");
-    assert_eq!((state.len() - 9) % 8, 0, "a state of {} bytes", state.len());
-    state[9..]
+    assert_eq!(
+        (state.len() - 9) % 16,
+        0,
+        "a state of {} bytes",
+        state.len()
+    );
+    state[1..]
         .chunks(8)
         .map(|d| f64::from_le_bytes(d.try_into().unwrap()))
         .collect()
 }
 
+/// The levels of the buckets in the state under `key`.
+fn levels(conn: &mut redis::Connection, key: &str) -> Vec<f64> {
+    state(conn, key)[1..].iter().step_by(2).copied().collect()
+}
+
 fn assert_near(found: f64, expected: f64) {
-    assert!((found - expected).abs() < 0.01, "{found} != {expected}");
+    assert!((found - expected).abs() < 0.05, "{found} != {expected}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,6 +250,69 @@ async fn a_state_of_an_unknown_version_is_a_reply_error_left_as_it_is() {
     ));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_window_resets_at_its_boundaries_on_redis_time() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    // At most 3 requests per second, from the Unix epoch's seconds, and a slow token bucket.
+    let llm: RedisMultiRateLimiter<2> =
+        RedisMultiRateLimiter::builder(&server.url(), "window", ["requests", "tokens"])
+            .limit("requests", Limit::window(3, Duration::from_secs(1)))
+            .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
+            .build()
+            .unwrap();
+    // Start early in a second, so that three grants fit in it.
+    let into = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap();
+    tokio::time::sleep(
+        Duration::from_nanos(1_000_000_000 - u64::from(into.subsec_nanos()))
+            + Duration::from_millis(5),
+    )
+    .await;
+    for _ in 0..3 {
+        llm.try_acquire([1, 10]).await.unwrap();
+    }
+    let Err(TryAcquireError::NotUntil(refused)) = llm.try_acquire([1, 10]).await else {
+        panic!("a fourth in the window");
+    };
+    let wait = refused.retry_after();
+    assert!(
+        wait <= Duration::from_millis(1_000) && wait > Duration::from_millis(500),
+        "{wait:?}"
+    );
+    // The refusal charged no tokens; the window's use is 3.
+    let s = state(&mut conn, "{window}");
+    assert_eq!(s[2], 3.0);
+    assert_near(s[3], 970.0);
+    // A settle down within the window gives back.
+    let permit = llm.acquire_timeout([0, 10], Duration::ZERO).await.unwrap();
+    permit.settle([0, 1]).await.unwrap();
+    // The next request waits for the next second, on Redis's clock (this machine's too).
+    llm.acquire([1, 1]).await.unwrap();
+    let at = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap();
+    assert!(at.subsec_millis() < 100, "{at:?}");
+    let s = state(&mut conn, "{window}");
+    assert_eq!(s[2], 1.0);
+    assert_near(s[3], 968.0);
+    // A cost above the quota waits for an unused window and carries its excess.
+    let start = Instant::now();
+    llm.acquire([5, 0]).await.unwrap();
+    let waited = start.elapsed();
+    assert!(
+        waited > Duration::from_millis(850) && waited < Duration::from_millis(1_150),
+        "{waited:?}"
+    );
+    let s = state(&mut conn, "{window}");
+    assert_eq!(s[2], 5.0);
+    assert!(matches!(
+        llm.try_acquire([2, 0]).await,
+        Err(TryAcquireError::NotUntil(_))
+    ));
+}
+
 #[test]
 fn the_configuration_is_checked() {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -251,9 +326,9 @@ fn the_configuration_is_checked() {
         other => panic!("{other:?}"),
     };
     let window = RedisMultiRateLimiter::builder(url, "w", ["requests", "tokens"])
-        .limit("requests", Limit::window(10, Duration::from_secs(60)))
+        .limit("requests", Limit::window(0, Duration::from_secs(60)))
         .build();
-    assert_eq!(error(window), ConfigError::WindowOnRedis);
+    assert_eq!(error(window), ConfigError::ZeroQuota);
     let unknown = RedisMultiRateLimiter::builder(url, "u", ["requests", "tokens"])
         .limit("calls", Limit::bucket(Rate::per_second(1), 1))
         .build();
@@ -270,13 +345,17 @@ fn the_configuration_is_checked() {
     assert_eq!(error(share), ConfigError::Share);
 }
 
-/// The fleet's limits: requests 20/s burst 5, tokens 100/s burst 30.
+/// The fleet's buckets: requests 20/s burst 5, tokens 100/s burst 30.
 const FLEET: [(f64, u64); 2] = [(20.0, 5), (100.0, 30)];
+
+/// The fleet's fixed window: at most 12 requests in each 500 ms from the Unix epoch.
+const WINDOW: (u64, Duration) = (12, Duration::from_millis(500));
 
 fn fleet(url: &str, name: &str) -> RedisMultiRateLimiter<2> {
     RedisMultiRateLimiter::builder(url, name, ["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(20), FLEET[0].1))
         .limit("tokens", Limit::bucket(Rate::per_second(100), FLEET[1].1))
+        .limit("requests", Limit::window(WINDOW.0, WINDOW.1))
         .build()
         .unwrap()
 }
@@ -336,10 +415,29 @@ fn worker_process() {
 }
 
 /// Every window of the merged timeline holds at most `burst + (span + slack) * rate` of each
-/// limit's actual costs.
+/// bucket's actual costs, and every fixed window at most its quota of requests (counting the
+/// grants seen from `slack` after its start to its end: a grant is seen up to `slack` after
+/// Redis charged it).
 fn check_bounds(grants: &[(u128, [u64; 2])], slack: Duration) -> Result<(), String> {
     let mut sorted = grants.to_vec();
     sorted.sort_by_key(|&(at, _)| at);
+    let len = WINDOW.1.as_nanos();
+    let mut i = 0;
+    while i < sorted.len() {
+        let k = sorted[i].0 / len;
+        let (from, to) = (k * len + slack.as_nanos(), (k + 1) * len);
+        let used: u64 = sorted
+            .iter()
+            .filter(|&&(at, _)| at >= from && at < to)
+            .map(|&(_, cost)| cost[0])
+            .sum();
+        if used > WINDOW.0 {
+            return Err(format!("{used} requests in the window from {k}"));
+        }
+        while i < sorted.len() && sorted[i].0 / len == k {
+            i += 1;
+        }
+    }
     for (dim, &(rate, burst)) in FLEET.iter().enumerate() {
         for i in 0..sorted.len() {
             let mut sum = 0;

@@ -1,10 +1,10 @@
-//! [`RedisMultiRateLimiter`]: several token buckets of one quota across a fleet, checked and
-//! charged at once by one script call on Redis's clock, and [`RedisMultiPermit`], what a grant
+//! [`RedisMultiRateLimiter`]: several limits of one quota (token buckets, aligned fixed
+//! windows) across a fleet, checked and charged at once by one script call on Redis's clock, and [`RedisMultiPermit`], what a grant
 //! charged (to settle).
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
@@ -43,9 +43,11 @@ pub struct RedisMultiRateLimiterBuilder<const N: usize> {
 }
 
 impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
-    /// Adds the token bucket `limit` on the dimension called `name`, as
+    /// Adds `limit` on the dimension called `name`, as
     /// [`MultiRateLimiterBuilder::limit`](crate::MultiRateLimiterBuilder::limit) does. A fixed
-    /// window is refused by [`build`](Self::build) ([`ConfigError::WindowOnRedis`]).
+    /// window's boundaries are on Redis's clock: `origin + k * window` in Unix time (an origin
+    /// given by [`Limit::aligned_to_instant`] is mapped through this machine's clock when the
+    /// limiter is built), in whole microseconds.
     pub fn limit(mut self, name: &str, limit: Limit) -> Self {
         self.limits.push((name.to_owned(), limit));
         self
@@ -80,7 +82,7 @@ impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
     /// # Errors
     ///
     /// [`RedisLimiterError::Config`] for a duplicated or unknown dimension, an invalid limit,
-    /// a fixed window, a `FailOpen` share outside `(0, 1]` or a zero response timeout;
+    /// a `FailOpen` share outside `(0, 1]` or a zero response timeout;
     /// [`RedisLimiterError::Client`] for an invalid URL.
     pub fn build(self) -> Result<RedisMultiRateLimiter<N>, RedisLimiterError> {
         let config = |e| RedisLimiterError::Config(e);
@@ -98,15 +100,29 @@ impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
                 .position(|n| n == name)
                 .ok_or(config(ConfigError::UnknownDimension))?;
             limit.check().map_err(config)?;
-            let (rate, burst) = limit
-                .as_bucket()
-                .ok_or(config(ConfigError::WindowOnRedis))?;
-            limits.push(RedisLimit {
-                dim,
-                rate,
-                burst,
-                interval_us: policy::interval_us(rate),
-            });
+            let kind = match (limit.as_bucket(), limit.as_window()) {
+                (Some((rate, burst)), _) => Kind::Bucket {
+                    rate,
+                    burst,
+                    interval_us: policy::interval_us(rate),
+                },
+                (None, Some((quota, window, origin))) => {
+                    let len_us = window.as_nanos() as f64 / 1_000.0;
+                    let origin_us = match origin.duration_since(SystemTime::UNIX_EPOCH) {
+                        Ok(after) => after.as_nanos() as f64 / 1_000.0,
+                        Err(before) => -(before.duration().as_nanos() as f64 / 1_000.0),
+                    };
+                    Kind::Window {
+                        quota,
+                        window,
+                        origin,
+                        len_us,
+                        phase_us: origin_us.rem_euclid(len_us),
+                    }
+                }
+                (None, None) => unreachable!("a limit is a bucket or a window"),
+            };
+            limits.push(RedisLimit { dim, kind });
         }
         let conn = self.target.connect(self.response_timeout)?;
         let mut key = String::with_capacity(self.name.len() + 2);
@@ -136,13 +152,28 @@ impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
     }
 }
 
-/// One bucket of the quota, on dimension `dim`.
+/// One limit of the quota, on dimension `dim`.
 #[derive(Debug)]
 struct RedisLimit {
     dim: usize,
-    rate: Rate,
-    burst: u64,
-    interval_us: f64,
+    kind: Kind,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Bucket {
+        rate: Rate,
+        burst: u64,
+        interval_us: f64,
+    },
+    Window {
+        quota: u64,
+        window: Duration,
+        origin: SystemTime,
+        len_us: f64,
+        /// The origin's Unix time modulo the length, in microseconds.
+        phase_us: f64,
+    },
 }
 
 struct Inner<const N: usize> {
@@ -159,16 +190,17 @@ struct Inner<const N: usize> {
     counters: Counters,
 }
 
-/// Several token buckets of one quota across processes and machines, kept in Redis (feature
-/// `redis`): a cost is one amount per dimension (`[u64; N]`), and a request is granted when
+/// Several limits of one quota (token buckets and fixed windows) across processes and
+/// machines, kept in Redis (feature `redis`): a cost is one amount per dimension (`[u64; N]`), and a request is granted when
 /// every limit has room for its amount; all are checked and charged at one instant by one
 /// script call, on Redis's clock, all or nothing.
 ///
 /// The Redis counterpart of [`MultiRateLimiter`]: grants are first come, first served across
 /// the fleet (in the order Redis received them), each at the earliest instant at which every
 /// limit has room, never before an earlier grant (its wait is the latest of the limits').
-/// Every limit lives in one key, `{name}`, so on a Redis Cluster in one slot. Token buckets
-/// only (no fixed windows), no leases.
+/// Every limit lives in one key, `{name}`, so on a Redis Cluster in one slot. A fixed
+/// window's boundaries are on Redis's clock. No leases, and no `set_limit`: every process
+/// must give the same limits (a state of another number of limits is a reply error).
 ///
 /// # Examples
 ///
@@ -219,7 +251,8 @@ enum WaitError {
 
 /// What one round trip answered: granted, usable after the wait, or refused for the wait.
 enum Answer {
-    Granted(Nanos),
+    /// Granted, usable after the wait, charged at Redis time `.1` (microseconds).
+    Granted(Nanos, u64),
     Refused(Nanos),
 }
 
@@ -329,19 +362,19 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         if cost == [0; N] {
             spend_budget().await;
             counters.grant(0);
-            return Ok(self.permit(cost, None));
+            return Ok(self.permit(cost, Charged::Nothing));
         }
         let answer = if let Some(fallback) = self.fallback() {
             fallback.try_acquire(cost).map(|local| {
                 counters.fall_back();
-                Some(local)
+                Charged::Local(local)
             })
         } else {
             match self.round_trip("try", self.amounts(cost), None).await {
-                Ok(Answer::Granted(_)) => {
+                Ok(Answer::Granted(_, at_us)) => {
                     self.recovered();
                     spend_budget().await;
-                    Ok(None)
+                    Ok(Charged::Redis(at_us))
                 }
                 Ok(Answer::Refused(wait)) => {
                     self.recovered();
@@ -360,9 +393,9 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             }
         };
         match answer {
-            Ok(local) => {
+            Ok(charged) => {
                 counters.grant(sum(cost));
-                Ok(self.permit(cost, local))
+                Ok(self.permit(cost, charged))
             }
             Err(refused) => {
                 counters.refuse();
@@ -376,39 +409,50 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         RedisStats::read(&self.inner.counters, 1)
     }
 
-    fn permit(&self, charged: [u64; N], local: Option<Permit<N>>) -> RedisMultiPermit<N> {
+    fn permit(&self, cost: [u64; N], charged: Charged<N>) -> RedisMultiPermit<N> {
         RedisMultiPermit {
             limiter: self.clone(),
+            cost,
             charged,
-            local,
         }
     }
 
-    /// The script's limits: interval, burst and this limit's dimension's amount of `cost`.
+    /// The script's limits, each with its dimension's amount of `cost`.
     fn amounts(&self, cost: [u64; N]) -> Vec<u8> {
         self.spec(|dim| round_up(cost[dim]))
     }
 
+    /// The script's limits (five doubles each: kind, three numbers, `amount` of the limit's
+    /// dimension).
     fn spec(&self, amount: impl Fn(usize) -> f64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.inner.limits.len() * 24);
+        let mut out = Vec::with_capacity(self.inner.limits.len() * 40);
         for limit in &self.inner.limits {
-            for v in [
-                limit.interval_us,
-                round_down(limit.burst),
-                amount(limit.dim),
-            ] {
+            let values = match limit.kind {
+                Kind::Bucket {
+                    burst, interval_us, ..
+                } => [0.0, interval_us, round_down(burst), 0.0],
+                Kind::Window {
+                    quota,
+                    len_us,
+                    phase_us,
+                    ..
+                } => [1.0, len_us, round_down(quota), phase_us],
+            };
+            for v in values.into_iter().chain([amount(limit.dim)]) {
                 out.extend_from_slice(&v.to_le_bytes());
             }
         }
         out
     }
 
+    /// One script call; `extra` is the reservation's longest wait or the settled grant's
+    /// instant, in microseconds.
     async fn call(
         &self,
         mode: &str,
         spec: Vec<u8>,
-        max_wait_us: Option<u64>,
-    ) -> Result<(u64, u64), Failure> {
+        extra: Option<u64>,
+    ) -> Result<(u64, u64, u64), Failure> {
         let inner = &self.inner;
         inner.counters.round_trip();
         let mut cmd = redis::cmd("EVALSHA");
@@ -417,8 +461,8 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             .arg(&inner.key)
             .arg(mode)
             .arg(spec);
-        if let Some(max_wait_us) = max_wait_us {
-            cmd.arg(round_down(max_wait_us).to_le_bytes().as_slice());
+        if let Some(extra) = extra {
+            cmd.arg(round_down(extra).to_le_bytes().as_slice());
         }
         let reply = match inner.conn.clone() {
             Conn::Single(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,
@@ -434,8 +478,8 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         max_wait_us: Option<u64>,
     ) -> Result<Answer, Failure> {
         Ok(match self.call(mode, spec, max_wait_us).await? {
-            (0, wait_us) => Answer::Refused(wait_from_us(wait_us)),
-            (_, wait_us) => Answer::Granted(wait_from_us(wait_us)),
+            (0, wait_us, _) => Answer::Refused(wait_from_us(wait_us)),
+            (_, wait_us, at_us) => Answer::Granted(wait_from_us(wait_us), at_us),
         })
     }
 
@@ -450,8 +494,22 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             let names: [&str; N] = std::array::from_fn(|i| self.inner.names[i].as_str());
             let mut builder = MultiRateLimiter::builder(names);
             for limit in &self.inner.limits {
-                let (rate, burst) = policy::share_of(limit.rate, limit.burst, share);
-                builder = builder.limit(&self.inner.names[limit.dim], Limit::bucket(rate, burst));
+                let local = match limit.kind {
+                    Kind::Bucket { rate, burst, .. } => {
+                        let (rate, burst) = policy::share_of(rate, burst, share);
+                        Limit::bucket(rate, burst)
+                    }
+                    Kind::Window {
+                        quota,
+                        window,
+                        origin,
+                        ..
+                    } => {
+                        let quota = ((quota as f64 * share).floor() as u64).max(1);
+                        Limit::window(quota, window).aligned_to(origin)
+                    }
+                };
+                builder = builder.limit(&self.inner.names[limit.dim], local);
             }
             // The limits were checked when this limiter was built.
             builder
@@ -474,7 +532,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         if cost == [0; N] {
             spend_budget().await;
             counters.grant(0);
-            return Ok(self.permit(cost, None));
+            return Ok(self.permit(cost, Charged::Nothing));
         }
         let mut backoff = Duration::from_millis(10);
         let mut failing_since: Option<Instant> = None;
@@ -496,7 +554,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                 };
                 counters.grant(sum(cost));
                 counters.fall_back();
-                return Ok(self.permit(cost, Some(local)));
+                return Ok(self.permit(cost, Charged::Local(local)));
             }
             let attempt = Instant::now();
             let max_wait_us =
@@ -504,7 +562,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             let trip = self.round_trip("reserve", self.amounts(cost), max_wait_us);
             let (turn, answer) = self.inner.turns.send(trip).await;
             match answer {
-                Ok(Answer::Granted(wait)) => {
+                Ok(Answer::Granted(wait, at_us)) => {
                     self.recovered();
                     // A permit made before the wait: dropped while waiting, it keeps its
                     // charge (it may already be the reason later grants wait).
@@ -516,7 +574,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                     turn.come().await;
                     drop(turn);
                     counters.grant(sum(cost));
-                    return Ok(self.permit(cost, None));
+                    return Ok(self.permit(cost, Charged::Redis(at_us)));
                 }
                 Ok(Answer::Refused(wait)) => {
                     drop(turn);
@@ -566,16 +624,25 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
 /// actual cost is known. Dropping it keeps its charge.
 pub struct RedisMultiPermit<const N: usize> {
     limiter: RedisMultiRateLimiter<N>,
-    charged: [u64; N],
-    /// Granted by the fail-open fallback: settled there.
-    local: Option<Permit<N>>,
+    cost: [u64; N],
+    charged: Charged<N>,
+}
+
+/// Where a grant was charged.
+enum Charged<const N: usize> {
+    /// In Redis, at this Redis time (microseconds): a fixed window gives back only within it.
+    Redis(u64),
+    /// By the fail-open fallback: settled there.
+    Local(Permit<N>),
+    /// A cost of zero.
+    Nothing,
 }
 
 impl<const N: usize> fmt::Debug for RedisMultiPermit<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisMultiPermit")
-            .field("charged", &self.charged)
-            .field("fallback", &self.local.is_some())
+            .field("charged", &self.cost)
+            .field("fallback", &matches!(self.charged, Charged::Local(_)))
             .finish_non_exhaustive()
     }
 }
@@ -583,7 +650,7 @@ impl<const N: usize> fmt::Debug for RedisMultiPermit<N> {
 impl<const N: usize> RedisMultiPermit<N> {
     /// The cost this grant charged, per dimension.
     pub fn charged(&self) -> [u64; N] {
-        self.charged
+        self.cost
     }
 
     /// Corrects the charge to `actual`, in Redis (one round trip, none if nothing changes):
@@ -597,14 +664,18 @@ impl<const N: usize> RedisMultiPermit<N> {
     /// [`RedisLimiterError::Reply`] when it answers with an error: the correction was not
     /// made.
     pub async fn settle(self, actual: [u64; N]) -> Result<(), RedisLimiterError> {
-        if let Some(local) = self.local {
-            local.settle(actual);
+        let at_us = match self.charged {
+            Charged::Local(local) => {
+                local.settle(actual);
+                return Ok(());
+            }
+            Charged::Redis(at_us) => at_us,
+            Charged::Nothing => 0,
+        };
+        if actual == self.cost {
             return Ok(());
         }
-        if actual == self.charged {
-            return Ok(());
-        }
-        let (charged, limiter) = (self.charged, &self.limiter);
+        let (charged, limiter) = (self.cost, &self.limiter);
         // Given back rounded down, charged rounded up: in the quota's favour.
         let spec = limiter.spec(|dim| {
             let (a, c) = (actual[dim], charged[dim]);
@@ -614,7 +685,7 @@ impl<const N: usize> RedisMultiPermit<N> {
                 -round_down(c - a)
             }
         });
-        match limiter.call("settle", spec, None).await {
+        match limiter.call("settle", spec, Some(at_us)).await {
             Ok(_) => Ok(()),
             Err(Failure::Reply(e)) => Err(RedisLimiterError::Reply(e)),
             Err(Failure::Outage(e)) => Err(RedisLimiterError::Unavailable(e)),
