@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use super::acquire::{pause_after, spend_budget, Outages, WaitError};
 use super::connect::Target;
 use super::error::{RedisLimiterError, TryAcquireError};
 use super::fallback::Fallback;
@@ -16,7 +17,6 @@ use super::script::{evalsha, round_down, round_up, wait_from_us, Conn, Counters,
 use super::stats::RedisStats;
 use super::turns::Turns;
 use crate::core::Nanos;
-use crate::engine::coop::poll_budget;
 use crate::error::{ConfigError, NotUntil};
 use crate::limiter::{Limit, MultiRateLimiter, Permit};
 use crate::rate::Rate;
@@ -243,12 +243,6 @@ impl<const N: usize> fmt::Debug for RedisMultiRateLimiter<N> {
     }
 }
 
-/// How a waiting acquisition ended without a grant.
-enum WaitError {
-    Limiter(RedisLimiterError),
-    Refused(NotUntil),
-}
-
 /// What one round trip answered: granted, usable after the wait, or refused for the wait.
 enum Answer {
     /// Granted, usable after the wait, charged at Redis time `.1` (microseconds).
@@ -308,10 +302,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             match self.reserve(cost, None).await {
                 Ok(permit) => return Ok(permit),
                 Err(WaitError::Limiter(e)) => return Err(e),
-                Err(WaitError::Refused(refused)) => {
-                    let pause = refused.retry_after().min(Duration::from_secs(1));
-                    tokio::time::sleep(pause.max(Duration::from_millis(1))).await;
-                }
+                Err(WaitError::Refused(refused)) => pause_after(refused).await,
             }
         }
     }
@@ -534,8 +525,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             counters.grant(0);
             return Ok(self.permit(cost, Charged::Nothing));
         }
-        let mut backoff = Duration::from_millis(10);
-        let mut failing_since: Option<Instant> = None;
+        let mut outages = Outages::new();
         let left = |now: Instant| match deadline {
             Some(Some(d)) => Some(d.saturating_duration_since(now)),
             _ => None,
@@ -594,25 +584,12 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                 }
                 Err(Failure::Outage(e)) => {
                     drop(turn);
-                    let since = *failing_since.get_or_insert(attempt);
-                    match self.inner.policy {
-                        FailurePolicy::FailClosed {
-                            max_backoff,
-                            deadline: give_up_after,
-                        } => {
-                            let mut pause = backoff;
-                            if let Some(left) = left(Instant::now()) {
-                                if left.is_zero() {
-                                    return Err(WaitError::Refused(NotUntil::after(backoff)));
-                                }
-                                pause = pause.min(left);
-                            } else if deadline.is_none() && since.elapsed() >= give_up_after {
-                                return Err(WaitError::Limiter(RedisLimiterError::Unavailable(e)));
-                            }
-                            tokio::time::sleep(pause).await;
-                            backoff = (backoff * 2).min(max_backoff.max(Duration::from_millis(1)));
-                        }
-                        FailurePolicy::FailOpen { share } => self.open_fallback(share),
+                    let (policy, left) = (self.inner.policy, left(Instant::now()));
+                    let gives_up = deadline.is_none();
+                    if let Some(share) =
+                        outages.wait_out(policy, e, attempt, left, gives_up).await?
+                    {
+                        self.open_fallback(share);
                     }
                 }
             }
@@ -691,11 +668,6 @@ impl<const N: usize> RedisMultiPermit<N> {
             Err(Failure::Outage(e)) => Err(RedisLimiterError::Unavailable(e)),
         }
     }
-}
-
-/// Spends one unit of the task's cooperative budget on a grant that needed no wait.
-async fn spend_budget() {
-    std::future::poll_fn(poll_budget).await.made_progress();
 }
 
 fn sum<const N: usize>(cost: [u64; N]) -> u64 {
