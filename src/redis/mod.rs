@@ -1,7 +1,10 @@
 //! One quota across processes and machines, kept in Redis (feature `redis`):
 //! [`RedisRateLimiter`] (also at the crate root) and [`RedisKeyedRateLimiter`] (also at the
 //! crate root), one such quota per key; their one builder, failure policy, errors and
-//! counters.
+//! counters. [`RedisMultiRateLimiter`] (also at the crate root) keeps a quota of several
+//! limits (requests AND tokens, per minute AND per day) in one key, checked and charged by
+//! one script call of its own (`multi.lua`), through the same connection, failure policy,
+//! outage handling, turns and counters.
 //!
 //! The bucket is paced's GCRA, evaluated by one Lua script on Redis's own clock, so the
 //! clocks of the client machines do not matter and every decision is atomic. Streams draw on
