@@ -8,7 +8,10 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use paced::redis::{FailurePolicy, RedisLimiterError, RedisMultiRateLimiter, TryAcquireError};
+use paced::redis::{
+    FailurePolicy, RedisKeyedMultiRateLimiter, RedisLimiterError, RedisMultiRateLimiter,
+    TryAcquireError,
+};
 use paced::{ConfigError, Limit, Rate};
 
 #[allow(dead_code)]
@@ -311,6 +314,43 @@ async fn a_fixed_window_resets_at_its_boundaries_on_redis_time() {
         llm.try_acquire([2, 0]).await,
         Err(TryAcquireError::NotUntil(_))
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_limiter_keeps_each_keys_limits_under_its_own_hash_tag() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let tenants: RedisKeyedMultiRateLimiter<String, 2> =
+        RedisKeyedMultiRateLimiter::builder(&server.url(), "tenants", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_minute(1), 5))
+            .limit("tokens", Limit::bucket(Rate::per_minute(1), 100))
+            .build()
+            .unwrap();
+    let permit = tenants.try_acquire("a", [1, 90]).await.unwrap();
+    // Another key is untouched by the first one's use.
+    tenants.try_acquire("b:{x}", [1, 100]).await.unwrap();
+    assert!(matches!(
+        tenants.try_acquire("a", [1, 20]).await,
+        Err(TryAcquireError::NotUntil(_))
+    ));
+    permit.settle([1, 60]).await.unwrap();
+    tenants.acquire("a", [1, 40]).await.unwrap();
+    let a = levels(&mut conn, "{tenants:a}");
+    assert_near(a[0], 3.0);
+    assert_near(a[1], 0.0);
+    // Keys are escaped inside the one hash tag.
+    let b = levels(&mut conn, "{tenants:b%3A%7Bx%7D}");
+    assert_near(b[0], 4.0);
+    assert_near(b[1], 0.0);
+    let stats = tenants.stats();
+    assert_eq!(
+        (stats.granted, stats.rejected, stats.round_trips, stats.keys),
+        (3, 1, 5, 2)
+    );
+    let timed = tenants
+        .acquire_timeout("b:{x}", [1, 1], Duration::from_millis(10))
+        .await;
+    assert!(matches!(timed, Err(TryAcquireError::NotUntil(_))));
 }
 
 #[test]

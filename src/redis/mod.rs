@@ -2,7 +2,8 @@
 //! [`RedisRateLimiter`] (also at the crate root) and [`RedisKeyedRateLimiter`] (also at the
 //! crate root), one such quota per key; their one builder, failure policy, errors and
 //! counters. [`RedisMultiRateLimiter`] (also at the crate root) keeps a quota of several
-//! limits (requests AND tokens, per minute AND per day) in one key, checked and charged by
+//! limits (requests AND tokens, per minute AND per day) in one key ([`RedisKeyedMultiRateLimiter`]:
+//! one such quota per key), checked and charged by
 //! one script call of its own (`multi.lua`), through the same connection, failure policy,
 //! outage handling, turns and counters.
 //!
@@ -36,6 +37,7 @@ mod error;
 mod fallback;
 mod key;
 mod keyed;
+mod keyed_multi;
 mod lease;
 mod limiter;
 mod multi;
@@ -50,6 +52,7 @@ pub use builder::{RedisKeyedRateLimiterBuilder, RedisLimiterBuilder, RedisRateLi
 pub use error::RedisQuotaError;
 pub use error::{RedisLimiterError, TryAcquireError};
 pub use keyed::RedisKeyedRateLimiter;
+pub use keyed_multi::{RedisKeyedMultiRateLimiter, RedisKeyedMultiRateLimiterBuilder};
 pub use limiter::RedisRateLimiter;
 pub use multi::{RedisMultiPermit, RedisMultiRateLimiter, RedisMultiRateLimiterBuilder};
 pub use policy::FailurePolicy;

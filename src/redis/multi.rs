@@ -125,20 +125,20 @@ impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
             limits.push(RedisLimit { dim, kind });
         }
         let conn = self.target.connect(self.response_timeout)?;
-        let mut key = String::with_capacity(self.name.len() + 2);
+        let name = super::key::escape(&self.name);
+        let mut key = String::with_capacity(name.len() + 2);
         key.push('{');
-        key.push_str(&super::key::escape(&self.name));
+        key.push_str(&name);
         key.push('}');
         Ok(RedisMultiRateLimiter {
+            quota: Arc::new(Quota::new(key)),
             inner: Arc::new(Inner {
                 conn,
                 script: redis::Script::new(SCRIPT),
-                key,
+                name,
                 names: self.names,
                 limits,
                 policy: self.policy,
-                turns: Arc::new(Turns::default()),
-                fallback: Mutex::new(Fallback::default()),
                 counters: Counters {
                     #[cfg(feature = "metrics")]
                     metrics: self
@@ -176,18 +176,37 @@ enum Kind {
     },
 }
 
-struct Inner<const N: usize> {
+/// What every quota of a limiter shares: the connection, the script, the limits, the policy,
+/// the counters.
+pub(super) struct Inner<const N: usize> {
     conn: Conn,
     script: redis::Script,
-    /// `{name}`: one key, so one Cluster slot, for every limit.
-    key: String,
+    /// The limiter's name, escaped as in every Redis key.
+    pub(super) name: String,
     names: [String; N],
     limits: Vec<RedisLimit>,
     policy: FailurePolicy,
+    pub(super) counters: Counters,
+}
+
+/// One quota (one Redis key, holding all its limits) as this process knows it.
+pub(super) struct Quota<const N: usize> {
+    /// `{name}` (or `{name:key}` for a keyed limiter): one key, so one Cluster slot, for every
+    /// limit.
+    key: String,
     /// The order of this process's reservations, as Redis charged them.
     turns: Arc<Turns>,
     fallback: Mutex<Fallback<MultiRateLimiter<N>>>,
-    counters: Counters,
+}
+
+impl<const N: usize> Quota<N> {
+    pub(super) fn new(key: String) -> Quota<N> {
+        Quota {
+            key,
+            turns: Arc::new(Turns::default()),
+            fallback: Mutex::new(Fallback::default()),
+        }
+    }
 }
 
 /// Several limits of one quota (token buckets and fixed windows) across processes and
@@ -221,13 +240,15 @@ struct Inner<const N: usize> {
 /// # }
 /// ```
 pub struct RedisMultiRateLimiter<const N: usize> {
-    inner: Arc<Inner<N>>,
+    pub(super) inner: Arc<Inner<N>>,
+    pub(super) quota: Arc<Quota<N>>,
 }
 
 impl<const N: usize> Clone for RedisMultiRateLimiter<N> {
     fn clone(&self) -> Self {
         RedisMultiRateLimiter {
             inner: self.inner.clone(),
+            quota: self.quota.clone(),
         }
     }
 }
@@ -235,7 +256,7 @@ impl<const N: usize> Clone for RedisMultiRateLimiter<N> {
 impl<const N: usize> fmt::Debug for RedisMultiRateLimiter<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisMultiRateLimiter")
-            .field("key", &self.inner.key)
+            .field("key", &self.quota.key)
             .field("names", &self.inner.names)
             .field("limits", &self.inner.limits)
             .field("policy", &self.inner.policy)
@@ -449,7 +470,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(inner.script.get_hash())
             .arg(1)
-            .arg(&inner.key)
+            .arg(&self.quota.key)
             .arg(mode)
             .arg(spec);
         if let Some(extra) = extra {
@@ -459,7 +480,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             Conn::Single(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,
             Conn::Cluster(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,
         };
-        reply.map_err(|e| Failure::classify(e, &inner.counters, &inner.key, 0))
+        reply.map_err(|e| Failure::classify(e, &inner.counters, &self.quota.key, 0))
     }
 
     async fn round_trip(
@@ -476,12 +497,12 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
 
     /// The fail-open fallback, while it is in charge.
     fn fallback(&self) -> Option<MultiRateLimiter<N>> {
-        lock(&self.inner.fallback).current()
+        lock(&self.quota.fallback).current()
     }
 
     /// Puts a local limiter at `share` of every limit in charge for a second.
     fn open_fallback(&self, share: f64) {
-        lock(&self.inner.fallback).open(|| {
+        lock(&self.quota.fallback).open(|| {
             let names: [&str; N] = std::array::from_fn(|i| self.inner.names[i].as_str());
             let mut builder = MultiRateLimiter::builder(names);
             for limit in &self.inner.limits {
@@ -510,7 +531,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     }
 
     fn recovered(&self) {
-        lock(&self.inner.fallback).recovered();
+        lock(&self.quota.fallback).recovered();
     }
 
     /// The one reservation path of `acquire` (`deadline: None`) and `acquire_timeout`.
@@ -550,7 +571,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             let max_wait_us =
                 left(attempt).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
             let trip = self.round_trip("reserve", self.amounts(cost), max_wait_us);
-            let (turn, answer) = self.inner.turns.send(trip).await;
+            let (turn, answer) = self.quota.turns.send(trip).await;
             match answer {
                 Ok(Answer::Granted(wait, at_us)) => {
                     self.recovered();
