@@ -211,6 +211,29 @@ async fn settling_corrects_every_limit_in_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_goes_away_gives_its_charge_back() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let llm: RedisMultiRateLimiter<2> =
+        RedisMultiRateLimiter::builder(&server.url(), "gone", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_minute(1), 10))
+            .limit("tokens", Limit::bucket(Rate::per_second(10), 100))
+            .build()
+            .unwrap();
+    llm.acquire([1, 100]).await.unwrap();
+    // Granted by Redis with a wait of 2 s (20 tokens at 10/s), then dropped after 100 ms.
+    let waited = tokio::time::timeout(Duration::from_millis(100), llm.acquire([1, 20])).await;
+    assert!(waited.is_err());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Given back. The state holds the levels at the dropped grant's instant, 2 s ahead:
+    // requests 9 again, tokens 20 (refilled from 0 now; 0 had it been kept).
+    let s = levels(&mut conn, "{gone}");
+    assert_near(s[0], 9.0);
+    assert_near(s[1], 20.0);
+    assert_eq!(llm.stats().round_trips, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_of_an_unknown_version_is_a_reply_error_left_as_it_is() {
     let server = Server::start();
     let mut conn = admin(&server);

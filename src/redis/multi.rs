@@ -575,8 +575,8 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             match answer {
                 Ok(Answer::Granted(wait, at_us)) => {
                     self.recovered();
-                    // A permit made before the wait: dropped while waiting, it keeps its
-                    // charge (it may already be the reason later grants wait).
+                    // Charged already: a waiter that goes away gives it all back.
+                    let mut reserved = Reserved(Some(self.permit(cost, Charged::Redis(at_us))));
                     if wait > Nanos::ZERO {
                         tokio::time::sleep(wait.to_duration()).await;
                     } else {
@@ -585,7 +585,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                     turn.come().await;
                     drop(turn);
                     counters.grant(sum(cost));
-                    return Ok(self.permit(cost, Charged::Redis(at_us)));
+                    return Ok(reserved.0.take().expect("the reservation, until granted"));
                 }
                 Ok(Answer::Refused(wait)) => {
                     drop(turn);
@@ -624,6 +624,24 @@ pub struct RedisMultiPermit<const N: usize> {
     limiter: RedisMultiRateLimiter<N>,
     cost: [u64; N],
     charged: Charged<N>,
+}
+
+/// A grant charged in Redis whose waiter has not had it yet: if the waiter goes away, its
+/// whole cost is given back (settled to zero) in the background, in one round trip (if there
+/// is a runtime; if not, or if that fails, it stays taken: on the quota's side).
+struct Reserved<const N: usize>(Option<RedisMultiPermit<N>>);
+
+impl<const N: usize> Drop for Reserved<N> {
+    fn drop(&mut self) {
+        let Some(permit) = self.0.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = permit.settle([0; N]).await;
+            });
+        }
+    }
 }
 
 /// Where a grant was charged.
