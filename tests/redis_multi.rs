@@ -555,6 +555,7 @@ async fn four_processes_keep_every_limit() {
         per_worker.push(mine.len());
         grants.extend(mine);
     }
+    println!("grants per process: {per_worker:?}");
     // Every process was served, and the fleet used its quota: requests 20/s for 2.5 s.
     assert!(per_worker.iter().all(|&n| n > 0), "{per_worker:?}");
     assert!(grants.len() >= 40, "{} grants", grants.len());
