@@ -31,6 +31,7 @@
 //! | a limit learned from `429`s | [`Adaptive`], [`AdaptiveMulti`] (each limit of a [`MultiRateLimiter`] on its own) | |
 //! | a tower `Service` | `paced::tower` (feature `tower`) | shaping clients, enforcing servers |
 //! | one limit across machines | `RedisRateLimiter` (feature `redis`) | details in `paced::redis` |
+//! | several limits at once across machines | `RedisMultiRateLimiter`, `RedisKeyedMultiRateLimiter` (feature `redis`) | the fleet's [`MultiRateLimiter`] (per key): every limit checked and charged by one script call; `settle` corrects in Redis |
 //! | one limit per key across machines | `RedisKeyedRateLimiter` (feature `redis`) | per-key limits for the whole fleet; [`throttle_by_key`](PaceExt::throttle_by_key) and the keyed tower layer take it ([`KeyedLimiter`]) |
 //!
 //! Every refusal is a [`NotUntil`]; every configuration value that cannot be is a
@@ -111,7 +112,9 @@ pub use mode::{Enforcing, Shaping};
 pub use rate::Rate;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::{RedisKeyedRateLimiter, RedisRateLimiter};
+pub use redis::{
+    RedisKeyedMultiRateLimiter, RedisKeyedRateLimiter, RedisMultiRateLimiter, RedisRateLimiter,
+};
 pub use sink::PaceSinkExt;
 pub use stats::Stats;
 pub use stream::PaceExt;

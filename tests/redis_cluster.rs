@@ -10,7 +10,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use paced::redis::{FailurePolicy, RedisLimiterError, TryAcquireError};
-use paced::{Rate, RedisKeyedRateLimiter, RedisRateLimiter};
+use paced::{
+    Limit, Rate, RedisKeyedMultiRateLimiter, RedisKeyedRateLimiter, RedisMultiRateLimiter,
+    RedisRateLimiter,
+};
 
 /// A private Redis Cluster: every node is killed (SIGKILL) on drop.
 struct Cluster {
@@ -294,6 +297,56 @@ async fn both_limiters_grant_and_refuse_exactly_and_keys_spread_over_the_masters
         total += keys;
     }
     assert_eq!(total, 300);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_limit_quota_lives_in_one_slot_and_is_exact_from_two_instances() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let urls = cluster.urls();
+    let nodes = nodes(&urls);
+    let multi = |nodes: &[&str]| -> RedisMultiRateLimiter<2> {
+        RedisMultiRateLimiter::cluster_builder(nodes, "llm", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(slow(), 5))
+            .limit("tokens", Limit::bucket(slow(), 100))
+            .limit("tokens", Limit::window(1_000, Duration::from_secs(86_400)))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (multi(&nodes), multi(&nodes[3..]));
+    // Tokens bind first (30 each: 3 grants), then requests would (5).
+    let mut granted = 0;
+    for i in 0..10 {
+        let quota = if i % 2 == 0 { &a } else { &b };
+        match quota.try_acquire([1, 30]).await {
+            Ok(permit) => {
+                granted += 1;
+                permit.settle([1, 30]).await.unwrap();
+            }
+            Err(TryAcquireError::NotUntil(n)) => assert!(!n.is_never()),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(granted, 3);
+    assert_eq!(a.stats().errors + b.stats().errors, 0);
+    // Per key, each key's limits in its own slot.
+    let keyed: RedisKeyedMultiRateLimiter<String, 2> =
+        RedisKeyedMultiRateLimiter::cluster_builder(&nodes, "tenants", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(slow(), 2))
+            .limit("tokens", Limit::bucket(slow(), 100))
+            .build()
+            .unwrap();
+    for key in ["alpha", "beta", "gamma", "delta"] {
+        let mut granted = 0;
+        for _ in 0..4 {
+            if keyed.try_acquire(key, [1, 10]).await.is_ok() {
+                granted += 1;
+            }
+        }
+        assert_eq!(granted, 2, "key {key}");
+    }
+    assert_eq!(keyed.stats().errors + keyed.stats().reply_errors, 0);
 }
 
 /// The most grants whose times (seconds) fall in any window, against `burst + span × rate`

@@ -177,7 +177,43 @@ impl Limit {
         }
     }
 
-    fn check(&self) -> Result<(), ConfigError> {
+    /// A bucket's rate and burst (`None` for a fixed window): what a Redis limiter keeps.
+    #[cfg(feature = "redis")]
+    pub(crate) fn as_bucket(&self) -> Option<(Rate, u64)> {
+        match self.kind {
+            Kind::Bucket { rate, burst } => Some((rate, burst)),
+            Kind::Window { .. } => None,
+        }
+    }
+
+    /// A fixed window's quota, length and origin as a time of the system clock (an `Instant`
+    /// origin mapped through this machine's clock now): what a Redis limiter keeps.
+    #[cfg(feature = "redis")]
+    pub(crate) fn as_window(&self) -> Option<(u64, Duration, SystemTime)> {
+        match self.kind {
+            Kind::Bucket { .. } => None,
+            Kind::Window {
+                quota,
+                window,
+                origin,
+            } => {
+                let origin = match origin {
+                    Origin::System(origin) => origin,
+                    Origin::Instant(origin) => {
+                        let (now, system) = (Instant::now(), SystemTime::now());
+                        if origin <= now {
+                            system - (now - origin)
+                        } else {
+                            system + (origin - now)
+                        }
+                    }
+                };
+                Some((quota, window, origin))
+            }
+        }
+    }
+
+    pub(crate) fn check(&self) -> Result<(), ConfigError> {
         match self.kind {
             Kind::Bucket { burst: 0, .. } => Err(ConfigError::ZeroBurst),
             Kind::Window { quota: 0, .. } => Err(ConfigError::ZeroQuota),

@@ -21,8 +21,8 @@ use crate::error::{ConfigError, NotUntil};
 use crate::rate::Rate;
 use crate::sync::lock;
 
-/// How a waiting acquisition ended without a grant.
-enum WaitError {
+/// How a waiting acquisition ended without a grant (of either Redis limiter).
+pub(super) enum WaitError {
     Limiter(RedisLimiterError),
     Refused(NotUntil),
 }
@@ -49,8 +49,67 @@ where
 
 /// Spends one unit of the task's cooperative budget on a grant that needed no wait, yielding
 /// first if the budget is spent.
-async fn spend_budget() {
+pub(super) async fn spend_budget() {
     std::future::poll_fn(poll_budget).await.made_progress();
+}
+
+/// A waiting acquisition's outages, of either Redis limiter: the fail-closed backoff (from
+/// 10 ms, doubling up to the policy's `max_backoff`) and deadline, counted from the first
+/// failed round trip.
+pub(super) struct Outages {
+    backoff: Duration,
+    since: Option<Instant>,
+}
+
+impl Outages {
+    pub(super) fn new() -> Outages {
+        Outages {
+            backoff: Duration::from_millis(10),
+            since: None,
+        }
+    }
+
+    /// After a round trip sent at `attempt` failed for an outage `e`: under `FailClosed`,
+    /// pauses (at most the `left` of a deadline, refusing once none is left) or, for a wait
+    /// that `gives_up`, gives up past the policy's deadline; under `FailOpen`, returns the
+    /// share for the caller's fallback.
+    pub(super) async fn wait_out(
+        &mut self,
+        policy: FailurePolicy,
+        e: redis::RedisError,
+        attempt: Instant,
+        left: Option<Duration>,
+        gives_up: bool,
+    ) -> Result<Option<f64>, WaitError> {
+        let since = *self.since.get_or_insert(attempt);
+        match policy {
+            FailurePolicy::FailClosed {
+                max_backoff,
+                deadline: give_up_after,
+            } => {
+                let mut pause = self.backoff;
+                if let Some(left) = left {
+                    if left.is_zero() {
+                        return Err(WaitError::Refused(NotUntil::after(self.backoff)));
+                    }
+                    pause = pause.min(left);
+                } else if gives_up && since.elapsed() >= give_up_after {
+                    return Err(WaitError::Limiter(RedisLimiterError::Unavailable(e)));
+                }
+                tokio::time::sleep(pause).await;
+                self.backoff = (self.backoff * 2).min(max_backoff.max(Duration::from_millis(1)));
+                Ok(None)
+            }
+            FailurePolicy::FailOpen { share } => Ok(Some(share)),
+        }
+    }
+}
+
+/// `acquire`'s pause before asking again after a refusal (only a wait with a deadline is
+/// refused; should one without be, it asks again): the refusal's wait, within [1 ms, 1 s].
+pub(super) async fn pause_after(refused: NotUntil) {
+    let pause = refused.retry_after().min(Duration::from_secs(1));
+    tokio::time::sleep(pause.max(Duration::from_millis(1))).await;
 }
 
 impl<K> RedisKeyedRateLimiter<K>
@@ -85,11 +144,7 @@ where
             match self.reserve(key, cost, None, false).await {
                 Ok(()) => return Ok(()),
                 Err(WaitError::Limiter(e)) => return Err(e),
-                // Only a wait with a deadline is refused; should this one be, it asks again.
-                Err(WaitError::Refused(refused)) => {
-                    let pause = refused.retry_after().min(Duration::from_secs(1));
-                    tokio::time::sleep(pause.max(Duration::from_millis(1))).await;
-                }
+                Err(WaitError::Refused(refused)) => pause_after(refused).await,
             }
         }
     }
@@ -207,9 +262,8 @@ where
         let hold = self.hold(key);
         let keys = &hold.redis;
         let lease_tokens = self.inner.lease_tokens;
-        let mut backoff = Duration::from_millis(10);
+        let mut outages = Outages::new();
         let mut reply_backoff = Duration::from_millis(100);
-        let mut failing_since: Option<Instant> = None;
         let left = |now: Instant| match deadline {
             Some(Some(d)) => Some(d.saturating_duration_since(now)),
             _ => None,
@@ -318,28 +372,13 @@ where
                 }
                 Err(Failure::Outage(e)) => {
                     drop(refilling);
-                    let since = *failing_since.get_or_insert(attempt);
-                    match self.inner.policy {
-                        FailurePolicy::FailClosed {
-                            max_backoff,
-                            deadline: give_up_after,
-                        } => {
-                            let mut pause = backoff;
-                            if let Some(left) = left(Instant::now()) {
-                                if left.is_zero() {
-                                    return Err(WaitError::Refused(NotUntil::after(backoff)));
-                                }
-                                pause = pause.min(left);
-                            } else if deadline.is_none()
-                                && !patient
-                                && since.elapsed() >= give_up_after
-                            {
-                                return Err(WaitError::Limiter(RedisLimiterError::Unavailable(e)));
-                            }
-                            tokio::time::sleep(pause).await;
-                            backoff = (backoff * 2).min(max_backoff.max(Duration::from_millis(1)));
-                        }
-                        FailurePolicy::FailOpen { share } => self.open_fallback(share),
+                    let gives_up = deadline.is_none() && !patient;
+                    let left = left(Instant::now());
+                    let policy = self.inner.policy;
+                    if let Some(share) =
+                        outages.wait_out(policy, e, attempt, left, gives_up).await?
+                    {
+                        self.open_fallback(share);
                     }
                 }
             }

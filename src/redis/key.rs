@@ -46,7 +46,7 @@ impl Naming {
 
 /// `s` with `%`, `{`, `}` and `:` percent-encoded, so that neither a hash tag nor the
 /// separator can be forged.
-fn escape(s: &str) -> String {
+pub(super) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let _ = Escaping(&mut out).write_str(s);
     out

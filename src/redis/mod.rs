@@ -1,7 +1,11 @@
 //! One quota across processes and machines, kept in Redis (feature `redis`):
 //! [`RedisRateLimiter`] (also at the crate root) and [`RedisKeyedRateLimiter`] (also at the
 //! crate root), one such quota per key; their one builder, failure policy, errors and
-//! counters.
+//! counters. [`RedisMultiRateLimiter`] (also at the crate root) keeps a quota of several
+//! limits (requests AND tokens, per minute AND per day) in one key ([`RedisKeyedMultiRateLimiter`]:
+//! one such quota per key), checked and charged by
+//! one script call of its own (`multi.lua`), through the same connection, failure policy,
+//! outage handling, turns and counters.
 //!
 //! The bucket is paced's GCRA, evaluated by one Lua script on Redis's own clock, so the
 //! clocks of the client machines do not matter and every decision is atomic. Streams draw on
@@ -33,8 +37,10 @@ mod error;
 mod fallback;
 mod key;
 mod keyed;
+mod keyed_multi;
 mod lease;
 mod limiter;
+mod multi;
 mod permit;
 mod policy;
 mod script;
@@ -46,7 +52,9 @@ pub use builder::{RedisKeyedRateLimiterBuilder, RedisLimiterBuilder, RedisRateLi
 pub use error::RedisQuotaError;
 pub use error::{RedisLimiterError, TryAcquireError};
 pub use keyed::RedisKeyedRateLimiter;
+pub use keyed_multi::{RedisKeyedMultiRateLimiter, RedisKeyedMultiRateLimiterBuilder};
 pub use limiter::RedisRateLimiter;
+pub use multi::{RedisMultiPermit, RedisMultiRateLimiter, RedisMultiRateLimiterBuilder};
 pub use policy::FailurePolicy;
 #[allow(deprecated)]
 pub use stats::RedisKeyedStats;

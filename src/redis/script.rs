@@ -271,11 +271,11 @@ impl Call<'_> {
 
 /// Runs `cmd` (an `EVALSHA` of `script`), loading the script first if Redis lost it
 /// (`NOSCRIPT`: a restart, a failover, `SCRIPT FLUSH`).
-async fn evalsha(
+pub(crate) async fn evalsha<T: redis::FromRedisValue>(
     cmd: &redis::Cmd,
     script: &redis::Script,
     conn: &mut impl redis::aio::ConnectionLike,
-) -> redis::RedisResult<Reply> {
+) -> redis::RedisResult<T> {
     match cmd.query_async(conn).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             script.load_async(conn).await?;

@@ -1,0 +1,214 @@
+-- paced's several limits in Redis (token buckets and aligned fixed windows), all checked and
+-- charged at once, on Redis's own clock: the one script of `RedisMultiRateLimiter`.
+--
+-- KEYS[1]  the quota's state, every limit of it in one string (so in one Cluster slot): one
+--          byte, its format version (VERSION below, 1), then little-endian doubles
+--          <at, a_1, b_1, ..., a_M, b_M>: the Redis time <at> (whole microseconds; in the
+--          future while grants are queued: the instant of the latest grant), then two doubles
+--          per limit: a bucket's level at <at> (tokens, a fraction; negative while a debt is
+--          paid) and 0; a fixed window's number <index> (windows counted from the origin) and
+--          what was used in it <used> (above the quota: carried into the next windows).
+--          9 + 16 * M bytes. A missing key is every bucket full and every window unused. The
+--          key expires when every bucket would be full again and every carry is spent.
+-- ARGV[1]  the mode. "reserve": grant at the earliest instant, not before the latest grant
+--          (FIFO across processes, in arrival order at Redis), at which every limit has room,
+--          charging every limit at that instant; "try": grant only if that instant is now,
+--          otherwise refuse and take nothing; "settle": correct every limit by a signed amount
+--          (a bucket's refund is capped at its burst; a window gives back only within the
+--          window the grant was charged in, never below 0; a charge may leave a debt, or a
+--          carry).
+-- ARGV[2]  M limits, five little-endian doubles each (40 bytes):
+--          kind      0: a token bucket; 1: a fixed window
+--          x, y, z   a bucket: microseconds per token (may be fractional), burst, 0;
+--                    a window: its length in microseconds, its quota, its phase (the origin's
+--                    Unix time modulo the length, in microseconds)
+--          amount    "reserve"/"try": the cost on this limit's dimension; "settle": the
+--                    correction (negative: given back; positive: charged)
+-- ARGV[3]  "reserve" only, optional: a double, the longest wait, in microseconds, to grant
+--          with: a reservation that would wait longer is refused, taking nothing.
+--          "settle" only: a double, the Redis time the grant was charged at (for windows).
+--
+-- Format versions: as gcra.lua. A state whose first byte is another version, or whose length
+-- is not this limiter's number of limits, is answered with an error and left as it is.
+--
+-- Returns { granted, wait_us, at }: granted = 1, usable after wait_us (0: at once), charged at
+-- Redis time <at>; granted = 0, refused, taking nothing, grantable in wait_us. wait_us =
+-- NEVER_US means never.
+local VERSION = 1
+local NEVER_US = 18446744073709552 -- ceil(2^64 / 1000), a double exactly
+local EXACT = 2 ^ 53
+
+local key = KEYS[1]
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local mode = ARGV[1]
+local spec = ARGV[2]
+local m = #spec / 40
+local kind, x, y, z, amount, a, b = {}, {}, {}, {}, {}, {}, {}
+for i = 1, m do
+  kind[i], x[i], y[i], z[i], amount[i] = struct.unpack('<ddddd', spec, (i - 1) * 40 + 1)
+  if kind[i] == 0 then
+    a[i], b[i] = y[i], 0
+  else
+    a[i], b[i] = 0, 0
+  end
+end
+
+local function not_a_quota()
+  return redis.error_reply('ERR paced: the key ' .. key ..
+    ' holds a string that is not a paced quota; delete it or choose another key')
+end
+
+local at = now
+-- A key of another type fails here with Redis's WRONGTYPE.
+local state = redis.call('GET', key)
+if state then
+  local version = string.byte(state)
+  if version and version ~= VERSION then
+    return redis.error_reply('ERR paced: the key ' .. key .. ' holds format version ' ..
+      version .. ', which this paced does not read (it reads version ' .. VERSION ..
+      ' of the multi-limit state): a state written by a later paced (upgrade this process;' ..
+      ' see the guide on upgrading a fleet), or not a paced quota (delete it or choose another key)')
+  end
+  if #state ~= 9 + 16 * m then
+    return redis.error_reply('ERR paced: the key ' .. key .. ' holds ' .. (#state - 9) / 16 ..
+      ' limits, this limiter has ' .. m .. ', or is not a paced quota; delete it or choose' ..
+      ' another name')
+  end
+  at = struct.unpack('<d', state, 2)
+  if not (at >= 0 and at <= EXACT and at == math.floor(at)) then
+    return not_a_quota()
+  end
+  for i = 1, m do
+    local u, v = struct.unpack('<dd', state, 10 + 16 * (i - 1))
+    if not (u - u == 0 and v - v == 0) then
+      return not_a_quota()
+    end
+    if kind[i] == 0 then
+      if now > at then
+        u = u + (now - at) / x[i]
+      end
+      u = math.min(u, y[i])
+    end
+    a[i], b[i] = u, v
+  end
+end
+-- Every bucket's level is now at t0: now, or the latest grant's instant if that is later.
+local t0 = math.max(now, at)
+
+-- A fixed window: the number of the window holding t, its start, what is used in window k.
+local function number(i, t)
+  return math.floor((t - z[i]) / x[i])
+end
+local function start(i, k)
+  return k * x[i] + z[i]
+end
+local function used_in(i, k)
+  return math.max(0, b[i] - (k - a[i]) * y[i])
+end
+local function current(i, t)
+  return math.max(number(i, t), a[i])
+end
+local function commit(i, t, c)
+  local k = current(i, t)
+  a[i], b[i] = k, used_in(i, k) + c
+end
+
+local function store(t)
+  local until_us = t
+  local parts = { struct.pack('<Bd', VERSION, t) }
+  for i = 1, m do
+    parts[i + 1] = struct.pack('<dd', a[i], b[i])
+    if kind[i] == 0 then
+      until_us = math.max(until_us, t + (y[i] - a[i]) * x[i])
+    elseif b[i] > 0 then
+      until_us = math.max(until_us, start(i, a[i] + math.ceil(b[i] / y[i])))
+    end
+  end
+  local ttl_ms = math.ceil((until_us - now) / 1000) + 1
+  local value = table.concat(parts)
+  if ttl_ms < EXACT then
+    redis.call('SET', key, value, 'PX', string.format('%d', ttl_ms))
+  else
+    redis.call('SET', key, value)
+  end
+end
+
+if mode == 'settle' then
+  local charged_at = ARGV[3] and struct.unpack('<d', ARGV[3]) or t0
+  for i = 1, m do
+    local c = amount[i]
+    if kind[i] == 0 then
+      if c < 0 then
+        a[i] = math.min(y[i], a[i] - c)
+      elseif c > 0 then
+        a[i] = a[i] - c
+      end
+    elseif c > 0 then
+      commit(i, t0, c)
+    elseif c < 0 then
+      local k = number(i, charged_at)
+      if number(i, now) == k and a[i] == k then
+        b[i] = math.max(0, b[i] + c)
+      end
+    end
+  end
+  store(t0)
+  return { 1, 0, t0 }
+end
+
+-- The earliest instant at which every limit has room: the latest of the limits' own.
+local ready = t0
+for i = 1, m do
+  local c = amount[i]
+  if c > 0 then
+    if kind[i] == 0 then
+      if a[i] < c then
+        -- For a cost above the burst: full, then the rest (its debt paid before it passes).
+        local wait = math.ceil((c - a[i]) * x[i])
+        if wait >= NEVER_US then
+          return { 0, NEVER_US, 0 }
+        end
+        ready = math.max(ready, t0 + wait)
+      end
+    else
+      -- A window with room for c, or (for a cost above the quota) one with nothing used.
+      local room = math.max(0, y[i] - c)
+      if used_in(i, current(i, t0)) > room then
+        local n = math.ceil((b[i] - room) / y[i])
+        ready = math.max(ready, math.ceil(start(i, a[i] + n)))
+      end
+    end
+  end
+end
+local wait = ready - now
+if wait >= NEVER_US or ready > EXACT then
+  return { 0, NEVER_US, 0 }
+end
+if mode == 'try' and wait > 0 then
+  return { 0, wait, 0 }
+end
+local max_wait = ARGV[3] and struct.unpack('<d', ARGV[3])
+if max_wait and wait > max_wait then
+  return { 0, wait, 0 }
+end
+for i = 1, m do
+  local c = amount[i]
+  if kind[i] == 0 then
+    local l = a[i]
+    if ready > t0 then
+      l = math.min(y[i], l + (ready - t0) / x[i])
+    end
+    if c > y[i] then
+      -- It waited for the whole of it to flow in: it leaves an empty bucket.
+      l = 0
+    else
+      l = l - c
+    end
+    a[i] = l
+  elseif c > 0 then
+    commit(i, ready, c)
+  end
+end
+store(ready)
+return { 1, wait, ready }

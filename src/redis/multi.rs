@@ -1,0 +1,714 @@
+//! [`RedisMultiRateLimiter`]: several limits of one quota (token buckets, aligned fixed
+//! windows) across a fleet, checked and charged at once by one script call on Redis's clock, and [`RedisMultiPermit`], what a grant
+//! charged (to settle).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use super::acquire::{pause_after, spend_budget, Outages, WaitError};
+use super::connect::Target;
+use super::error::{RedisLimiterError, TryAcquireError};
+use super::fallback::Fallback;
+use super::policy::{self, FailurePolicy};
+use super::script::{evalsha, round_down, round_up, wait_from_us, Conn, Counters, Failure};
+use super::stats::RedisStats;
+use super::turns::Turns;
+use crate::core::Nanos;
+use crate::error::{ConfigError, NotUntil};
+use crate::limiter::{Limit, MultiRateLimiter, Permit};
+use crate::rate::Rate;
+use crate::sync::{lock, Mutex};
+
+/// The script of [`RedisMultiRateLimiter`]: every limit of a quota in one state of format
+/// version 1 (a leading byte; see the script's header); a state of another version is a reply
+/// error, never misread nor overwritten.
+const SCRIPT: &str = include_str!("multi.lua");
+
+/// Builds a [`RedisMultiRateLimiter`]; made by [`RedisMultiRateLimiter::builder`] and
+/// [`RedisMultiRateLimiter::cluster_builder`].
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct RedisMultiRateLimiterBuilder<const N: usize> {
+    target: Target,
+    name: String,
+    names: [String; N],
+    limits: Vec<(String, Limit)>,
+    policy: FailurePolicy,
+    response_timeout: Duration,
+    #[cfg(feature = "metrics")]
+    metrics_name: Option<String>,
+}
+
+impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
+    /// Adds `limit` on the dimension called `name`, as
+    /// [`MultiRateLimiterBuilder::limit`](crate::MultiRateLimiterBuilder::limit) does. A fixed
+    /// window's boundaries are on Redis's clock: `origin + k * window` in Unix time (an origin
+    /// given by [`Limit::aligned_to_instant`] is mapped through this machine's clock when the
+    /// limiter is built), in whole microseconds.
+    pub fn limit(mut self, name: &str, limit: Limit) -> Self {
+        self.limits.push((name.to_owned(), limit));
+        self
+    }
+
+    /// What to do while Redis is unreachable, as on the other Redis limiters. Under
+    /// `FailOpen`, a local [`MultiRateLimiter`] with `share` of every limit stands in.
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// How long one round trip may take before it counts as an outage (default 250 ms; not
+    /// zero), as on the other Redis limiters.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Records to the `metrics` facade under `name`, the metrics of the other Redis limiters
+    /// (`paced_tokens_granted_total` counts the sum of a cost's amounts).
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn with_metrics(mut self, name: impl AsRef<str>) -> Self {
+        self.metrics_name = Some(name.as_ref().to_owned());
+        self
+    }
+
+    /// The limiter, with one lazy connection: nothing is sent to Redis until the first
+    /// request. Needs a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisLimiterError::Config`] for a duplicated or unknown dimension, an invalid limit,
+    /// a `FailOpen` share outside `(0, 1]` or a zero response timeout;
+    /// [`RedisLimiterError::Client`] for an invalid URL.
+    pub fn build(self) -> Result<RedisMultiRateLimiter<N>, RedisLimiterError> {
+        let config = |e| RedisLimiterError::Config(e);
+        policy::validate(1, self.response_timeout, None, self.policy)?;
+        for (i, name) in self.names.iter().enumerate() {
+            if self.names[..i].contains(name) {
+                return Err(config(ConfigError::DuplicateDimension));
+            }
+        }
+        let mut limits = Vec::with_capacity(self.limits.len());
+        for (name, limit) in &self.limits {
+            let dim = self
+                .names
+                .iter()
+                .position(|n| n == name)
+                .ok_or(config(ConfigError::UnknownDimension))?;
+            limit.check().map_err(config)?;
+            let kind = match (limit.as_bucket(), limit.as_window()) {
+                (Some((rate, burst)), _) => Kind::Bucket {
+                    rate,
+                    burst,
+                    interval_us: policy::interval_us(rate),
+                },
+                (None, Some((quota, window, origin))) => {
+                    let len_us = window.as_nanos() as f64 / 1_000.0;
+                    let origin_us = match origin.duration_since(SystemTime::UNIX_EPOCH) {
+                        Ok(after) => after.as_nanos() as f64 / 1_000.0,
+                        Err(before) => -(before.duration().as_nanos() as f64 / 1_000.0),
+                    };
+                    Kind::Window {
+                        quota,
+                        window,
+                        origin,
+                        len_us,
+                        phase_us: origin_us.rem_euclid(len_us),
+                    }
+                }
+                (None, None) => unreachable!("a limit is a bucket or a window"),
+            };
+            limits.push(RedisLimit { dim, kind });
+        }
+        let conn = self.target.connect(self.response_timeout)?;
+        let name = super::key::escape(&self.name);
+        let mut key = String::with_capacity(name.len() + 2);
+        key.push('{');
+        key.push_str(&name);
+        key.push('}');
+        Ok(RedisMultiRateLimiter {
+            quota: Arc::new(Quota::new(key)),
+            inner: Arc::new(Inner {
+                conn,
+                script: redis::Script::new(SCRIPT),
+                name,
+                names: self.names,
+                limits,
+                policy: self.policy,
+                counters: Counters {
+                    #[cfg(feature = "metrics")]
+                    metrics: self
+                        .metrics_name
+                        .as_deref()
+                        .map(crate::instrument::RedisMetrics::new),
+                    ..Counters::default()
+                },
+            }),
+        })
+    }
+}
+
+/// One limit of the quota, on dimension `dim`.
+#[derive(Debug)]
+struct RedisLimit {
+    dim: usize,
+    kind: Kind,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Bucket {
+        rate: Rate,
+        burst: u64,
+        interval_us: f64,
+    },
+    Window {
+        quota: u64,
+        window: Duration,
+        origin: SystemTime,
+        len_us: f64,
+        /// The origin's Unix time modulo the length, in microseconds.
+        phase_us: f64,
+    },
+}
+
+/// What every quota of a limiter shares: the connection, the script, the limits, the policy,
+/// the counters.
+pub(super) struct Inner<const N: usize> {
+    conn: Conn,
+    script: redis::Script,
+    /// The limiter's name, escaped as in every Redis key.
+    pub(super) name: String,
+    names: [String; N],
+    limits: Vec<RedisLimit>,
+    policy: FailurePolicy,
+    pub(super) counters: Counters,
+}
+
+/// One quota (one Redis key, holding all its limits) as this process knows it.
+pub(super) struct Quota<const N: usize> {
+    /// `{name}` (or `{name:key}` for a keyed limiter): one key, so one Cluster slot, for every
+    /// limit.
+    key: String,
+    /// The order of this process's reservations, as Redis charged them.
+    turns: Arc<Turns>,
+    fallback: Mutex<Fallback<MultiRateLimiter<N>>>,
+}
+
+impl<const N: usize> Quota<N> {
+    pub(super) fn new(key: String) -> Quota<N> {
+        Quota {
+            key,
+            turns: Arc::new(Turns::default()),
+            fallback: Mutex::new(Fallback::default()),
+        }
+    }
+}
+
+/// Several limits of one quota (token buckets and fixed windows) across processes and
+/// machines, kept in Redis (feature `redis`): a cost is one amount per dimension (`[u64; N]`), and a request is granted when
+/// every limit has room for its amount; all are checked and charged at one instant by one
+/// script call, on Redis's clock, all or nothing.
+///
+/// The Redis counterpart of [`MultiRateLimiter`]: grants are first come, first served across
+/// the fleet (in the order Redis received them), each at the earliest instant at which every
+/// limit has room, never before an earlier grant (its wait is the latest of the limits').
+/// Every limit lives in one key, `{name}`, so on a Redis Cluster in one slot. A fixed
+/// window's boundaries are on Redis's clock. No leases, and no `set_limit`: every process
+/// must give the same limits (a state of another number of limits is a reply error).
+///
+/// # Examples
+///
+/// ```no_run
+/// use paced::redis::RedisMultiRateLimiter;
+/// use paced::{Limit, Rate};
+///
+/// # async fn demo(estimate: u64) -> Result<(), paced::redis::RedisLimiterError> {
+/// let llm: RedisMultiRateLimiter<2> =
+///     RedisMultiRateLimiter::builder("redis://127.0.0.1/", "llm", ["requests", "tokens"])
+///         .limit("requests", Limit::bucket(Rate::per_minute(500), 50))
+///         .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
+///         .build()?;
+/// let permit = llm.acquire([1, estimate]).await?;
+/// let used = estimate / 2; // the answer's usage
+/// permit.settle([1, used]).await?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisMultiRateLimiter<const N: usize> {
+    pub(super) inner: Arc<Inner<N>>,
+    pub(super) quota: Arc<Quota<N>>,
+}
+
+impl<const N: usize> Clone for RedisMultiRateLimiter<N> {
+    fn clone(&self) -> Self {
+        RedisMultiRateLimiter {
+            inner: self.inner.clone(),
+            quota: self.quota.clone(),
+        }
+    }
+}
+
+impl<const N: usize> fmt::Debug for RedisMultiRateLimiter<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisMultiRateLimiter")
+            .field("key", &self.quota.key)
+            .field("names", &self.inner.names)
+            .field("limits", &self.inner.limits)
+            .field("policy", &self.inner.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one round trip answered: granted, usable after the wait, or refused for the wait.
+enum Answer {
+    /// Granted, usable after the wait, charged at Redis time `.1` (microseconds).
+    Granted(Nanos, u64),
+    Refused(Nanos),
+}
+
+impl<const N: usize> RedisMultiRateLimiter<N> {
+    /// A builder for a quota kept in the Redis server at `url`, under the key `{name}`, with
+    /// the dimensions `names` (a cost gives one amount per name, in this order). Without
+    /// limits, failing closed, with a 250 ms response timeout.
+    pub fn builder(
+        url: &str,
+        name: impl Into<String>,
+        names: [&str; N],
+    ) -> RedisMultiRateLimiterBuilder<N> {
+        Self::builder_for(Target::Url(url.to_owned()), name.into(), names)
+    }
+
+    /// [`builder`](Self::builder) for a Redis Cluster reached through `nodes`.
+    pub fn cluster_builder(
+        nodes: &[&str],
+        name: impl Into<String>,
+        names: [&str; N],
+    ) -> RedisMultiRateLimiterBuilder<N> {
+        Self::builder_for(Target::cluster(nodes), name.into(), names)
+    }
+
+    fn builder_for(
+        target: Target,
+        name: String,
+        names: [&str; N],
+    ) -> RedisMultiRateLimiterBuilder<N> {
+        RedisMultiRateLimiterBuilder {
+            target,
+            name,
+            names: names.map(str::to_owned),
+            limits: Vec::new(),
+            policy: FailurePolicy::default(),
+            response_timeout: Duration::from_millis(250),
+            #[cfg(feature = "metrics")]
+            metrics_name: None,
+        }
+    }
+
+    /// Waits until every limit grants `cost` (one amount per dimension), in one round trip
+    /// while Redis answers.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisRateLimiter::acquire`](crate::RedisRateLimiter::acquire):
+    /// [`RedisLimiterError::Unavailable`] once Redis has been unreachable for the fail-closed
+    /// deadline, [`RedisLimiterError::Reply`] when Redis answers with an error. Nothing was
+    /// taken.
+    pub async fn acquire(&self, cost: [u64; N]) -> Result<RedisMultiPermit<N>, RedisLimiterError> {
+        loop {
+            match self.reserve(cost, None).await {
+                Ok(permit) => return Ok(permit),
+                Err(WaitError::Limiter(e)) => return Err(e),
+                Err(WaitError::Refused(refused)) => pause_after(refused).await,
+            }
+        }
+    }
+
+    /// Waits until every limit grants `cost`, if that can be within `timeout`; otherwise
+    /// returns at once, having taken nothing (one round trip).
+    ///
+    /// # Errors
+    ///
+    /// [`TryAcquireError::NotUntil`] when the cost cannot be had within `timeout` (the latest
+    /// of the limits' waits); [`TryAcquireError::Reply`] when Redis answers with an error.
+    pub async fn acquire_timeout(
+        &self,
+        cost: [u64; N],
+        timeout: Duration,
+    ) -> Result<RedisMultiPermit<N>, TryAcquireError> {
+        let deadline = Instant::now().checked_add(timeout);
+        match self.reserve(cost, Some(deadline)).await {
+            Ok(permit) => Ok(permit),
+            Err(WaitError::Refused(refused)) => {
+                self.inner.counters.refuse();
+                Err(TryAcquireError::NotUntil(refused))
+            }
+            Err(WaitError::Limiter(RedisLimiterError::Reply(e))) => Err(TryAcquireError::Reply(e)),
+            Err(WaitError::Limiter(_)) => {
+                self.inner.counters.refuse();
+                Err(TryAcquireError::NotUntil(NotUntil::after(
+                    Duration::from_millis(10),
+                )))
+            }
+        }
+    }
+
+    /// Grants `cost` if every limit holds it now and no grant is queued; one round trip. A
+    /// refusal charges no limit and writes nothing to Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`TryAcquireError::NotUntil`], a refusal, with the latest of the limits' waits; while
+    /// Redis is unreachable, under `FailClosed` a refusal with the retry backoff, under
+    /// `FailOpen` the fallback's answer. [`TryAcquireError::Reply`] when Redis answers with an
+    /// error.
+    pub async fn try_acquire(
+        &self,
+        cost: [u64; N],
+    ) -> Result<RedisMultiPermit<N>, TryAcquireError> {
+        let counters = &self.inner.counters;
+        if cost == [0; N] {
+            spend_budget().await;
+            counters.grant(0);
+            return Ok(self.permit(cost, Charged::Nothing));
+        }
+        let answer = if let Some(fallback) = self.fallback() {
+            fallback.try_acquire(cost).map(|local| {
+                counters.fall_back();
+                Charged::Local(local)
+            })
+        } else {
+            match self.round_trip("try", self.amounts(cost), None).await {
+                Ok(Answer::Granted(_, at_us)) => {
+                    self.recovered();
+                    spend_budget().await;
+                    Ok(Charged::Redis(at_us))
+                }
+                Ok(Answer::Refused(wait)) => {
+                    self.recovered();
+                    Err(NotUntil::new(wait))
+                }
+                Err(Failure::Reply(e)) => return Err(TryAcquireError::Reply(e)),
+                Err(Failure::Outage(_)) => match self.inner.policy {
+                    FailurePolicy::FailOpen { share } => {
+                        self.open_fallback(share);
+                        return Box::pin(self.try_acquire(cost)).await;
+                    }
+                    FailurePolicy::FailClosed { .. } => {
+                        Err(NotUntil::after(Duration::from_millis(10)))
+                    }
+                },
+            }
+        };
+        match answer {
+            Ok(charged) => {
+                counters.grant(sum(cost));
+                Ok(self.permit(cost, charged))
+            }
+            Err(refused) => {
+                counters.refuse();
+                Err(TryAcquireError::NotUntil(refused))
+            }
+        }
+    }
+
+    /// This process's counters (`keys` is 1: the quota's one key).
+    pub fn stats(&self) -> RedisStats {
+        RedisStats::read(&self.inner.counters, 1)
+    }
+
+    fn permit(&self, cost: [u64; N], charged: Charged<N>) -> RedisMultiPermit<N> {
+        RedisMultiPermit {
+            limiter: self.clone(),
+            cost,
+            charged,
+        }
+    }
+
+    /// The script's limits, each with its dimension's amount of `cost`.
+    fn amounts(&self, cost: [u64; N]) -> Vec<u8> {
+        self.spec(|dim| round_up(cost[dim]))
+    }
+
+    /// The script's limits (five doubles each: kind, three numbers, `amount` of the limit's
+    /// dimension).
+    fn spec(&self, amount: impl Fn(usize) -> f64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.inner.limits.len() * 40);
+        for limit in &self.inner.limits {
+            let values = match limit.kind {
+                Kind::Bucket {
+                    burst, interval_us, ..
+                } => [0.0, interval_us, round_down(burst), 0.0],
+                Kind::Window {
+                    quota,
+                    len_us,
+                    phase_us,
+                    ..
+                } => [1.0, len_us, round_down(quota), phase_us],
+            };
+            for v in values.into_iter().chain([amount(limit.dim)]) {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// One script call; `extra` is the reservation's longest wait or the settled grant's
+    /// instant, in microseconds.
+    async fn call(
+        &self,
+        mode: &str,
+        spec: Vec<u8>,
+        extra: Option<u64>,
+    ) -> Result<(u64, u64, u64), Failure> {
+        let inner = &self.inner;
+        inner.counters.round_trip();
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(inner.script.get_hash())
+            .arg(1)
+            .arg(&self.quota.key)
+            .arg(mode)
+            .arg(spec);
+        if let Some(extra) = extra {
+            cmd.arg(round_down(extra).to_le_bytes().as_slice());
+        }
+        let reply = match inner.conn.clone() {
+            Conn::Single(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,
+            Conn::Cluster(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,
+        };
+        reply.map_err(|e| Failure::classify(e, &inner.counters, &self.quota.key, 0))
+    }
+
+    async fn round_trip(
+        &self,
+        mode: &str,
+        spec: Vec<u8>,
+        max_wait_us: Option<u64>,
+    ) -> Result<Answer, Failure> {
+        Ok(match self.call(mode, spec, max_wait_us).await? {
+            (0, wait_us, _) => Answer::Refused(wait_from_us(wait_us)),
+            (_, wait_us, at_us) => Answer::Granted(wait_from_us(wait_us), at_us),
+        })
+    }
+
+    /// The fail-open fallback, while it is in charge.
+    fn fallback(&self) -> Option<MultiRateLimiter<N>> {
+        lock(&self.quota.fallback).current()
+    }
+
+    /// Puts a local limiter at `share` of every limit in charge for a second.
+    fn open_fallback(&self, share: f64) {
+        lock(&self.quota.fallback).open(|| {
+            let names: [&str; N] = std::array::from_fn(|i| self.inner.names[i].as_str());
+            let mut builder = MultiRateLimiter::builder(names);
+            for limit in &self.inner.limits {
+                let local = match limit.kind {
+                    Kind::Bucket { rate, burst, .. } => {
+                        let (rate, burst) = policy::share_of(rate, burst, share);
+                        Limit::bucket(rate, burst)
+                    }
+                    Kind::Window {
+                        quota,
+                        window,
+                        origin,
+                        ..
+                    } => {
+                        let quota = ((quota as f64 * share).floor() as u64).max(1);
+                        Limit::window(quota, window).aligned_to(origin)
+                    }
+                };
+                builder = builder.limit(&self.inner.names[limit.dim], local);
+            }
+            // The limits were checked when this limiter was built.
+            builder
+                .build()
+                .expect("RedisMultiRateLimiter: valid limits")
+        });
+    }
+
+    fn recovered(&self) {
+        lock(&self.quota.fallback).recovered();
+    }
+
+    /// The one reservation path of `acquire` (`deadline: None`) and `acquire_timeout`.
+    async fn reserve(
+        &self,
+        cost: [u64; N],
+        deadline: Option<Option<Instant>>,
+    ) -> Result<RedisMultiPermit<N>, WaitError> {
+        let counters = &self.inner.counters;
+        if cost == [0; N] {
+            spend_budget().await;
+            counters.grant(0);
+            return Ok(self.permit(cost, Charged::Nothing));
+        }
+        let mut outages = Outages::new();
+        let left = |now: Instant| match deadline {
+            Some(Some(d)) => Some(d.saturating_duration_since(now)),
+            _ => None,
+        };
+        loop {
+            if let Some(fallback) = self.fallback() {
+                let local = match deadline {
+                    None => fallback.acquire(cost).await,
+                    Some(_) => {
+                        let timeout = left(Instant::now()).unwrap_or(Duration::MAX);
+                        fallback
+                            .acquire_timeout(cost, timeout)
+                            .await
+                            .map_err(WaitError::Refused)?
+                    }
+                };
+                counters.grant(sum(cost));
+                counters.fall_back();
+                return Ok(self.permit(cost, Charged::Local(local)));
+            }
+            let attempt = Instant::now();
+            let max_wait_us =
+                left(attempt).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+            let trip = self.round_trip("reserve", self.amounts(cost), max_wait_us);
+            let (turn, answer) = self.quota.turns.send(trip).await;
+            match answer {
+                Ok(Answer::Granted(wait, at_us)) => {
+                    self.recovered();
+                    // Charged already: a waiter that goes away gives it all back.
+                    let mut reserved = Reserved(Some(self.permit(cost, Charged::Redis(at_us))));
+                    if wait > Nanos::ZERO {
+                        tokio::time::sleep(wait.to_duration()).await;
+                    } else {
+                        spend_budget().await;
+                    }
+                    turn.come().await;
+                    drop(turn);
+                    counters.grant(sum(cost));
+                    return Ok(reserved.0.take().expect("the reservation, until granted"));
+                }
+                Ok(Answer::Refused(wait)) => {
+                    drop(turn);
+                    self.recovered();
+                    if deadline.is_some() {
+                        return Err(WaitError::Refused(NotUntil::new(wait)));
+                    }
+                    if wait == Nanos::MAX {
+                        // Never, as in process.
+                        std::future::pending::<()>().await;
+                    }
+                    let wait = wait.to_duration().min(Duration::from_secs(1));
+                    tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
+                }
+                Err(Failure::Reply(e)) => {
+                    return Err(WaitError::Limiter(RedisLimiterError::Reply(e)));
+                }
+                Err(Failure::Outage(e)) => {
+                    drop(turn);
+                    let (policy, left) = (self.inner.policy, left(Instant::now()));
+                    let gives_up = deadline.is_none();
+                    if let Some(share) =
+                        outages.wait_out(policy, e, attempt, left, gives_up).await?
+                    {
+                        self.open_fallback(share);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What a grant of a [`RedisMultiRateLimiter`] charged, to [`settle`](Self::settle) once the
+/// actual cost is known. Dropping it keeps its charge.
+pub struct RedisMultiPermit<const N: usize> {
+    limiter: RedisMultiRateLimiter<N>,
+    cost: [u64; N],
+    charged: Charged<N>,
+}
+
+/// A grant charged in Redis whose waiter has not had it yet: if the waiter goes away, its
+/// whole cost is given back (settled to zero) in the background, in one round trip (if there
+/// is a runtime; if not, or if that fails, it stays taken: on the quota's side).
+struct Reserved<const N: usize>(Option<RedisMultiPermit<N>>);
+
+impl<const N: usize> Drop for Reserved<N> {
+    fn drop(&mut self) {
+        let Some(permit) = self.0.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = permit.settle([0; N]).await;
+            });
+        }
+    }
+}
+
+/// Where a grant was charged.
+enum Charged<const N: usize> {
+    /// In Redis, at this Redis time (microseconds): a fixed window gives back only within it.
+    Redis(u64),
+    /// By the fail-open fallback: settled there.
+    Local(Permit<N>),
+    /// A cost of zero.
+    Nothing,
+}
+
+impl<const N: usize> fmt::Debug for RedisMultiPermit<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisMultiPermit")
+            .field("charged", &self.cost)
+            .field("fallback", &matches!(self.charged, Charged::Local(_)))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<const N: usize> RedisMultiPermit<N> {
+    /// The cost this grant charged, per dimension.
+    pub fn charged(&self) -> [u64; N] {
+        self.cost
+    }
+
+    /// Corrects the charge to `actual`, in Redis (one round trip, none if nothing changes):
+    /// per dimension, a smaller actual gives the difference back to each of its limits (a
+    /// bucket's level never above its burst), a larger one is charged as debt (later grants
+    /// wait for it). A grant of the fail-open fallback is settled there.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisLimiterError::Unavailable`] when Redis is unreachable,
+    /// [`RedisLimiterError::Reply`] when it answers with an error: the correction was not
+    /// made.
+    pub async fn settle(self, actual: [u64; N]) -> Result<(), RedisLimiterError> {
+        let at_us = match self.charged {
+            Charged::Local(local) => {
+                local.settle(actual);
+                return Ok(());
+            }
+            Charged::Redis(at_us) => at_us,
+            Charged::Nothing => 0,
+        };
+        if actual == self.cost {
+            return Ok(());
+        }
+        let (charged, limiter) = (self.cost, &self.limiter);
+        // Given back rounded down, charged rounded up: in the quota's favour.
+        let spec = limiter.spec(|dim| {
+            let (a, c) = (actual[dim], charged[dim]);
+            if a >= c {
+                round_up(a - c)
+            } else {
+                -round_down(c - a)
+            }
+        });
+        match limiter.call("settle", spec, Some(at_us)).await {
+            Ok(_) => Ok(()),
+            Err(Failure::Reply(e)) => Err(RedisLimiterError::Reply(e)),
+            Err(Failure::Outage(e)) => Err(RedisLimiterError::Unavailable(e)),
+        }
+    }
+}
+
+fn sum<const N: usize>(cost: [u64; N]) -> u64 {
+    cost.iter().fold(0u64, |a, &c| a.saturating_add(c))
+}

@@ -1,0 +1,638 @@
+//! `RedisMultiRateLimiter` against a real, private `redis-server`: all or nothing, one round
+//! trip per grant, the latest wait, settling down and up as Redis holds it, the format version,
+//! a fleet of processes held to every limit's bound (the workers are this test binary started
+//! again, `worker_process`), and Redis killed under both failure policies. Real time: Redis
+//! does not run on tokio's paused clock.
+#![cfg(feature = "redis")]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use paced::redis::{
+    FailurePolicy, RedisKeyedMultiRateLimiter, RedisLimiterError, RedisMultiRateLimiter,
+    TryAcquireError,
+};
+use paced::{ConfigError, Limit, Rate};
+
+#[allow(dead_code)]
+#[path = "common/redis_server.rs"]
+mod redis_server;
+use redis_server::Server;
+
+/// Set in a worker process's environment: what it is to do, as its arguments, one a line.
+const WORKER: &str = "PACED_MULTI_WORKER";
+
+/// Requests and tokens, each so slow that no test refills a noticeable part of a token (one a
+/// minute: under 0.05 in 3 s).
+fn slow(url: &str, name: &str, requests: u64, tokens: u64) -> RedisMultiRateLimiter<2> {
+    RedisMultiRateLimiter::builder(url, name, ["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_minute(1), requests))
+        .limit("tokens", Limit::bucket(Rate::per_minute(1), tokens))
+        .build()
+        .unwrap()
+}
+
+fn admin(server: &Server) -> redis::Connection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+/// The state under `key`, read: version byte 1, `at`, then two doubles per limit (a bucket's
+/// level and 0; a window's number and use).
+fn state(conn: &mut redis::Connection, key: &str) -> Vec<f64> {
+    let state: Vec<u8> = redis::cmd("GET").arg(key).query(conn).unwrap();
+    assert_eq!(state.first(), Some(&1), "the format version: {state:?}");
+    assert_eq!(
+        (state.len() - 9) % 16,
+        0,
+        "a state of {} bytes",
+        state.len()
+    );
+    state[1..]
+        .chunks(8)
+        .map(|d| f64::from_le_bytes(d.try_into().unwrap()))
+        .collect()
+}
+
+/// The levels of the buckets in the state under `key`.
+fn levels(conn: &mut redis::Connection, key: &str) -> Vec<f64> {
+    state(conn, key)[1..].iter().step_by(2).copied().collect()
+}
+
+fn assert_near(found: f64, expected: f64) {
+    assert!((found - expected).abs() < 0.05, "{found} != {expected}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_charges_no_limit() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let llm = slow(&server.url(), "aon", 5, 100);
+    let permit = llm.try_acquire([1, 90]).await.unwrap();
+    assert_eq!(permit.charged(), [1, 90]);
+    let before = levels(&mut conn, "{aon}");
+    assert_near(before[0], 4.0);
+    assert_near(before[1], 10.0);
+    // Requests have room, tokens do not: neither is charged.
+    for _ in 0..3 {
+        match llm.try_acquire([1, 20]).await {
+            Err(TryAcquireError::NotUntil(refused)) => assert!(!refused.is_never()),
+            other => panic!("{other:?}"),
+        }
+        let refused = llm
+            .acquire_timeout([1, 20], Duration::from_millis(50))
+            .await;
+        assert!(matches!(refused, Err(TryAcquireError::NotUntil(_))));
+    }
+    let after = levels(&mut conn, "{aon}");
+    assert_near(after[0], 4.0);
+    assert_near(after[1], 10.0);
+    // And the reverse: tokens have room, requests do not.
+    llm.try_acquire([4, 0]).await.unwrap();
+    assert!(llm.try_acquire([1, 1]).await.is_err());
+    let last = levels(&mut conn, "{aon}");
+    assert_near(last[0], 0.0);
+    assert_near(last[1], 10.0);
+    let stats = llm.stats();
+    assert_eq!((stats.granted, stats.rejected), (2, 7));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_round_trip_per_grant() {
+    let server = Server::start();
+    let llm = slow(&server.url(), "trips", 1_000, 1_000_000);
+    for i in 0..50 {
+        llm.acquire([1, 100 + i]).await.unwrap();
+    }
+    for _ in 0..25 {
+        llm.try_acquire([1, 7]).await.unwrap();
+    }
+    let stats = llm.stats();
+    assert_eq!(stats.granted, 75);
+    assert_eq!(stats.round_trips, 75, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wait_is_the_latest_of_the_limits() {
+    let server = Server::start();
+    // Requests: one every 100 ms, burst 1. Tokens: 100/s (one every 10 ms), burst 100.
+    let llm: RedisMultiRateLimiter<2> =
+        RedisMultiRateLimiter::builder(&server.url(), "latest", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_second(10), 1))
+            .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
+            .build()
+            .unwrap();
+    llm.acquire([1, 100]).await.unwrap();
+    // Requests in 100 ms, 50 tokens in 500 ms: 500 ms.
+    let Err(TryAcquireError::NotUntil(refused)) = llm.try_acquire([1, 50]).await else {
+        panic!("granted at once");
+    };
+    let wait = refused.retry_after();
+    assert!(
+        wait > Duration::from_millis(480) && wait <= Duration::from_millis(500),
+        "{wait:?}"
+    );
+    // Requests in 100 ms, 5 tokens in 50 ms: 100 ms.
+    let Err(TryAcquireError::NotUntil(refused)) = llm.try_acquire([1, 5]).await else {
+        panic!("granted at once");
+    };
+    let wait = refused.retry_after();
+    assert!(
+        wait > Duration::from_millis(80) && wait <= Duration::from_millis(100),
+        "{wait:?}"
+    );
+    // Waited for in one round trip: the latest again (the tokens' 500 ms, less the time gone).
+    let start = Instant::now();
+    llm.acquire([1, 50]).await.unwrap();
+    let waited = start.elapsed();
+    assert!(
+        waited > Duration::from_millis(440) && waited < Duration::from_millis(600),
+        "{waited:?}"
+    );
+    assert_eq!(llm.stats().round_trips, 4);
+    // Too long for a timeout: refused, in one round trip, charging nothing.
+    let start = Instant::now();
+    let refused = llm
+        .acquire_timeout([1, 100], Duration::from_millis(100))
+        .await;
+    assert!(matches!(refused, Err(TryAcquireError::NotUntil(_))));
+    assert!(start.elapsed() < Duration::from_millis(50));
+    assert_eq!(llm.stats().round_trips, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settling_corrects_every_limit_in_redis() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let llm: RedisMultiRateLimiter<2> =
+        RedisMultiRateLimiter::builder(&server.url(), "settle", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_minute(1), 10))
+            .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
+            // Two limits on one dimension: both corrected.
+            .limit("tokens", Limit::bucket(Rate::per_minute(1), 300))
+            .build()
+            .unwrap();
+    let permit = llm.acquire([1, 200]).await.unwrap();
+    let state = levels(&mut conn, "{settle}");
+    assert_near(state[0], 9.0);
+    assert_near(state[1], 800.0);
+    assert_near(state[2], 100.0);
+    // Down: 150 given back to both token limits.
+    permit.settle([1, 50]).await.unwrap();
+    let state = levels(&mut conn, "{settle}");
+    assert_near(state[0], 9.0);
+    assert_near(state[1], 950.0);
+    assert_near(state[2], 250.0);
+    // A refund never lifts a bucket above its burst.
+    let permit = llm.acquire([1, 10]).await.unwrap();
+    permit.settle([0, 0]).await.unwrap();
+    let state = levels(&mut conn, "{settle}");
+    assert_near(state[0], 9.0);
+    assert_near(state[1], 950.0);
+    assert_near(state[2], 250.0);
+    // Up: a debt, which later grants wait for.
+    let permit = llm.acquire([1, 50]).await.unwrap();
+    permit.settle([1, 600]).await.unwrap();
+    let state = levels(&mut conn, "{settle}");
+    assert_near(state[0], 8.0);
+    assert_near(state[1], 350.0);
+    assert_near(state[2], -350.0);
+    assert!(matches!(
+        llm.try_acquire([0, 1]).await,
+        Err(TryAcquireError::NotUntil(_))
+    ));
+    // Unchanged: no round trip.
+    let trips = llm.stats().round_trips;
+    let permit = llm.try_acquire([1, 0]).await.unwrap();
+    permit.settle([1, 0]).await.unwrap();
+    assert_eq!(llm.stats().round_trips, trips + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_goes_away_gives_its_charge_back() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let llm: RedisMultiRateLimiter<2> =
+        RedisMultiRateLimiter::builder(&server.url(), "gone", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_minute(1), 10))
+            .limit("tokens", Limit::bucket(Rate::per_second(10), 100))
+            .build()
+            .unwrap();
+    llm.acquire([1, 100]).await.unwrap();
+    // Granted by Redis with a wait of 2 s (20 tokens at 10/s), then dropped after 100 ms.
+    let waited = tokio::time::timeout(Duration::from_millis(100), llm.acquire([1, 20])).await;
+    assert!(waited.is_err());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Given back. The state holds the levels at the dropped grant's instant, 2 s ahead:
+    // requests 9 again, tokens 20 (refilled from 0 now; 0 had it been kept).
+    let s = levels(&mut conn, "{gone}");
+    assert_near(s[0], 9.0);
+    assert_near(s[1], 20.0);
+    assert_eq!(llm.stats().round_trips, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_of_an_unknown_version_is_a_reply_error_left_as_it_is() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let later: Vec<u8> = std::iter::once(2).chain([0u8; 24]).collect();
+    let _: () = redis::cmd("SET")
+        .arg("{later}")
+        .arg(&later)
+        .query(&mut conn)
+        .unwrap();
+    let llm = slow(&server.url(), "later", 5, 100);
+    match llm.acquire([1, 1]).await {
+        Err(RedisLimiterError::Reply(e)) => {
+            assert!(e.to_string().contains("format version 2"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        llm.try_acquire([1, 1]).await,
+        Err(TryAcquireError::Reply(_))
+    ));
+    assert!(matches!(
+        llm.acquire_timeout([1, 1], Duration::from_secs(1)).await,
+        Err(TryAcquireError::Reply(_))
+    ));
+    let kept: Vec<u8> = redis::cmd("GET").arg("{later}").query(&mut conn).unwrap();
+    assert_eq!(kept, later);
+    let stats = llm.stats();
+    assert_eq!((stats.reply_errors, stats.errors, stats.granted), (3, 0, 0));
+    // A state of another number of limits is not this quota's either.
+    let other = slow(&server.url(), "shape", 5, 100);
+    other.acquire([1, 1]).await.unwrap();
+    let three: RedisMultiRateLimiter<1> =
+        RedisMultiRateLimiter::builder(&server.url(), "shape", ["requests"])
+            .limit("requests", Limit::bucket(Rate::per_minute(1), 5))
+            .build()
+            .unwrap();
+    assert!(matches!(
+        three.acquire([1]).await,
+        Err(RedisLimiterError::Reply(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_window_resets_at_its_boundaries_on_redis_time() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    // At most 3 requests per second, from the Unix epoch's seconds, and a slow token bucket.
+    let llm: RedisMultiRateLimiter<2> =
+        RedisMultiRateLimiter::builder(&server.url(), "window", ["requests", "tokens"])
+            .limit("requests", Limit::window(3, Duration::from_secs(1)))
+            .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
+            .build()
+            .unwrap();
+    // Start early in a second, so that three grants fit in it.
+    let into = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap();
+    tokio::time::sleep(
+        Duration::from_nanos(1_000_000_000 - u64::from(into.subsec_nanos()))
+            + Duration::from_millis(5),
+    )
+    .await;
+    for _ in 0..3 {
+        llm.try_acquire([1, 10]).await.unwrap();
+    }
+    let Err(TryAcquireError::NotUntil(refused)) = llm.try_acquire([1, 10]).await else {
+        panic!("a fourth in the window");
+    };
+    let wait = refused.retry_after();
+    assert!(
+        wait <= Duration::from_millis(1_000) && wait > Duration::from_millis(500),
+        "{wait:?}"
+    );
+    // The refusal charged no tokens; the window's use is 3.
+    let s = state(&mut conn, "{window}");
+    assert_eq!(s[2], 3.0);
+    assert_near(s[3], 970.0);
+    // A settle down within the window gives back.
+    let permit = llm.acquire_timeout([0, 10], Duration::ZERO).await.unwrap();
+    permit.settle([0, 1]).await.unwrap();
+    // The next request waits for the next second, on Redis's clock (this machine's too).
+    llm.acquire([1, 1]).await.unwrap();
+    let at = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap();
+    assert!(at.subsec_millis() < 100, "{at:?}");
+    let s = state(&mut conn, "{window}");
+    assert_eq!(s[2], 1.0);
+    assert_near(s[3], 968.0);
+    // A cost above the quota waits for an unused window and carries its excess.
+    let start = Instant::now();
+    llm.acquire([5, 0]).await.unwrap();
+    let waited = start.elapsed();
+    assert!(
+        waited > Duration::from_millis(850) && waited < Duration::from_millis(1_150),
+        "{waited:?}"
+    );
+    let s = state(&mut conn, "{window}");
+    assert_eq!(s[2], 5.0);
+    assert!(matches!(
+        llm.try_acquire([2, 0]).await,
+        Err(TryAcquireError::NotUntil(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_limiter_keeps_each_keys_limits_under_its_own_hash_tag() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let tenants: RedisKeyedMultiRateLimiter<String, 2> =
+        RedisKeyedMultiRateLimiter::builder(&server.url(), "tenants", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_minute(1), 5))
+            .limit("tokens", Limit::bucket(Rate::per_minute(1), 100))
+            .build()
+            .unwrap();
+    let permit = tenants.try_acquire("a", [1, 90]).await.unwrap();
+    // Another key is untouched by the first one's use.
+    tenants.try_acquire("b:{x}", [1, 100]).await.unwrap();
+    assert!(matches!(
+        tenants.try_acquire("a", [1, 20]).await,
+        Err(TryAcquireError::NotUntil(_))
+    ));
+    permit.settle([1, 60]).await.unwrap();
+    tenants.acquire("a", [1, 40]).await.unwrap();
+    let a = levels(&mut conn, "{tenants:a}");
+    assert_near(a[0], 3.0);
+    assert_near(a[1], 0.0);
+    // Keys are escaped inside the one hash tag.
+    let b = levels(&mut conn, "{tenants:b%3A%7Bx%7D}");
+    assert_near(b[0], 4.0);
+    assert_near(b[1], 0.0);
+    let stats = tenants.stats();
+    assert_eq!(
+        (stats.granted, stats.rejected, stats.round_trips, stats.keys),
+        (3, 1, 5, 2)
+    );
+    let timed = tenants
+        .acquire_timeout("b:{x}", [1, 1], Duration::from_millis(10))
+        .await;
+    assert!(matches!(timed, Err(TryAcquireError::NotUntil(_))));
+}
+
+#[test]
+fn the_configuration_is_checked() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _guard = runtime.enter();
+    let url = "redis://127.0.0.1:1/";
+    let error = |built: Result<RedisMultiRateLimiter<2>, RedisLimiterError>| match built {
+        Err(RedisLimiterError::Config(e)) => e,
+        other => panic!("{other:?}"),
+    };
+    let window = RedisMultiRateLimiter::builder(url, "w", ["requests", "tokens"])
+        .limit("requests", Limit::window(0, Duration::from_secs(60)))
+        .build();
+    assert_eq!(error(window), ConfigError::ZeroQuota);
+    let unknown = RedisMultiRateLimiter::builder(url, "u", ["requests", "tokens"])
+        .limit("calls", Limit::bucket(Rate::per_second(1), 1))
+        .build();
+    assert_eq!(error(unknown), ConfigError::UnknownDimension);
+    let twice = RedisMultiRateLimiter::builder(url, "d", ["tokens", "tokens"]).build();
+    assert_eq!(error(twice), ConfigError::DuplicateDimension);
+    let empty = RedisMultiRateLimiter::builder(url, "z", ["requests", "tokens"])
+        .limit("tokens", Limit::bucket(Rate::per_second(1), 0))
+        .build();
+    assert_eq!(error(empty), ConfigError::ZeroBurst);
+    let share = RedisMultiRateLimiter::builder(url, "s", ["requests", "tokens"])
+        .failure_policy(FailurePolicy::FailOpen { share: 0.0 })
+        .build();
+    assert_eq!(error(share), ConfigError::Share);
+}
+
+/// The fleet's buckets: requests 20/s burst 5, tokens 100/s burst 30.
+const FLEET: [(f64, u64); 2] = [(20.0, 5), (100.0, 30)];
+
+/// The fleet's fixed window: at most 12 requests in each 500 ms from the Unix epoch.
+const WINDOW: (u64, Duration) = (12, Duration::from_millis(500));
+
+fn fleet(url: &str, name: &str) -> RedisMultiRateLimiter<2> {
+    RedisMultiRateLimiter::builder(url, name, ["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_second(20), FLEET[0].1))
+        .limit("tokens", Limit::bucket(Rate::per_second(100), FLEET[1].1))
+        .limit("requests", Limit::window(WINDOW.0, WINDOW.1))
+        .build()
+        .unwrap()
+}
+
+fn wall_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// A worker process. `fleet <url> <name> <millis> <seed>`: acquires `[1, estimate]` (estimates
+/// of 1 to 20 tokens) on [`fleet`] for `millis`, settles each to about half its estimate, and
+/// prints every grant as `granted_ns,requests,tokens` (the actual cost) on one line.
+#[test]
+#[ignore = "a worker process, which the tests of this file start with its arguments"]
+fn worker_process() {
+    let Ok(args) = std::env::var(WORKER) else {
+        return;
+    };
+    let args: Vec<&str> = args.lines().collect();
+    let ["fleet", url, name, millis, seed] = args[..] else {
+        panic!("unknown worker arguments: {args:?}");
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let grants = runtime.block_on(async {
+        let llm = fleet(url, name);
+        let end = Instant::now() + Duration::from_millis(millis.parse().unwrap());
+        let mut seed: u64 = seed.parse().unwrap();
+        let mut grants = Vec::new();
+        let mut settles = 0;
+        while Instant::now() < end {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let estimate = 1 + (seed >> 33) % 20;
+            let permit = llm.acquire([1, estimate]).await.unwrap();
+            let at = wall_ns();
+            let actual = estimate.div_ceil(2);
+            settles += u64::from(actual != estimate);
+            permit.settle([1, actual]).await.unwrap();
+            grants.push(format!("{at},1,{actual}"));
+        }
+        let stats = llm.stats();
+        // One round trip per grant and one per settle that changes anything.
+        assert_eq!(
+            stats.round_trips,
+            grants.len() as u64 + settles,
+            "{stats:?}"
+        );
+        grants
+    });
+    println!("worker: {}", grants.join(" "));
+}
+
+/// Every window of the merged timeline holds at most `burst + (span + slack) * rate` of each
+/// bucket's actual costs, and every fixed window at most its quota of requests (counting the
+/// grants seen from `slack` after its start to its end: a grant is seen up to `slack` after
+/// Redis charged it).
+fn check_bounds(grants: &[(u128, [u64; 2])], slack: Duration) -> Result<(), String> {
+    let mut sorted = grants.to_vec();
+    sorted.sort_by_key(|&(at, _)| at);
+    let len = WINDOW.1.as_nanos();
+    let mut i = 0;
+    while i < sorted.len() {
+        let k = sorted[i].0 / len;
+        let (from, to) = (k * len + slack.as_nanos(), (k + 1) * len);
+        let used: u64 = sorted
+            .iter()
+            .filter(|&&(at, _)| at >= from && at < to)
+            .map(|&(_, cost)| cost[0])
+            .sum();
+        if used > WINDOW.0 {
+            return Err(format!("{used} requests in the window from {k}"));
+        }
+        while i < sorted.len() && sorted[i].0 / len == k {
+            i += 1;
+        }
+    }
+    for (dim, &(rate, burst)) in FLEET.iter().enumerate() {
+        for i in 0..sorted.len() {
+            let mut sum = 0;
+            for j in i..sorted.len() {
+                sum += sorted[j].1[dim];
+                let span = (sorted[j].0 - sorted[i].0) as f64 / 1e9;
+                let allowed = burst as f64 + (span + slack.as_secs_f64()) * rate;
+                if sum as f64 > allowed + 1e-9 {
+                    return Err(format!(
+                        "limit {dim}: {sum} within {span:.6} s (allowed {allowed:.2})"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_keep_every_limit() {
+    let server = Server::start();
+    let exe = std::env::current_exe().expect("test binary path");
+    let workers: Vec<_> = (0..4)
+        .map(|seed| {
+            let args = ["fleet", &server.url(), "fleet", "2500", &seed.to_string()].join("\n");
+            Command::new(&exe)
+                .args(["worker_process", "--exact", "--ignored", "--nocapture"])
+                .args(["--test-threads", "1"])
+                .env(WORKER, args)
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start a worker process")
+        })
+        .collect();
+    let mut grants = Vec::new();
+    let mut per_worker = Vec::new();
+    for worker in workers {
+        let out = worker.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "worker failed: {out:?}");
+        let line = stdout
+            .lines()
+            .find_map(|l| l.split_once("worker: ").map(|(_, a)| a.to_owned()))
+            .unwrap_or_else(|| panic!("worker said nothing: {stdout}"));
+        let mine: Vec<(u128, [u64; 2])> = line
+            .split_whitespace()
+            .map(|g| {
+                let v: Vec<u128> = g.split(',').map(|n| n.parse().unwrap()).collect();
+                (v[0], [v[1] as u64, v[2] as u64])
+            })
+            .collect();
+        per_worker.push(mine.len());
+        grants.extend(mine);
+    }
+    println!("grants per process: {per_worker:?}");
+    // Every process was served, and the fleet used its quota: requests 20/s for 2.5 s.
+    assert!(per_worker.iter().all(|&n| n > 0), "{per_worker:?}");
+    assert!(grants.len() >= 40, "{} grants", grants.len());
+    // Within one round trip and a late timer: 20 ms.
+    check_bounds(&grants, Duration::from_millis(20)).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_fail_closed_waits_and_fail_open_falls_back() {
+    let mut server = Server::start();
+    let closed: RedisMultiRateLimiter<2> =
+        RedisMultiRateLimiter::builder(&server.url(), "kill", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_second(100), 10))
+            .limit("tokens", Limit::bucket(Rate::per_second(1_000), 100))
+            .failure_policy(FailurePolicy::FailClosed {
+                max_backoff: Duration::from_millis(50),
+                deadline: Duration::from_millis(300),
+            })
+            .response_timeout(Duration::from_millis(100))
+            .build()
+            .unwrap();
+    let open: RedisMultiRateLimiter<2> =
+        RedisMultiRateLimiter::builder(&server.url(), "kill", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_second(100), 10))
+            .limit("tokens", Limit::bucket(Rate::per_second(1_000), 100))
+            .failure_policy(FailurePolicy::FailOpen { share: 0.5 })
+            .response_timeout(Duration::from_millis(100))
+            .build()
+            .unwrap();
+    closed.acquire([1, 1]).await.unwrap();
+    open.acquire([1, 1]).await.unwrap();
+    server.kill();
+    // Fail closed: gives up after its deadline, granting nothing.
+    let start = Instant::now();
+    match closed.acquire([1, 1]).await {
+        Err(RedisLimiterError::Unavailable(_)) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    assert!(matches!(
+        closed.try_acquire([1, 1]).await,
+        Err(TryAcquireError::NotUntil(_))
+    ));
+    // Fail open: half of every limit, locally: 5 requests at once, then refusals.
+    let mut granted = 0;
+    for _ in 0..8 {
+        if open.try_acquire([1, 1]).await.is_ok() {
+            granted += 1;
+        }
+    }
+    assert_eq!(granted, 5);
+    let permit = open.acquire([0, 20]).await.unwrap();
+    permit.settle([0, 10]).await.unwrap();
+    let stats = open.stats();
+    assert_eq!(stats.fallback, 6, "{stats:?}");
+    // Back: Redis decides again.
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if closed.try_acquire([1, 1]).await.is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "Redis did not come back");
+    }
+    // The fallback's second over, the next grant comes from Redis (once it is reconnected).
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let before = open.stats();
+        open.acquire([1, 1]).await.unwrap();
+        let after = open.stats();
+        if after.fallback == before.fallback {
+            assert_eq!(after.round_trips, before.round_trips + 1);
+            break;
+        }
+        assert!(Instant::now() < deadline, "still falling back: {after:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
