@@ -27,8 +27,8 @@ mod sealed {
 pub trait Feedback: Clone + sealed::Sealed {
     /// What the classifier makes of a response.
     type Outcome;
-    /// Reports one classified response.
-    #[doc(hidden)]
+    /// Reports one classified response, as the layer does for every response: the same as
+    /// calling the controller's `on_success`, `on_throttled` or `on_quota` for it.
     fn report(&self, outcome: Self::Outcome);
 }
 
