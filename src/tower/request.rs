@@ -68,7 +68,7 @@ use sealed::{Answered, RequestSealed};
 
 /// The limiter a [`RateLimit`](super::RateLimit) draws a request's tokens from: every
 /// [`Limiter`] ([`RateLimiter`](crate::RateLimiter), [`Stagger`](crate::Stagger),
-/// `RedisRateLimiter`), and every [`KeyedLimiter`] ([`KeyedRateLimiter`],
+/// [`MultiRateLimiter`](crate::MultiRateLimiter), `RedisRateLimiter`), and every [`KeyedLimiter`] ([`KeyedRateLimiter`],
 /// `RedisKeyedRateLimiter`) with a key function ([`ByKey`]).
 ///
 /// Sealed, as [`Limiter`] is: the layer relies on the exact semantics of these limiters.

@@ -14,7 +14,8 @@ use crate::tower::request::{ByKey, KeepCharge, OnePerRequest, SettleFrom};
 /// before it reaches the inner service.
 ///
 /// - [`new(&limiter)`](RateLimitLayer::new) draws on a [`RateLimiter`](crate::RateLimiter), a
-///   [`Stagger`](crate::Stagger) or a `RedisRateLimiter`;
+///   [`Stagger`](crate::Stagger), a [`MultiRateLimiter`] (several limits at once) or a
+///   `RedisRateLimiter`;
 ///   [`keyed(&limiter, key)`](RateLimitLayer::keyed) on one key's bucket of a
 ///   [`KeyedRateLimiter`](crate::KeyedRateLimiter) or a `RedisKeyedRateLimiter` (any
 ///   [`KeyedLimiter`]), the key computed from the request.
@@ -64,7 +65,8 @@ pub struct RateLimitLayer<Q, C = OnePerRequest, M = Shaping, A = KeepCharge> {
 }
 
 impl<Q: Limiter> RateLimitLayer<Q> {
-    /// A shaping layer over `limiter`, one token per request.
+    /// A shaping layer over `limiter`, one token per request (over a [`MultiRateLimiter`],
+    /// say what a request costs in each dimension with [`cost`](RateLimitLayer::cost)).
     ///
     /// # Examples
     ///
@@ -141,7 +143,8 @@ impl<F, Q: KeyedLimiter> RateLimitLayer<ByKey<Q::Key, F, Q::Hasher, Q>> {
 }
 
 impl<Q, C, M, A> RateLimitLayer<Q, C, M, A> {
-    /// Makes each request cost `cost(&req)` tokens instead of one. A cost of 0 passes at once;
+    /// Makes each request cost `cost(&req)` tokens instead of one (over a [`MultiRateLimiter`],
+    /// one amount per dimension: `|req| [1, estimate(req)]`). A cost of 0 passes at once;
     /// a cost above the burst waits until it has paid its debt (shaping) or is refused with
     /// `retry_after() == Duration::MAX` (enforcing). A [`Stagger`](crate::Stagger) counts one
     /// per request whatever the cost.
