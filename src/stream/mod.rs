@@ -450,8 +450,8 @@ pub trait PaceExt: Stream {
     /// emitted items. An estimate cannot be corrected here (the item is handed on, and its
     /// answer comes later): to settle from the answer, call
     /// [`MultiRateLimiter::acquire`](crate::MultiRateLimiter::acquire) and
-    /// [`Permit::settle`](crate::Permit::settle), or use the tower layer's
-    /// [`settle`](crate::tower::RateLimitLayer::settle).
+    /// [`Permit::settle`](crate::Permit::settle), or use the tower layer's `settle` (feature
+    /// `tower`).
     ///
     /// The limiter's bound holds across all its users together. [`Shaping`](crate::Shaping)
     /// waits in the limiter's queue, in arrival order with every other user, and charges the
