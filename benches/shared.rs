@@ -133,6 +133,75 @@ fn uncontended(c: &mut Criterion) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// throttle_with: a stream drawing on a shared limiter whose limit never binds, per item
+
+/// Items per `throttle_with` iteration.
+const STREAM_ITEMS: u64 = 10_000;
+
+/// Drains `make()` once, untimed, and asserts it yields all `STREAM_ITEMS` items (counted by
+/// `count`); then times draining it: `time / STREAM_ITEMS` is the cost per item.
+fn bench_stream<S, M, C>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    rt: &Runtime,
+    name: &str,
+    make: M,
+    count: C,
+) where
+    M: Fn() -> S,
+    S: futures_util::Stream,
+    C: Fn(&S::Item) -> u64,
+{
+    use futures_util::StreamExt;
+    let total = rt.block_on(async {
+        let mut s = pin!(make());
+        let mut total = 0;
+        while let Some(x) = s.next().await {
+            total += count(&x);
+        }
+        total
+    });
+    assert_eq!(
+        total, STREAM_ITEMS,
+        "{name}: yielded {total} of {STREAM_ITEMS} items"
+    );
+    group.bench_function(name, |b| {
+        b.to_async(rt).iter(|| async {
+            let mut s = pin!(make());
+            while let Some(x) = s.next().await {
+                black_box(x);
+            }
+        });
+    });
+}
+
+fn throttle_with(c: &mut Criterion) {
+    use paced::{Enforcing, PaceExt, Shaping};
+    let rt = current_thread();
+    let mut group = c.benchmark_group("throttle_with");
+    group.throughput(Throughput::Elements(STREAM_ITEMS));
+    let source = || futures_util::stream::iter(0..STREAM_ITEMS);
+    let limiter = paced::RateLimiter::new(Rate::per_second(1_000_000_000), u64::MAX / 2);
+    bench_stream(
+        &mut group,
+        &rt,
+        "paced/rate_limiter_shaping_1e9ps_huge_burst",
+        || source().throttle_with(&limiter, |_| 1, Shaping),
+        |_| 1,
+    );
+    bench_stream(
+        &mut group,
+        &rt,
+        "paced/rate_limiter_enforcing_1e9ps_huge_burst",
+        || source().throttle_with(&limiter, |_| 1, Enforcing),
+        |r| {
+            assert!(r.is_ok(), "Enforcing refused an item: the limit binds");
+            1
+        },
+    );
+    group.finish();
+}
+
+// ---------------------------------------------------------------------------------------------
 // Several limits at once: a grant of a MultiRateLimiter of two limits, of one, and two
 // RateLimiters asked one after the other (what composing them by hand costs)
 
@@ -760,6 +829,7 @@ fn cpu_notes(_: &mut Criterion) {
 criterion_group!(
     benches,
     uncontended,
+    throttle_with,
     multi,
     refused_with_queue,
     contended,

@@ -122,6 +122,21 @@ async fn a_throttle_with_sink_spends_the_budget() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_throttle_with_stream_over_a_multi_rate_limiter_spends_the_budget() {
+    let llm = paced::MultiRateLimiter::builder(["requests", "tokens"])
+        .limit(
+            "tokens",
+            paced::Limit::bucket(Rate::per_second(1_000_000_000), u64::MAX / 2),
+        )
+        .build()
+        .unwrap();
+    let mut paced = std::pin::pin!(stream::repeat(()).throttle_with(&llm, |_| [1, 10], Shaping));
+    assert_yields(async || assert_eq!(paced.next().await, Some(()))).await;
+    let mut sink = std::pin::pin!(futures_util::sink::drain().throttle_with(&llm, |_: &()| [1, 1]));
+    assert_yields(async || sink.send(()).await.expect("drain")).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_throttle_by_key_stream_spends_the_budget() {
     let limiter = KeyedRateLimiter::new(Rate::per_second(1_000_000_000), u64::MAX / 2);
     let mut paced = std::pin::pin!(stream::repeat(7u8).throttle_by_key(&limiter, |k| *k, |_| 1, 8));

@@ -867,3 +867,109 @@ async fn a_stuck_inner_sink_does_not_hold_up_the_quota() {
     assert_eq!(sluice.0.lock().unwrap().2, [0, 1]);
     assert_eq!(limiter.stats().granted, 3);
 }
+
+/// A sink that records each item with the nanoseconds since `start` at which it arrived.
+fn recording_sink<T>(
+    start: Instant,
+    log: &Arc<Mutex<Vec<(T, u64)>>>,
+) -> impl Sink<T, Error = std::convert::Infallible> {
+    let log = log.clone();
+    futures_util::sink::unfold((), move |(), item| {
+        log.lock().unwrap().push((item, nanos_since(start)));
+        future::ready(Ok(()))
+    })
+}
+
+/// 2 requests per second (bursts of 2), 1,000 tokens per second (bursts of 1,000).
+fn llm() -> paced::MultiRateLimiter<2> {
+    paced::MultiRateLimiter::builder(["requests", "tokens"])
+        .limit("requests", paced::Limit::bucket(Rate::per_second(2), 2))
+        .limit(
+            "tokens",
+            paced::Limit::bucket(Rate::per_second(1_000), 1_000),
+        )
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn llm_requests_reach_the_sink_when_every_limit_has_room_in_order() {
+    let llm = llm();
+    let start = Instant::now();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut sink =
+        pin!(recording_sink(start, &log).throttle_with(&llm, |tokens: &u64| [1, *tokens]));
+    for tokens in [600, 300, 500, 300, 1_000] {
+        within_an_hour(sink.send(tokens)).await.unwrap();
+    }
+    // 600 and 300 at once; 500 waits for a request (500 ms); 300 for the next (1,000 ms);
+    // 1,000 for the 700 tokens it lacks at 1,000 ms (1,700 ms).
+    assert_eq!(
+        timeline(&log.lock().unwrap()),
+        "0ms:600 0ms:300 500ms:500 1000ms:300 1700ms:1000"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_llm_request_taken_back_is_charged_nothing() {
+    let llm = llm();
+    let start = Instant::now();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut sink = task::spawn(Box::pin(
+        recording_sink(start, &log).throttle_with(&llm, |tokens: &u64| [1, *tokens]),
+    ));
+    assert_ready_ok!(sink.enter(|cx, s| s.poll_ready(cx)));
+    sink.enter(|_, s| s.start_send(900)).unwrap();
+    assert_ready_ok!(sink.enter(|cx, s| s.poll_ready(cx))); // went at once: tokens to spare
+    sink.enter(|_, s| s.start_send(500)).unwrap();
+    assert_pending!(sink.enter(|cx, s| s.poll_ready(cx))); // 400 tokens short
+    let held = sink.enter(|_, s| s.get_mut().as_mut().take_held());
+    assert_eq!(held, Some(500));
+    assert_eq!(llm.available(), [1, 100]);
+    assert_eq!(timeline(&log.lock().unwrap()), "0ms:900");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Any requests written to the sink: every one arrives, in order, when both limits (each
+    /// replayed by a naive bucket) have room, and within tokio's tick of the latest of their
+    /// ready times, so each limit's bound holds.
+    #[test]
+    fn a_multi_limit_sink_keeps_every_bound_and_the_order(
+        req_rate in 1u64..20,
+        req_burst in 1u64..5,
+        tok_rate in 100u64..5_000,
+        tok_burst in 100u64..2_000,
+        tokens in proptest::collection::vec(0u64..100, 1..30),
+    ) {
+        let tokens: Vec<u64> = tokens.iter().map(|t| t * tok_burst / 100).collect();
+        let sent = paused(async {
+            let llm = paced::MultiRateLimiter::builder(["requests", "tokens"])
+                .limit("requests", paced::Limit::bucket(Rate::per_second(req_rate), req_burst))
+                .limit("tokens", paced::Limit::bucket(Rate::per_second(tok_rate), tok_burst))
+                .build()
+                .unwrap();
+            let start = Instant::now();
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let mut sink = pin!(recording_sink(start, &log).throttle_with(&llm, |t: &(usize, u64)| [1, t.1]));
+            for (i, &t) in tokens.iter().enumerate() {
+                within_an_hour(sink.send((i, t))).await.unwrap();
+            }
+            let log = log.lock().unwrap().clone();
+            log
+        });
+        prop_assert_eq!(sent.len(), tokens.len());
+        let mut requests = NaiveBucket::new(req_rate, Duration::from_secs(1), req_burst);
+        let mut tokens_bucket = NaiveBucket::new(tok_rate, Duration::from_secs(1), tok_burst);
+        let mut offered = 0;
+        for (i, &((index, cost), at)) in sent.iter().enumerate() {
+            prop_assert_eq!(index, i);
+            let due = requests.earliest(offered, 1).max(tokens_bucket.earliest(offered, cost));
+            prop_assert!(at >= due && at <= tick_ceil(due), "item {} at {} ns, due {} ns", i, at, due);
+            requests.emit(at, 1);
+            tokens_bucket.emit(at, cost);
+            offered = at;
+        }
+    }
+}

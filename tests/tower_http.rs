@@ -20,7 +20,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use paced::tower::{BoxError, RateLimitLayer, RateLimited};
-use paced::{KeyedRateLimiter, Rate, RateLimiter};
+use paced::{KeyedRateLimiter, Limit, MultiRateLimiter, Rate, RateLimiter};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
@@ -256,4 +256,117 @@ async fn an_axum_app_answers_429_with_retry_after_per_client_ip() {
     tokio::time::sleep_until((told + Duration::from_secs(1)).into()).await;
     assert_eq!(status(&alice).await, (200, None));
     assert_eq!(status(&alice).await.0, 429);
+}
+
+/// The tokens an answer used, as the test's model reports them (`x-usage-tokens`).
+fn usage_from(response: &Response<hyper::body::Incoming>) -> u64 {
+    response.headers()["x-usage-tokens"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A request to the test's model, estimating `estimate` tokens (`x-estimate-tokens`).
+fn completion(addr: SocketAddr, estimate: u64) -> Request<Empty<Bytes>> {
+    Request::get(format!("http://{addr}/complete"))
+        .header("x-estimate-tokens", estimate)
+        .body(Empty::new())
+        .unwrap()
+}
+
+fn estimate(request: &Request<Empty<Bytes>>) -> u64 {
+    request.headers()["x-estimate-tokens"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_llm_client_settles_each_call_from_the_usage_the_server_reports() {
+    // The model answers every call having used 100 tokens, whatever was estimated.
+    let app = Router::new().route(
+        "/complete",
+        get(|| async { ([("x-usage-tokens", "100")], "a completion") }),
+    );
+    let addr = serve(app).await;
+
+    // 1,000 tokens and 10 requests at once, refilled so slowly that the test sees no refill.
+    let llm = MultiRateLimiter::builder(["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_hour(1), 10))
+        .limit("tokens", Limit::bucket(Rate::per_hour(1), 1_000))
+        .build()
+        .unwrap();
+    let client = ServiceBuilder::new()
+        .layer(
+            RateLimitLayer::new(&llm)
+                .cost(|req: &Request<Empty<Bytes>>| [1, estimate(req)])
+                .settle(|response: &Response<hyper::body::Incoming>| [1, usage_from(response)]),
+        )
+        .service(client_from(None));
+    let start = Instant::now();
+    // Estimates of 400 tokens each: without settling, the third would wait an hour.
+    for _ in 0..5 {
+        let call = client.clone().oneshot(completion(addr, 400));
+        let response = tokio::time::timeout(Duration::from_secs(5), call)
+            .await
+            .expect("a call waited: the settle did not give the unused tokens back")
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // Each call kept what it used: 5 requests and 5 × 100 tokens.
+    assert_eq!(llm.available(), [5, 500]);
+    // A call the layer cannot admit waits: the bucket holds 500 and this one estimates 600.
+    let waiting = client.clone().oneshot(completion(addr, 600));
+    assert!(tokio::time::timeout(Duration::from_millis(200), waiting)
+        .await
+        .is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_llm_server_enforces_requests_and_tokens_per_client_estimate() {
+    // The server charges each call its announced estimate on both limits: a request and its
+    // tokens; the third call finds the tokens short and is answered 429.
+    let llm = MultiRateLimiter::builder(["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_hour(1), 10))
+        .limit("tokens", Limit::bucket(Rate::per_hour(1), 1_000))
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/complete", get(|| async { "a completion" }))
+        .layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(too_many_requests))
+                .layer(
+                    RateLimitLayer::new(&llm)
+                        .cost(|req: &Request<axum::body::Body>| {
+                            [
+                                1,
+                                req.headers()["x-estimate-tokens"]
+                                    .to_str()
+                                    .unwrap()
+                                    .parse()
+                                    .unwrap(),
+                            ]
+                        })
+                        .enforcing(),
+                ),
+        );
+    let addr = serve(app).await;
+    let client = client_from(None);
+    let mut statuses = Vec::new();
+    for estimate in [400, 400, 400, 200] {
+        let response = tokio::time::timeout(
+            Duration::from_secs(5),
+            client.request(completion(addr, estimate)),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        statuses.push(response.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 429, 200]);
+    assert_eq!(llm.available(), [7, 0]);
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{nanos_since, paused, within_an_hour, NaiveBucket, MS};
 use paced::tower::{RateLimitLayer, RateLimited};
-use paced::{KeyedRateLimiter, Rate, RateLimiter, Stagger};
+use paced::{KeyedRateLimiter, Limit, MultiRateLimiter, Rate, RateLimiter, Stagger};
 use proptest::prelude::*;
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_test::{assert_pending, assert_ready_ok, task};
@@ -262,6 +262,184 @@ async fn enforcing_refuses_at_once_what_does_not_conform() {
     // Refused requests never reached the inner service and took nothing.
     assert_eq!(ms(&log), [(0, 0), (1, 0), (4, 100)]);
     assert_eq!((quota.stats().granted, quota.stats().rejected), (3, 3));
+}
+
+// ---------------------------------------------------------------------------------------------
+// A MultiRateLimiter: requests AND tokens, estimated at the call, settled from the answer
+
+/// A request to a model: its id, its estimated tokens, the tokens its answer will report, and
+/// how long the model takes to answer.
+#[derive(Clone, Copy, Debug)]
+struct Prompt {
+    id: u64,
+    estimate: u64,
+    used: u64,
+    takes_ms: u64,
+}
+
+fn prompt(id: u64, estimate: u64, used: u64, takes_ms: u64) -> Prompt {
+    Prompt {
+        id,
+        estimate,
+        used,
+        takes_ms,
+    }
+}
+
+/// The model's answer: the usage it reports.
+#[derive(Debug)]
+struct Answer {
+    id: u64,
+    tokens_used: u64,
+}
+
+/// A model that records `(id, ns since start)` when called, takes its time, and reports the
+/// tokens used; a prompt of id 99 fails.
+fn model(
+    start: Instant,
+    log: &Log,
+) -> impl Service<Prompt, Response = Answer, Error = &'static str, Future: Send> + Clone + Send {
+    let log = log.clone();
+    tower::service_fn(move |p: Prompt| {
+        log.lock().unwrap().push((p.id, nanos_since(start)));
+        async move {
+            sleep(Duration::from_millis(p.takes_ms)).await;
+            if p.id == 99 {
+                return Err("the model failed");
+            }
+            Ok(Answer {
+                id: p.id,
+                tokens_used: p.used,
+            })
+        }
+    })
+}
+
+/// 10 requests per second (bursts of 10), 100 tokens per second (bursts of 1,000).
+fn llm() -> MultiRateLimiter<2> {
+    MultiRateLimiter::builder(["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+        .limit("tokens", Limit::bucket(Rate::per_second(100), 1_000))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_multi_limit_layer_waits_for_every_limit_in_arrival_order() {
+    let start = Instant::now();
+    let log = Log::default();
+    let llm = MultiRateLimiter::builder(["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_second(2), 2))
+        .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
+        .build()
+        .unwrap();
+    let service = RateLimitLayer::new(&llm)
+        .cost(|p: &Prompt| [1, p.estimate])
+        .layer(model(start, &log));
+    let mut tasks = Vec::new();
+    for (id, estimate) in [(0, 600), (1, 300), (2, 500), (3, 300), (4, 1_000)] {
+        tasks.push(tokio::spawn(
+            service.clone().oneshot(prompt(id, estimate, estimate, 0)),
+        ));
+        tokio::task::yield_now().await;
+    }
+    for t in tasks {
+        within_an_hour(t).await.unwrap().unwrap();
+    }
+    // 2 waits for a request (500 ms), 3 for the next (1,000 ms), 4 for 700 tokens (1,700 ms).
+    assert_eq!(ms(&log), [(0, 0), (1, 0), (2, 500), (3, 1_000), (4, 1_700)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn settling_down_admits_the_next_waiter_the_moment_the_answer_arrives() {
+    let start = Instant::now();
+    let log = Log::default();
+    let llm = llm();
+    let service = RateLimitLayer::new(&llm)
+        .cost(|p: &Prompt| [1, p.estimate])
+        .settle(|answer: &Answer| [1, answer.tokens_used])
+        .layer(model(start, &log));
+    // The first takes every token on its estimate and answers after 1 s, having used 200.
+    let first = tokio::spawn(service.clone().oneshot(prompt(0, 1_000, 200, 1_000)));
+    tokio::task::yield_now().await;
+    // The second needs 500 tokens: by the refill alone it would go at 5 s.
+    let second = tokio::spawn(service.clone().oneshot(prompt(1, 500, 500, 0)));
+    let first = within_an_hour(first).await.unwrap().unwrap();
+    assert_eq!((first.id, first.tokens_used), (0, 200));
+    within_an_hour(second).await.unwrap().unwrap();
+    // At 1 s the bucket held 100 refilled + 800 given back: the second goes at that instant.
+    assert_eq!(ms(&log), [(0, 0), (1, 1_000)]);
+    assert_eq!(llm.available(), [9, 400]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn settling_up_is_debt_the_next_request_waits_for() {
+    let start = Instant::now();
+    let log = Log::default();
+    let llm = llm();
+    let service = RateLimitLayer::new(&llm)
+        .cost(|p: &Prompt| [1, p.estimate])
+        .settle(|answer: &Answer| [1, answer.tokens_used])
+        .layer(model(start, &log));
+    // Estimated 500, used 1,200: 200 tokens of debt at 0 ms.
+    within_an_hour(service.clone().oneshot(prompt(0, 500, 1_200, 0)))
+        .await
+        .unwrap();
+    assert_eq!(llm.available(), [9, 0]);
+    // 100 tokens: the debt (2 s) and then its own (1 s).
+    within_an_hour(service.oneshot(prompt(1, 100, 100, 0)))
+        .await
+        .unwrap();
+    assert_eq!(ms(&log), [(0, 0), (1, 3_000)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_or_a_dropped_future_keeps_the_charge() {
+    let start = Instant::now();
+    let log = Log::default();
+    let llm = llm();
+    let mut service = RateLimitLayer::new(&llm)
+        .cost(|p: &Prompt| [1, p.estimate])
+        .settle(|answer: &Answer| [1, answer.tokens_used])
+        .layer(model(start, &log));
+    let failed = service.clone().oneshot(prompt(99, 300, 0, 0)).await;
+    assert_eq!(failed.unwrap_err(), "the model failed");
+    assert_eq!(llm.available(), [9, 700]);
+    // Granted and called, then dropped before the answer: the estimate stays charged.
+    let mut dropped = task::spawn(
+        service
+            .ready()
+            .await
+            .unwrap()
+            .call(prompt(1, 300, 0, 1_000)),
+    );
+    assert_pending!(dropped.poll());
+    drop(dropped);
+    assert_eq!(llm.available(), [8, 400]);
+    assert_eq!(ms(&log), [(99, 0), (1, 0)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_enforcing_multi_limit_layer_refuses_then_settles() {
+    let start = Instant::now();
+    let log = Log::default();
+    let llm = llm();
+    let service = RateLimitLayer::new(&llm)
+        .cost(|p: &Prompt| [1, p.estimate])
+        .enforcing()
+        .settle(|answer: &Answer| [1, answer.tokens_used]);
+    let service = service.layer(model(start, &log));
+    within_an_hour(service.clone().oneshot(prompt(0, 1_000, 100, 0)))
+        .await
+        .unwrap();
+    // 900 tokens came back: a request of 900 passes at once, one of 1,000 more does not.
+    within_an_hour(service.clone().oneshot(prompt(1, 900, 900, 0)))
+        .await
+        .unwrap();
+    let refused = service.oneshot(prompt(2, 1_000, 0, 0)).await.unwrap_err();
+    assert_eq!(retry_after_ms(&refused), 10_000);
+    assert_eq!(ms(&log), [(0, 0), (1, 0)]);
+    assert_eq!((llm.stats().granted, llm.stats().rejected), (2, 1));
 }
 
 /// The `Retry-After` of a refusal, in milliseconds; panics if `err` is not a refusal.

@@ -3,16 +3,18 @@
 
 use std::fmt;
 use std::future::poll_fn;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
 use crate::core::{Bucket, FixedWindow, Limits, Nanos, Rule, Tagged};
 use crate::engine::waiter::Handle;
-use crate::engine::{Shared, Waiter};
+use crate::engine::{coop, Shared, Waiter};
 use crate::error::{ConfigError, NotUntil};
+use crate::limiter::traits::sealed::Draw;
 use crate::rate::Rate;
 use crate::stats::Stats;
 
@@ -914,5 +916,60 @@ impl<const N: usize> fmt::Debug for Permit<N> {
         f.debug_struct("Permit")
             .field("charged", &self.charged)
             .finish_non_exhaustive()
+    }
+}
+
+/// A stream's place in a [`MultiRateLimiter`]'s queue, made on its first wait.
+///
+/// Boxed, once per stream (or per request of a tower layer), and only if it ever waits: the
+/// waiter is pinned, and the crate's pinning macro cannot name a const generic. A
+/// [`RateLimiter`](crate::RateLimiter)'s is inline.
+#[derive(Debug)]
+pub struct MultiRateLimiterPermit<const N: usize> {
+    waiter: Option<Pin<Box<MultiWaiter<N>>>>,
+}
+
+type MultiWaiter<const N: usize> = Waiter<Arc<Shared<Limits<N>>>>;
+
+/// A cost is one amount per dimension; a grant is a [`Permit`], to settle.
+impl<const N: usize> Draw for MultiRateLimiter<N> {
+    type Cost = [u64; N];
+    type Permit = MultiRateLimiterPermit<N>;
+    type Grant = Permit<N>;
+
+    #[cfg(feature = "http")]
+    fn state(&self) -> Option<crate::stats::LimitState> {
+        None
+    }
+
+    fn permit(&self) -> MultiRateLimiterPermit<N> {
+        MultiRateLimiterPermit { waiter: None }
+    }
+
+    fn poll_acquire(
+        &self,
+        permit: Pin<&mut MultiRateLimiterPermit<N>>,
+        cx: &mut Context<'_>,
+        cost: [u64; N],
+    ) -> Poll<()> {
+        let waiter = permit
+            .get_mut()
+            .waiter
+            .get_or_insert_with(|| Box::pin(Waiter::new(Arc::clone(&self.shared))));
+        // Without a timeout a request is never refused.
+        waiter.as_mut().poll_acquire(cx, cost, None).map(|_| ())
+    }
+
+    fn poll_try_acquire(
+        &self,
+        _: Pin<&mut MultiRateLimiterPermit<N>>,
+        cx: &mut Context<'_>,
+        cost: [u64; N],
+    ) -> Poll<Result<(), NotUntil>> {
+        coop::poll_try_acquire(cx, || self.shared.try_acquire(cost))
+    }
+
+    fn grant(&self, cost: [u64; N]) -> Permit<N> {
+        self.permit(cost)
     }
 }

@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
+use super::multi::MultiRateLimiter;
 use super::rate_limiter::{Limit, RateLimiter};
 use super::stagger::Stagger;
 use crate::core::Window;
@@ -14,12 +15,13 @@ use crate::engine::{coop, Shared, Waiter};
 use crate::error::NotUntil;
 
 pub(crate) mod sealed {
+    use std::fmt;
     use std::pin::Pin;
     use std::task::{Context, Poll};
 
     use crate::error::NotUntil;
 
-    /// What a [`Limiter`](super::Quota) does, out of users' reach: public in a private module,
+    /// What a [`Limiter`](super::Limiter) of one number does, out of users' reach: public in a private module,
     /// so that the adapters can call it and nobody else can name it.
     pub trait Sealed {
         /// The state of one request in flight, kept pinned in the stream that waits.
@@ -51,12 +53,100 @@ pub(crate) mod sealed {
             cost: u64,
         ) -> Poll<Result<(), NotUntil>>;
     }
+
+    /// What every [`Limiter`](super::Limiter) does, out of users' reach, whatever its cost:
+    /// one number for the limiters of one limit (every [`Sealed`] one, through a blanket impl
+    /// that forwards and adds nothing), one amount per dimension for a `MultiRateLimiter`.
+    pub trait Draw {
+        /// What one request costs: `u64`, or `[u64; N]` for a `MultiRateLimiter<N>`.
+        type Cost: Copy + Send + Sync + fmt::Debug + 'static;
+
+        /// The state of one request in flight, kept pinned in the stream that waits.
+        type Permit;
+
+        /// What a granted request keeps to correct its charge once its real cost is known:
+        /// `()` for a limiter that cannot be corrected, a `Permit<N>` for a
+        /// `MultiRateLimiter<N>`.
+        type Grant;
+
+        /// See [`Sealed::state`].
+        #[cfg(feature = "http")]
+        fn state(&self) -> Option<crate::stats::LimitState>;
+
+        /// A fresh, idle request state.
+        fn permit(&self) -> Self::Permit;
+
+        /// Waits until `cost` is granted. Never refuses.
+        fn poll_acquire(
+            &self,
+            permit: Pin<&mut Self::Permit>,
+            cx: &mut Context<'_>,
+            cost: Self::Cost,
+        ) -> Poll<()>;
+
+        /// Grants `cost` if it can be had without waiting, or says how long until it could.
+        fn poll_try_acquire(
+            &self,
+            permit: Pin<&mut Self::Permit>,
+            cx: &mut Context<'_>,
+            cost: Self::Cost,
+        ) -> Poll<Result<(), NotUntil>>;
+
+        /// The grant of `cost`, just made (by `poll_acquire` or `poll_try_acquire`).
+        fn grant(&self, cost: Self::Cost) -> Self::Grant;
+    }
+
+    impl<T: Sealed> Draw for T {
+        type Cost = u64;
+        type Permit = T::Permit;
+        type Grant = ();
+
+        #[cfg(feature = "http")]
+        #[inline]
+        fn state(&self) -> Option<crate::stats::LimitState> {
+            Sealed::state(self)
+        }
+
+        #[inline]
+        fn permit(&self) -> Self::Permit {
+            Sealed::permit(self)
+        }
+
+        #[inline]
+        fn poll_acquire(
+            &self,
+            permit: Pin<&mut Self::Permit>,
+            cx: &mut Context<'_>,
+            cost: u64,
+        ) -> Poll<()> {
+            Sealed::poll_acquire(self, permit, cx, cost)
+        }
+
+        #[inline]
+        fn poll_try_acquire(
+            &self,
+            permit: Pin<&mut Self::Permit>,
+            cx: &mut Context<'_>,
+            cost: u64,
+        ) -> Poll<Result<(), NotUntil>> {
+            Sealed::poll_try_acquire(self, permit, cx, cost)
+        }
+
+        #[inline]
+        fn grant(&self, _: u64) {}
+    }
 }
 
-use sealed::Sealed;
+use sealed::{Draw, Sealed};
 
-/// A limiter shared by handle that streams can draw on: [`RateLimiter`], [`Stagger`] and, with
-/// the `redis` feature, `RedisRateLimiter`.
+/// A limiter shared by handle that streams, sinks and tower layers can draw on:
+/// [`RateLimiter`], [`Stagger`], [`MultiRateLimiter`] and, with the `redis` feature,
+/// `RedisRateLimiter`.
+///
+/// Each says what a request costs, its `Cost`: one number (`u64`) for the limiters of one
+/// limit, one amount per dimension (`[u64; N]`) for a [`MultiRateLimiter<N>`], so the same
+/// `throttle_with` takes `|_| 1` for one and `|req| [1, req.tokens]` for the other. Code generic
+/// over a limiter of one number says so: `Q: Limiter<Cost = u64>`.
 ///
 /// It is a trait rather than an enum so that each limiter keeps its own waiting machinery
 /// without boxing or dispatch on the local hot path, and so that a stream's type says which
@@ -67,18 +157,34 @@ use sealed::Sealed;
 ///
 /// ```
 /// use futures_util::Stream;
-/// use paced::{PaceExt, Limiter, Rate, RateLimiter, Shaping};
+/// use paced::{Limit, Limiter, MultiRateLimiter, PaceExt, Rate, RateLimiter, Shaping};
 ///
 /// // One function for a local limiter or (with the `redis` feature) one across machines.
-/// fn paced<S: Stream, Q: Limiter>(s: S, limiter: &Q) -> impl Stream<Item = S::Item> {
+/// fn paced<S: Stream, Q: Limiter<Cost = u64>>(s: S, limiter: &Q) -> impl Stream<Item = S::Item> {
 ///     s.throttle_with(limiter, |_| 1, Shaping)
 /// }
 /// let _ = paced(futures_util::stream::iter([1, 2]), &RateLimiter::new(Rate::per_second(1), 1));
+///
+/// // Any cost, any limiter: the cost function is the caller's.
+/// fn costed<S, Q, F>(s: S, limiter: &Q, cost: F) -> impl Stream<Item = S::Item>
+/// where
+///     S: Stream,
+///     Q: Limiter,
+///     F: FnMut(&S::Item) -> Q::Cost,
+/// {
+///     s.throttle_with(limiter, cost, Shaping)
+/// }
+/// let llm = MultiRateLimiter::builder(["requests", "tokens"])
+///     .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
+///     .build()
+///     .unwrap();
+/// let _ = costed(futures_util::stream::iter(["hi"]), &llm, |prompt| [1, prompt.len() as u64]);
 /// ```
-pub trait Limiter: Sealed + Clone + Send + Sync + 'static {}
+pub trait Limiter: Draw + Clone + Send + Sync + 'static {}
 
 impl Limiter for RateLimiter {}
 impl Limiter for Stagger {}
+impl<const N: usize> Limiter for MultiRateLimiter<N> {}
 
 /// The former name of [`Limiter`]: every limiter is one.
 ///

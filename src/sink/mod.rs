@@ -354,7 +354,9 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
 
     /// Like [`throttle`](PaceSinkExt::throttle), drawing on a shared [`Limiter`]: a
     /// [`RateLimiter`](crate::RateLimiter), a [`Stagger`](crate::Stagger) (every item takes
-    /// one place, whatever its cost) or with the `redis` feature a limiter across machines.
+    /// one place, whatever its cost), a [`MultiRateLimiter`](crate::MultiRateLimiter) (several
+    /// limits at once: `cost(&item)` returns one amount per dimension, `[u64; N]`, all charged
+    /// at one instant) or with the `redis` feature a limiter across machines.
     ///
     /// The held item waits in the limiter's queue, in arrival order with every other user
     /// (streams, tasks, other sinks), and is charged when it is granted, right before it is
@@ -389,10 +391,34 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
     /// assert_eq!(start.elapsed().as_secs(), 1);
     /// # }
     /// ```
+    ///
+    /// Writing requests for an LLM, each one request and its estimated tokens:
+    ///
+    /// ```
+    /// use futures_util::SinkExt;
+    /// use paced::{Limit, MultiRateLimiter, PaceSinkExt, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let llm = MultiRateLimiter::builder(["requests", "tokens"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(2), 2))
+    ///     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 10_000))
+    ///     .build()
+    ///     .unwrap();
+    /// let mut sink = Box::pin(Vec::new().throttle_with(&llm, |tokens: &u64| [1, *tokens]));
+    /// let start = tokio::time::Instant::now();
+    /// for tokens in [100, 100, 100] {
+    ///     sink.send(tokens).await.unwrap();
+    /// }
+    /// // Tokens to spare; the third request waits 500 ms for the requests limit.
+    /// assert_eq!(start.elapsed().as_millis(), 500);
+    /// assert_eq!(sink.get_ref().len(), 3);
+    /// # }
+    /// ```
     fn throttle_with<F, Q>(self, limiter: &Q, cost: F) -> ThrottleWith<Self, Item, F, Q>
     where
         Self: Sized,
-        F: FnMut(&Item) -> u64,
+        F: FnMut(&Item) -> Q::Cost,
         Q: Limiter,
     {
         ThrottleWith::new(self, limiter, cost)

@@ -18,13 +18,14 @@ use crate::core::{Cost, Decision, Nanos, One, Pace};
 use crate::limiter::Limiter;
 use crate::timer::Timer;
 
-/// When a held item may go, charging it as it does.
-pub(crate) trait Gate<T> {
+/// When a held item may go, charging it as it does; `C` is what an item costs (one number,
+/// or one amount per dimension for a `MultiRateLimiter`).
+pub(crate) trait Gate<T, C = u64> {
     /// Offers `item`, with the inner sink ready: `None` if it may go at once, and it has been
     /// charged; otherwise its cost, and it is held until [`Gate::poll_grant`] lets it go.
-    fn offer(self: Pin<&mut Self>, item: &T) -> Option<u64>;
+    fn offer(self: Pin<&mut Self>, item: &T) -> Option<C>;
     /// Waits until the held item of `cost` may go, and charges it.
-    fn poll_grant(self: Pin<&mut Self>, cx: &mut Context<'_>, cost: u64) -> Poll<()>;
+    fn poll_grant(self: Pin<&mut Self>, cx: &mut Context<'_>, cost: C) -> Poll<()>;
     /// The held item will not be delivered: stop waiting for it, charging nothing.
     fn cancel(self: Pin<&mut Self>);
     /// The inner sink cannot take the held item now: a gate with a place in a shared queue
@@ -127,14 +128,14 @@ impl<Q: Limiter, F> Granted<Q, F> {
     }
 }
 
-impl<T, Q: Limiter, F: FnMut(&T) -> u64> Gate<T> for Granted<Q, F> {
-    fn offer(self: Pin<&mut Self>, item: &T) -> Option<u64> {
+impl<T, Q: Limiter, F: FnMut(&T) -> Q::Cost> Gate<T, Q::Cost> for Granted<Q, F> {
+    fn offer(self: Pin<&mut Self>, item: &T) -> Option<Q::Cost> {
         // Always held: the queue is joined on the next poll, which has a waker to be woken
         // by; asking here without one would count as a refusal in the limiter's statistics.
         Some((self.project().cost)(item))
     }
 
-    fn poll_grant(self: Pin<&mut Self>, cx: &mut Context<'_>, cost: u64) -> Poll<()> {
+    fn poll_grant(self: Pin<&mut Self>, cx: &mut Context<'_>, cost: Q::Cost) -> Poll<()> {
         let me = self.project();
         me.limiter.poll_acquire(me.permit, cx, cost)
     }
@@ -146,7 +147,7 @@ impl<T, Q: Limiter, F: FnMut(&T) -> u64> Gate<T> for Granted<Q, F> {
     }
 
     fn step_aside(self: Pin<&mut Self>) {
-        Gate::<T>::cancel(self);
+        Gate::<T, Q::Cost>::cancel(self);
     }
 }
 
@@ -157,18 +158,18 @@ impl<Q: Limiter, F> fmt::Debug for Granted<Q, F> {
 }
 
 pin_project! {
-    /// A sink that holds at most one item until its gate `G` lets it through.
-    pub(crate) struct PacedSink<Si, T, G> {
+    /// A sink that holds at most one item of cost `C` until its gate `G` lets it through.
+    pub(crate) struct PacedSink<Si, T, G, C = u64> {
         #[pin]
         sink: Si,
         #[pin]
         pub(crate) gate: G,
         // The item given to `start_send` that has not gone yet, with its cost.
-        held: Option<(T, u64)>,
+        held: Option<(T, C)>,
     }
 }
 
-impl<Si, T, G> PacedSink<Si, T, G> {
+impl<Si, T, G, C: Copy> PacedSink<Si, T, G, C> {
     pub(crate) const fn new(sink: Si, gate: G) -> Self {
         PacedSink {
             sink,
@@ -199,7 +200,7 @@ impl<Si, T, G> PacedSink<Si, T, G> {
 
     pub(crate) fn take_held(self: Pin<&mut Self>) -> Option<T>
     where
-        G: Gate<T>,
+        G: Gate<T, C>,
     {
         let me = self.project();
         let (item, _) = me.held.take()?;
@@ -212,7 +213,7 @@ impl<Si, T, G> PacedSink<Si, T, G> {
     fn poll_deliver<E>(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), E>>
     where
         Si: Sink<T, Error = E>,
-        G: Gate<T>,
+        G: Gate<T, C>,
     {
         let mut me = self.project();
         if let Some(&(_, cost)) = me.held.as_ref() {
@@ -254,7 +255,7 @@ impl<Si, T, G> PacedSink<Si, T, G> {
     }
 }
 
-impl<Si: Sink<T>, T, G: Gate<T>> Sink<T> for PacedSink<Si, T, G> {
+impl<Si: Sink<T>, T, G: Gate<T, C>, C: Copy> Sink<T> for PacedSink<Si, T, G, C> {
     type Error = Si::Error;
 
     fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Si::Error>> {
@@ -290,7 +291,7 @@ impl<Si: Sink<T>, T, G: Gate<T>> Sink<T> for PacedSink<Si, T, G> {
     }
 }
 
-impl<Si: fmt::Debug, T: fmt::Debug, G: fmt::Debug> fmt::Debug for PacedSink<Si, T, G> {
+impl<Si: fmt::Debug, T: fmt::Debug, G: fmt::Debug, C: Copy> fmt::Debug for PacedSink<Si, T, G, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PacedSink")
             .field("sink", &self.sink)

@@ -39,7 +39,7 @@ pin_project! {
     #[must_use = "sinks do nothing unless polled"]
     pub struct ThrottleWith<Si, Item, F, Q: Limiter = RateLimiter> {
         #[pin]
-        inner: PacedSink<Si, Item, Granted<Q, F>>,
+        inner: PacedSink<Si, Item, Granted<Q, F>, Q::Cost>,
     }
 }
 
@@ -53,6 +53,6 @@ impl<Si, Item, F, Q: Limiter> ThrottleWith<Si, Item, F, Q> {
 
 sink_adapter!(
     ThrottleWith [Si, Item, F, Q: Limiter] [Si, Item, F, Q],
-    where [F: FnMut(&Item) -> u64],
+    where [F: FnMut(&Item) -> Q::Cost],
     "Vec::<u32>::new().throttle_with(&paced::RateLimiter::new(Rate::per_second(1), 1), |_| 1)"
 );

@@ -439,9 +439,19 @@ pub trait PaceExt: Stream {
     }
 
     /// Like [`throttle`](PaceExt::throttle), drawing on a shared [`Limiter`]: a
-    /// [`RateLimiter`](crate::RateLimiter), or with the `redis` feature a limiter across
-    /// machines. Any number of
-    /// streams and tasks share it.
+    /// [`RateLimiter`](crate::RateLimiter), a [`MultiRateLimiter`](crate::MultiRateLimiter)
+    /// (several limits at once), or with the `redis` feature a limiter across machines. Any
+    /// number of streams and tasks share it.
+    ///
+    /// `cost(&item)` returns the limiter's cost type: a `u64`, or for a
+    /// `MultiRateLimiter<N>` one amount per dimension, `[u64; N]` (e.g. `|req| [1,
+    /// req.estimate()]` for requests and tokens). An item is emitted when every limit has room
+    /// for its amounts, all charged at that one instant, so every limit's bound holds for the
+    /// emitted items. An estimate cannot be corrected here (the item is handed on, and its
+    /// answer comes later): to settle from the answer, call
+    /// [`MultiRateLimiter::acquire`](crate::MultiRateLimiter::acquire) and
+    /// [`Permit::settle`](crate::Permit::settle), or use the tower layer's `settle` (feature
+    /// `tower`).
     ///
     /// The limiter's bound holds across all its users together. [`Shaping`](crate::Shaping)
     /// waits in the limiter's queue, in arrival order with every other user, and charges the
@@ -476,10 +486,36 @@ pub trait PaceExt: Stream {
     /// assert_eq!(start.elapsed().as_secs(), 2);
     /// # }
     /// ```
+    ///
+    /// Requests to an LLM, each costing one request and its estimated tokens:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures_util::StreamExt;
+    /// use paced::{Limit, MultiRateLimiter, PaceExt, Rate, Shaping};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let llm = MultiRateLimiter::builder(["requests", "tokens"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+    ///     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
+    ///     .build()
+    ///     .unwrap();
+    /// let prompts = futures_util::stream::iter([600_u64, 400, 500]); // estimated tokens
+    /// let start = tokio::time::Instant::now();
+    /// let sent: Vec<_> = prompts
+    ///     .throttle_with(&llm, |tokens| [1, *tokens], Shaping)
+    ///     .map(|_| start.elapsed())
+    ///     .collect()
+    ///     .await;
+    /// // 1,000 tokens at once, then 500 more at 1,000 per second.
+    /// assert_eq!(sent, [Duration::ZERO, Duration::ZERO, Duration::from_millis(500)]);
+    /// # }
+    /// ```
     fn throttle_with<F, M, Q>(self, limiter: &Q, cost: F, mode: M) -> ThrottleWith<Self, F, M, Q>
     where
         Self: Sized,
-        F: FnMut(&Self::Item) -> u64,
+        F: FnMut(&Self::Item) -> Q::Cost,
         M: ThrottleMode,
         Q: Limiter,
     {

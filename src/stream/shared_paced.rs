@@ -18,7 +18,7 @@ pin_project! {
     pub(crate) struct SharedPaced<S: Stream, Q: Limiter> {
         // The item pulled from upstream is held with its cost while it waits for its grant.
         #[pin]
-        upstream: Upstream<S, (S::Item, u64)>,
+        upstream: Upstream<S, (S::Item, Q::Cost)>,
         #[pin]
         permit: Q::Permit,
         limiter: Q,
@@ -62,7 +62,7 @@ impl<S: Stream, Q: Limiter> SharedPaced<S, Q> {
     pub(crate) fn poll_granted(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        mut cost: impl FnMut(&S::Item) -> u64,
+        mut cost: impl FnMut(&S::Item) -> Q::Cost,
     ) -> Poll<Option<S::Item>> {
         loop {
             let mut me = self.as_mut().project();
@@ -84,7 +84,7 @@ impl<S: Stream, Q: Limiter> SharedPaced<S, Q> {
     pub(crate) fn poll_checked(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        mut cost: impl FnMut(&S::Item) -> u64,
+        mut cost: impl FnMut(&S::Item) -> Q::Cost,
     ) -> Poll<Option<Checked<S::Item>>> {
         loop {
             let mut me = self.as_mut().project();

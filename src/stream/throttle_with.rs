@@ -65,7 +65,7 @@ accessors!(
 impl<S, F, Q> Stream for ThrottleWith<S, F, Shaping, Q>
 where
     S: Stream,
-    F: FnMut(&S::Item) -> u64,
+    F: FnMut(&S::Item) -> Q::Cost,
     Q: Limiter,
 {
     type Item = S::Item;
@@ -83,7 +83,7 @@ where
 impl<S, F, Q> Stream for ThrottleWith<S, F, Enforcing, Q>
 where
     S: Stream,
-    F: FnMut(&S::Item) -> u64,
+    F: FnMut(&S::Item) -> Q::Cost,
     Q: Limiter,
 {
     type Item = Result<S::Item, RateExceeded<S::Item>>;
@@ -105,7 +105,7 @@ where
 impl<S, F, Q> FusedStream for ThrottleWith<S, F, Shaping, Q>
 where
     S: Stream,
-    F: FnMut(&S::Item) -> u64,
+    F: FnMut(&S::Item) -> Q::Cost,
     Q: Limiter,
 {
     fn is_terminated(&self) -> bool {
@@ -116,7 +116,7 @@ where
 impl<S, F, Q> FusedStream for ThrottleWith<S, F, Enforcing, Q>
 where
     S: Stream,
-    F: FnMut(&S::Item) -> u64,
+    F: FnMut(&S::Item) -> Q::Cost,
     Q: Limiter,
 {
     fn is_terminated(&self) -> bool {

@@ -77,4 +77,4 @@ pub use rate_limit::{Announcing, AnnouncingFuture, QuotaHeaders};
 pub use rate_limit::{RateLimit, RateLimitLayer, ResponseFuture};
 #[allow(deprecated)]
 pub use request::RequestQuota;
-pub use request::{ByKey, Cost, OnePerRequest, RequestLimiter};
+pub use request::{ByKey, Cost, KeepCharge, OnePerRequest, RequestLimiter, SettleFrom};

@@ -8,10 +8,11 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 
 use crate::error::NotUntil;
-use crate::limiter::traits::sealed::Sealed;
-use crate::limiter::{KeyedLimiter, KeyedRateLimiter, Limiter};
+use crate::limiter::traits::sealed::Draw;
+use crate::limiter::{KeyedLimiter, KeyedRateLimiter, Limiter, Permit};
 
 pub(crate) mod sealed {
+    use std::fmt;
     use std::pin::Pin;
     use std::task::{Context, Poll};
 
@@ -19,8 +20,15 @@ pub(crate) mod sealed {
 
     /// What a [`RequestLimiter`](super::RequestLimiter) does, out of users' reach.
     pub trait RequestSealed<Req> {
+        /// What a request costs: `u64`, or `[u64; N]` for a `MultiRateLimiter<N>`.
+        type Cost: Copy + fmt::Debug;
+
         /// The state of one request in flight, pinned in its response future.
         type Permit;
+
+        /// What a granted request keeps to correct its charge from the response (`()` for a
+        /// limiter that cannot be corrected).
+        type Grant;
 
         /// A fresh, idle request state for `req`.
         fn permit(&self, req: &Req) -> Self::Permit;
@@ -29,27 +37,38 @@ pub(crate) mod sealed {
         fn poll_acquire(
             permit: Pin<&mut Self::Permit>,
             cx: &mut Context<'_>,
-            cost: u64,
+            cost: Self::Cost,
         ) -> Poll<()>;
 
         /// Grants `cost` if it can be had without waiting, or says how long until it could.
         fn poll_try_acquire(
             permit: Pin<&mut Self::Permit>,
             cx: &mut Context<'_>,
-            cost: u64,
+            cost: Self::Cost,
         ) -> Poll<Result<(), NotUntil>>;
+
+        /// The grant of `cost`, just made.
+        fn grant(permit: Pin<&mut Self::Permit>, cost: Self::Cost) -> Self::Grant;
 
         /// The request's limit as quota headers announce it, now (see `Sealed::state`).
         #[cfg(feature = "http")]
         fn state(permit: Pin<&mut Self::Permit>) -> Option<crate::stats::LimitState>;
     }
+
+    /// What a response future does with its grant once the inner service has answered `Ok`:
+    /// nothing, the charge is kept ([`KeepCharge`](super::KeepCharge)), or settle it from the
+    /// response ([`SettleFrom`](super::SettleFrom)).
+    pub trait Answered<Resp, G> {
+        /// The inner service answered `response` to a request granted `grant`.
+        fn answered(&self, grant: G, response: &Resp);
+    }
 }
 
-use sealed::RequestSealed;
+use sealed::{Answered, RequestSealed};
 
 /// The limiter a [`RateLimit`](super::RateLimit) draws a request's tokens from: every
 /// [`Limiter`] ([`RateLimiter`](crate::RateLimiter), [`Stagger`](crate::Stagger),
-/// `RedisRateLimiter`), and every [`KeyedLimiter`] ([`KeyedRateLimiter`],
+/// [`MultiRateLimiter`](crate::MultiRateLimiter), `RedisRateLimiter`), and every [`KeyedLimiter`] ([`KeyedRateLimiter`],
 /// `RedisKeyedRateLimiter`) with a key function ([`ByKey`]).
 ///
 /// Sealed, as [`Limiter`] is: the layer relies on the exact semantics of these limiters.
@@ -117,19 +136,21 @@ where
 }
 
 impl<Q: Limiter, Req> RequestSealed<Req> for Q {
+    type Cost = Q::Cost;
     type Permit = LimiterPermit<Q>;
+    type Grant = Q::Grant;
 
     fn permit(&self, _: &Req) -> LimiterPermit<Q> {
         LimiterPermit {
             limiter: self.clone(),
-            permit: Sealed::permit(self),
+            permit: Draw::permit(self),
         }
     }
 
     fn poll_acquire(
         permit: Pin<&mut LimiterPermit<Q>>,
         cx: &mut Context<'_>,
-        cost: u64,
+        cost: Q::Cost,
     ) -> Poll<()> {
         let me = permit.project();
         me.limiter.poll_acquire(me.permit, cx, cost)
@@ -138,10 +159,15 @@ impl<Q: Limiter, Req> RequestSealed<Req> for Q {
     fn poll_try_acquire(
         permit: Pin<&mut LimiterPermit<Q>>,
         cx: &mut Context<'_>,
-        cost: u64,
+        cost: Q::Cost,
     ) -> Poll<Result<(), NotUntil>> {
         let me = permit.project();
         me.limiter.poll_try_acquire(me.permit, cx, cost)
+    }
+
+    #[inline]
+    fn grant(permit: Pin<&mut LimiterPermit<Q>>, cost: Q::Cost) -> Q::Grant {
+        permit.limiter.grant(cost)
     }
 
     #[cfg(feature = "http")]
@@ -212,7 +238,9 @@ where
     Q: KeyedLimiter<Key = K>,
     F: Fn(&Req) -> K + Clone,
 {
+    type Cost = u64;
     type Permit = KeyPermit<Q>;
+    type Grant = ();
 
     fn permit(&self, req: &Req) -> KeyPermit<Q> {
         let key = (self.key)(req);
@@ -234,13 +262,19 @@ where
         Q::poll_try_acquire(permit.project().permit, cx, cost)
     }
 
+    #[inline]
+    fn grant(_: Pin<&mut KeyPermit<Q>>, _: u64) {}
+
     #[cfg(feature = "http")]
     fn state(permit: Pin<&mut KeyPermit<Q>>) -> Option<crate::stats::LimitState> {
         Q::state(permit.project().permit)
     }
 }
 
-/// What a request costs in tokens: any `Fn(&Req) -> u64`, or [`OnePerRequest`] (the default).
+/// What a request costs: any `Fn(&Req) -> A`, or [`OnePerRequest`] (the default, one token).
+///
+/// `A` is the limiter's cost: `u64` (the default), or one amount per dimension, `[u64; N]`, for
+/// a [`MultiRateLimiter<N>`](crate::MultiRateLimiter).
 ///
 /// # Examples
 ///
@@ -250,14 +284,17 @@ where
 /// let by_size = |body: &Vec<u8>| body.len() as u64;
 /// assert_eq!(by_size.cost(&vec![0; 3]), 3);
 /// assert_eq!(Cost::<Vec<u8>>::cost(&OnePerRequest, &vec![0; 3]), 1);
+/// // A request and its estimated tokens, for a `MultiRateLimiter<2>`.
+/// let llm = |prompt: &String| [1, prompt.len() as u64 / 4];
+/// assert_eq!(llm.cost(&"a prompt".to_owned()), [1, 2]);
 /// ```
-pub trait Cost<Req> {
-    /// The tokens `req` takes from the limiter.
-    fn cost(&self, req: &Req) -> u64;
+pub trait Cost<Req, A = u64> {
+    /// What `req` takes from the limiter.
+    fn cost(&self, req: &Req) -> A;
 }
 
-impl<Req, F: Fn(&Req) -> u64> Cost<Req> for F {
-    fn cost(&self, req: &Req) -> u64 {
+impl<Req, A, F: Fn(&Req) -> A> Cost<Req, A> for F {
+    fn cost(&self, req: &Req) -> A {
         self(req)
     }
 }
@@ -277,5 +314,62 @@ pub struct OnePerRequest;
 impl<Req> Cost<Req> for OnePerRequest {
     fn cost(&self, _: &Req) -> u64 {
         1
+    }
+}
+
+/// A [`RateLimitLayer`](super::RateLimitLayer)'s default: a request keeps what it was charged,
+/// whatever the response.
+///
+/// # Examples
+///
+/// ```
+/// use paced::tower::{KeepCharge, RateLimitLayer};
+/// use paced::{Rate, RateLimiter};
+///
+/// let limiter = RateLimiter::new(Rate::per_second(1), 1);
+/// let _layer: RateLimitLayer<RateLimiter, _, _, KeepCharge> = RateLimitLayer::new(&limiter);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct KeepCharge;
+
+impl<Resp, G> Answered<Resp, G> for KeepCharge {
+    #[inline]
+    fn answered(&self, _: G, _: &Resp) {}
+}
+
+/// Settles each request's [`Permit`] from its response: built by
+/// [`RateLimitLayer::settle`](super::RateLimitLayer::settle), which documents it.
+///
+/// # Examples
+///
+/// ```
+/// use paced::tower::{RateLimitLayer, SettleFrom};
+/// use paced::{Limit, MultiRateLimiter, Rate};
+///
+/// let llm = MultiRateLimiter::builder(["requests", "tokens"])
+///     .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
+///     .build()
+///     .unwrap();
+/// let _layer: RateLimitLayer<_, _, _, SettleFrom<_>> = RateLimitLayer::new(&llm)
+///     .cost(|prompt: &String| [1, prompt.len() as u64])
+///     .settle(|answer: &String| [1, answer.len() as u64]);
+/// ```
+#[derive(Clone, Copy)]
+pub struct SettleFrom<F> {
+    pub(super) settle: F,
+}
+
+impl<F> fmt::Debug for SettleFrom<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SettleFrom").finish_non_exhaustive()
+    }
+}
+
+impl<Resp, F, const N: usize> Answered<Resp, Permit<N>> for SettleFrom<F>
+where
+    F: Fn(&Resp) -> [u64; N],
+{
+    fn answered(&self, grant: Permit<N>, response: &Resp) {
+        grant.settle((self.settle)(response));
     }
 }

@@ -11,7 +11,8 @@ use tower_service::Service;
 
 use crate::mode::{Enforcing, Shaping};
 use crate::tower::error::BoxError;
-use crate::tower::request::RequestLimiter;
+use crate::tower::request::sealed::Answered;
+use crate::tower::request::{KeepCharge, RequestLimiter};
 
 pin_project! {
     /// Response future of [`RateLimit`](super::RateLimit): waits for the request's tokens
@@ -21,7 +22,10 @@ pin_project! {
     /// It takes its place in the limiter's queue when first polled; dropped before its tokens
     /// are granted, it gives its place to the next waiter and has been charged nothing. It
     /// holds the clone of the inner service that `poll_ready` made ready, so the inner
-    /// service is called the moment the tokens are granted.
+    /// service is called the moment the tokens are granted. With
+    /// [`settle`](super::RateLimitLayer::settle), it settles the request's
+    /// [`Permit`](crate::Permit) from the inner service's `Ok` response as soon as it has it;
+    /// an `Err`, or the future dropped before the answer, keeps the charge.
     ///
     /// # Examples
     ///
@@ -46,14 +50,17 @@ pin_project! {
     /// # }
     /// ```
     #[must_use = "futures do nothing unless polled"]
-    pub struct ResponseFuture<S, Req, Q, M>
+    pub struct ResponseFuture<S, Req, Q, M, A = KeepCharge>
     where
         S: Service<Req>,
         Q: RequestLimiter<Req>,
     {
         #[pin]
         permit: Q::Permit,
-        cost: u64,
+        cost: Q::Cost,
+        // What the grant keeps to settle, from the grant until the answer.
+        grant: Option<Q::Grant>,
+        answered: A,
         // The ready inner service and the request, until the tokens are granted.
         call: Option<(S, Req)>,
         #[pin]
@@ -62,15 +69,17 @@ pin_project! {
     }
 }
 
-impl<S, Req, Q, M> ResponseFuture<S, Req, Q, M>
+impl<S, Req, Q, M, A> ResponseFuture<S, Req, Q, M, A>
 where
     S: Service<Req>,
     Q: RequestLimiter<Req>,
 {
-    pub(super) fn new(permit: Q::Permit, cost: u64, ready: S, req: Req) -> Self {
+    pub(super) fn new(permit: Q::Permit, cost: Q::Cost, answered: A, ready: S, req: Req) -> Self {
         ResponseFuture {
             permit,
             cost,
+            grant: None,
+            answered,
             call: Some((ready, req)),
             response: None,
             mode: PhantomData,
@@ -80,6 +89,7 @@ where
     /// Calls the inner service with the request, now that its tokens are granted.
     fn start(self: Pin<&mut Self>) {
         let mut me = self.project();
+        *me.grant = Some(Q::grant(me.permit, *me.cost));
         let (mut service, req) = me
             .call
             .take()
@@ -88,10 +98,23 @@ where
     }
 }
 
-impl<S, Req, Q> Future for ResponseFuture<S, Req, Q, Shaping>
+/// Settles the grant from an `Ok` answer; an `Err` keeps the charge.
+fn answer<R, E, G, A: Answered<R, G>>(
+    answered: &A,
+    grant: &mut Option<G>,
+    answer: Result<R, E>,
+) -> Result<R, E> {
+    if let (Ok(response), Some(grant)) = (&answer, grant.take()) {
+        answered.answered(grant, response);
+    }
+    answer
+}
+
+impl<S, Req, Q, A> Future for ResponseFuture<S, Req, Q, Shaping, A>
 where
     S: Service<Req>,
     Q: RequestLimiter<Req>,
+    A: Answered<S::Response, Q::Grant>,
 {
     type Output = Result<S::Response, S::Error>;
 
@@ -99,7 +122,8 @@ where
         loop {
             let me = self.as_mut().project();
             if let Some(response) = me.response.as_pin_mut() {
-                return response.poll(cx);
+                let answered = ready!(response.poll(cx));
+                return Poll::Ready(answer(me.answered, me.grant, answered));
             }
             ready!(Q::poll_acquire(me.permit, cx, *me.cost));
             self.as_mut().start();
@@ -107,11 +131,12 @@ where
     }
 }
 
-impl<S, Req, Q> Future for ResponseFuture<S, Req, Q, Enforcing>
+impl<S, Req, Q, A> Future for ResponseFuture<S, Req, Q, Enforcing, A>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,
     Q: RequestLimiter<Req>,
+    A: Answered<S::Response, Q::Grant>,
 {
     type Output = Result<S::Response, BoxError>;
 
@@ -119,7 +144,8 @@ where
         loop {
             let me = self.as_mut().project();
             if let Some(response) = me.response.as_pin_mut() {
-                return response.poll(cx).map_err(Into::into);
+                let answered = ready!(response.poll(cx));
+                return Poll::Ready(answer(me.answered, me.grant, answered).map_err(Into::into));
             }
             if let Err(refused) = ready!(Q::poll_try_acquire(me.permit, cx, *me.cost)) {
                 // Dropping the ready inner service gives back whatever its readiness reserved.
@@ -131,7 +157,7 @@ where
     }
 }
 
-impl<S, Req, Q, M> fmt::Debug for ResponseFuture<S, Req, Q, M>
+impl<S, Req, Q, M, A> fmt::Debug for ResponseFuture<S, Req, Q, M, A>
 where
     S: Service<Req>,
     Q: RequestLimiter<Req>,

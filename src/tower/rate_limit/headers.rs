@@ -179,7 +179,7 @@ pin_project! {
     {
         #[pin]
         permit: Q::Permit,
-        cost: u64,
+        cost: Q::Cost,
         headers: QuotaHeaders,
         // The ready inner service and the request, until the decision.
         call: Option<(S, Req)>,
@@ -196,7 +196,7 @@ where
 {
     pub(super) fn new(
         permit: Q::Permit,
-        cost: u64,
+        cost: Q::Cost,
         headers: QuotaHeaders,
         ready: S,
         req: Req,

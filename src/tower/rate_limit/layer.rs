@@ -6,19 +6,23 @@ use std::marker::PhantomData;
 use tower_layer::Layer;
 
 use super::service::RateLimit;
-use crate::limiter::{KeyedLimiter, Limiter};
+use crate::limiter::{KeyedLimiter, Limiter, MultiRateLimiter};
 use crate::mode::{Enforcing, Shaping};
-use crate::tower::request::{ByKey, OnePerRequest};
+use crate::tower::request::{ByKey, KeepCharge, OnePerRequest, SettleFrom};
 
 /// A tower [`Layer`] that makes every request draw its cost from a limiter shared by handle
 /// before it reaches the inner service.
 ///
 /// - [`new(&limiter)`](RateLimitLayer::new) draws on a [`RateLimiter`](crate::RateLimiter), a
-///   [`Stagger`](crate::Stagger) or a `RedisRateLimiter`;
+///   [`Stagger`](crate::Stagger), a [`MultiRateLimiter`] (several limits at once) or a
+///   `RedisRateLimiter`;
 ///   [`keyed(&limiter, key)`](RateLimitLayer::keyed) on one key's bucket of a
 ///   [`KeyedRateLimiter`](crate::KeyedRateLimiter) or a `RedisKeyedRateLimiter` (any
 ///   [`KeyedLimiter`]), the key computed from the request.
-/// - [`cost(|req| ..)`](RateLimitLayer::cost) sets what a request costs (default 1).
+/// - [`cost(|req| ..)`](RateLimitLayer::cost) sets what a request costs (default 1; one
+///   amount per dimension, `[u64; N]`, over a [`MultiRateLimiter`]), and, over a
+///   [`MultiRateLimiter`], [`settle(|response| ..)`](RateLimitLayer::settle) corrects the
+///   charge from the response.
 /// - Shaping by default: a request waits for its tokens, FIFO with every other user of the
 ///   limiter (in the order the response futures are first polled), then is passed on.
 ///   [`enforcing()`](RateLimitLayer::enforcing) refuses a request that does not conform at
@@ -53,14 +57,16 @@ use crate::tower::request::{ByKey, OnePerRequest};
 /// ```
 #[derive(Clone)]
 #[must_use = "a layer does nothing until it wraps a service"]
-pub struct RateLimitLayer<Q, C = OnePerRequest, M = Shaping> {
+pub struct RateLimitLayer<Q, C = OnePerRequest, M = Shaping, A = KeepCharge> {
     limiter: Q,
     cost: C,
     mode: M,
+    answered: A,
 }
 
 impl<Q: Limiter> RateLimitLayer<Q> {
-    /// A shaping layer over `limiter`, one token per request.
+    /// A shaping layer over `limiter`, one token per request (over a [`MultiRateLimiter`],
+    /// say what a request costs in each dimension with [`cost`](RateLimitLayer::cost)).
     ///
     /// # Examples
     ///
@@ -78,6 +84,7 @@ impl<Q: Limiter> RateLimitLayer<Q> {
             limiter: limiter.clone(),
             cost: OnePerRequest,
             mode: Shaping,
+            answered: KeepCharge,
         }
     }
 }
@@ -130,12 +137,14 @@ impl<F, Q: KeyedLimiter> RateLimitLayer<ByKey<Q::Key, F, Q::Hasher, Q>> {
             },
             cost: OnePerRequest,
             mode: Shaping,
+            answered: KeepCharge,
         }
     }
 }
 
-impl<Q, C, M> RateLimitLayer<Q, C, M> {
-    /// Makes each request cost `cost(&req)` tokens instead of one. A cost of 0 passes at once;
+impl<Q, C, M, A> RateLimitLayer<Q, C, M, A> {
+    /// Makes each request cost `cost(&req)` tokens instead of one (over a [`MultiRateLimiter`],
+    /// one amount per dimension: `|req| [1, estimate(req)]`). A cost of 0 passes at once;
     /// a cost above the burst waits until it has paid its debt (shaping) or is refused with
     /// `retry_after() == Duration::MAX` (enforcing). A [`Stagger`](crate::Stagger) counts one
     /// per request whatever the cost.
@@ -150,11 +159,12 @@ impl<Q, C, M> RateLimitLayer<Q, C, M> {
     /// // Batch requests cost one token per item.
     /// let _layer = RateLimitLayer::new(&limiter).cost(|batch: &Vec<String>| batch.len() as u64);
     /// ```
-    pub fn cost<C2>(self, cost: C2) -> RateLimitLayer<Q, C2, M> {
+    pub fn cost<C2>(self, cost: C2) -> RateLimitLayer<Q, C2, M, A> {
         RateLimitLayer {
             limiter: self.limiter,
             cost,
             mode: self.mode,
+            answered: self.answered,
         }
     }
 
@@ -185,11 +195,74 @@ impl<Q, C, M> RateLimitLayer<Q, C, M> {
     /// assert_eq!(api.oneshot((2, "other client")).await.unwrap(), "other client");
     /// # }
     /// ```
-    pub fn enforcing(self) -> RateLimitLayer<Q, C, Enforcing> {
+    pub fn enforcing(self) -> RateLimitLayer<Q, C, Enforcing, A> {
         RateLimitLayer {
             limiter: self.limiter,
             cost: self.cost,
             mode: Enforcing,
+            answered: self.answered,
+        }
+    }
+}
+
+impl<const N: usize, C, M> RateLimitLayer<MultiRateLimiter<N>, C, M> {
+    /// Settles each request's charge from its response: once the inner service answers
+    /// `Ok(response)`, the request's [`Permit`](crate::Permit) is settled with
+    /// `settle(&response)`, the cost it really had (the usage an LLM answer reports). A
+    /// smaller amount gives the difference back at once (the waiters it admits go at that
+    /// instant), a larger one is charged as debt, as [`Permit::settle`](crate::Permit::settle)
+    /// does. An `Err` from the inner service, or a response future dropped before the answer,
+    /// keeps the charge: what the estimate took stays taken.
+    ///
+    /// For a layer over a [`MultiRateLimiter`], shaping or enforcing (an announcing layer,
+    /// [`headers`](RateLimitLayer::headers), does not settle).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use paced::tower::RateLimitLayer;
+    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use tower::{ServiceBuilder, ServiceExt};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// struct Answer {
+    ///     tokens_used: u64,
+    /// }
+    /// let llm = MultiRateLimiter::builder(["requests", "tokens"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+    ///     .limit("tokens", Limit::bucket(Rate::per_second(100), 1_000))
+    ///     .build()
+    ///     .unwrap();
+    /// let complete = ServiceBuilder::new()
+    ///     .layer(
+    ///         RateLimitLayer::new(&llm)
+    ///             .cost(|_prompt: &&str| [1, 1_000]) // a generous estimate
+    ///             .settle(|answer: &Answer| [1, answer.tokens_used]),
+    ///     )
+    ///     .service_fn(|_prompt: &str| async { Ok::<_, Infallible>(Answer { tokens_used: 200 }) });
+    /// let start = Instant::now();
+    /// complete.clone().oneshot("hello").await.unwrap();
+    /// assert_eq!(llm.available(), [9, 800]); // 800 of the 1,000 came back
+    /// complete.oneshot("again").await.unwrap(); // waits 2 s for the 200 it lacks
+    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
+    /// # }
+    /// ```
+    pub fn settle<Resp, F>(
+        self,
+        settle: F,
+    ) -> RateLimitLayer<MultiRateLimiter<N>, C, M, SettleFrom<F>>
+    where
+        F: Fn(&Resp) -> [u64; N] + Clone,
+    {
+        RateLimitLayer {
+            limiter: self.limiter,
+            cost: self.cost,
+            mode: self.mode,
+            answered: SettleFrom { settle },
         }
     }
 }
@@ -234,12 +307,13 @@ impl<Q, C> RateLimitLayer<Q, C, Enforcing> {
             limiter: self.limiter,
             cost: self.cost,
             mode: super::Announcing::new(which),
+            answered: KeepCharge,
         }
     }
 }
 
-impl<S, Q: Clone, C: Clone, M: Clone> Layer<S> for RateLimitLayer<Q, C, M> {
-    type Service = RateLimit<S, Q, C, M>;
+impl<S, Q: Clone, C: Clone, M: Clone, A: Clone> Layer<S> for RateLimitLayer<Q, C, M, A> {
+    type Service = RateLimit<S, Q, C, M, A>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit::new(
@@ -247,13 +321,14 @@ impl<S, Q: Clone, C: Clone, M: Clone> Layer<S> for RateLimitLayer<Q, C, M> {
             self.limiter.clone(),
             self.cost.clone(),
             self.mode.clone(),
+            self.answered.clone(),
         )
     }
 }
 
 /// Shows the mode only: a limiter's own `Debug` may read its shared state, and a cost is
 /// usually a closure.
-impl<Q, C, M: fmt::Debug> fmt::Debug for RateLimitLayer<Q, C, M> {
+impl<Q, C, M: fmt::Debug, A> fmt::Debug for RateLimitLayer<Q, C, M, A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("mode", &self.mode)

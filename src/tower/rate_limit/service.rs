@@ -8,7 +8,8 @@ use tower_service::Service;
 use super::future::ResponseFuture;
 use crate::mode::{Enforcing, Shaping};
 use crate::tower::error::BoxError;
-use crate::tower::request::{Cost, OnePerRequest, RequestLimiter};
+use crate::tower::request::sealed::{Answered, RequestSealed};
+use crate::tower::request::{Cost, KeepCharge, OnePerRequest, RequestLimiter};
 
 /// A service whose requests draw their cost from a shared limiter before they reach `S`: built
 /// by [`RateLimitLayer`](super::RateLimitLayer), which documents the two flavours.
@@ -57,21 +58,24 @@ use crate::tower::request::{Cost, OnePerRequest, RequestLimiter};
 /// # }
 /// ```
 #[derive(Clone)]
-pub struct RateLimit<S, Q, C = OnePerRequest, M = Shaping> {
+pub struct RateLimit<S, Q, C = OnePerRequest, M = Shaping, A = KeepCharge> {
     inner: S,
     limiter: Q,
     cost: C,
     // The flavour is in the type (`Shaping` or `Enforcing`); the value is a unit.
     _mode: M,
+    // What a response does to its grant: nothing, or settle it.
+    answered: A,
 }
 
-impl<S, Q, C, M> RateLimit<S, Q, C, M> {
-    pub(super) fn new(inner: S, limiter: Q, cost: C, mode: M) -> Self {
+impl<S, Q, C, M, A> RateLimit<S, Q, C, M, A> {
+    pub(super) fn new(inner: S, limiter: Q, cost: C, mode: M, answered: A) -> Self {
         RateLimit {
             inner,
             limiter,
             cost,
             _mode: mode,
+            answered,
         }
     }
 
@@ -128,32 +132,33 @@ impl<S, Q, C, M> RateLimit<S, Q, C, M> {
     }
 }
 
-impl<S, Q, C, M> RateLimit<S, Q, C, M> {
+impl<S, Q, C, M, A: Clone> RateLimit<S, Q, C, M, A> {
     /// `call` for both flavours: the ready inner service goes into the future, a fresh clone
     /// stays for the next caller.
-    fn start<Req>(&mut self, req: Req) -> ResponseFuture<S, Req, Q, M>
+    fn start<Req>(&mut self, req: Req) -> ResponseFuture<S, Req, Q, M, A>
     where
         S: Service<Req> + Clone,
         Q: RequestLimiter<Req>,
-        C: Cost<Req>,
+        C: Cost<Req, Q::Cost>,
     {
         let fresh = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, fresh);
         let permit = self.limiter.permit(&req);
         let cost = self.cost.cost(&req);
-        ResponseFuture::new(permit, cost, ready, req)
+        ResponseFuture::new(permit, cost, self.answered.clone(), ready, req)
     }
 }
 
-impl<S, Req, Q, C> Service<Req> for RateLimit<S, Q, C, Shaping>
+impl<S, Req, Q, C, A> Service<Req> for RateLimit<S, Q, C, Shaping, A>
 where
     S: Service<Req> + Clone,
     Q: RequestLimiter<Req>,
-    C: Cost<Req>,
+    C: Cost<Req, Q::Cost>,
+    A: Answered<S::Response, <Q as RequestSealed<Req>>::Grant> + Clone,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = ResponseFuture<S, Req, Q, Shaping>;
+    type Future = ResponseFuture<S, Req, Q, Shaping, A>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -164,16 +169,17 @@ where
     }
 }
 
-impl<S, Req, Q, C> Service<Req> for RateLimit<S, Q, C, Enforcing>
+impl<S, Req, Q, C, A> Service<Req> for RateLimit<S, Q, C, Enforcing, A>
 where
     S: Service<Req> + Clone,
     S::Error: Into<BoxError>,
     Q: RequestLimiter<Req>,
-    C: Cost<Req>,
+    C: Cost<Req, Q::Cost>,
+    A: Answered<S::Response, <Q as RequestSealed<Req>>::Grant> + Clone,
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = ResponseFuture<S, Req, Q, Enforcing>;
+    type Future = ResponseFuture<S, Req, Q, Enforcing, A>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.inner.poll_ready(cx).map_err(Into::into)
@@ -191,7 +197,7 @@ impl<S, Req, Q, C, B> Service<Req> for RateLimit<S, Q, C, super::Announcing>
 where
     S: Service<Req, Response = http::Response<B>> + Clone,
     Q: RequestLimiter<Req>,
-    C: Cost<Req>,
+    C: Cost<Req, Q::Cost>,
     B: Default,
 {
     type Response = http::Response<B>;
@@ -213,7 +219,7 @@ where
     }
 }
 
-impl<S: fmt::Debug, Q, C, M: fmt::Debug> fmt::Debug for RateLimit<S, Q, C, M> {
+impl<S: fmt::Debug, Q, C, M: fmt::Debug, A> fmt::Debug for RateLimit<S, Q, C, M, A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
