@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::poll_fn;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -927,6 +927,9 @@ impl<const N: usize> fmt::Debug for Permit<N> {
 #[derive(Debug)]
 pub struct MultiRateLimiterPermit<const N: usize> {
     waiter: Option<Pin<Box<MultiWaiter<N>>>>,
+    /// When the last grant through it was made (a fixed window gives back only within the
+    /// window it was charged in).
+    at: Nanos,
 }
 
 type MultiWaiter<const N: usize> = Waiter<Arc<Shared<Limits<N>>>>;
@@ -943,7 +946,10 @@ impl<const N: usize> Draw for MultiRateLimiter<N> {
     }
 
     fn permit(&self) -> MultiRateLimiterPermit<N> {
-        MultiRateLimiterPermit { waiter: None }
+        MultiRateLimiterPermit {
+            waiter: None,
+            at: Nanos::ZERO,
+        }
     }
 
     fn poll_acquire(
@@ -952,24 +958,32 @@ impl<const N: usize> Draw for MultiRateLimiter<N> {
         cx: &mut Context<'_>,
         cost: [u64; N],
     ) -> Poll<()> {
+        let permit = permit.get_mut();
         let waiter = permit
-            .get_mut()
             .waiter
             .get_or_insert_with(|| Box::pin(Waiter::new(Arc::clone(&self.shared))));
         // Without a timeout a request is never refused.
-        waiter.as_mut().poll_acquire(cx, cost, None).map(|_| ())
+        let at = ready!(waiter.as_mut().poll_acquire_at(cx, cost, None));
+        permit.at = at.unwrap_or(Nanos::ZERO);
+        Poll::Ready(())
     }
 
     fn poll_try_acquire(
         &self,
-        _: Pin<&mut MultiRateLimiterPermit<N>>,
+        permit: Pin<&mut MultiRateLimiterPermit<N>>,
         cx: &mut Context<'_>,
         cost: [u64; N],
     ) -> Poll<Result<(), NotUntil>> {
-        coop::poll_try_acquire(cx, || self.shared.try_acquire(cost))
+        let permit = permit.get_mut();
+        coop::poll_try_acquire(cx, || {
+            let now = self.shared.now();
+            self.shared.try_acquire_at(Some(now), cost)?;
+            permit.at = now;
+            Ok(())
+        })
     }
 
-    fn grant(&self, cost: [u64; N]) -> Permit<N> {
-        self.permit(cost)
+    fn grant(&self, permit: Pin<&mut MultiRateLimiterPermit<N>>, cost: [u64; N]) -> Permit<N> {
+        self.permit(cost, permit.at)
     }
 }

@@ -92,8 +92,9 @@ pub(crate) mod sealed {
             cost: Self::Cost,
         ) -> Poll<Result<(), NotUntil>>;
 
-        /// The grant of `cost`, just made (by `poll_acquire` or `poll_try_acquire`).
-        fn grant(&self, cost: Self::Cost) -> Self::Grant;
+        /// The grant of `cost`, just made through `permit` (by `poll_acquire` or
+        /// `poll_try_acquire`).
+        fn grant(&self, permit: Pin<&mut Self::Permit>, cost: Self::Cost) -> Self::Grant;
     }
 
     impl<T: Sealed> Draw for T {
@@ -133,7 +134,7 @@ pub(crate) mod sealed {
         }
 
         #[inline]
-        fn grant(&self, _: u64) {}
+        fn grant(&self, _: Pin<&mut Self::Permit>, _: u64) {}
     }
 }
 

@@ -167,7 +167,8 @@ impl<Q: Limiter, Req> RequestSealed<Req> for Q {
 
     #[inline]
     fn grant(permit: Pin<&mut LimiterPermit<Q>>, cost: Q::Cost) -> Q::Grant {
-        permit.limiter.grant(cost)
+        let me = permit.project();
+        me.limiter.grant(me.permit, cost)
     }
 
     #[cfg(feature = "http")]
