@@ -212,6 +212,11 @@ fn multi(c: &mut Criterion) {
     let _guard = rt.enter();
     let mut group = c.benchmark_group("multi");
     let free = || Limit::bucket(Rate::per_second(1_000_000_000), u64::MAX / 2);
+    // One read of tokio's clock, the floor under every row: compare work above it.
+    bench_try(&mut group, "clock/tokio_instant_now", || {
+        black_box(tokio::time::Instant::now());
+        true
+    });
 
     let one: MultiRateLimiter<1> = MultiRateLimiter::builder(["tokens"])
         .limit("tokens", free())
