@@ -376,6 +376,104 @@ async fn a_keyed_limiter_keeps_each_keys_limits_under_its_own_hash_tag() {
     assert!(matches!(timed, Err(TryAcquireError::NotUntil(_))));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_limit_is_kept_in_redis_for_every_instance_keeping_levels() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let build = || {
+        RedisMultiRateLimiter::builder(&server.url(), "set", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_minute(1), 5))
+            .limit("tokens", Limit::bucket(Rate::per_minute(1), 100))
+            .limit("tokens", Limit::window(200, Duration::from_secs(3_600)))
+            .build()
+            .unwrap()
+    };
+    // Two instances, two connections: one process's change, the other's next request.
+    let (a, b) = (build(), build());
+    a.try_acquire([2, 90]).await.unwrap();
+    a.set_limit(0, Limit::bucket(Rate::per_minute(1), 2))
+        .await
+        .unwrap();
+    a.set_limit(1, Limit::bucket(Rate::per_minute(1), 1_000))
+        .await
+        .unwrap();
+    let pttl: i64 = redis::cmd("PTTL").arg("{set}").query(&mut conn).unwrap();
+    assert_eq!(pttl, -1, "a quota with limits set is configuration");
+    let levels = state(&mut conn, "{set}");
+    // The requests' level, 3, is capped at the new burst; the tokens keep their 10.
+    assert_near(levels[1], 2.0);
+    assert_near(levels[3], 10.0);
+    // The other instance obeys the new burst of requests...
+    b.try_acquire([2, 0]).await.unwrap();
+    assert!(matches!(
+        b.try_acquire([1, 0]).await,
+        Err(TryAcquireError::NotUntil(_))
+    ));
+    // ...and the tokens' level was kept, not raised to the new burst of 1000.
+    a.set_limit(0, Limit::bucket(Rate::per_second(1_000), 100))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(matches!(
+        b.try_acquire([1, 11]).await,
+        Err(TryAcquireError::NotUntil(_))
+    ));
+    b.try_acquire([1, 10]).await.unwrap();
+    // A window keeps what its current window used (100 of 200): a quota of 120 leaves 20.
+    a.set_limit(1, Limit::bucket(Rate::per_second(1_000), 1_000))
+        .await
+        .unwrap();
+    a.set_limit(2, Limit::window(120, Duration::from_secs(3_600)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(matches!(
+        b.try_acquire([1, 21]).await,
+        Err(TryAcquireError::NotUntil(_))
+    ));
+    b.try_acquire([1, 20]).await.unwrap();
+    // Wrong kind, no such limit, invalid: nothing sent.
+    for (index, limit, expected) in [
+        (
+            0,
+            Limit::window(5, Duration::from_secs(1)),
+            ConfigError::LimitKind,
+        ),
+        (
+            2,
+            Limit::bucket(Rate::per_second(1), 5),
+            ConfigError::LimitKind,
+        ),
+        (
+            3,
+            Limit::bucket(Rate::per_second(1), 5),
+            ConfigError::NoSuchLimit,
+        ),
+        (
+            0,
+            Limit::bucket(Rate::per_second(1), 0),
+            ConfigError::ZeroBurst,
+        ),
+    ] {
+        match a.set_limit(index, limit).await {
+            Err(RedisLimiterError::Config(e)) => assert_eq!(e, expected),
+            other => panic!("{other:?}"),
+        }
+    }
+    // The keyed limiter sets one key's limit; the other keys keep the builder's.
+    let keyed = RedisKeyedMultiRateLimiter::<String, 1>::builder(&server.url(), "ks", ["r"])
+        .limit("r", Limit::bucket(Rate::per_minute(1), 3))
+        .build()
+        .unwrap();
+    keyed
+        .set_limit("one", 0, Limit::bucket(Rate::per_minute(1), 1))
+        .await
+        .unwrap();
+    keyed.try_acquire("one", [1]).await.unwrap();
+    assert!(keyed.try_acquire("one", [1]).await.is_err());
+    keyed.try_acquire("two", [3]).await.unwrap();
+}
+
 #[test]
 fn the_configuration_is_checked() {
     let runtime = tokio::runtime::Builder::new_current_thread()

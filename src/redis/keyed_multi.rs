@@ -240,6 +240,26 @@ where
         self.quota(key).try_acquire(cost).await
     }
 
+    /// Replaces the limit at `index` of `key`'s quota in Redis, for every process, keeping its
+    /// level; see [`RedisMultiRateLimiter::set_limit`]. The other keys keep the builder's
+    /// limits.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisMultiRateLimiter::set_limit`].
+    pub async fn set_limit<Q>(
+        &self,
+        key: &Q,
+        index: usize,
+        limit: Limit,
+    ) -> Result<(), RedisLimiterError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
+    {
+        self.quota(key).set_limit(index, limit).await
+    }
+
     /// This process's counters, over all keys (`keys`: the keys this process knows now).
     pub fn stats(&self) -> RedisStats {
         RedisStats::read(&self.inner.counters, lock(&self.quotas).len())

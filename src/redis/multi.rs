@@ -100,28 +100,7 @@ impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
                 .position(|n| n == name)
                 .ok_or(config(ConfigError::UnknownDimension))?;
             limit.check().map_err(config)?;
-            let kind = match (limit.as_bucket(), limit.as_window()) {
-                (Some((rate, burst)), _) => Kind::Bucket {
-                    rate,
-                    burst,
-                    interval_us: policy::interval_us(rate),
-                },
-                (None, Some((quota, window, origin))) => {
-                    let len_us = window.as_nanos() as f64 / 1_000.0;
-                    let origin_us = match origin.duration_since(SystemTime::UNIX_EPOCH) {
-                        Ok(after) => after.as_nanos() as f64 / 1_000.0,
-                        Err(before) => -(before.duration().as_nanos() as f64 / 1_000.0),
-                    };
-                    Kind::Window {
-                        quota,
-                        window,
-                        origin,
-                        len_us,
-                        phase_us: origin_us.rem_euclid(len_us),
-                    }
-                }
-                (None, None) => unreachable!("a limit is a bucket or a window"),
-            };
+            let kind = Kind::of(limit);
             limits.push(RedisLimit { dim, kind });
         }
         let conn = self.target.connect(self.response_timeout)?;
@@ -176,6 +155,50 @@ enum Kind {
     },
 }
 
+impl Kind {
+    /// The script's form of a checked `limit`.
+    fn of(limit: &Limit) -> Kind {
+        match (limit.as_bucket(), limit.as_window()) {
+            (Some((rate, burst)), _) => Kind::Bucket {
+                rate,
+                burst,
+                interval_us: policy::interval_us(rate),
+            },
+            (None, Some((quota, window, origin))) => {
+                let len_us = window.as_nanos() as f64 / 1_000.0;
+                let origin_us = match origin.duration_since(SystemTime::UNIX_EPOCH) {
+                    Ok(after) => after.as_nanos() as f64 / 1_000.0,
+                    Err(before) => -(before.duration().as_nanos() as f64 / 1_000.0),
+                };
+                Kind::Window {
+                    quota,
+                    window,
+                    origin,
+                    len_us,
+                    phase_us: origin_us.rem_euclid(len_us),
+                }
+            }
+            (None, None) => unreachable!("a limit is a bucket or a window"),
+        }
+    }
+
+    /// The script's four numbers: kind, then a bucket's microseconds per token and burst (and
+    /// 0), or a window's length, quota and phase.
+    fn values(&self) -> [f64; 4] {
+        match *self {
+            Kind::Bucket {
+                burst, interval_us, ..
+            } => [0.0, interval_us, round_down(burst), 0.0],
+            Kind::Window {
+                quota,
+                len_us,
+                phase_us,
+                ..
+            } => [1.0, len_us, round_down(quota), phase_us],
+        }
+    }
+}
+
 /// What every quota of a limiter shares: the connection, the script, the limits, the policy,
 /// the counters.
 pub(super) struct Inner<const N: usize> {
@@ -218,8 +241,9 @@ impl<const N: usize> Quota<N> {
 /// the fleet (in the order Redis received them), each at the earliest instant at which every
 /// limit has room, never before an earlier grant (its wait is the latest of the limits').
 /// Every limit lives in one key, `{name}`, so on a Redis Cluster in one slot. A fixed
-/// window's boundaries are on Redis's clock. No leases, and no `set_limit`: every process
-/// must give the same limits (a state of another number of limits is a reply error).
+/// window's boundaries are on Redis's clock. No leases. Every process must give the same
+/// limits (a state of another number of limits is a reply error);
+/// [`set_limit`](Self::set_limit) changes one for the whole fleet, in Redis.
 ///
 /// # Examples
 ///
@@ -416,6 +440,51 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         }
     }
 
+    /// Replaces the limit at `index` (the number of
+    /// [`limit`](RedisMultiRateLimiterBuilder::limit) calls before it) in Redis, for every
+    /// process from its next request, keeping its level as
+    /// [`MultiRateLimiter::set_limit`] does: a bucket keeps the tokens it holds (or lacks),
+    /// capped at the new burst; a fixed window keeps what the current window used (carried
+    /// into the window of the new length that holds now). One round trip.
+    ///
+    /// The limits set are kept in the quota's key with its state, which then no longer
+    /// expires (it is configuration, as a key's own limit of
+    /// [`RedisKeyedRateLimiter::set_limit`](crate::RedisKeyedRateLimiter::set_limit) is);
+    /// deleting the key gives the builders' limits back. The fail-open fallback keeps the
+    /// builder's limits.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisLimiterError::Config`]: [`ConfigError::NoSuchLimit`] if there is no limit at
+    /// `index`, [`ConfigError::LimitKind`] for a limit of the other kind, or an invalid limit;
+    /// [`RedisLimiterError::Unavailable`] when Redis is unreachable,
+    /// [`RedisLimiterError::Reply`] when it answers with an error: nothing was changed.
+    pub async fn set_limit(&self, index: usize, limit: Limit) -> Result<(), RedisLimiterError> {
+        let config = RedisLimiterError::Config;
+        let old = self
+            .inner
+            .limits
+            .get(index)
+            .ok_or(config(ConfigError::NoSuchLimit))?;
+        limit.check().map_err(config)?;
+        let new = Kind::of(&limit);
+        if matches!(old.kind, Kind::Bucket { .. }) != matches!(new, Kind::Bucket { .. }) {
+            return Err(config(ConfigError::LimitKind));
+        }
+        let mut extra = Vec::with_capacity(40);
+        for v in [index as f64 + 1.0].into_iter().chain(new.values()) {
+            extra.extend_from_slice(&v.to_le_bytes());
+        }
+        match self.call("limit", self.spec(|_| 0.0), Some(extra)).await {
+            Ok(_) => {
+                self.recovered();
+                Ok(())
+            }
+            Err(Failure::Reply(e)) => Err(RedisLimiterError::Reply(e)),
+            Err(Failure::Outage(e)) => Err(RedisLimiterError::Unavailable(e)),
+        }
+    }
+
     /// This process's counters (`keys` is 1: the quota's one key).
     pub fn stats(&self) -> RedisStats {
         RedisStats::read(&self.inner.counters, 1)
@@ -439,17 +508,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     fn spec(&self, amount: impl Fn(usize) -> f64) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.inner.limits.len() * 40);
         for limit in &self.inner.limits {
-            let values = match limit.kind {
-                Kind::Bucket {
-                    burst, interval_us, ..
-                } => [0.0, interval_us, round_down(burst), 0.0],
-                Kind::Window {
-                    quota,
-                    len_us,
-                    phase_us,
-                    ..
-                } => [1.0, len_us, round_down(quota), phase_us],
-            };
+            let values = limit.kind.values();
             for v in values.into_iter().chain([amount(limit.dim)]) {
                 out.extend_from_slice(&v.to_le_bytes());
             }
@@ -463,7 +522,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         &self,
         mode: &str,
         spec: Vec<u8>,
-        extra: Option<u64>,
+        extra: Option<Vec<u8>>,
     ) -> Result<(u64, u64, u64), Failure> {
         let inner = &self.inner;
         inner.counters.round_trip();
@@ -474,7 +533,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             .arg(mode)
             .arg(spec);
         if let Some(extra) = extra {
-            cmd.arg(round_down(extra).to_le_bytes().as_slice());
+            cmd.arg(extra);
         }
         let reply = match inner.conn.clone() {
             Conn::Single(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,
@@ -489,7 +548,8 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         spec: Vec<u8>,
         max_wait_us: Option<u64>,
     ) -> Result<Answer, Failure> {
-        Ok(match self.call(mode, spec, max_wait_us).await? {
+        let extra = max_wait_us.map(micros);
+        Ok(match self.call(mode, spec, extra).await? {
             (0, wait_us, _) => Answer::Refused(wait_from_us(wait_us)),
             (_, wait_us, at_us) => Answer::Granted(wait_from_us(wait_us), at_us),
         })
@@ -701,12 +761,17 @@ impl<const N: usize> RedisMultiPermit<N> {
                 -round_down(c - a)
             }
         });
-        match limiter.call("settle", spec, Some(at_us)).await {
+        match limiter.call("settle", spec, Some(micros(at_us))).await {
             Ok(_) => Ok(()),
             Err(Failure::Reply(e)) => Err(RedisLimiterError::Reply(e)),
             Err(Failure::Outage(e)) => Err(RedisLimiterError::Unavailable(e)),
         }
     }
+}
+
+/// A number of microseconds as the script reads it: one little-endian double.
+fn micros(us: u64) -> Vec<u8> {
+    round_down(us).to_le_bytes().to_vec()
 }
 
 fn sum<const N: usize>(cost: [u64; N]) -> u64 {
