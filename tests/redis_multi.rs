@@ -474,6 +474,46 @@ async fn set_limit_is_kept_in_redis_for_every_instance_keeping_levels() {
     keyed.try_acquire("two", [3]).await.unwrap();
 }
 
+/// A worker process's part of the test above: `obey <url> <name>` builds [`slow`] with the
+/// builder's 5 requests and prints how many `[1, 0]` it is granted now (the limit set in Redis
+/// by another process, 2 of its 3 left, decides).
+fn obey(url: &str, name: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let granted = runtime.block_on(async {
+        let llm = slow(url, name, 5, 100);
+        let mut granted = 0;
+        while llm.try_acquire([1, 0]).await.is_ok() {
+            granted += 1;
+            assert!(granted <= 5, "more than the builder's burst");
+        }
+        granted
+    });
+    println!("obeyed: {granted}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_obeys_a_limit_set_in_redis() {
+    let server = Server::start();
+    let llm = slow(&server.url(), "obey", 5, 100);
+    llm.try_acquire([2, 0]).await.unwrap();
+    llm.set_limit(0, Limit::bucket(Rate::per_minute(1), 2))
+        .await
+        .unwrap();
+    let exe = std::env::current_exe().expect("test binary path");
+    let out = Command::new(&exe)
+        .args(["worker_process", "--exact", "--ignored", "--nocapture"])
+        .args(["--test-threads", "1"])
+        .env(WORKER, ["obey", &server.url(), "obey"].join("\n"))
+        .output()
+        .expect("run a worker process");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "worker failed: {out:?}");
+    assert!(stdout.contains("obeyed: 2"), "{stdout}");
+}
+
 #[test]
 fn the_configuration_is_checked() {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -540,6 +580,9 @@ fn worker_process() {
         return;
     };
     let args: Vec<&str> = args.lines().collect();
+    if let ["obey", url, name] = args[..] {
+        return obey(url, name);
+    }
     let ["fleet", url, name, millis, seed] = args[..] else {
         panic!("unknown worker arguments: {args:?}");
     };
