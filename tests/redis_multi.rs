@@ -514,6 +514,96 @@ async fn another_process_obeys_a_limit_set_in_redis() {
     assert!(stdout.contains("obeyed: 2"), "{stdout}");
 }
 
+/// Requests (bucket of 50) and tokens (bucket of 1000 and 600 an hour), each refilling
+/// one a minute, under `name`, with a lease if given.
+fn leased(url: &str, name: &str, lease: Option<([u64; 2], Duration)>) -> RedisMultiRateLimiter<2> {
+    let mut builder = RedisMultiRateLimiter::builder(url, name, ["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_minute(1), 50))
+        .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
+        .limit("tokens", Limit::window(600, Duration::from_secs(3_600)));
+    if let Some((max_tokens, max_age)) = lease {
+        builder = builder.lease(max_tokens, max_age);
+    }
+    builder.build().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_is_charged_in_redis_at_once_and_grants_locally() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let minute = Duration::from_secs(60);
+    let a = leased(&server.url(), "lease", Some(([10, 100], minute)));
+    let b = leased(&server.url(), "lease", None);
+    // The first grant takes its cost and a lease of [10, 100] beyond it, charged at once.
+    a.try_acquire([1, 5]).await.unwrap();
+    let s = state(&mut conn, "{lease}");
+    assert_near(s[1], 39.0);
+    assert_near(s[3], 895.0);
+    assert_near(s[6], 105.0);
+    // Ten grants from the lease: no round trip, nothing more charged.
+    for _ in 0..10 {
+        a.try_acquire([1, 5]).await.unwrap();
+    }
+    let stats = a.stats();
+    assert_eq!(
+        (stats.round_trips, stats.from_lease, stats.granted),
+        (1, 10, 11)
+    );
+    assert_near(state(&mut conn, "{lease}")[1], 39.0);
+    // Its requests spent, the next grant takes a new lease (what was left stays charged).
+    a.try_acquire([1, 5]).await.unwrap();
+    assert_eq!(a.stats().round_trips, 2);
+    let s = state(&mut conn, "{lease}");
+    assert_near(s[1], 28.0);
+    assert_near(s[3], 790.0);
+    assert_near(s[6], 210.0);
+    // Another process sees every leased token charged.
+    b.try_acquire([28, 0]).await.unwrap();
+    assert!(matches!(
+        b.try_acquire([1, 0]).await,
+        Err(TryAcquireError::NotUntil(_))
+    ));
+    // A grant from the lease is settled in Redis.
+    let permit = a.acquire([1, 5]).await.unwrap();
+    assert_eq!(a.stats().round_trips, 2);
+    permit.settle([1, 1]).await.unwrap();
+    assert_eq!(a.stats().round_trips, 3);
+    let s = state(&mut conn, "{lease}");
+    assert_near(s[3], 794.0);
+    assert_near(s[6], 206.0);
+    // A lease takes, per dimension, the least room of its limits: 49 requests, and 595
+    // tokens (the window's room, below the bucket's 995).
+    let c = leased(&server.url(), "room", Some(([1_000, 1_000], minute)));
+    c.try_acquire([1, 5]).await.unwrap();
+    let s = state(&mut conn, "{room}");
+    assert_near(s[1], 0.0);
+    assert_near(s[3], 400.0);
+    assert_near(s[6], 600.0);
+    c.try_acquire([49, 595]).await.unwrap();
+    assert!(c.try_acquire([1, 0]).await.is_err());
+    assert_eq!(c.stats().round_trips, 2);
+    // An expired lease grants nothing.
+    let d = leased(
+        &server.url(),
+        "age",
+        Some(([10, 10], Duration::from_millis(100))),
+    );
+    d.try_acquire([1, 1]).await.unwrap();
+    d.try_acquire([1, 1]).await.unwrap();
+    assert_eq!(d.stats().round_trips, 1);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    d.try_acquire([1, 1]).await.unwrap();
+    assert_eq!(d.stats().round_trips, 2);
+    // A lease of nothing is a configuration error.
+    let zero = RedisMultiRateLimiter::<2>::builder(&server.url(), "z", ["requests", "tokens"])
+        .lease([0, 0], minute)
+        .build();
+    assert!(matches!(
+        zero,
+        Err(RedisLimiterError::Config(ConfigError::ZeroLease))
+    ));
+}
+
 #[test]
 fn the_configuration_is_checked() {
     let runtime = tokio::runtime::Builder::new_current_thread()

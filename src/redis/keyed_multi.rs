@@ -48,6 +48,11 @@ where
         self.map(|b| b.failure_policy(policy))
     }
 
+    /// See [`RedisMultiRateLimiterBuilder::lease`]: a lease per key, in each process.
+    pub fn lease(self, max_tokens: [u64; N], max_age: Duration) -> Self {
+        self.map(|b| b.lease(max_tokens, max_age))
+    }
+
     /// See [`RedisMultiRateLimiterBuilder::response_timeout`].
     pub fn response_timeout(self, timeout: Duration) -> Self {
         self.map(|b| b.response_timeout(timeout))

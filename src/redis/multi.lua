@@ -32,12 +32,17 @@
 --          with: a reservation that would wait longer is refused, taking nothing.
 --          "settle" only: a double, the Redis time the grant was charged at (for windows).
 --          "limit" only: five doubles: the limit's index (from 1), kind, x, y, z.
+--          "try" only, optional: a lease: two doubles per limit, its dimension (a number from
+--          0) and the most to take beyond the cost on that dimension; a grant then also takes,
+--          per dimension, the least any of its limits has room for beyond the cost (whole
+--          tokens, at most that most), charged at once like the cost.
 --
 -- Format versions: as gcra.lua. A state whose first byte is another version, or whose length
 -- is not this limiter's number of limits, is answered with an error and left as it is.
 --
 -- Returns { granted, wait_us, at }: granted = 1, usable after wait_us (0: at once), charged at
--- Redis time <at>; granted = 0, refused, taking nothing, grantable in wait_us. wait_us =
+-- Redis time <at> (a "try" with a lease: then what each limit's dimension took beyond the
+-- cost, one number per limit); granted = 0, refused, taking nothing, grantable in wait_us. wait_us =
 -- NEVER_US means never.
 local VERSION = 1
 local NEVER_US = 18446744073709552 -- ceil(2^64 / 1000), a double exactly
@@ -230,9 +235,32 @@ end
 if mode == 'try' and wait > 0 then
   return { 0, wait, 0 }
 end
-local max_wait = ARGV[3] and struct.unpack('<d', ARGV[3])
+local max_wait = mode == 'reserve' and ARGV[3] and struct.unpack('<d', ARGV[3])
 if max_wait and wait > max_wait then
   return { 0, wait, 0 }
+end
+-- A lease ("try" only, so granted now: ready = t0): per dimension, the least room beyond the
+-- cost of any of its limits, whole tokens, at most the most asked for.
+local leased = nil
+if mode == 'try' and ARGV[3] then
+  local dim, extra = {}, {}
+  for i = 1, m do
+    local d, want = struct.unpack('<dd', ARGV[3], (i - 1) * 16 + 1)
+    local room
+    if kind[i] == 0 then
+      room = a[i] - amount[i]
+    else
+      room = y[i] - used_in(i, current(i, t0)) - amount[i]
+    end
+    room = math.max(0, math.floor(room))
+    dim[i] = d
+    extra[d] = math.min(extra[d] or want, room)
+  end
+  leased = {}
+  for i = 1, m do
+    leased[i] = extra[dim[i]]
+    amount[i] = amount[i] + leased[i]
+  end
 end
 for i = 1, m do
   local c = amount[i]
@@ -253,4 +281,11 @@ for i = 1, m do
   end
 end
 store(ready)
+if leased then
+  local reply = { 1, wait, ready }
+  for i = 1, m do
+    reply[3 + i] = leased[i]
+  end
+  return reply
+end
 return { 1, wait, ready }
