@@ -6,7 +6,8 @@
 //! and each calls `try_acquire` `CALLS / TASKS` times, with limits that never bind (1e6/s,
 //! bucket 1e9 on every limit; see `benches/redis.rs` on why not faster): the one-limit
 //! limiter's `try_acquire(1)`, no lease, and the two-limit limiter's `try_acquire([1, 1])`
-//! (a bucket on "requests" and one on "tokens"). Each row runs `ROUNDS` times, alternating, after
+//! (a bucket on "requests" and one on "tokens"), and the same with `.lease([100, 100], 5 ms)`
+//! (one round trip per 101 grants while the lease lasts). Each row runs `ROUNDS` times, alternating, after
 //! `WARM_UP` untimed calls; the run fails unless every call was granted and the limiter's own
 //! counters show no refusal and no error. Printed: grants/s (median and best round) and round
 //! trips per grant (`stats().round_trips / stats().granted`; the goal is 1).
@@ -43,6 +44,7 @@ const HANG: Duration = Duration::from_secs(60);
 enum Contender {
     One(RedisRateLimiter),
     Two(RedisMultiRateLimiter<2>),
+    Leased(RedisMultiRateLimiter<2>),
 }
 
 impl Contender {
@@ -50,20 +52,21 @@ impl Contender {
         match self {
             Contender::One(_) => "RedisRateLimiter::try_acquire(1), one limit",
             Contender::Two(_) => "RedisMultiRateLimiter::try_acquire([1, 1]), two limits",
+            Contender::Leased(_) => "the same, lease([100, 100], 5 ms)",
         }
     }
 
     async fn try_acquire(&self) -> bool {
         match self {
             Contender::One(l) => l.try_acquire(1).await.is_ok(),
-            Contender::Two(l) => l.try_acquire([1, 1]).await.is_ok(),
+            Contender::Two(l) | Contender::Leased(l) => l.try_acquire([1, 1]).await.is_ok(),
         }
     }
 
     fn stats(&self) -> RedisStats {
         match self {
             Contender::One(l) => l.stats(),
-            Contender::Two(l) => l.stats(),
+            Contender::Two(l) | Contender::Leased(l) => l.stats(),
         }
     }
 }
@@ -114,7 +117,19 @@ fn main() {
             .build()
             .expect("a valid configuration")
     });
-    let rows = [Contender::One(one), Contender::Two(two)];
+    let leased = rt.block_on(async {
+        RedisMultiRateLimiter::builder(&url, "leased", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(rate, FREE_BURST))
+            .limit("tokens", Limit::bucket(rate, FREE_BURST))
+            .lease([100, 100], Duration::from_millis(5))
+            .build()
+            .expect("a valid configuration")
+    });
+    let rows = [
+        Contender::One(one),
+        Contender::Two(two),
+        Contender::Leased(leased),
+    ];
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
     rt.block_on(async {
         for row in &rows {
