@@ -673,7 +673,7 @@ fn worker_process() {
     if let ["obey", url, name] = args[..] {
         return obey(url, name);
     }
-    let ["fleet", url, name, millis, seed] = args[..] else {
+    let ["fleet", url, name, millis, seed, lease] = args[..] else {
         panic!("unknown worker arguments: {args:?}");
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -681,7 +681,12 @@ fn worker_process() {
         .build()
         .unwrap();
     let grants = runtime.block_on(async {
-        let llm = fleet(url, name);
+        let leased = lease == "1";
+        let llm = if leased {
+            fleet_leased(url, name)
+        } else {
+            fleet(url, name)
+        };
         let end = Instant::now() + Duration::from_millis(millis.parse().unwrap());
         let mut seed: u64 = seed.parse().unwrap();
         let mut grants = Vec::new();
@@ -690,9 +695,21 @@ fn worker_process() {
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1_442_695_040_888_963_407);
             let estimate = 1 + (seed >> 33) % 20;
-            let permit = llm.acquire([1, estimate]).await.unwrap();
+            let permit = if leased {
+                match llm.try_acquire([1, estimate]).await {
+                    Ok(permit) => permit,
+                    Err(TryAcquireError::NotUntil(_)) => {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        continue;
+                    }
+                    Err(e) => panic!("{e:?}"),
+                }
+            } else {
+                llm.acquire([1, estimate]).await.unwrap()
+            };
             grants.push(format!("{},1,{estimate}", wall_ns()));
-            let actual = if (seed >> 40) % 4 == 0 {
+            // With leases, only down (a debt replayed from grants would not be Redis's).
+            let actual = if !leased && (seed >> 40) % 4 == 0 {
                 estimate + 1 + (seed >> 45) % 10
             } else {
                 estimate.div_ceil(2)
@@ -705,10 +722,13 @@ fn worker_process() {
         }
         let stats = llm.stats();
         // One round trip per grant and one per settle that changes anything: one per event.
-        assert_eq!(stats.round_trips, grants.len() as u64, "{stats:?}");
-        grants
+        if !leased {
+            assert_eq!(stats.round_trips, grants.len() as u64, "{stats:?}");
+        }
+        (grants, stats.from_lease)
     });
-    println!("worker: {}", grants.join(" "));
+    println!("from leases: {}", grants.1);
+    println!("worker: {}", grants.0.join(" "));
 }
 
 /// Every span [t, t + w] of the merged timeline holds at most `burst + (w + slack) * rate`
@@ -716,8 +736,14 @@ fn worker_process() {
 /// debt still unpaid at the span's end (the bucket's level below zero, replayed from the same
 /// events), and every fixed window at most its quota of requests (counting the charges seen
 /// from `slack` after its start to its end: an event is seen up to `slack` after Redis made
-/// it).
-fn check_bounds(events: &[(u128, [i64; 2])], slack: Duration) -> Result<(), String> {
+/// it). With leases of `leased` per process (`PROCESSES` of them), each bound plus what the
+/// leases held: `PROCESSES * leased[d]`.
+fn check_bounds(
+    events: &[(u128, [i64; 2])],
+    slack: Duration,
+    leased: [u64; 2],
+) -> Result<(), String> {
+    let held = |d: usize| (PROCESSES as u64 * leased[d]) as i64;
     let mut sorted = events.to_vec();
     sorted.sort_by_key(|&(at, _)| at);
     let len = WINDOW.1.as_nanos();
@@ -730,7 +756,7 @@ fn check_bounds(events: &[(u128, [i64; 2])], slack: Duration) -> Result<(), Stri
             .filter(|&&(at, _)| at >= from && at < to)
             .map(|&(_, cost)| cost[0])
             .sum();
-        if used > WINDOW.0 as i64 {
+        if used > WINDOW.0 as i64 + held(0) {
             return Err(format!("{used} requests in the window from {k}"));
         }
         while i < sorted.len() && sorted[i].0 / len == k {
@@ -757,12 +783,15 @@ fn check_bounds(events: &[(u128, [i64; 2])], slack: Duration) -> Result<(), Stri
             for j in i..sorted.len() {
                 sum += sorted[j].1[dim];
                 let span = (sorted[j].0 - sorted[i].0) as f64 / 1e9;
-                let allowed = burst as f64 + (span + slack.as_secs_f64()) * rate + debt[j];
+                // With leases nothing settles up, and a grant's debt replayed at its grant
+                // (not at its lease's charge) is no debt: none counted.
+                let debt = if leased == [0, 0] { debt[j] } else { 0.0 };
+                let allowed =
+                    burst as f64 + (span + slack.as_secs_f64()) * rate + debt + held(dim) as f64;
                 if sum as f64 > allowed + 1e-9 {
                     return Err(format!(
                         "limit {dim}: {sum} within {span:.6} s (allowed {allowed:.2}, of which \
-                         {:.2} unpaid debt)",
-                        debt[j]
+                         {debt:.2} unpaid debt)"
                     ));
                 }
             }
@@ -772,13 +801,42 @@ fn check_bounds(events: &[(u128, [i64; 2])], slack: Duration) -> Result<(), Stri
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn four_processes_keep_every_limit() {
+/// The fleet's processes.
+const PROCESSES: usize = 4;
+
+/// The lease of [`fleet_leased`]: 2 requests and 20 tokens, for 50 ms.
+const LEASE: ([u64; 2], Duration) = ([2, 20], Duration::from_millis(50));
+
+fn fleet_leased(url: &str, name: &str) -> RedisMultiRateLimiter<2> {
+    RedisMultiRateLimiter::builder(url, name, ["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_second(20), FLEET[0].1))
+        .limit("tokens", Limit::bucket(Rate::per_second(100), FLEET[1].1))
+        .limit("requests", Limit::window(WINDOW.0, WINDOW.1))
+        .lease(LEASE.0, LEASE.1)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn four_processes_keep_every_limit() {
+    run_fleet(false);
+}
+
+/// The same fleet granting with `try_acquire` from leases (settling down only): every bound
+/// plus what the leases held.
+#[test]
+fn four_processes_with_leases_keep_every_limit_plus_the_leases() {
+    run_fleet(true);
+}
+
+fn run_fleet(leased: bool) {
     let server = Server::start();
     let exe = std::env::current_exe().expect("test binary path");
-    let workers: Vec<_> = (0..4)
+    let lease = if leased { "1" } else { "0" };
+    let workers: Vec<_> = (0..PROCESSES)
         .map(|seed| {
-            let args = ["fleet", &server.url(), "fleet", "2500", &seed.to_string()].join("\n");
+            let seed = seed.to_string();
+            let args = ["fleet", &server.url(), "fleet", "2500", &seed, lease].join("\n");
             Command::new(&exe)
                 .args(["worker_process", "--exact", "--ignored", "--nocapture"])
                 .args(["--test-threads", "1"])
@@ -790,6 +848,7 @@ async fn four_processes_keep_every_limit() {
         .collect();
     let mut grants = Vec::new();
     let mut per_worker = Vec::new();
+    let mut from_leases = 0;
     for worker in workers {
         let out = worker.wait_with_output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -809,18 +868,24 @@ async fn four_processes_keep_every_limit() {
             })
             .collect();
         per_worker.push(mine.iter().filter(|e| e.1[0] == 1).count());
+        from_leases += stdout
+            .lines()
+            .find_map(|l| l.split_once("from leases: ").map(|(_, n)| n.to_owned()))
+            .map_or(0, |n| n.parse::<u64>().unwrap());
         grants.extend(mine);
     }
-    println!("grants per process: {per_worker:?}");
+    println!("grants per process: {per_worker:?}, {from_leases} from leases");
+    assert_eq!(from_leases > 0, leased);
     // Every process was served, and the fleet used its quota: tokens bind (about 8 a grant with
     // the debts, 100/s for 2.5 s: some 30 grants), requests (20/s) do not.
     assert!(per_worker.iter().all(|&n| n > 0), "{per_worker:?}");
     let granted: usize = per_worker.iter().sum();
     assert!(granted >= 20, "{granted} grants");
-    // Some grants settled up.
-    assert!(grants.iter().any(|e| e.1[0] == 0 && e.1[1] > 0));
+    // Some grants settled up (without leases).
+    assert_eq!(grants.iter().any(|e| e.1[0] == 0 && e.1[1] > 0), !leased);
     // Within one round trip and a late timer: 20 ms.
-    check_bounds(&grants, Duration::from_millis(20)).unwrap();
+    let held = if leased { LEASE.0 } else { [0, 0] };
+    check_bounds(&grants, Duration::from_millis(20), held).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
