@@ -376,6 +376,234 @@ async fn a_keyed_limiter_keeps_each_keys_limits_under_its_own_hash_tag() {
     assert!(matches!(timed, Err(TryAcquireError::NotUntil(_))));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_limit_is_kept_in_redis_for_every_instance_keeping_levels() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let build = || {
+        RedisMultiRateLimiter::builder(&server.url(), "set", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_minute(1), 5))
+            .limit("tokens", Limit::bucket(Rate::per_minute(1), 100))
+            .limit("tokens", Limit::window(200, Duration::from_secs(3_600)))
+            .build()
+            .unwrap()
+    };
+    // Two instances, two connections: one process's change, the other's next request.
+    let (a, b) = (build(), build());
+    a.try_acquire([2, 90]).await.unwrap();
+    a.set_limit(0, Limit::bucket(Rate::per_minute(1), 2))
+        .await
+        .unwrap();
+    a.set_limit(1, Limit::bucket(Rate::per_minute(1), 1_000))
+        .await
+        .unwrap();
+    let pttl: i64 = redis::cmd("PTTL").arg("{set}").query(&mut conn).unwrap();
+    assert_eq!(pttl, -1, "a quota with limits set is configuration");
+    let levels = state(&mut conn, "{set}");
+    // The requests' level, 3, is capped at the new burst; the tokens keep their 10.
+    assert_near(levels[1], 2.0);
+    assert_near(levels[3], 10.0);
+    // The other instance obeys the new burst of requests...
+    b.try_acquire([2, 0]).await.unwrap();
+    assert!(matches!(
+        b.try_acquire([1, 0]).await,
+        Err(TryAcquireError::NotUntil(_))
+    ));
+    // ...and the tokens' level was kept, not raised to the new burst of 1000.
+    a.set_limit(0, Limit::bucket(Rate::per_second(1_000), 100))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(matches!(
+        b.try_acquire([1, 11]).await,
+        Err(TryAcquireError::NotUntil(_))
+    ));
+    b.try_acquire([1, 10]).await.unwrap();
+    // A window keeps what its current window used (100 of 200): a quota of 120 leaves 20.
+    a.set_limit(1, Limit::bucket(Rate::per_second(1_000), 1_000))
+        .await
+        .unwrap();
+    a.set_limit(2, Limit::window(120, Duration::from_secs(3_600)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(matches!(
+        b.try_acquire([1, 21]).await,
+        Err(TryAcquireError::NotUntil(_))
+    ));
+    b.try_acquire([1, 20]).await.unwrap();
+    // Wrong kind, no such limit, invalid: nothing sent.
+    for (index, limit, expected) in [
+        (
+            0,
+            Limit::window(5, Duration::from_secs(1)),
+            ConfigError::LimitKind,
+        ),
+        (
+            2,
+            Limit::bucket(Rate::per_second(1), 5),
+            ConfigError::LimitKind,
+        ),
+        (
+            3,
+            Limit::bucket(Rate::per_second(1), 5),
+            ConfigError::NoSuchLimit,
+        ),
+        (
+            0,
+            Limit::bucket(Rate::per_second(1), 0),
+            ConfigError::ZeroBurst,
+        ),
+    ] {
+        match a.set_limit(index, limit).await {
+            Err(RedisLimiterError::Config(e)) => assert_eq!(e, expected),
+            other => panic!("{other:?}"),
+        }
+    }
+    // The keyed limiter sets one key's limit; the other keys keep the builder's.
+    let keyed = RedisKeyedMultiRateLimiter::<String, 1>::builder(&server.url(), "ks", ["r"])
+        .limit("r", Limit::bucket(Rate::per_minute(1), 3))
+        .build()
+        .unwrap();
+    keyed
+        .set_limit("one", 0, Limit::bucket(Rate::per_minute(1), 1))
+        .await
+        .unwrap();
+    keyed.try_acquire("one", [1]).await.unwrap();
+    assert!(keyed.try_acquire("one", [1]).await.is_err());
+    keyed.try_acquire("two", [3]).await.unwrap();
+}
+
+/// A worker process's part of the test above: `obey <url> <name>` builds [`slow`] with the
+/// builder's 5 requests and prints how many `[1, 0]` it is granted now (the limit set in Redis
+/// by another process, 2 of its 3 left, decides).
+fn obey(url: &str, name: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let granted = runtime.block_on(async {
+        let llm = slow(url, name, 5, 100);
+        let mut granted = 0;
+        while llm.try_acquire([1, 0]).await.is_ok() {
+            granted += 1;
+            assert!(granted <= 5, "more than the builder's burst");
+        }
+        granted
+    });
+    println!("obeyed: {granted}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_obeys_a_limit_set_in_redis() {
+    let server = Server::start();
+    let llm = slow(&server.url(), "obey", 5, 100);
+    llm.try_acquire([2, 0]).await.unwrap();
+    llm.set_limit(0, Limit::bucket(Rate::per_minute(1), 2))
+        .await
+        .unwrap();
+    let exe = std::env::current_exe().expect("test binary path");
+    let out = Command::new(&exe)
+        .args(["worker_process", "--exact", "--ignored", "--nocapture"])
+        .args(["--test-threads", "1"])
+        .env(WORKER, ["obey", &server.url(), "obey"].join("\n"))
+        .output()
+        .expect("run a worker process");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "worker failed: {out:?}");
+    assert!(stdout.contains("obeyed: 2"), "{stdout}");
+}
+
+/// Requests (bucket of 50) and tokens (bucket of 1000 and 600 an hour), each refilling
+/// one a minute, under `name`, with a lease if given.
+fn leased(url: &str, name: &str, lease: Option<([u64; 2], Duration)>) -> RedisMultiRateLimiter<2> {
+    let mut builder = RedisMultiRateLimiter::builder(url, name, ["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_minute(1), 50))
+        .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
+        .limit("tokens", Limit::window(600, Duration::from_secs(3_600)));
+    if let Some((max_tokens, max_age)) = lease {
+        builder = builder.lease(max_tokens, max_age);
+    }
+    builder.build().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_is_charged_in_redis_at_once_and_grants_locally() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let minute = Duration::from_secs(60);
+    let a = leased(&server.url(), "lease", Some(([10, 100], minute)));
+    let b = leased(&server.url(), "lease", None);
+    // The first grant takes its cost and a lease of [10, 100] beyond it, charged at once.
+    a.try_acquire([1, 5]).await.unwrap();
+    let s = state(&mut conn, "{lease}");
+    assert_near(s[1], 39.0);
+    assert_near(s[3], 895.0);
+    assert_near(s[6], 105.0);
+    // Ten grants from the lease: no round trip, nothing more charged.
+    for _ in 0..10 {
+        a.try_acquire([1, 5]).await.unwrap();
+    }
+    let stats = a.stats();
+    assert_eq!(
+        (stats.round_trips, stats.from_lease, stats.granted),
+        (1, 10, 11)
+    );
+    assert_near(state(&mut conn, "{lease}")[1], 39.0);
+    // Its requests spent, the next grant takes a new lease (what was left stays charged).
+    a.try_acquire([1, 5]).await.unwrap();
+    assert_eq!(a.stats().round_trips, 2);
+    let s = state(&mut conn, "{lease}");
+    assert_near(s[1], 28.0);
+    assert_near(s[3], 790.0);
+    assert_near(s[6], 210.0);
+    // Another process sees every leased token charged.
+    b.try_acquire([28, 0]).await.unwrap();
+    assert!(matches!(
+        b.try_acquire([1, 0]).await,
+        Err(TryAcquireError::NotUntil(_))
+    ));
+    // A grant from the lease is settled in Redis.
+    let permit = a.acquire([1, 5]).await.unwrap();
+    assert_eq!(a.stats().round_trips, 2);
+    permit.settle([1, 1]).await.unwrap();
+    assert_eq!(a.stats().round_trips, 3);
+    let s = state(&mut conn, "{lease}");
+    assert_near(s[3], 794.0);
+    assert_near(s[6], 206.0);
+    // A lease takes, per dimension, the least room of its limits: 49 requests, and 595
+    // tokens (the window's room, below the bucket's 995).
+    let c = leased(&server.url(), "room", Some(([1_000, 1_000], minute)));
+    c.try_acquire([1, 5]).await.unwrap();
+    let s = state(&mut conn, "{room}");
+    assert_near(s[1], 0.0);
+    assert_near(s[3], 400.0);
+    assert_near(s[6], 600.0);
+    c.try_acquire([49, 595]).await.unwrap();
+    assert!(c.try_acquire([1, 0]).await.is_err());
+    assert_eq!(c.stats().round_trips, 2);
+    // An expired lease grants nothing.
+    let d = leased(
+        &server.url(),
+        "age",
+        Some(([10, 10], Duration::from_millis(100))),
+    );
+    d.try_acquire([1, 1]).await.unwrap();
+    d.try_acquire([1, 1]).await.unwrap();
+    assert_eq!(d.stats().round_trips, 1);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    d.try_acquire([1, 1]).await.unwrap();
+    assert_eq!(d.stats().round_trips, 2);
+    // A lease of nothing is a configuration error.
+    let zero = RedisMultiRateLimiter::<2>::builder(&server.url(), "z", ["requests", "tokens"])
+        .lease([0, 0], minute)
+        .build();
+    assert!(matches!(
+        zero,
+        Err(RedisLimiterError::Config(ConfigError::ZeroLease))
+    ));
+}
+
 #[test]
 fn the_configuration_is_checked() {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -431,8 +659,10 @@ fn wall_ns() -> u128 {
 }
 
 /// A worker process. `fleet <url> <name> <millis> <seed>`: acquires `[1, estimate]` (estimates
-/// of 1 to 20 tokens) on [`fleet`] for `millis`, settles each to about half its estimate, and
-/// prints every grant as `granted_ns,requests,tokens` (the actual cost) on one line.
+/// of 1 to 20 tokens) on [`fleet`] for `millis`, settles about one grant in four UP (1 to 10
+/// tokens above its estimate: a cost already spent, paid back as debt) and the others to about
+/// half their estimate, and prints on one line every charge and correction at its instant:
+/// `granted_ns,1,estimate` for a grant, `settled_ns,0,actual - estimate` for a correction.
 #[test]
 #[ignore = "a worker process, which the tests of this file start with its arguments"]
 fn worker_process() {
@@ -440,7 +670,10 @@ fn worker_process() {
         return;
     };
     let args: Vec<&str> = args.lines().collect();
-    let ["fleet", url, name, millis, seed] = args[..] else {
+    if let ["obey", url, name] = args[..] {
+        return obey(url, name);
+    }
+    let ["fleet", url, name, millis, seed, lease] = args[..] else {
         panic!("unknown worker arguments: {args:?}");
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -448,84 +681,162 @@ fn worker_process() {
         .build()
         .unwrap();
     let grants = runtime.block_on(async {
-        let llm = fleet(url, name);
+        let leased = lease == "1";
+        let llm = if leased {
+            fleet_leased(url, name)
+        } else {
+            fleet(url, name)
+        };
         let end = Instant::now() + Duration::from_millis(millis.parse().unwrap());
         let mut seed: u64 = seed.parse().unwrap();
         let mut grants = Vec::new();
-        let mut settles = 0;
         while Instant::now() < end {
             seed = seed
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1_442_695_040_888_963_407);
             let estimate = 1 + (seed >> 33) % 20;
-            let permit = llm.acquire([1, estimate]).await.unwrap();
-            let at = wall_ns();
-            let actual = estimate.div_ceil(2);
-            settles += u64::from(actual != estimate);
+            let permit = if leased {
+                match llm.try_acquire([1, estimate]).await {
+                    Ok(permit) => permit,
+                    Err(TryAcquireError::NotUntil(_)) => {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        continue;
+                    }
+                    Err(e) => panic!("{e:?}"),
+                }
+            } else {
+                llm.acquire([1, estimate]).await.unwrap()
+            };
+            grants.push(format!("{},1,{estimate}", wall_ns()));
+            // With leases, only down (a debt replayed from grants would not be Redis's).
+            let actual = if !leased && (seed >> 40) % 4 == 0 {
+                estimate + 1 + (seed >> 45) % 10
+            } else {
+                estimate.div_ceil(2)
+            };
             permit.settle([1, actual]).await.unwrap();
-            grants.push(format!("{at},1,{actual}"));
+            if actual != estimate {
+                let delta = actual as i64 - estimate as i64;
+                grants.push(format!("{},0,{delta}", wall_ns()));
+            }
         }
         let stats = llm.stats();
-        // One round trip per grant and one per settle that changes anything.
-        assert_eq!(
-            stats.round_trips,
-            grants.len() as u64 + settles,
-            "{stats:?}"
-        );
-        grants
+        // One round trip per grant and one per settle that changes anything: one per event.
+        if !leased {
+            assert_eq!(stats.round_trips, grants.len() as u64, "{stats:?}");
+        }
+        (grants, stats.from_lease)
     });
-    println!("worker: {}", grants.join(" "));
+    println!("from leases: {}", grants.1);
+    println!("worker: {}", grants.0.join(" "));
 }
 
-/// Every window of the merged timeline holds at most `burst + (span + slack) * rate` of each
-/// bucket's actual costs, and every fixed window at most its quota of requests (counting the
-/// grants seen from `slack` after its start to its end: a grant is seen up to `slack` after
-/// Redis charged it).
-fn check_bounds(grants: &[(u128, [u64; 2])], slack: Duration) -> Result<(), String> {
-    let mut sorted = grants.to_vec();
+/// Every span [t, t + w] of the merged timeline holds at most `burst + (w + slack) * rate`
+/// of each bucket's charges and corrections (each counted at its instant, signed) plus the
+/// debt still unpaid at the span's end (the bucket's level below zero, replayed from the same
+/// events), and every fixed window at most its quota of requests (counting the charges seen
+/// from `slack` after its start to its end: an event is seen up to `slack` after Redis made
+/// it). With leases of `leased` per process (`PROCESSES` of them), each bound plus what the
+/// leases held: `PROCESSES * leased[d]`.
+fn check_bounds(
+    events: &[(u128, [i64; 2])],
+    slack: Duration,
+    leased: [u64; 2],
+) -> Result<(), String> {
+    let held = |d: usize| (PROCESSES as u64 * leased[d]) as i64;
+    let mut sorted = events.to_vec();
     sorted.sort_by_key(|&(at, _)| at);
     let len = WINDOW.1.as_nanos();
     let mut i = 0;
     while i < sorted.len() {
         let k = sorted[i].0 / len;
         let (from, to) = (k * len + slack.as_nanos(), (k + 1) * len);
-        let used: u64 = sorted
+        let used: i64 = sorted
             .iter()
             .filter(|&&(at, _)| at >= from && at < to)
             .map(|&(_, cost)| cost[0])
             .sum();
-        if used > WINDOW.0 {
+        if used > WINDOW.0 as i64 + held(0) {
             return Err(format!("{used} requests in the window from {k}"));
         }
         while i < sorted.len() && sorted[i].0 / len == k {
             i += 1;
         }
     }
+    let mut debts_seen = 0;
     for (dim, &(rate, burst)) in FLEET.iter().enumerate() {
+        // The debt unpaid after each event: the bucket replayed (full at first, refilling at
+        // `rate` up to `burst`, a refund capped at `burst`).
+        let (mut level, mut last) = (burst as f64, sorted.first().map_or(0, |e| e.0));
+        let debt: Vec<f64> = sorted
+            .iter()
+            .map(|&(at, cost)| {
+                level = (level + (at - last) as f64 / 1e9 * rate).min(burst as f64);
+                last = at;
+                level = (level - cost[dim] as f64).min(burst as f64);
+                (-level).max(0.0)
+            })
+            .collect();
+        debts_seen += debt.iter().filter(|&&d| d > 0.0).count();
         for i in 0..sorted.len() {
             let mut sum = 0;
             for j in i..sorted.len() {
                 sum += sorted[j].1[dim];
                 let span = (sorted[j].0 - sorted[i].0) as f64 / 1e9;
-                let allowed = burst as f64 + (span + slack.as_secs_f64()) * rate;
+                // With leases nothing settles up, and a grant's debt replayed at its grant
+                // (not at its lease's charge) is no debt: none counted.
+                let debt = if leased == [0, 0] { debt[j] } else { 0.0 };
+                let allowed =
+                    burst as f64 + (span + slack.as_secs_f64()) * rate + debt + held(dim) as f64;
                 if sum as f64 > allowed + 1e-9 {
                     return Err(format!(
-                        "limit {dim}: {sum} within {span:.6} s (allowed {allowed:.2})"
+                        "limit {dim}: {sum} within {span:.6} s (allowed {allowed:.2}, of which \
+                         {debt:.2} unpaid debt)"
                     ));
                 }
             }
         }
     }
+    println!("events with a debt unpaid: {debts_seen}");
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn four_processes_keep_every_limit() {
+/// The fleet's processes.
+const PROCESSES: usize = 4;
+
+/// The lease of [`fleet_leased`]: 2 requests and 20 tokens, for 50 ms.
+const LEASE: ([u64; 2], Duration) = ([2, 20], Duration::from_millis(50));
+
+fn fleet_leased(url: &str, name: &str) -> RedisMultiRateLimiter<2> {
+    RedisMultiRateLimiter::builder(url, name, ["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_second(20), FLEET[0].1))
+        .limit("tokens", Limit::bucket(Rate::per_second(100), FLEET[1].1))
+        .limit("requests", Limit::window(WINDOW.0, WINDOW.1))
+        .lease(LEASE.0, LEASE.1)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn four_processes_keep_every_limit() {
+    run_fleet(false);
+}
+
+/// The same fleet granting with `try_acquire` from leases (settling down only): every bound
+/// plus what the leases held.
+#[test]
+fn four_processes_with_leases_keep_every_limit_plus_the_leases() {
+    run_fleet(true);
+}
+
+fn run_fleet(leased: bool) {
     let server = Server::start();
     let exe = std::env::current_exe().expect("test binary path");
-    let workers: Vec<_> = (0..4)
+    let lease = if leased { "1" } else { "0" };
+    let workers: Vec<_> = (0..PROCESSES)
         .map(|seed| {
-            let args = ["fleet", &server.url(), "fleet", "2500", &seed.to_string()].join("\n");
+            let seed = seed.to_string();
+            let args = ["fleet", &server.url(), "fleet", "2500", &seed, lease].join("\n");
             Command::new(&exe)
                 .args(["worker_process", "--exact", "--ignored", "--nocapture"])
                 .args(["--test-threads", "1"])
@@ -537,6 +848,7 @@ async fn four_processes_keep_every_limit() {
         .collect();
     let mut grants = Vec::new();
     let mut per_worker = Vec::new();
+    let mut from_leases = 0;
     for worker in workers {
         let out = worker.wait_with_output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -545,22 +857,35 @@ async fn four_processes_keep_every_limit() {
             .lines()
             .find_map(|l| l.split_once("worker: ").map(|(_, a)| a.to_owned()))
             .unwrap_or_else(|| panic!("worker said nothing: {stdout}"));
-        let mine: Vec<(u128, [u64; 2])> = line
+        let mine: Vec<(u128, [i64; 2])> = line
             .split_whitespace()
             .map(|g| {
-                let v: Vec<u128> = g.split(',').map(|n| n.parse().unwrap()).collect();
-                (v[0], [v[1] as u64, v[2] as u64])
+                let v: Vec<&str> = g.split(',').collect();
+                (
+                    v[0].parse().unwrap(),
+                    [v[1].parse().unwrap(), v[2].parse().unwrap()],
+                )
             })
             .collect();
-        per_worker.push(mine.len());
+        per_worker.push(mine.iter().filter(|e| e.1[0] == 1).count());
+        from_leases += stdout
+            .lines()
+            .find_map(|l| l.split_once("from leases: ").map(|(_, n)| n.to_owned()))
+            .map_or(0, |n| n.parse::<u64>().unwrap());
         grants.extend(mine);
     }
-    println!("grants per process: {per_worker:?}");
-    // Every process was served, and the fleet used its quota: requests 20/s for 2.5 s.
+    println!("grants per process: {per_worker:?}, {from_leases} from leases");
+    assert_eq!(from_leases > 0, leased);
+    // Every process was served, and the fleet used its quota: tokens bind (about 8 a grant with
+    // the debts, 100/s for 2.5 s: some 30 grants), requests (20/s) do not.
     assert!(per_worker.iter().all(|&n| n > 0), "{per_worker:?}");
-    assert!(grants.len() >= 40, "{} grants", grants.len());
+    let granted: usize = per_worker.iter().sum();
+    assert!(granted >= 20, "{granted} grants");
+    // Some grants settled up (without leases).
+    assert_eq!(grants.iter().any(|e| e.1[0] == 0 && e.1[1] > 0), !leased);
     // Within one round trip and a late timer: 20 ms.
-    check_bounds(&grants, Duration::from_millis(20)).unwrap();
+    let held = if leased { LEASE.0 } else { [0, 0] };
+    check_bounds(&grants, Duration::from_millis(20), held).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

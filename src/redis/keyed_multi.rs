@@ -48,6 +48,11 @@ where
         self.map(|b| b.failure_policy(policy))
     }
 
+    /// See [`RedisMultiRateLimiterBuilder::lease`]: a lease per key, in each process.
+    pub fn lease(self, max_tokens: [u64; N], max_age: Duration) -> Self {
+        self.map(|b| b.lease(max_tokens, max_age))
+    }
+
     /// See [`RedisMultiRateLimiterBuilder::response_timeout`].
     pub fn response_timeout(self, timeout: Duration) -> Self {
         self.map(|b| b.response_timeout(timeout))
@@ -238,6 +243,26 @@ where
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
         self.quota(key).try_acquire(cost).await
+    }
+
+    /// Replaces the limit at `index` of `key`'s quota in Redis, for every process, keeping its
+    /// level; see [`RedisMultiRateLimiter::set_limit`]. The other keys keep the builder's
+    /// limits.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisMultiRateLimiter::set_limit`].
+    pub async fn set_limit<Q>(
+        &self,
+        key: &Q,
+        index: usize,
+        limit: Limit,
+    ) -> Result<(), RedisLimiterError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
+    {
+        self.quota(key).set_limit(index, limit).await
     }
 
     /// This process's counters, over all keys (`keys`: the keys this process knows now).

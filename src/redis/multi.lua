@@ -8,15 +8,19 @@
 --          per limit: a bucket's level at <at> (tokens, a fraction; negative while a debt is
 --          paid) and 0; a fixed window's number <index> (windows counted from the origin) and
 --          what was used in it <used> (above the quota: carried into the next windows).
---          9 + 16 * M bytes. A missing key is every bucket full and every window unused. The
---          key expires when every bucket would be full again and every carry is spent.
+--          9 + 16 * M bytes; then, once a limit was set (mode "limit"), every limit as the
+--          quota holds it, four doubles each (kind, x, y, z as in ARGV[2]), which override
+--          ARGV[2]'s: 9 + 48 * M bytes. A missing key is every bucket full and every window
+--          unused. A key without limits set expires when every bucket would be full again and
+--          every carry is spent; a key with them is configuration and does not expire.
 -- ARGV[1]  the mode. "reserve": grant at the earliest instant, not before the latest grant
 --          (FIFO across processes, in arrival order at Redis), at which every limit has room,
 --          charging every limit at that instant; "try": grant only if that instant is now,
 --          otherwise refuse and take nothing; "settle": correct every limit by a signed amount
 --          (a bucket's refund is capped at its burst; a window gives back only within the
 --          window the grant was charged in, never below 0; a charge may leave a debt, or a
---          carry).
+--          carry); "limit": replace limit ARGV[3]'s index by ARGV[3]'s, keeping its level (a
+--          bucket's tokens, at most the new burst; a window's use of the current window).
 -- ARGV[2]  M limits, five little-endian doubles each (40 bytes):
 --          kind      0: a token bucket; 1: a fixed window
 --          x, y, z   a bucket: microseconds per token (may be fractional), burst, 0;
@@ -27,12 +31,18 @@
 -- ARGV[3]  "reserve" only, optional: a double, the longest wait, in microseconds, to grant
 --          with: a reservation that would wait longer is refused, taking nothing.
 --          "settle" only: a double, the Redis time the grant was charged at (for windows).
+--          "limit" only: five doubles: the limit's index (from 1), kind, x, y, z.
+--          "try" only, optional: a lease: two doubles per limit, its dimension (a number from
+--          0) and the most to take beyond the cost on that dimension; a grant then also takes,
+--          per dimension, the least any of its limits has room for beyond the cost (whole
+--          tokens, at most that most), charged at once like the cost.
 --
 -- Format versions: as gcra.lua. A state whose first byte is another version, or whose length
 -- is not this limiter's number of limits, is answered with an error and left as it is.
 --
 -- Returns { granted, wait_us, at }: granted = 1, usable after wait_us (0: at once), charged at
--- Redis time <at>; granted = 0, refused, taking nothing, grantable in wait_us. wait_us =
+-- Redis time <at> (a "try" with a lease: then what each limit's dimension took beyond the
+-- cost, one number per limit); granted = 0, refused, taking nothing, grantable in wait_us. wait_us =
 -- NEVER_US means never.
 local VERSION = 1
 local NEVER_US = 18446744073709552 -- ceil(2^64 / 1000), a double exactly
@@ -60,6 +70,7 @@ local function not_a_quota()
 end
 
 local at = now
+local limited = false
 -- A key of another type fails here with Redis's WRONGTYPE.
 local state = redis.call('GET', key)
 if state then
@@ -70,7 +81,15 @@ if state then
       ' of the multi-limit state): a state written by a later paced (upgrade this process;' ..
       ' see the guide on upgrading a fleet), or not a paced quota (delete it or choose another key)')
   end
-  if #state ~= 9 + 16 * m then
+  if #state == 9 + 48 * m then
+    limited = true
+    for i = 1, m do
+      kind[i], x[i], y[i], z[i] = struct.unpack('<dddd', state, 10 + 16 * m + 32 * (i - 1))
+      if kind[i] == 0 then
+        a[i] = y[i]
+      end
+    end
+  elseif #state ~= 9 + 16 * m then
     return redis.error_reply('ERR paced: the key ' .. key .. ' holds ' .. (#state - 9) / 16 ..
       ' limits, this limiter has ' .. m .. ', or is not a paced quota; delete it or choose' ..
       ' another name')
@@ -125,13 +144,41 @@ local function store(t)
       until_us = math.max(until_us, start(i, a[i] + math.ceil(b[i] / y[i])))
     end
   end
+  if limited then
+    for i = 1, m do
+      parts[m + 1 + i] = struct.pack('<dddd', kind[i], x[i], y[i], z[i])
+    end
+  end
   local ttl_ms = math.ceil((until_us - now) / 1000) + 1
   local value = table.concat(parts)
-  if ttl_ms < EXACT then
+  if limited then
+    redis.call('SET', key, value)
+  elseif ttl_ms < EXACT then
     redis.call('SET', key, value, 'PX', string.format('%d', ttl_ms))
   else
     redis.call('SET', key, value)
   end
+end
+
+if mode == 'limit' then
+  local i, k2, x2, y2, z2 = struct.unpack('<ddddd', ARGV[3])
+  if i < 1 or i > m or i ~= math.floor(i) then
+    return redis.error_reply('ERR paced: no limit ' .. i .. ' in ' .. key)
+  end
+  if k2 ~= kind[i] then
+    return redis.error_reply('ERR paced: limit ' .. i .. ' of ' .. key .. ' is of the other kind')
+  end
+  if kind[i] == 0 then
+    a[i] = math.min(a[i], y2)
+    x[i], y[i] = x2, y2
+  else
+    local used = used_in(i, current(i, t0))
+    x[i], y[i], z[i] = x2, y2, z2
+    a[i], b[i] = number(i, t0), used
+  end
+  limited = true
+  store(t0)
+  return { 1, 0, t0 }
 end
 
 if mode == 'settle' then
@@ -188,9 +235,32 @@ end
 if mode == 'try' and wait > 0 then
   return { 0, wait, 0 }
 end
-local max_wait = ARGV[3] and struct.unpack('<d', ARGV[3])
+local max_wait = mode == 'reserve' and ARGV[3] and struct.unpack('<d', ARGV[3])
 if max_wait and wait > max_wait then
   return { 0, wait, 0 }
+end
+-- A lease ("try" only, so granted now: ready = t0): per dimension, the least room beyond the
+-- cost of any of its limits, whole tokens, at most the most asked for.
+local leased = nil
+if mode == 'try' and ARGV[3] then
+  local dim, extra = {}, {}
+  for i = 1, m do
+    local d, want = struct.unpack('<dd', ARGV[3], (i - 1) * 16 + 1)
+    local room
+    if kind[i] == 0 then
+      room = a[i] - amount[i]
+    else
+      room = y[i] - used_in(i, current(i, t0)) - amount[i]
+    end
+    room = math.max(0, math.floor(room))
+    dim[i] = d
+    extra[d] = math.min(extra[d] or want, room)
+  end
+  leased = {}
+  for i = 1, m do
+    leased[i] = extra[dim[i]]
+    amount[i] = amount[i] + leased[i]
+  end
 end
 for i = 1, m do
   local c = amount[i]
@@ -211,4 +281,11 @@ for i = 1, m do
   end
 end
 store(ready)
+if leased then
+  local reply = { 1, wait, ready }
+  for i = 1, m do
+    reply[3 + i] = leased[i]
+  end
+  return reply
+end
 return { 1, wait, ready }

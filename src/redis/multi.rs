@@ -13,7 +13,7 @@ use super::connect::Target;
 use super::error::{RedisLimiterError, TryAcquireError};
 use super::fallback::Fallback;
 use super::policy::{self, FailurePolicy};
-use super::script::{evalsha, round_down, round_up, wait_from_us, Conn, Counters, Failure};
+use super::script::{bump, evalsha, round_down, round_up, wait_from_us, Conn, Counters, Failure};
 use super::stats::RedisStats;
 use super::turns::Turns;
 use crate::core::Nanos;
@@ -38,11 +38,32 @@ pub struct RedisMultiRateLimiterBuilder<const N: usize> {
     limits: Vec<(String, Limit)>,
     policy: FailurePolicy,
     response_timeout: Duration,
+    lease: Option<([u64; N], Duration)>,
     #[cfg(feature = "metrics")]
     metrics_name: Option<String>,
 }
 
 impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
+    /// Lets this process take, with a grant of
+    /// [`try_acquire`](RedisMultiRateLimiter::try_acquire), up to `max_tokens[d]` more of each
+    /// dimension `d` (the least any of its limits has room for beyond the cost), charged in
+    /// Redis at once with the cost, and grant later costs from what it holds without a round
+    /// trip for up to `max_age` (then what is left stays charged: it is not given back);
+    /// [`acquire`](RedisMultiRateLimiter::acquire) and
+    /// [`acquire_timeout`](RedisMultiRateLimiter::acquire_timeout) grant from it too, but only
+    /// `try_acquire` takes one. Off by default.
+    ///
+    /// Every token a lease holds is charged in Redis when the lease is taken, so Redis holds
+    /// every limit to its bound; the grants a lease makes come later, up to `max_age` after
+    /// that charge, so the fleet's grants can exceed a limit's bound over a span by at most
+    /// what the leases taken in it held (a fixed window: at most the leased tokens charged to
+    /// the window before). A lease grant passes this process's queued waiters. A permit from a
+    /// lease is settled in Redis, as charged at the lease's instant.
+    pub fn lease(mut self, max_tokens: [u64; N], max_age: Duration) -> Self {
+        self.lease = Some((max_tokens, max_age));
+        self
+    }
+
     /// Adds `limit` on the dimension called `name`, as
     /// [`MultiRateLimiterBuilder::limit`](crate::MultiRateLimiterBuilder::limit) does. A fixed
     /// window's boundaries are on Redis's clock: `origin + k * window` in Unix time (an origin
@@ -87,6 +108,11 @@ impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
     pub fn build(self) -> Result<RedisMultiRateLimiter<N>, RedisLimiterError> {
         let config = |e| RedisLimiterError::Config(e);
         policy::validate(1, self.response_timeout, None, self.policy)?;
+        if let Some((max_tokens, _)) = self.lease {
+            if max_tokens == [0; N] {
+                return Err(config(ConfigError::ZeroLease));
+            }
+        }
         for (i, name) in self.names.iter().enumerate() {
             if self.names[..i].contains(name) {
                 return Err(config(ConfigError::DuplicateDimension));
@@ -100,28 +126,7 @@ impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
                 .position(|n| n == name)
                 .ok_or(config(ConfigError::UnknownDimension))?;
             limit.check().map_err(config)?;
-            let kind = match (limit.as_bucket(), limit.as_window()) {
-                (Some((rate, burst)), _) => Kind::Bucket {
-                    rate,
-                    burst,
-                    interval_us: policy::interval_us(rate),
-                },
-                (None, Some((quota, window, origin))) => {
-                    let len_us = window.as_nanos() as f64 / 1_000.0;
-                    let origin_us = match origin.duration_since(SystemTime::UNIX_EPOCH) {
-                        Ok(after) => after.as_nanos() as f64 / 1_000.0,
-                        Err(before) => -(before.duration().as_nanos() as f64 / 1_000.0),
-                    };
-                    Kind::Window {
-                        quota,
-                        window,
-                        origin,
-                        len_us,
-                        phase_us: origin_us.rem_euclid(len_us),
-                    }
-                }
-                (None, None) => unreachable!("a limit is a bucket or a window"),
-            };
+            let kind = Kind::of(limit);
             limits.push(RedisLimit { dim, kind });
         }
         let conn = self.target.connect(self.response_timeout)?;
@@ -139,6 +144,7 @@ impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
                 names: self.names,
                 limits,
                 policy: self.policy,
+                lease: self.lease,
                 counters: Counters {
                     #[cfg(feature = "metrics")]
                     metrics: self
@@ -176,6 +182,50 @@ enum Kind {
     },
 }
 
+impl Kind {
+    /// The script's form of a checked `limit`.
+    fn of(limit: &Limit) -> Kind {
+        match (limit.as_bucket(), limit.as_window()) {
+            (Some((rate, burst)), _) => Kind::Bucket {
+                rate,
+                burst,
+                interval_us: policy::interval_us(rate),
+            },
+            (None, Some((quota, window, origin))) => {
+                let len_us = window.as_nanos() as f64 / 1_000.0;
+                let origin_us = match origin.duration_since(SystemTime::UNIX_EPOCH) {
+                    Ok(after) => after.as_nanos() as f64 / 1_000.0,
+                    Err(before) => -(before.duration().as_nanos() as f64 / 1_000.0),
+                };
+                Kind::Window {
+                    quota,
+                    window,
+                    origin,
+                    len_us,
+                    phase_us: origin_us.rem_euclid(len_us),
+                }
+            }
+            (None, None) => unreachable!("a limit is a bucket or a window"),
+        }
+    }
+
+    /// The script's four numbers: kind, then a bucket's microseconds per token and burst (and
+    /// 0), or a window's length, quota and phase.
+    fn values(&self) -> [f64; 4] {
+        match *self {
+            Kind::Bucket {
+                burst, interval_us, ..
+            } => [0.0, interval_us, round_down(burst), 0.0],
+            Kind::Window {
+                quota,
+                len_us,
+                phase_us,
+                ..
+            } => [1.0, len_us, round_down(quota), phase_us],
+        }
+    }
+}
+
 /// What every quota of a limiter shares: the connection, the script, the limits, the policy,
 /// the counters.
 pub(super) struct Inner<const N: usize> {
@@ -186,7 +236,16 @@ pub(super) struct Inner<const N: usize> {
     names: [String; N],
     limits: Vec<RedisLimit>,
     policy: FailurePolicy,
+    lease: Option<([u64; N], Duration)>,
     pub(super) counters: Counters,
+}
+
+/// What this process holds of a lease: per dimension, tokens charged in Redis at `at_us` and
+/// not granted yet, until `until`.
+struct Lease<const N: usize> {
+    left: [u64; N],
+    until: Instant,
+    at_us: u64,
 }
 
 /// One quota (one Redis key, holding all its limits) as this process knows it.
@@ -197,6 +256,7 @@ pub(super) struct Quota<const N: usize> {
     /// The order of this process's reservations, as Redis charged them.
     turns: Arc<Turns>,
     fallback: Mutex<Fallback<MultiRateLimiter<N>>>,
+    lease: Mutex<Option<Lease<N>>>,
 }
 
 impl<const N: usize> Quota<N> {
@@ -205,6 +265,7 @@ impl<const N: usize> Quota<N> {
             key,
             turns: Arc::new(Turns::default()),
             fallback: Mutex::new(Fallback::default()),
+            lease: Mutex::new(None),
         }
     }
 }
@@ -218,8 +279,11 @@ impl<const N: usize> Quota<N> {
 /// the fleet (in the order Redis received them), each at the earliest instant at which every
 /// limit has room, never before an earlier grant (its wait is the latest of the limits').
 /// Every limit lives in one key, `{name}`, so on a Redis Cluster in one slot. A fixed
-/// window's boundaries are on Redis's clock. No leases, and no `set_limit`: every process
-/// must give the same limits (a state of another number of limits is a reply error).
+/// window's boundaries are on Redis's clock. Leases, for
+/// [`try_acquire`](Self::try_acquire), with
+/// [`lease`](RedisMultiRateLimiterBuilder::lease). Every process must give the same
+/// limits (a state of another number of limits is a reply error);
+/// [`set_limit`](Self::set_limit) changes one for the whole fleet, in Redis.
 ///
 /// # Examples
 ///
@@ -266,8 +330,9 @@ impl<const N: usize> fmt::Debug for RedisMultiRateLimiter<N> {
 
 /// What one round trip answered: granted, usable after the wait, or refused for the wait.
 enum Answer {
-    /// Granted, usable after the wait, charged at Redis time `.1` (microseconds).
-    Granted(Nanos, u64),
+    /// Granted, usable after the wait, charged at Redis time `.1` (microseconds), with what
+    /// each limit's dimension took beyond the cost for a lease (empty without one).
+    Granted(Nanos, u64, Vec<u64>),
     Refused(Nanos),
 }
 
@@ -304,6 +369,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             limits: Vec::new(),
             policy: FailurePolicy::default(),
             response_timeout: Duration::from_millis(250),
+            lease: None,
             #[cfg(feature = "metrics")]
             metrics_name: None,
         }
@@ -382,9 +448,33 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                 Charged::Local(local)
             })
         } else {
-            match self.round_trip("try", self.amounts(cost), None).await {
-                Ok(Answer::Granted(_, at_us)) => {
+            if let Some(at_us) = self.take_from_lease(cost) {
+                spend_budget().await;
+                bump(&counters.from_lease);
+                counters.grant(sum(cost));
+                return Ok(self.permit(cost, Charged::Redis(at_us)));
+            }
+            let trip = match self.inner.lease {
+                None => self.round_trip("try", self.amounts(cost), None).await,
+                Some((max_tokens, _)) => {
+                    let mut want = Vec::with_capacity(self.inner.limits.len() * 16);
+                    for limit in &self.inner.limits {
+                        want.extend_from_slice(&(limit.dim as f64).to_le_bytes());
+                        let most = round_down(max_tokens[limit.dim]);
+                        want.extend_from_slice(&most.to_le_bytes());
+                    }
+                    let spec = self.amounts(cost);
+                    self.call("try", spec, Some(want))
+                        .await
+                        .map(|r| self.answer(r))
+                }
+            };
+            match trip {
+                Ok(Answer::Granted(_, at_us, leased)) => {
                     self.recovered();
+                    if let Some((_, max_age)) = self.inner.lease {
+                        self.take_lease(&leased, at_us, max_age);
+                    }
                     spend_budget().await;
                     Ok(Charged::Redis(at_us))
                 }
@@ -416,6 +506,51 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         }
     }
 
+    /// Replaces the limit at `index` (the number of
+    /// [`limit`](RedisMultiRateLimiterBuilder::limit) calls before it) in Redis, for every
+    /// process from its next request, keeping its level as
+    /// [`MultiRateLimiter::set_limit`] does: a bucket keeps the tokens it holds (or lacks),
+    /// capped at the new burst; a fixed window keeps what the current window used (carried
+    /// into the window of the new length that holds now). One round trip.
+    ///
+    /// The limits set are kept in the quota's key with its state, which then no longer
+    /// expires (it is configuration, as a key's own limit of
+    /// [`RedisKeyedRateLimiter::set_limit`](crate::RedisKeyedRateLimiter::set_limit) is);
+    /// deleting the key gives the builders' limits back. The fail-open fallback keeps the
+    /// builder's limits.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisLimiterError::Config`]: [`ConfigError::NoSuchLimit`] if there is no limit at
+    /// `index`, [`ConfigError::LimitKind`] for a limit of the other kind, or an invalid limit;
+    /// [`RedisLimiterError::Unavailable`] when Redis is unreachable,
+    /// [`RedisLimiterError::Reply`] when it answers with an error: nothing was changed.
+    pub async fn set_limit(&self, index: usize, limit: Limit) -> Result<(), RedisLimiterError> {
+        let config = RedisLimiterError::Config;
+        let old = self
+            .inner
+            .limits
+            .get(index)
+            .ok_or(config(ConfigError::NoSuchLimit))?;
+        limit.check().map_err(config)?;
+        let new = Kind::of(&limit);
+        if matches!(old.kind, Kind::Bucket { .. }) != matches!(new, Kind::Bucket { .. }) {
+            return Err(config(ConfigError::LimitKind));
+        }
+        let mut extra = Vec::with_capacity(40);
+        for v in [index as f64 + 1.0].into_iter().chain(new.values()) {
+            extra.extend_from_slice(&v.to_le_bytes());
+        }
+        match self.call("limit", self.spec(|_| 0.0), Some(extra)).await {
+            Ok(_) => {
+                self.recovered();
+                Ok(())
+            }
+            Err(Failure::Reply(e)) => Err(RedisLimiterError::Reply(e)),
+            Err(Failure::Outage(e)) => Err(RedisLimiterError::Unavailable(e)),
+        }
+    }
+
     /// This process's counters (`keys` is 1: the quota's one key).
     pub fn stats(&self) -> RedisStats {
         RedisStats::read(&self.inner.counters, 1)
@@ -439,17 +574,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     fn spec(&self, amount: impl Fn(usize) -> f64) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.inner.limits.len() * 40);
         for limit in &self.inner.limits {
-            let values = match limit.kind {
-                Kind::Bucket {
-                    burst, interval_us, ..
-                } => [0.0, interval_us, round_down(burst), 0.0],
-                Kind::Window {
-                    quota,
-                    len_us,
-                    phase_us,
-                    ..
-                } => [1.0, len_us, round_down(quota), phase_us],
-            };
+            let values = limit.kind.values();
             for v in values.into_iter().chain([amount(limit.dim)]) {
                 out.extend_from_slice(&v.to_le_bytes());
             }
@@ -463,8 +588,8 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         &self,
         mode: &str,
         spec: Vec<u8>,
-        extra: Option<u64>,
-    ) -> Result<(u64, u64, u64), Failure> {
+        extra: Option<Vec<u8>>,
+    ) -> Result<Vec<u64>, Failure> {
         let inner = &self.inner;
         inner.counters.round_trip();
         let mut cmd = redis::cmd("EVALSHA");
@@ -474,7 +599,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             .arg(mode)
             .arg(spec);
         if let Some(extra) = extra {
-            cmd.arg(round_down(extra).to_le_bytes().as_slice());
+            cmd.arg(extra);
         }
         let reply = match inner.conn.clone() {
             Conn::Single(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,
@@ -489,10 +614,53 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         spec: Vec<u8>,
         max_wait_us: Option<u64>,
     ) -> Result<Answer, Failure> {
-        Ok(match self.call(mode, spec, max_wait_us).await? {
-            (0, wait_us, _) => Answer::Refused(wait_from_us(wait_us)),
-            (_, wait_us, at_us) => Answer::Granted(wait_from_us(wait_us), at_us),
-        })
+        let extra = max_wait_us.map(micros);
+        Ok(self.answer(self.call(mode, spec, extra).await?))
+    }
+
+    fn answer(&self, reply: Vec<u64>) -> Answer {
+        match reply[..] {
+            [0, wait_us, ..] => Answer::Refused(wait_from_us(wait_us)),
+            [_, wait_us, at_us, ref leased @ ..] => {
+                Answer::Granted(wait_from_us(wait_us), at_us, leased.to_vec())
+            }
+            _ => Answer::Refused(Nanos::MAX),
+        }
+    }
+
+    /// Takes `cost` from this process's lease, if it holds all of it and has not expired: the
+    /// Redis instant the lease was charged at.
+    fn take_from_lease(&self, cost: [u64; N]) -> Option<u64> {
+        self.inner.lease?;
+        let mut held = lock(&self.quota.lease);
+        let lease = held.as_mut()?;
+        if Instant::now() >= lease.until {
+            *held = None;
+            return None;
+        }
+        // A dimension without a limit needs no lease.
+        let limited = |d: usize| self.inner.limits.iter().any(|l| l.dim == d);
+        if (0..N).any(|d| limited(d) && lease.left[d] < cost[d]) {
+            return None;
+        }
+        for (left, c) in lease.left.iter_mut().zip(cost) {
+            *left = left.saturating_sub(c);
+        }
+        Some(lease.at_us)
+    }
+
+    /// Holds what a grant leased (one amount per limit, the same for every limit of a
+    /// dimension), replacing what was left of the last lease (which stays charged).
+    fn take_lease(&self, leased: &[u64], at_us: u64, max_age: Duration) {
+        let mut left = [0; N];
+        for (limit, &n) in self.inner.limits.iter().zip(leased) {
+            left[limit.dim] = n;
+        }
+        *lock(&self.quota.lease) = Some(Lease {
+            left,
+            until: Instant::now() + max_age,
+            at_us,
+        });
     }
 
     /// The fail-open fallback, while it is in charge.
@@ -546,6 +714,14 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             counters.grant(0);
             return Ok(self.permit(cost, Charged::Nothing));
         }
+        if self.fallback().is_none() {
+            if let Some(at_us) = self.take_from_lease(cost) {
+                spend_budget().await;
+                bump(&counters.from_lease);
+                counters.grant(sum(cost));
+                return Ok(self.permit(cost, Charged::Redis(at_us)));
+            }
+        }
         let mut outages = Outages::new();
         let left = |now: Instant| match deadline {
             Some(Some(d)) => Some(d.saturating_duration_since(now)),
@@ -573,7 +749,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             let trip = self.round_trip("reserve", self.amounts(cost), max_wait_us);
             let (turn, answer) = self.quota.turns.send(trip).await;
             match answer {
-                Ok(Answer::Granted(wait, at_us)) => {
+                Ok(Answer::Granted(wait, at_us, _)) => {
                     self.recovered();
                     // Charged already: a waiter that goes away gives it all back.
                     let mut reserved = Reserved(Some(self.permit(cost, Charged::Redis(at_us))));
@@ -701,12 +877,17 @@ impl<const N: usize> RedisMultiPermit<N> {
                 -round_down(c - a)
             }
         });
-        match limiter.call("settle", spec, Some(at_us)).await {
+        match limiter.call("settle", spec, Some(micros(at_us))).await {
             Ok(_) => Ok(()),
             Err(Failure::Reply(e)) => Err(RedisLimiterError::Reply(e)),
             Err(Failure::Outage(e)) => Err(RedisLimiterError::Unavailable(e)),
         }
     }
+}
+
+/// A number of microseconds as the script reads it: one little-endian double.
+fn micros(us: u64) -> Vec<u8> {
+    round_down(us).to_le_bytes().to_vec()
 }
 
 fn sum<const N: usize>(cost: [u64; N]) -> u64 {

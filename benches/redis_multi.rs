@@ -1,0 +1,181 @@
+//! `RedisMultiRateLimiter` (two limits of one quota in one key, one script call) against the
+//! one-limit `RedisRateLimiter`, on one private `redis-server` on loopback: what a grant
+//! costs when a request is checked against two limits at once.
+//!
+//! `TASKS` tasks on a current-thread runtime share one limiter (one multiplexed connection)
+//! and each calls `try_acquire` `CALLS / TASKS` times, with limits that never bind (1e6/s,
+//! bucket 1e9 on every limit; see `benches/redis.rs` on why not faster): the one-limit
+//! limiter's `try_acquire(1)`, no lease, and the two-limit limiter's `try_acquire([1, 1])`
+//! (a bucket on "requests" and one on "tokens"), and the same with `.lease([100, 100], 5 ms)`
+//! (one round trip per 101 grants while the lease lasts). Each row runs `ROUNDS` times, alternating, after
+//! `WARM_UP` untimed calls; the run fails unless every call was granted and the limiter's own
+//! counters show no refusal and no error. Printed: grants/s (median and best round) and round
+//! trips per grant (`stats().round_trips / stats().granted`; the goal is 1).
+//!
+//! Skipped (with a message) when `redis-server` is not installed.
+//!
+//! Run: `cargo bench -p paced-benches --features redis --bench redis_multi`
+
+use std::time::{Duration, Instant};
+
+use paced::redis::{RedisMultiRateLimiter, RedisStats};
+use paced::{Limit, Rate, RedisRateLimiter};
+
+#[allow(dead_code)]
+#[path = "common/redis_servers.rs"]
+mod servers;
+use servers::{installed, Server};
+
+/// Tasks sharing one limiter.
+const TASKS: usize = 32;
+/// Calls per measured round, over all tasks.
+const CALLS: usize = 64_000;
+/// Untimed calls before the first round of each row.
+const WARM_UP: usize = 4_000;
+/// Measured rounds of each row, alternating between the rows.
+const ROUNDS: usize = 5;
+/// The limit that never binds: 1e6 tokens per second, a bucket of 1e9.
+const FREE_RATE: u64 = 1_000_000;
+const FREE_BURST: u64 = 1_000_000_000;
+/// The longest any one round may take before the run is declared hung.
+const HANG: Duration = Duration::from_secs(60);
+
+#[derive(Clone)]
+enum Contender {
+    One(RedisRateLimiter),
+    Two(RedisMultiRateLimiter<2>),
+    Leased(RedisMultiRateLimiter<2>),
+}
+
+impl Contender {
+    fn name(&self) -> &'static str {
+        match self {
+            Contender::One(_) => "RedisRateLimiter::try_acquire(1), one limit",
+            Contender::Two(_) => "RedisMultiRateLimiter::try_acquire([1, 1]), two limits",
+            Contender::Leased(_) => "the same, lease([100, 100], 5 ms)",
+        }
+    }
+
+    async fn try_acquire(&self) -> bool {
+        match self {
+            Contender::One(l) => l.try_acquire(1).await.is_ok(),
+            Contender::Two(l) | Contender::Leased(l) => l.try_acquire([1, 1]).await.is_ok(),
+        }
+    }
+
+    fn stats(&self) -> RedisStats {
+        match self {
+            Contender::One(l) => l.stats(),
+            Contender::Two(l) | Contender::Leased(l) => l.stats(),
+        }
+    }
+}
+
+/// `calls` calls over `TASKS` tasks; the number granted and the elapsed time.
+async fn round(limiter: &Contender, calls: usize) -> (u64, Duration) {
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                let mut granted = 0u64;
+                for _ in 0..calls / TASKS {
+                    granted += u64::from(limiter.try_acquire().await);
+                }
+                granted
+            })
+        })
+        .collect();
+    let mut granted = 0;
+    for task in tasks {
+        granted += task.await.expect("a task");
+    }
+    (granted, start.elapsed())
+}
+
+fn main() {
+    if !installed("redis-server") {
+        println!("redis-server is not installed: skipping the multi-limit Redis benchmark");
+        return;
+    }
+    let server = Server::start();
+    let url = server.url();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("current-thread runtime");
+    let rate = Rate::per_second(FREE_RATE);
+    let one = rt.block_on(async {
+        RedisRateLimiter::builder(&url, "one", rate, FREE_BURST)
+            .build()
+            .expect("a valid configuration")
+    });
+    let two = rt.block_on(async {
+        RedisMultiRateLimiter::builder(&url, "two", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(rate, FREE_BURST))
+            .limit("tokens", Limit::bucket(rate, FREE_BURST))
+            .build()
+            .expect("a valid configuration")
+    });
+    let leased = rt.block_on(async {
+        RedisMultiRateLimiter::builder(&url, "leased", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(rate, FREE_BURST))
+            .limit("tokens", Limit::bucket(rate, FREE_BURST))
+            .lease([100, 100], Duration::from_millis(5))
+            .build()
+            .expect("a valid configuration")
+    });
+    let rows = [
+        Contender::One(one),
+        Contender::Two(two),
+        Contender::Leased(leased),
+    ];
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+    rt.block_on(async {
+        for row in &rows {
+            let (granted, _) = round(row, WARM_UP).await;
+            assert_eq!(
+                granted as usize,
+                WARM_UP,
+                "{}: a warm-up call refused",
+                row.name()
+            );
+        }
+        for _ in 0..ROUNDS {
+            for (i, row) in rows.iter().enumerate() {
+                let (granted, elapsed) = tokio::time::timeout(HANG, round(row, CALLS))
+                    .await
+                    .unwrap_or_else(|_| panic!("{}: hung", row.name()));
+                assert_eq!(granted as usize, CALLS, "{}: a call refused", row.name());
+                rates[i].push(granted as f64 / elapsed.as_secs_f64());
+            }
+        }
+    });
+    println!(
+        "{TASKS} tasks, {CALLS} calls a round, {ROUNDS} rounds a row, limits that never bind \
+         ({FREE_RATE}/s, bucket {FREE_BURST}), one private redis-server on loopback"
+    );
+    println!(
+        "{:<58} {:>14} {:>14} {:>18}",
+        "row", "grants/s med", "grants/s best", "round trips/grant"
+    );
+    for (row, rates) in rows.iter().zip(&mut rates) {
+        let stats = row.stats();
+        let calls = (WARM_UP + ROUNDS * CALLS) as u64;
+        assert_eq!(stats.granted, calls, "{}: {stats:?}", row.name());
+        assert_eq!(
+            stats.rejected + stats.errors,
+            0,
+            "{}: {stats:?}",
+            row.name()
+        );
+        rates.sort_by(f64::total_cmp);
+        println!(
+            "{:<58} {:>14.0} {:>14.0} {:>18.3}",
+            row.name(),
+            rates[rates.len() / 2],
+            rates[rates.len() - 1],
+            stats.round_trips as f64 / stats.granted as f64
+        );
+    }
+}
