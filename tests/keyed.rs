@@ -30,8 +30,7 @@ async fn grants(limiter: &KeyedRateLimiter<&'static str>, asks: &[(&'static str,
     for task in tasks {
         within_an_hour(task).await.unwrap();
     }
-    let log = log.lock().unwrap().join(" ");
-    log
+    log.lock().unwrap().join(" ")
 }
 
 #[tokio::test(start_paused = true)]

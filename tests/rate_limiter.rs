@@ -33,8 +33,7 @@ async fn grants(limiter: &RateLimiter, costs: &[u64]) -> Vec<(usize, u64)> {
     for task in tasks {
         within_an_hour(task).await.unwrap();
     }
-    let log = log.lock().unwrap().clone();
-    log
+    log.lock().unwrap().clone()
 }
 
 #[tokio::test(start_paused = true)]

@@ -133,8 +133,7 @@ proptest! {
                 assert_eq!(order, (0..items.len()).collect::<Vec<_>>());
             }
             assert_eq!(limiter.stats().waiting, 0);
-            let grants = log.lock().unwrap().clone();
-            grants
+            log.lock().unwrap().clone()
         });
         let total: usize = streams.iter().map(Vec::len).sum();
         prop_assert_eq!(grants.len(), total);
@@ -254,8 +253,7 @@ fn a_thousand_streams_share_one_limiter() {
             let order = common::within_an_hour(task).await.unwrap();
             assert_eq!(order, (0..items.len()).collect::<Vec<_>>(), "order or loss");
         }
-        let grants = log.lock().unwrap().clone();
-        grants
+        log.lock().unwrap().clone()
     });
     let total: usize = streams.iter().map(Vec::len).sum();
     assert_eq!(grants.len(), total);

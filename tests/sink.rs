@@ -442,7 +442,7 @@ async fn no_wake_ups_while_idle_nor_after_taking_the_held_item_back() {
 /// a server).
 #[cfg(feature = "redis")]
 #[allow(dead_code)]
-fn a_redis_quota_paces_a_sink_too(quota: &paced::RedisRateLimiter) -> impl Sink<u32> {
+fn a_redis_quota_paces_a_sink_too(quota: &paced::RedisRateLimiter) -> impl Sink<u32> + use<> {
     Vec::new().throttle_with(quota, |_| 1)
 }
 
@@ -872,7 +872,7 @@ async fn a_stuck_inner_sink_does_not_hold_up_the_quota() {
 fn recording_sink<T>(
     start: Instant,
     log: &Arc<Mutex<Vec<(T, u64)>>>,
-) -> impl Sink<T, Error = std::convert::Infallible> {
+) -> impl Sink<T, Error = std::convert::Infallible> + use<T> {
     let log = log.clone();
     futures_util::sink::unfold((), move |(), item| {
         log.lock().unwrap().push((item, nanos_since(start)));
@@ -956,8 +956,7 @@ proptest! {
             for (i, &t) in tokens.iter().enumerate() {
                 within_an_hour(sink.send((i, t))).await.unwrap();
             }
-            let log = log.lock().unwrap().clone();
-            log
+            log.lock().unwrap().clone()
         });
         prop_assert_eq!(sent.len(), tokens.len());
         let mut requests = NaiveBucket::new(req_rate, Duration::from_secs(1), req_burst);

@@ -129,7 +129,7 @@ async fn a_rate_limiter_still_takes_a_plain_cost() {
     fn paced<S: futures_util::Stream, Q: Limiter<Cost = u64>>(
         s: S,
         limiter: &Q,
-    ) -> impl futures_util::Stream<Item = S::Item> {
+    ) -> impl futures_util::Stream<Item = S::Item> + use<S, Q> {
         s.throttle_with(limiter, |_| 1, Shaping)
     }
     let limiter = RateLimiter::new(Rate::per_second(10), 1);

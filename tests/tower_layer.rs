@@ -25,7 +25,7 @@ type Log = Arc<Mutex<Vec<(u64, u64)>>>;
 fn recorder(
     start: Instant,
     log: &Log,
-) -> impl Service<u64, Response = u64, Error = Infallible, Future: Send> + Clone + Send {
+) -> impl Service<u64, Response = u64, Error = Infallible, Future: Send> + Clone + Send + use<> {
     let log = log.clone();
     tower::service_fn(move |req: u64| {
         log.lock().unwrap().push((req, nanos_since(start)));
@@ -298,7 +298,8 @@ struct Answer {
 fn model(
     start: Instant,
     log: &Log,
-) -> impl Service<Prompt, Response = Answer, Error = &'static str, Future: Send> + Clone + Send {
+) -> impl Service<Prompt, Response = Answer, Error = &'static str, Future: Send> + Clone + Send + use<>
+{
     let log = log.clone();
     tower::service_fn(move |p: Prompt| {
         log.lock().unwrap().push((p.id, nanos_since(start)));

@@ -18,7 +18,7 @@ use tower::{Layer, Service, ServiceExt};
 fn server(
     quota: &RateLimiter,
 ) -> (
-    impl Service<u64, Response = u64, Error = BoxError> + Clone,
+    impl Service<u64, Response = u64, Error = BoxError> + Clone + use<>,
     Arc<AtomicU64>,
 ) {
     let called = Arc::new(AtomicU64::new(0));

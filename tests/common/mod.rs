@@ -13,7 +13,7 @@ pub const MS: u64 = 1_000_000;
 
 /// A stream that yields `items[i]` at `start + arrivals_ms[i]`: each item is ready from its
 /// arrival on, whenever it is polled.
-pub fn arriving<T: Clone>(start: Instant, schedule: &[(u64, T)]) -> impl Stream<Item = T> {
+pub fn arriving<T: Clone>(start: Instant, schedule: &[(u64, T)]) -> impl Stream<Item = T> + use<T> {
     let schedule = schedule.to_vec();
     stream::unfold(0, move |i| {
         let next = schedule.get(i).cloned();
