@@ -13,36 +13,13 @@ use std::time::Duration;
 use paced::{Rate, RateLimiter};
 
 use llm::{
-    go_duration, oracle, requests, run, tokens, workload, Dialect, LimitSpec, Outcome, Prompt,
-    Provider, Refusal, Scenario, Ticket, MINUTE_NS, MS_NS, SECOND_NS,
+    go_duration, oracle, requests, run, scenarios, tokens, workload, Dialect, LimitSpec, Outcome,
+    Prompt, Provider, Refusal, Scenario, Ticket, MINUTE_NS, MS_NS, SECOND_NS,
 };
 
 const SEED: u64 = 0x5EED_11A1;
 /// Prompts per run.
 const PROMPTS: usize = 5_000;
-
-/// The pairs of scenarios: requests bind, tokens bind, and both (the known finding), each
-/// with a provider that settles to the true usage and one that keeps the estimate.
-fn scenarios() -> Vec<Scenario> {
-    let pairs: [(&str, [LimitSpec; 2]); 3] = [
-        (
-            "requests bind",
-            [requests(30, 10), tokens(400_000, 400_000)],
-        ),
-        ("tokens bind", [requests(500, 50), tokens(40_000, 40_000)]),
-        ("both bind", [requests(30, 10), tokens(40_000, 40_000)]),
-    ];
-    pairs
-        .iter()
-        .flat_map(|(name, limits)| {
-            [false, true].map(|settles| Scenario {
-                name,
-                limits: limits.to_vec(),
-                settles,
-            })
-        })
-        .collect()
-}
 
 /// A `RateLimiter` with the provider's rate and burst for `dimension`.
 fn limiter(scenario: &Scenario, dimension: llm::Dimension) -> RateLimiter {

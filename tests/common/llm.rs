@@ -441,6 +441,29 @@ pub struct Scenario {
     pub settles: bool,
 }
 
+/// The pairs of scenarios: requests bind, tokens bind, and both (the known finding), each
+/// with a provider that settles to the true usage and one that keeps the estimate.
+pub fn scenarios() -> Vec<Scenario> {
+    let pairs: [(&str, [LimitSpec; 2]); 3] = [
+        (
+            "requests bind",
+            [requests(30, 10), tokens(400_000, 400_000)],
+        ),
+        ("tokens bind", [requests(500, 50), tokens(40_000, 40_000)]),
+        ("both bind", [requests(30, 10), tokens(40_000, 40_000)]),
+    ];
+    pairs
+        .iter()
+        .flat_map(|(name, limits)| {
+            [false, true].map(|settles| Scenario {
+                name,
+                limits: limits.to_vec(),
+                settles,
+            })
+        })
+        .collect()
+}
+
 /// What a run measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Outcome {
