@@ -6,28 +6,34 @@
 //!
 //! The server runs in the client's runtime: one `current_thread` runtime with a paused clock.
 //! tokio moves a paused clock forward only when the runtime parks with a timer pending and
-//! nothing to run (`park_thread_timeout` in tokio 1.54's `runtime/time/mod.rs`: when
-//! `can_auto_advance`, it polls the I/O driver with a zero timeout, then advances the clock by
-//! the whole park duration unless the driver was woken from outside). Bytes on the loopback are
-//! not "something to run" to that rule: a request written by the client sits in the server's
-//! socket buffer while the clock jumps to the next timer, and the server would stamp a later
-//! arrival than the client's send.
+//! nothing to run: `park_thread_timeout` in `runtime/time/mod.rs`, when `can_auto_advance`,
+//! polls the I/O driver with a zero timeout, then advances the clock by the whole park duration
+//! unless `did_wake` says a task was woken meanwhile. Before tokio 1.51.6 / 1.53.3 (tokio
+//! #8595, "fix paused time auto-advancing when I/O wakes a task on `current_thread`") a task
+//! woken by that very I/O poll did not count: a request written by the client sat in the
+//! server's socket buffer while the clock jumped to the next timer. The manifest allows older
+//! tokios (`1.44` for the tests, `1.47` for paced), so the harness does not lean on the fix.
 //!
 //! The [`Gate`] closes that gap. Every stretch of a call during which bytes are on the wire is
 //! counted in flight: from just before the client sends until the server's handler has stamped
 //! the arrival and created its latency timer, and from the moment that timer fires until the
-//! client has read the whole response. While anything is in flight, [`Gate::hold`]
-//! `yield_now`s in a loop, so the scheduler always has a task ready and only ever parks through
-//! `park_yield`, with a zero timeout. A zero-timeout park does not move the clock:
-//! `park_internal` clamps the park duration to `min(limit, until the next timer)` = 0 and
-//! `park_thread_timeout(0)` advances the clock by `Duration::ZERO` (`Clock::advance` adds the
-//! duration to its base); a due timer (`duration == 0`) takes the branch that parks the I/O
-//! driver with a zero timeout and advances nothing at all. The I/O driver is still polled on
-//! every such park, so the loopback traffic flows.
+//! client has read the whole response (and the set-up: binding, connecting, handshakes). While
+//! anything is in flight, [`Gate::hold`] `yield_now`s in a loop, so the scheduler always has a
+//! task ready and only ever parks through `park_yield`, with a zero timeout. A zero-timeout
+//! park does not move the clock: `park_internal` clamps the park duration to
+//! `min(limit, until the next timer)` = 0 and `park_thread_timeout(0)` advances the clock by
+//! `Duration::ZERO` (`Clock::advance` adds the duration to its base); a due timer
+//! (`duration == 0`) takes the branch that parks the I/O driver with a zero timeout and
+//! advances nothing at all. The I/O driver is still polled on every such park, so the loopback
+//! traffic flows. (Read in tokio 1.54.1's source, the version locked here.)
 //!
 //! So the server's arrival stamp equals the client's send instant, and the client reads the
 //! answer at the instant the server's latency ended: [`run_http`] asserts both, call by call,
-//! from stamps both sides record.
+//! from stamps both sides record. Checked both ways: with tokio 1.54.1 the run is exact with
+//! or without the gate (#8595 is in); with tokio 1.51.5 and the gate's `hold` disabled, the
+//! first call of the table was read back 146 ms after the server answered it and the stamp
+//! assertion failed (with the set-up ungated too, the month-long timeout fired during the
+//! set-up); with 1.51.5 and the gate, the table came out exact and identical.
 #![allow(dead_code)]
 
 use std::cell::{Cell, RefCell};
@@ -252,9 +258,16 @@ where
     );
     gate.leave();
 
-    let dialect = match dialect {
-        Dialect::OpenAi => "openai",
-        Dialect::Ietf => "ietf",
+    // Every answer (200 or 429) announces the limits in the dialect asked for.
+    let (dialect, announced) = match dialect {
+        Dialect::OpenAi => (
+            "openai",
+            [
+                "x-ratelimit-remaining-requests",
+                "x-ratelimit-remaining-tokens",
+            ],
+        ),
+        Dialect::Ietf => ("ietf", ["ratelimit-policy", "ratelimit"]),
     };
     let next = Cell::new(0);
     let calls = Cell::new(0);
@@ -286,6 +299,9 @@ where
                     sender.ready().await.expect("the connection is ready");
                     let response = sender.send_request(request).await.expect("an answer");
                     let status = response.status();
+                    for name in announced {
+                        assert!(response.headers().contains_key(name), "no {name}");
+                    }
                     let usage = response
                         .headers()
                         .get("x-usage-total-tokens")
