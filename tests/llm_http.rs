@@ -272,3 +272,101 @@ proptest! {
         prop_assert!((0.999..=1.02).contains(&ratio), "{:?}: {:.4}", scenario, ratio);
     }
 }
+
+/// The provider over HTTP by hand, under paused time: what it refuses, what it gives back and
+/// what it announces, to the nanosecond. 3 requests/min (burst 2: one more every 20 s) and
+/// 1,000 tokens/min (burst 1,000); every call answered after 20 ms, a 429 after 100 ms.
+#[tokio::test(start_paused = true)]
+async fn over_http_the_provider_refuses_settles_and_announces() {
+    use std::sync::Arc;
+
+    use http::HeaderMap;
+    use llm_http::{call, connect, serve, Gate, Stamp};
+
+    let scenario = Scenario {
+        name: "by hand",
+        limits: vec![requests(3, 2), tokens(1_000, 1_000)],
+        settles: true,
+    };
+    let start = tokio::time::Instant::now();
+    let gate = Arc::new(Gate::default());
+    tokio::spawn(gate.clone().hold());
+    gate.enter();
+    let server = serve(&scenario, start, gate.clone()).await;
+    let mut sender = connect(server.addr).await;
+    gate.leave();
+    let request = |id: u64, estimate: u64, usage: u64, dialect: &str| {
+        http::Request::get("/")
+            .header("host", "127.0.0.1")
+            .header("x-call", id)
+            .header("x-estimate", estimate)
+            .header("x-usage", usage)
+            .header("x-latency-ms", 20)
+            .header("x-dialect", dialect)
+            .body(http_body_util::Empty::new())
+            .unwrap()
+    };
+    let text = |h: &HeaderMap, name: &str| -> String {
+        h.get(name)
+            .unwrap_or_else(|| panic!("no {name} in {h:?}"))
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    let ms = |n: u64| Duration::from_millis(n);
+
+    // 400 estimated, 100 used: announced as of the arrival, corrected after.
+    let (status, h) = call(&gate, &mut sender, request(0, 400, 100, "openai")).await;
+    assert_eq!((status.as_u16(), start.elapsed()), (200, ms(20)), "{h:?}");
+    let announced = [
+        ("x-usage-total-tokens", "100"),
+        ("x-ratelimit-limit-requests", "3"),
+        ("x-ratelimit-remaining-requests", "1"),
+        ("x-ratelimit-reset-requests", "20s"),
+        ("x-ratelimit-limit-tokens", "1000"),
+        ("x-ratelimit-remaining-tokens", "600"),
+        ("x-ratelimit-reset-tokens", "24s"),
+    ];
+    for (name, value) in announced {
+        assert_eq!(text(&h, name), value, "{name}");
+    }
+
+    // 700 fits only because the first call's unused 300 came back at 20 ms
+    // (600 + 1/3 refilled + 300 = 900 1/3); 200 1/3 left.
+    let (status, h) = call(&gate, &mut sender, request(1, 700, 700, "ietf")).await;
+    assert_eq!((status.as_u16(), start.elapsed()), (200, ms(40)), "{h:?}");
+    assert_eq!(
+        text(&h, "ratelimit-policy"),
+        "\"requests\";q=2;w=40, \"tokens\";q=1000;w=60"
+    );
+    assert_eq!(
+        text(&h, "ratelimit"),
+        "\"requests\";r=0;t=40, \"tokens\";r=200;t=48"
+    );
+
+    // 0.002 of a request left at 40 ms: refused (after its 100 ms), charged nothing, with when
+    // to come back (19.96 s, rounded up) and the state.
+    let (status, h) = call(&gate, &mut sender, request(2, 50, 50, "openai")).await;
+    assert_eq!((status.as_u16(), start.elapsed()), (429, ms(140)), "{h:?}");
+    assert_eq!(text(&h, "retry-after"), "20");
+    assert_eq!(text(&h, "x-ratelimit-remaining-requests"), "0");
+    assert_eq!(text(&h, "x-ratelimit-reset-requests"), "39.96s");
+    assert!(h.get("x-usage-total-tokens").is_none());
+
+    let provider = server.provider.lock().unwrap();
+    assert_eq!((provider.accepted, provider.refused), (2, 1));
+    let stamp = |call, arrived: u64, answered: u64, accepted| Stamp {
+        call,
+        arrived: arrived * llm::MS_NS,
+        answered: answered * llm::MS_NS,
+        accepted,
+    };
+    assert_eq!(
+        *server.stamps.lock().unwrap(),
+        [
+            stamp(0, 0, 20, true),
+            stamp(1, 20, 40, true),
+            stamp(2, 40, 140, false)
+        ]
+    );
+}

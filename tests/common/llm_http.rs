@@ -48,6 +48,7 @@ use axum::routing::get;
 use axum::Router;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -205,6 +206,35 @@ pub async fn serve(scenario: &Scenario, start: Instant, gate: Arc<Gate>) -> Serv
     }
 }
 
+/// One keep-alive HTTP/1 connection to `addr` (its driver spawned on the runtime). Connect
+/// while the gate is held.
+pub async fn connect(addr: SocketAddr) -> SendRequest<Empty<Bytes>> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("a connection");
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("a handshake");
+    tokio::spawn(async move { connection.await.expect("the connection") });
+    sender
+}
+
+/// Sends `request` and reads the whole answer, in flight for `gate` from just before the
+/// send until the body is read.
+pub async fn call(
+    gate: &Gate,
+    sender: &mut SendRequest<Empty<Bytes>>,
+    request: http::Request<Empty<Bytes>>,
+) -> (StatusCode, HeaderMap) {
+    gate.enter();
+    sender.ready().await.expect("the connection is ready");
+    let response = sender.send_request(request).await.expect("an answer");
+    let (parts, body) = response.into_parts();
+    body.collect().await.expect("the body");
+    gate.leave();
+    (parts.status, parts.headers)
+}
+
 /// What a run over HTTP measured.
 #[derive(Clone, Debug)]
 pub struct HttpRun {
@@ -242,14 +272,7 @@ where
     let server = serve(scenario, start, gate.clone()).await;
     let mut senders = Vec::with_capacity(WORKERS);
     for _ in 0..WORKERS {
-        let stream = tokio::net::TcpStream::connect(server.addr)
-            .await
-            .expect("a connection");
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .expect("a handshake");
-        tokio::spawn(async move { connection.await.expect("the connection") });
-        senders.push(sender);
+        senders.push(connect(server.addr).await);
     }
     assert_eq!(
         start.elapsed(),
@@ -273,7 +296,7 @@ where
     let calls = Cell::new(0);
     let last = Cell::new(0);
     let sent = RefCell::new(Vec::new());
-    let worker = |mut sender: hyper::client::conn::http1::SendRequest<Empty<Bytes>>| {
+    let worker = |mut sender: SendRequest<Empty<Bytes>>| {
         let (gate, acquire, settle) = (&gate, &acquire, &settle);
         let (next, calls, last, sent) = (&next, &calls, &last, &sent);
         async move {
@@ -283,11 +306,11 @@ where
                 next.set(i + 1);
                 loop {
                     let grant = acquire(p.estimate).await;
-                    let call = calls.get();
-                    calls.set(call + 1);
+                    let id = calls.get();
+                    calls.set(id + 1);
                     let request = http::Request::get("/")
                         .header("host", "127.0.0.1")
-                        .header("x-call", call)
+                        .header("x-call", id)
                         .header("x-estimate", p.estimate)
                         .header("x-usage", p.charged(scenario.settles))
                         .header("x-latency-ms", p.latency_ms)
@@ -295,23 +318,17 @@ where
                         .body(Empty::new())
                         .expect("a request");
                     let at = nanos(start);
-                    gate.enter();
-                    sender.ready().await.expect("the connection is ready");
-                    let response = sender.send_request(request).await.expect("an answer");
-                    let status = response.status();
+                    let (status, headers) = call(gate, &mut sender, request).await;
+                    let back = nanos(start);
                     for name in announced {
-                        assert!(response.headers().contains_key(name), "no {name}");
+                        assert!(headers.contains_key(name), "no {name}");
                     }
-                    let usage = response
-                        .headers()
+                    let usage = headers
                         .get("x-usage-total-tokens")
                         .map(|v| v.to_str().expect("ascii").parse::<u64>().expect("a number"));
-                    response.into_body().collect().await.expect("the body");
-                    let back = nanos(start);
-                    gate.leave();
                     let accepted = status == StatusCode::OK;
                     sent.borrow_mut().push(Stamp {
-                        call,
+                        call: id,
                         arrived: at,
                         answered: back,
                         accepted,
