@@ -223,7 +223,7 @@ fn table_over_http_against_the_oracle() {
 
 /// Limits unlike the table's, drawn at random: one or two limits per dimension (a per-minute
 /// bucket and, sometimes, a slower one with a larger burst, as a per-hour quota), rates spread
-/// over powers of two from 6 to about 3,000 requests and 8,000 to about 2,000,000 tokens a
+/// over eight doublings, from 6 to about 3,000 requests and 8,000 to about 4,000,000 tokens a
 /// minute (so that either dimension, both or neither binds), with and without settling, in
 /// either dialect.
 fn limit_pair() -> impl Strategy<Value = Vec<LimitSpec>> {
