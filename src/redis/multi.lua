@@ -20,7 +20,9 @@
 --          (a bucket's refund is capped at its burst; a window gives back only within the
 --          window the grant was charged in, never below 0; a charge may leave a debt, or a
 --          carry); "limit": replace limit ARGV[3]'s index by ARGV[3]'s, keeping its level (a
---          bucket's tokens, at most the new burst; a window's use of the current window).
+--          bucket's tokens, at most the new burst; a window's use of the current window);
+--          "clear": give every limit ARGV[2]'s again (the builder's), keeping levels as
+--          "limit" does, and drop the limits kept in the state (so it expires again).
 -- ARGV[2]  M limits, five little-endian doubles each (40 bytes):
 --          kind      0: a token bucket; 1: a fixed window
 --          x, y, z   a bucket: microseconds per token (may be fractional), burst, 0;
@@ -55,8 +57,11 @@ local mode = ARGV[1]
 local spec = ARGV[2]
 local m = #spec / 40
 local kind, x, y, z, amount, a, b = {}, {}, {}, {}, {}, {}, {}
+-- ARGV[2]'s limits, before the state's override them ("clear" gives them back).
+local given = {}
 for i = 1, m do
   kind[i], x[i], y[i], z[i], amount[i] = struct.unpack('<ddddd', spec, (i - 1) * 40 + 1)
+  given[i] = { kind[i], x[i], y[i], z[i] }
   if kind[i] == 0 then
     a[i], b[i] = y[i], 0
   else
@@ -177,6 +182,31 @@ if mode == 'limit' then
     a[i], b[i] = number(i, t0), used
   end
   limited = true
+  store(t0)
+  return { 1, 0, t0 }
+end
+
+if mode == 'clear' then
+  if not state then
+    return { 1, 0, t0 }
+  end
+  for i = 1, m do
+    if given[i][1] ~= kind[i] then
+      return redis.error_reply('ERR paced: limit ' .. i .. ' of ' .. key .. ' is of the other kind')
+    end
+  end
+  for i = 1, m do
+    local _, x2, y2, z2 = unpack(given[i])
+    if kind[i] == 0 then
+      a[i] = math.min(a[i], y2)
+      x[i], y[i] = x2, y2
+    else
+      local used = used_in(i, current(i, t0))
+      x[i], y[i], z[i] = x2, y2, z2
+      a[i], b[i] = number(i, t0), used
+    end
+  end
+  limited = false
   store(t0)
   return { 1, 0, t0 }
 end
