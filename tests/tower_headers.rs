@@ -6,6 +6,7 @@
 #![cfg(feature = "http")]
 
 use std::net::SocketAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::Request;
 use axum::routing::get;
@@ -15,8 +16,8 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use paced::tower::{QuotaHeaders, RateLimitLayer};
-use paced::{KeyedRateLimiter, Rate, RateLimiter};
+use paced::tower::{limits_from_headers, Dimension, QuotaHeaders, RateLimitLayer};
+use paced::{KeyedRateLimiter, Limit, MultiRateLimiter, Rate, RateLimiter};
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
@@ -176,6 +177,139 @@ async fn a_cost_above_the_burst_is_refused_without_retry_after() {
     assert_eq!(header(&headers, "retry-after"), None);
     assert_eq!(header(&headers, "x-ratelimit-remaining"), Some("3"));
     assert_eq!(header(&headers, "x-ratelimit-reset"), Some("0"));
+}
+
+/// One request to `/?tokens=N`; the status and the headers of the answer.
+async fn call_with_tokens(
+    client: &HttpClient,
+    addr: SocketAddr,
+    tokens: u64,
+) -> (u16, http::HeaderMap) {
+    let req = Request::get(format!("http://{addr}/?tokens={tokens}"))
+        .body(Empty::new())
+        .unwrap();
+    let res = client.request(req).await.unwrap();
+    (res.status().as_u16(), res.headers().clone())
+}
+
+/// The seconds from `now` until the next midnight UTC, rounded up.
+fn until_midnight(now: SystemTime) -> u64 {
+    let since = now.duration_since(UNIX_EPOCH).unwrap();
+    let left = Duration::from_secs(86_400)
+        - Duration::from_nanos((since.as_nanos() % 86_400_000_000_000) as u64);
+    left.as_secs() + u64::from(left.subsec_nanos() > 0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_limit_server_announces_every_limit_and_the_client_reads_them_back() {
+    // 5 requests a minute (one every 12 s), 1,000 tokens a minute (one every 60 ms) and 3,000
+    // a day (midnight UTC to midnight): nothing refills noticeably while the test runs.
+    let quota = MultiRateLimiter::builder(["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_minute(5), 5))
+        .limit("tokens", Limit::bucket(Rate::per_minute(1_000), 1_000))
+        .limit("tokens", Limit::window(3_000, Duration::from_secs(86_400)))
+        .build()
+        .unwrap();
+    let cost = |req: &Request<axum::body::Body>| {
+        let tokens = req
+            .uri()
+            .query()
+            .and_then(|q| q.strip_prefix("tokens="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        [1, tokens]
+    };
+    let app = Router::new().route("/", get(|| async { "ok" })).layer(
+        RateLimitLayer::new(&quota)
+            .cost(cost)
+            .enforcing()
+            .headers(QuotaHeaders::Both),
+    );
+    let addr = serve(app).await;
+    let client = client();
+    let mut spent = 0;
+    for (i, tokens) in [100, 200, 300].into_iter().enumerate() {
+        let before = SystemTime::now();
+        let (status, headers) = call_with_tokens(&client, addr, tokens).await;
+        let after = SystemTime::now();
+        assert_eq!(status, 200);
+        spent += tokens;
+        let granted = i as u64 + 1;
+        // The draft's fields, one policy per limit, named after its dimension and window.
+        assert_eq!(
+            headers["ratelimit-policy"],
+            "\"requests-minute\";q=5;w=60, \"tokens-minute\";q=1000;w=60;qu=\"tokens\", \
+             \"tokens-day\";q=3000;w=86400;qu=\"tokens\""
+        );
+        // Read back as a client reads any destination.
+        let limits = limits_from_headers(&headers, after);
+        let read: Vec<_> = limits
+            .iter()
+            .map(|l| {
+                (
+                    l.name.as_str(),
+                    l.dimension,
+                    l.announced.limit,
+                    l.announced.window,
+                    l.announced.remaining,
+                )
+            })
+            .collect();
+        let minute = Some(Duration::from_secs(60));
+        let day = Some(Duration::from_secs(86_400));
+        assert_eq!(
+            read,
+            [
+                (
+                    "requests-minute",
+                    Dimension::Requests,
+                    Some(5),
+                    minute,
+                    5 - granted
+                ),
+                (
+                    "tokens-minute",
+                    Dimension::Tokens,
+                    Some(1_000),
+                    minute,
+                    1_000 - spent
+                ),
+                (
+                    "tokens-day",
+                    Dimension::Tokens,
+                    Some(3_000),
+                    day,
+                    3_000 - spent
+                ),
+            ]
+        );
+        // Resets: the buckets' exactly (what is owed, less the milliseconds since, rounded
+        // up); the day's at the next midnight UTC, as seen between sending and reading.
+        assert_eq!(limits[0].announced.reset, Duration::from_secs(granted * 12));
+        assert_eq!(
+            limits[1].announced.reset,
+            Duration::from_secs((spent * 60).div_ceil(1_000))
+        );
+        let day_reset = limits[2].announced.reset.as_secs();
+        assert!(
+            (until_midnight(after)..=until_midnight(before)).contains(&day_reset),
+            "{day_reset}"
+        );
+        // The trio: the limit with the fewest left, the requests.
+        assert_eq!(
+            headers["x-ratelimit-remaining"],
+            (5 - granted).to_string().as_str()
+        );
+        assert_eq!(headers["x-ratelimit-limit"], "5");
+    }
+    // 600 of the minute's tokens taken: 500 more are 100 short, 6 s at one every 60 ms. The
+    // refusal carries every limit too, none charged.
+    let (status, headers) = call_with_tokens(&client, addr, 500).await;
+    assert_eq!(status, 429);
+    assert_eq!(headers["retry-after"], "6");
+    let limits = limits_from_headers(&headers, SystemTime::now());
+    let remaining: Vec<_> = limits.iter().map(|l| l.announced.remaining).collect();
+    assert_eq!(remaining, [2, 400, 2_400]);
 }
 
 mod paused {
