@@ -1229,16 +1229,23 @@ async fn a_lease_never_passes_an_earlier_waiter_of_this_process() {
             order.lock().unwrap().push("waiter");
         })
     };
-    while llm.stats().round_trips < 2 {
+    // Queued: Redis holds the reservation (its state's instant is in the future).
+    let mut conn = admin(&server);
+    loop {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+        if state(&mut conn, "{fifo}")[0] > (secs * 1_000_000 + micros) as f64 {
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     // The lease holds [1, 99], enough for [1, 1], but a waiter of this process is queued:
     // try_acquire goes to Redis, which refuses (the waiter's reservation is ahead)...
     let before = llm.stats();
-    assert!(matches!(
-        llm.try_acquire([1, 1]).await,
-        Err(TryAcquireError::NotUntil(_))
-    ));
+    let tried = llm.try_acquire([1, 1]).await;
+    assert!(
+        matches!(tried, Err(TryAcquireError::NotUntil(_))),
+        "{tried:?} {before:?}"
+    );
     assert_eq!(llm.stats().from_lease, before.from_lease);
     // ...and acquire queues behind the waiter.
     let later = {
@@ -1257,4 +1264,45 @@ async fn a_lease_never_passes_an_earlier_waiter_of_this_process() {
     llm.acquire([1, 1]).await.unwrap();
     assert_eq!(llm.stats().round_trips, trips);
     assert_eq!(llm.stats().from_lease, before.from_lease + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_takes_a_lease_too_when_every_dimension_has_room() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let minute = Duration::from_secs(60);
+    // Requests: 50 at once, one a minute; tokens: 1,000 at once and 600 an hour.
+    let a = leased(&server.url(), "acq", Some(([10, 100], minute)));
+    // A reservation granted at once takes its cost and a lease of [10, 100], charged at once.
+    a.acquire([1, 5]).await.unwrap();
+    let s = state(&mut conn, "{acq}");
+    assert_near(s[1], 39.0);
+    assert_near(s[3], 895.0);
+    assert_near(s[6], 105.0);
+    // Later acquisitions are granted from it, without a round trip.
+    for _ in 0..10 {
+        a.acquire([1, 5]).await.unwrap();
+    }
+    assert_eq!((a.stats().round_trips, a.stats().from_lease), (1, 10));
+    // A reservation that must wait finds no room beyond its cost in the dimension it waits
+    // for: it takes no lease, and charges only its cost (the tokens' room is not held back).
+    let b = RedisMultiRateLimiter::builder(&server.url(), "wait", ["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_second(10), 1))
+        .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
+        .lease([5, 100], minute)
+        .build()
+        .unwrap();
+    b.try_acquire([1, 1]).await.unwrap();
+    // The try found no room for requests beyond its cost: it leased no request.
+    b.acquire([1, 1]).await.unwrap();
+    let s = state(&mut conn, "{wait}");
+    assert_eq!(b.stats().round_trips, 2);
+    // Tokens: the two costs and the try's lease of 100 (its requests' lease was 0), not a
+    // second lease.
+    assert_near(s[3], 898.0);
+    // What is left of the try's lease (100 tokens, no request) covers no [1, x] cost: the
+    // next acquisition goes to Redis.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    b.acquire([1, 1]).await.unwrap();
+    assert_eq!(b.stats().round_trips, 3);
 }

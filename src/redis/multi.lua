@@ -38,6 +38,11 @@
 --          0) and the most to take beyond the cost on that dimension; a grant then also takes,
 --          per dimension, the least any of its limits has room for beyond the cost (whole
 --          tokens, at most that most), charged at once like the cost.
+-- ARGV[4]  "reserve" only, optional: a lease, as ARGV[3] of "try" (ARGV[3] must then be
+--          given: a longest wait that is never exceeded stands for none); the room is
+--          counted at the grant's instant, and a reservation takes a lease only if every
+--          dimension asked for has room (otherwise none: a lease that cannot cover a cost
+--          would only hold tokens back).
 --
 -- Format versions: as gcra.lua. A state whose first byte is another version, or whose length
 -- is not this limiter's number of limits, is answered with an error and left as it is.
@@ -272,23 +277,40 @@ end
 -- A lease ("try" only, so granted now: ready = t0): per dimension, the least room beyond the
 -- cost of any of its limits, whole tokens, at most the most asked for.
 local leased = nil
-if mode == 'try' and ARGV[3] then
-  local dim, extra = {}, {}
+local lease_arg = (mode == 'try' and ARGV[3]) or (mode == 'reserve' and ARGV[4])
+if lease_arg then
+  local dim, extra, wanted = {}, {}, {}
   for i = 1, m do
-    local d, want = struct.unpack('<dd', ARGV[3], (i - 1) * 16 + 1)
+    local d, want = struct.unpack('<dd', lease_arg, (i - 1) * 16 + 1)
     local room
     if kind[i] == 0 then
-      room = a[i] - amount[i]
+      local l = a[i]
+      if ready > t0 then
+        l = math.min(y[i], l + (ready - t0) / x[i])
+      end
+      if amount[i] > y[i] then
+        l = 0
+      end
+      room = l - amount[i]
     else
-      room = y[i] - used_in(i, current(i, t0)) - amount[i]
+      room = y[i] - used_in(i, current(i, ready)) - amount[i]
     end
     room = math.max(0, math.floor(room))
     dim[i] = d
     extra[d] = math.min(extra[d] or want, room)
+    wanted[d] = want > 0
+  end
+  if mode == 'reserve' then
+    for d, w in pairs(wanted) do
+      if w and extra[d] == 0 then
+        extra = {}
+        break
+      end
+    end
   end
   leased = {}
   for i = 1, m do
-    leased[i] = extra[dim[i]]
+    leased[i] = extra[dim[i]] or 0
     amount[i] = amount[i] + leased[i]
   end
 end

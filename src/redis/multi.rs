@@ -44,13 +44,18 @@ pub struct RedisMultiRateLimiterBuilder<const N: usize> {
 }
 
 impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
-    /// Lets this process take, with a grant of
-    /// [`try_acquire`](RedisMultiRateLimiter::try_acquire), up to `max_tokens[d]` more of each
-    /// dimension `d` (the least any of its limits has room for beyond the cost), charged in
-    /// Redis at once with the cost, and grant later costs from what it holds without a round
-    /// trip for up to `max_age`; [`acquire`](RedisMultiRateLimiter::acquire) and
-    /// [`acquire_timeout`](RedisMultiRateLimiter::acquire_timeout) grant from it too, but only
-    /// `try_acquire` takes one. Off by default.
+    /// Lets this process take, with a grant that goes to Redis, up to `max_tokens[d]` more of
+    /// each dimension `d` (the least any of its limits has room for beyond the cost, at the
+    /// grant's instant), charged in Redis with the cost, and grant later costs from what it
+    /// holds without a round trip for up to `max_age`. Off by default.
+    ///
+    /// [`try_acquire`](RedisMultiRateLimiter::try_acquire) takes what room there is in each
+    /// dimension. A reservation ([`acquire`](RedisMultiRateLimiter::acquire),
+    /// [`acquire_timeout`](RedisMultiRateLimiter::acquire_timeout)) takes a lease only if
+    /// every dimension asked for has room beyond its cost at its grant's instant (one that
+    /// waits for a limit has none there, so it takes none, and never waits longer for a
+    /// lease); the lease is this process's once the reservation is granted. All three grant
+    /// from a lease held.
     ///
     /// What a lease has not granted when it expires, or when a new lease replaces it, is given
     /// back in the background (one round trip), per dimension to each of its limits, as a
@@ -329,11 +334,11 @@ impl<const N: usize> Quota<N> {
 /// the fleet (in the order Redis received them), each at the earliest instant at which every
 /// limit has room, never before an earlier grant (its wait is the latest of the limits').
 /// Every limit lives in one key, `{name}`, so on a Redis Cluster in one slot. A fixed
-/// window's boundaries are on Redis's clock. Leases, for
-/// [`try_acquire`](Self::try_acquire), with
+/// window's boundaries are on Redis's clock. Leases (most grants without a round trip) with
 /// [`lease`](RedisMultiRateLimiterBuilder::lease). Every process must give the same
 /// limits (a state of another number of limits is a reply error);
-/// [`set_limit`](Self::set_limit) changes one for the whole fleet, in Redis.
+/// [`set_limit`](Self::set_limit) changes one for the whole fleet, in Redis, and
+/// [`clear_limit`](Self::clear_limit) gives the builder's back.
 ///
 /// # Examples
 ///
@@ -504,15 +509,9 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                 counters.grant(sum(cost));
                 return Ok(self.permit(cost, Charged::Redis(at_us)));
             }
-            let trip = match self.inner.lease {
+            let trip = match self.lease_wanted() {
                 None => self.round_trip("try", self.amounts(cost), None).await,
-                Some((max_tokens, _)) => {
-                    let mut want = Vec::with_capacity(self.inner.limits.len() * 16);
-                    for limit in &self.inner.limits {
-                        want.extend_from_slice(&(limit.dim as f64).to_le_bytes());
-                        let most = round_down(max_tokens[limit.dim]);
-                        want.extend_from_slice(&most.to_le_bytes());
-                    }
+                Some(want) => {
                     let spec = self.amounts(cost);
                     self.call("try", spec, Some(want))
                         .await
@@ -690,6 +689,19 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         out
     }
 
+    /// The script's lease argument, with leases: per limit, its dimension and the most to
+    /// lease of it.
+    fn lease_wanted(&self) -> Option<Vec<u8>> {
+        let (max_tokens, _) = self.inner.lease?;
+        let mut want = Vec::with_capacity(self.inner.limits.len() * 16);
+        for limit in &self.inner.limits {
+            want.extend_from_slice(&(limit.dim as f64).to_le_bytes());
+            let most = round_down(max_tokens[limit.dim]);
+            want.extend_from_slice(&most.to_le_bytes());
+        }
+        Some(want)
+    }
+
     /// One script call; `extra` is the reservation's longest wait or the settled grant's
     /// instant, in microseconds.
     async fn call(
@@ -697,6 +709,17 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         mode: &str,
         spec: Vec<u8>,
         extra: Option<Vec<u8>>,
+    ) -> Result<Vec<u64>, Failure> {
+        self.call_with(mode, spec, extra.into_iter().collect())
+            .await
+    }
+
+    /// One script call with `extras` after the limits.
+    async fn call_with(
+        &self,
+        mode: &str,
+        spec: Vec<u8>,
+        extras: Vec<Vec<u8>>,
     ) -> Result<Vec<u64>, Failure> {
         let inner = &self.inner;
         inner.counters.round_trip();
@@ -706,7 +729,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             .arg(&self.quota.key)
             .arg(mode)
             .arg(spec);
-        if let Some(extra) = extra {
+        for extra in extras {
             cmd.arg(extra);
         }
         let reply = match inner.conn.clone() {
@@ -724,6 +747,34 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     ) -> Result<Answer, Failure> {
         let extra = max_wait_us.map(micros);
         Ok(self.answer(self.call(mode, spec, extra).await?))
+    }
+
+    /// A reservation's round trip: with leases, it also asks for a lease (taken only if every
+    /// dimension asked for has room at the grant's instant).
+    async fn reserve_trip(
+        &self,
+        spec: Vec<u8>,
+        max_wait_us: Option<u64>,
+    ) -> Result<Answer, Failure> {
+        let Some(want) = self.lease_wanted() else {
+            return self.round_trip("reserve", spec, max_wait_us).await;
+        };
+        // No longest wait: one that is never exceeded.
+        let max_wait = max_wait_us.map_or_else(|| f64::MAX.to_le_bytes().to_vec(), micros);
+        let reply = self
+            .call_with("reserve", spec, vec![max_wait, want])
+            .await?;
+        Ok(self.answer(reply))
+    }
+
+    /// What a grant leased, per dimension (one amount per limit, the same for every limit of
+    /// a dimension).
+    fn leased_per_dim(&self, leased: &[u64]) -> [u64; N] {
+        let mut left = [0; N];
+        for (limit, &n) in self.inner.limits.iter().zip(leased) {
+            left[limit.dim] = n;
+        }
+        left
     }
 
     fn answer(&self, reply: Vec<u64>) -> Answer {
@@ -768,10 +819,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     /// dimension), replacing what was left of the last lease (given back), and sees that it
     /// is given back once it expires.
     fn take_lease(&self, leased: &[u64], at_us: u64, max_age: Duration) {
-        let mut left = [0; N];
-        for (limit, &n) in self.inner.limits.iter().zip(leased) {
-            left[limit.dim] = n;
-        }
+        let left = self.leased_per_dim(leased);
         let now = Instant::now();
         let until = now
             .checked_add(max_age)
@@ -931,13 +979,19 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             let attempt = Instant::now();
             let max_wait_us =
                 left(attempt).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-            let trip = self.round_trip("reserve", self.amounts(cost), max_wait_us);
+            let trip = self.reserve_trip(self.amounts(cost), max_wait_us);
             let (turn, answer) = self.quota.turns.send(trip).await;
             match answer {
-                Ok(Answer::Granted(wait, at_us, _)) => {
+                Ok(Answer::Granted(wait, at_us, leased)) => {
                     self.recovered();
-                    // Charged already: a waiter that goes away gives it all back.
-                    let mut reserved = Reserved(Some(self.permit(cost, Charged::Redis(at_us))));
+                    // Charged already, with its lease if any: a waiter that goes away gives it
+                    // all back.
+                    let lease = self.leased_per_dim(&leased);
+                    let mut charged = cost;
+                    for (c, l) in charged.iter_mut().zip(lease) {
+                        *c = c.saturating_add(l);
+                    }
+                    let mut reserved = Reserved(Some(self.permit(charged, Charged::Redis(at_us))));
                     if wait > Nanos::ZERO {
                         tokio::time::sleep(wait.to_duration()).await;
                     } else {
@@ -945,8 +999,14 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                     }
                     turn.come().await;
                     drop(turn);
+                    let mut permit = reserved.0.take().expect("the reservation, until granted");
+                    permit.cost = cost;
+                    // The lease is this process's from its grant's instant on.
+                    if let (Some((_, max_age)), true) = (self.inner.lease, lease != [0; N]) {
+                        self.take_lease(&leased, at_us, max_age);
+                    }
                     counters.grant(sum(cost));
-                    return Ok(reserved.0.take().expect("the reservation, until granted"));
+                    return Ok(permit);
                 }
                 Ok(Answer::Refused(wait)) => {
                     drop(turn);
