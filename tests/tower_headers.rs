@@ -415,6 +415,132 @@ mod paused {
     }
 }
 
+/// A server over a `MultiRateLimiter` (a bucket of requests and a fixed window of tokens),
+/// on paused time, against an exact model of both.
+mod paused_multi {
+    use std::convert::Infallible;
+    use std::time::Duration;
+
+    use paced::tower::{QuotaHeaders, RateLimitLayer};
+    use paced::{Limit, MultiRateLimiter, Rate};
+    use proptest::prelude::*;
+    use tower::{service_fn, Layer, ServiceExt};
+
+    fn secs_ceil(nanos: u128) -> u64 {
+        u64::try_from(nanos.div_ceil(1_000_000_000)).unwrap()
+    }
+
+    fn window_name(secs: u64) -> String {
+        match secs {
+            1 => "second".to_owned(),
+            60 => "minute".to_owned(),
+            3_600 => "hour".to_owned(),
+            86_400 => "day".to_owned(),
+            n => format!("{n}s"),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// On every response, allowed or refused, the draft's fields say exactly what each
+        /// limit holds and when it is back to full (never early, never more than there is),
+        /// the trio the limit with the fewest left, and `Retry-After` the latest of the
+        /// limits' waits.
+        #[test]
+        fn headers_say_exactly_what_every_limit_holds(
+            tokens in 1u64..20,
+            per_ms in 1u64..2_000,
+            burst in 1u64..20,
+            quota in 1u64..50,
+            len_ms in 1u64..5_000,
+            calls in prop::collection::vec((0u64..3_000, 0u64..50), 1..40),
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let per = Duration::from_millis(per_ms);
+                let len = u128::from(len_ms) * 1_000_000;
+                let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+                    .limit("requests", Limit::bucket(Rate::new(tokens, per), burst))
+                    .limit(
+                        "tokens",
+                        Limit::window(quota, Duration::from_millis(len_ms))
+                            .aligned_to_instant(tokio::time::Instant::now()),
+                    )
+                    .build()
+                    .unwrap();
+                let layer = RateLimitLayer::new(&limiter)
+                    .cost(|t: &u64| [1, *t])
+                    .enforcing()
+                    .headers(QuotaHeaders::Both);
+                let api = layer.layer(service_fn(|_: u64| async {
+                    Ok::<_, Infallible>(http::Response::new(String::new()))
+                }));
+                // The bucket in units of 1/tokens of a nanosecond's refill; the window's use
+                // in window `k` (from the start).
+                let (per, tokens) = (per.as_nanos(), u128::from(tokens));
+                let full = u128::from(burst) * per;
+                let (mut level, mut at) = (full, 0u128);
+                let (mut k, mut used) = (0u128, 0u64);
+                let mut now = 0u128;
+                let w1 = secs_ceil(full.div_ceil(tokens)).max(1);
+                let w2 = secs_ceil(len).max(1);
+                let (n1, n2) = (
+                    format!("requests-{}", window_name(w1)),
+                    format!("tokens-{}", window_name(w2)),
+                );
+                for (gap, t) in calls {
+                    // Costs within the window's quota (one above it waits for an empty window:
+                    // another model).
+                    let t = t % (quota + 1);
+                    tokio::time::advance(Duration::from_millis(gap)).await;
+                    now += u128::from(gap) * 1_000_000;
+                    level = (level + (now - at) * tokens).min(full);
+                    at = now;
+                    if now / len != k {
+                        k = now / len;
+                        used = 0;
+                    }
+                    let res = api.clone().oneshot(t).await.unwrap();
+                    let bucket_wait = per.saturating_sub(level).div_ceil(tokens);
+                    let window_wait = if t > 0 && used + t > quota { (k + 1) * len - now } else { 0 };
+                    if bucket_wait == 0 && window_wait == 0 {
+                        level -= per;
+                        used += t;
+                        prop_assert_eq!(res.status(), 200);
+                    } else {
+                        prop_assert_eq!(res.status(), 429);
+                        let retry = secs_ceil(bucket_wait.max(window_wait)).to_string();
+                        prop_assert_eq!(res.headers()["retry-after"].to_str().unwrap(), retry);
+                    }
+                    let h = |name: &str| res.headers()[name].to_str().unwrap().to_string();
+                    prop_assert_eq!(
+                        h("ratelimit-policy"),
+                        format!("\"{n1}\";q={burst};w={w1}, \"{n2}\";q={quota};w={w2};qu=\"tokens\"")
+                    );
+                    let (r1, t1) = (u64::try_from(level / per).unwrap(), secs_ceil((full - level).div_ceil(tokens)));
+                    let (r2, t2) = (quota - used, if used > 0 { secs_ceil((k + 1) * len - now) } else { 0 });
+                    prop_assert_eq!(
+                        h("ratelimit"),
+                        format!("\"{n1}\";r={r1};t={t1}, \"{n2}\";r={r2};t={t2}")
+                    );
+                    let (least, reset) = if (r2, std::cmp::Reverse(t2)) < (r1, std::cmp::Reverse(t1)) {
+                        (r2, t2)
+                    } else {
+                        (r1, t1)
+                    };
+                    prop_assert_eq!(h("x-ratelimit-remaining"), least.to_string());
+                    prop_assert_eq!(h("x-ratelimit-reset"), reset.to_string());
+                }
+                Ok(())
+            })?;
+        }
+    }
+}
+
 /// The dialects of LLM providers through `AdaptiveLayer::http`, on paused time: the limit of
 /// requests that binds sets the rate, clamped into `[min, max]`; limits of tokens do not, but
 /// a `429` for want of tokens waits for them.
