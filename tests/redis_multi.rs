@@ -1,8 +1,11 @@
 //! `RedisMultiRateLimiter` against a real, private `redis-server`: all or nothing, one round
 //! trip per grant, the latest wait, settling down and up as Redis holds it, the format version,
-//! a fleet of processes held to every limit's bound (the workers are this test binary started
-//! again, `worker_process`), and Redis killed under both failure policies. Real time: Redis
-//! does not run on tokio's paused clock.
+//! `set_limit` and `clear_limit` obeyed by other instances and processes, leases (taken by
+//! `try_acquire` and reservations, given back when they expire, never passing an earlier
+//! waiter), a fleet of processes held to every limit's bound (the workers are this test binary
+//! started again, `worker_process`), and Redis killed under both failure policies (the
+//! fail-open stand-in following this process's own limits). Real time: Redis does not run on
+//! tokio's paused clock.
 #![cfg(feature = "redis")]
 
 use std::process::{Command, Stdio};
