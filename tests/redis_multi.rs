@@ -1,8 +1,11 @@
 //! `RedisMultiRateLimiter` against a real, private `redis-server`: all or nothing, one round
 //! trip per grant, the latest wait, settling down and up as Redis holds it, the format version,
-//! a fleet of processes held to every limit's bound (the workers are this test binary started
-//! again, `worker_process`), and Redis killed under both failure policies. Real time: Redis
-//! does not run on tokio's paused clock.
+//! `set_limit` and `clear_limit` obeyed by other instances and processes, leases (taken by
+//! `try_acquire` and reservations, given back when they expire, never passing an earlier
+//! waiter), a fleet of processes held to every limit's bound (the workers are this test binary
+//! started again, `worker_process`), and Redis killed under both failure policies (the
+//! fail-open stand-in following this process's own limits). Real time: Redis does not run on
+//! tokio's paused clock.
 #![cfg(feature = "redis")]
 
 use std::process::{Command, Stdio};
@@ -550,13 +553,15 @@ async fn a_lease_is_charged_in_redis_at_once_and_grants_locally() {
         (1, 10, 11)
     );
     assert_near(state(&mut conn, "{lease}")[1], 39.0);
-    // Its requests spent, the next grant takes a new lease (what was left stays charged).
+    // Its requests spent, the next grant takes a new lease; what was left of the old one (50
+    // tokens) is given back in the background, in a round trip of its own.
     a.try_acquire([1, 5]).await.unwrap();
-    assert_eq!(a.stats().round_trips, 2);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(a.stats().round_trips, 3);
     let s = state(&mut conn, "{lease}");
     assert_near(s[1], 28.0);
-    assert_near(s[3], 790.0);
-    assert_near(s[6], 210.0);
+    assert_near(s[3], 840.0);
+    assert_near(s[6], 160.0);
     // Another process sees every leased token charged.
     b.try_acquire([28, 0]).await.unwrap();
     assert!(matches!(
@@ -565,12 +570,12 @@ async fn a_lease_is_charged_in_redis_at_once_and_grants_locally() {
     ));
     // A grant from the lease is settled in Redis.
     let permit = a.acquire([1, 5]).await.unwrap();
-    assert_eq!(a.stats().round_trips, 2);
-    permit.settle([1, 1]).await.unwrap();
     assert_eq!(a.stats().round_trips, 3);
+    permit.settle([1, 1]).await.unwrap();
+    assert_eq!(a.stats().round_trips, 4);
     let s = state(&mut conn, "{lease}");
-    assert_near(s[3], 794.0);
-    assert_near(s[6], 206.0);
+    assert_near(s[3], 844.0);
+    assert_near(s[6], 156.0);
     // A lease takes, per dimension, the least room of its limits: 49 requests, and 595
     // tokens (the window's room, below the bucket's 995).
     let c = leased(&server.url(), "room", Some(([1_000, 1_000], minute)));
@@ -582,7 +587,7 @@ async fn a_lease_is_charged_in_redis_at_once_and_grants_locally() {
     c.try_acquire([49, 595]).await.unwrap();
     assert!(c.try_acquire([1, 0]).await.is_err());
     assert_eq!(c.stats().round_trips, 2);
-    // An expired lease grants nothing.
+    // An expired lease grants nothing, and what it held is given back once it expires.
     let d = leased(
         &server.url(),
         "age",
@@ -591,9 +596,14 @@ async fn a_lease_is_charged_in_redis_at_once_and_grants_locally() {
     d.try_acquire([1, 1]).await.unwrap();
     d.try_acquire([1, 1]).await.unwrap();
     assert_eq!(d.stats().round_trips, 1);
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(d.stats().round_trips, 2, "the give-back's round trip");
+    let s = state(&mut conn, "{age}");
+    assert_near(s[1], 48.0);
+    assert_near(s[3], 998.0);
+    assert_near(s[6], 2.0);
     d.try_acquire([1, 1]).await.unwrap();
-    assert_eq!(d.stats().round_trips, 2);
+    assert_eq!(d.stats().round_trips, 3);
     // A lease of nothing is a configuration error.
     let zero = RedisMultiRateLimiter::<2>::builder(&server.url(), "z", ["requests", "tokens"])
         .lease([0, 0], minute)
@@ -960,4 +970,342 @@ async fn redis_killed_fail_closed_waits_and_fail_open_falls_back() {
         assert!(Instant::now() < deadline, "still falling back: {after:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_limit_gives_back_the_builders_limits_keeping_levels() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let build = || {
+        RedisMultiRateLimiter::builder(&server.url(), "clear", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_minute(1), 5))
+            .limit("tokens", Limit::bucket(Rate::per_minute(1), 100))
+            .limit("tokens", Limit::window(200, Duration::from_secs(3_600)))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (build(), build());
+    a.try_acquire([1, 90]).await.unwrap();
+    // Raised far above the builder's, then full: 50 requests, 1,000 tokens, 150 of a window
+    // of 1,000 left (90 used).
+    a.set_limit(0, Limit::bucket(Rate::per_second(1_000), 50))
+        .await
+        .unwrap();
+    a.set_limit(1, Limit::bucket(Rate::per_second(10_000), 1_000))
+        .await
+        .unwrap();
+    a.set_limit(2, Limit::window(1_000, Duration::from_secs(3_600)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    b.try_acquire([10, 0]).await.unwrap();
+    let pttl: i64 = redis::cmd("PTTL").arg("{clear}").query(&mut conn).unwrap();
+    assert_eq!(pttl, -1);
+    // Cleared by the other instance: every limit is the builder's again, each keeping its
+    // level (a bucket at most the builder's burst; the window's 90 used of 200).
+    b.clear_limit().await.unwrap();
+    let raw: Vec<u8> = redis::cmd("GET").arg("{clear}").query(&mut conn).unwrap();
+    assert_eq!(raw.len(), 9 + 16 * 3, "no limits kept in the state");
+    let pttl: i64 = redis::cmd("PTTL").arg("{clear}").query(&mut conn).unwrap();
+    assert!(pttl > 0, "a quota without limits set expires again: {pttl}");
+    let s = state(&mut conn, "{clear}");
+    assert_near(s[1], 5.0);
+    assert_near(s[3], 100.0);
+    assert_near(s[6], 90.0);
+    // Obeyed by both instances: 5 requests, then none; 100 tokens, then none; the window's
+    // 110 left are more than the bucket's 100.
+    a.try_acquire([5, 100]).await.unwrap();
+    assert!(b.try_acquire([1, 0]).await.is_err());
+    assert!(a.try_acquire([0, 1]).await.is_err());
+    // Clearing a quota with nothing set, or no state at all, changes nothing and succeeds.
+    a.clear_limit().await.unwrap();
+    slow(&server.url(), "none", 5, 100)
+        .clear_limit()
+        .await
+        .unwrap();
+    let exists: i64 = redis::cmd("EXISTS").arg("{none}").query(&mut conn).unwrap();
+    assert_eq!(exists, 0);
+    // Keyed: one key's limit cleared, back to the builder's 3.
+    let keyed = RedisKeyedMultiRateLimiter::<String, 1>::builder(&server.url(), "kc", ["r"])
+        .limit("r", Limit::bucket(Rate::per_minute(1), 3))
+        .build()
+        .unwrap();
+    keyed
+        .set_limit("one", 0, Limit::bucket(Rate::per_second(1_000), 50))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    keyed.clear_limit("one").await.unwrap();
+    keyed.try_acquire("one", [3]).await.unwrap();
+    assert!(keyed.try_acquire("one", [1]).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_obeys_a_limit_cleared_in_redis() {
+    let server = Server::start();
+    let llm = slow(&server.url(), "unobey", 5, 100);
+    // 50 requests in the bucket after the raise; cleared: the builder's 5.
+    llm.set_limit(0, Limit::bucket(Rate::per_second(1_000), 50))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    llm.clear_limit().await.unwrap();
+    let exe = std::env::current_exe().expect("test binary path");
+    let out = Command::new(&exe)
+        .args(["worker_process", "--exact", "--ignored", "--nocapture"])
+        .args(["--test-threads", "1"])
+        .env(WORKER, ["obey", &server.url(), "unobey"].join("\n"))
+        .output()
+        .expect("run a worker process");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "worker failed: {out:?}");
+    assert!(stdout.contains("obeyed: 5"), "{stdout}");
+}
+
+/// Requests (bucket of 10, 100/s) and tokens (bucket of 100, 1,000/s), failing open at half,
+/// with a 100 ms response timeout.
+fn failing_open(url: &str, name: &str) -> RedisMultiRateLimiter<2> {
+    RedisMultiRateLimiter::builder(url, name, ["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_second(100), 10))
+        .limit("tokens", Limit::bucket(Rate::per_second(1_000), 100))
+        .failure_policy(FailurePolicy::FailOpen { share: 0.5 })
+        .response_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap()
+}
+
+/// How many `[1, 1]` the fail-open fallback grants at once (Redis down).
+async fn fallback_grants(llm: &RedisMultiRateLimiter<2>) -> u32 {
+    let before = llm.stats().fallback;
+    let mut granted = 0;
+    for _ in 0..30 {
+        if llm.try_acquire([1, 1]).await.is_ok() {
+            granted += 1;
+        }
+    }
+    assert_eq!(llm.stats().fallback - before, u64::from(granted));
+    granted
+}
+
+/// Waits until `llm` is granted by Redis again, and its fallback's second is over.
+async fn back_on_redis(llm: &RedisMultiRateLimiter<2>) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    loop {
+        let before = llm.stats();
+        let granted = llm.try_acquire([0, 1]).await.is_ok();
+        let after = llm.stats();
+        if granted && after.fallback == before.fallback {
+            return;
+        }
+        assert!(Instant::now() < deadline, "still falling back: {after:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fail_open_fallback_follows_this_processs_set_and_clear_limit() {
+    let mut server = Server::start();
+    let llm = failing_open(&server.url(), "own");
+    let other = failing_open(&server.url(), "own");
+    llm.set_limit(0, Limit::bucket(Rate::per_second(100), 4))
+        .await
+        .unwrap();
+    // The tokens' limit raised by the other instance (another process): in Redis only.
+    other
+        .set_limit(1, Limit::bucket(Rate::per_second(1_000), 1_000))
+        .await
+        .unwrap();
+    server.kill();
+    // Half of the requests' 4 it set (not of the builder's 10: that would be 5).
+    assert_eq!(fallback_grants(&llm).await, 2);
+    // The other instance knows only its own change: half of the builder's 10 requests.
+    assert_eq!(fallback_grants(&other).await, 5);
+    // Of the 1,000 tokens it set, half, less the 5 just granted.
+    let tokens = other.try_acquire([0, 495]).await;
+    assert!(
+        tokens.is_ok(),
+        "half of the 1,000 tokens it set: {tokens:?}"
+    );
+    assert!(
+        llm.try_acquire([0, 60]).await.is_err(),
+        "half of the builder's 100"
+    );
+    // While Redis is down, neither change is possible, and nothing changes here.
+    assert!(matches!(
+        llm.clear_limit().await,
+        Err(RedisLimiterError::Unavailable(_))
+    ));
+    assert!(matches!(
+        llm.set_limit(0, Limit::bucket(Rate::per_second(100), 8))
+            .await,
+        Err(RedisLimiterError::Unavailable(_))
+    ));
+    server.restart();
+    back_on_redis(&llm).await;
+    llm.clear_limit().await.unwrap();
+    server.kill();
+    // Cleared: half of the builder's 10 again.
+    assert_eq!(fallback_grants(&llm).await, 5);
+    // A window set by this process: half of its quota.
+    server.restart();
+    back_on_redis(&llm).await;
+    let windowed = RedisMultiRateLimiter::builder(&server.url(), "win", ["requests", "tokens"])
+        .limit("requests", Limit::window(100, Duration::from_secs(3_600)))
+        .failure_policy(FailurePolicy::FailOpen { share: 0.5 })
+        .response_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    windowed
+        .set_limit(0, Limit::window(6, Duration::from_secs(3_600)))
+        .await
+        .unwrap();
+    server.kill();
+    assert_eq!(fallback_grants(&windowed).await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lease_is_given_back_never_above_a_burst() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    // Requests refill fast (1,000/s, burst 50): full again before the lease expires, so its
+    // give-back must leave the bucket at 50, not above. Tokens refill slowly: the bucket of
+    // 1,000 and the hourly window of 600 get back what the lease did not grant.
+    let llm = RedisMultiRateLimiter::builder(&server.url(), "back", ["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_second(1_000), 50))
+        .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
+        .limit("tokens", Limit::window(600, Duration::from_secs(3_600)))
+        .lease([10, 100], Duration::from_millis(200))
+        .build()
+        .unwrap();
+    llm.try_acquire([1, 5]).await.unwrap();
+    llm.try_acquire([1, 20]).await.unwrap();
+    assert_eq!(llm.stats().from_lease, 1);
+    let s = state(&mut conn, "{back}");
+    assert_near(s[3], 895.0);
+    assert_near(s[6], 105.0);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // 80 tokens and 9 requests were left: given back, per dimension, to every limit.
+    let s = state(&mut conn, "{back}");
+    assert!(s[1] <= 50.0, "a bucket above its burst: {}", s[1]);
+    assert_near(s[3], 975.0);
+    assert_near(s[6], 25.0);
+    assert_eq!(llm.stats().round_trips, 2);
+    // What is given back is obeyed: 975 tokens in the bucket.
+    llm.try_acquire([1, 575]).await.unwrap();
+    // A lease that expires after its window is over gives nothing back to the new window
+    // (nothing of it was charged there).
+    let hourly = RedisMultiRateLimiter::builder(&server.url(), "edge", ["requests"])
+        .limit("requests", Limit::window(100, Duration::from_millis(300)))
+        .lease([10], Duration::from_millis(400))
+        .build()
+        .unwrap();
+    hourly.try_acquire([1]).await.unwrap();
+    let used_in_first = state(&mut conn, "{edge}")[2];
+    assert_near(used_in_first, 11.0);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Given back (a round trip), but too late for the window the lease was charged in.
+    assert_eq!(hourly.stats().round_trips, 2);
+    hourly.try_acquire([100]).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_never_passes_an_earlier_waiter_of_this_process() {
+    let server = Server::start();
+    // Requests: 5/s (one every 200 ms), burst 2; tokens plenty.
+    let llm = RedisMultiRateLimiter::builder(&server.url(), "fifo", ["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_second(5), 2))
+        .limit("tokens", Limit::bucket(Rate::per_minute(1), 10_000))
+        .lease([1, 100], Duration::from_secs(60))
+        .build()
+        .unwrap();
+    // A grant and a lease of [1, 100]: the requests' bucket is empty.
+    llm.try_acquire([1, 1]).await.unwrap();
+    assert_eq!(llm.stats().round_trips, 1);
+    // A waiter whose tokens the lease cannot give reserves in Redis: queued there, about
+    // 200 ms.
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let waiter = {
+        let (llm, order) = (llm.clone(), order.clone());
+        tokio::spawn(async move {
+            llm.acquire([1, 500]).await.unwrap();
+            order.lock().unwrap().push("waiter");
+        })
+    };
+    // Queued: Redis holds the reservation (its state's instant is in the future).
+    let mut conn = admin(&server);
+    loop {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+        if state(&mut conn, "{fifo}")[0] > (secs * 1_000_000 + micros) as f64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // The lease holds [1, 99], enough for [1, 1], but a waiter of this process is queued:
+    // try_acquire goes to Redis, which refuses (the waiter's reservation is ahead)...
+    let before = llm.stats();
+    let tried = llm.try_acquire([1, 1]).await;
+    assert!(
+        matches!(tried, Err(TryAcquireError::NotUntil(_))),
+        "{tried:?} {before:?}"
+    );
+    assert_eq!(llm.stats().from_lease, before.from_lease);
+    // ...and acquire queues behind the waiter.
+    let later = {
+        let (llm, order) = (llm.clone(), order.clone());
+        tokio::spawn(async move {
+            llm.acquire([1, 1]).await.unwrap();
+            order.lock().unwrap().push("later");
+        })
+    };
+    waiter.await.unwrap();
+    later.await.unwrap();
+    assert_eq!(*order.lock().unwrap(), ["waiter", "later"]);
+    assert_eq!(llm.stats().from_lease, before.from_lease);
+    // Nobody queued: the lease grants again, without a round trip.
+    let trips = llm.stats().round_trips;
+    llm.acquire([1, 1]).await.unwrap();
+    assert_eq!(llm.stats().round_trips, trips);
+    assert_eq!(llm.stats().from_lease, before.from_lease + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_takes_a_lease_too_when_every_dimension_has_room() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let minute = Duration::from_secs(60);
+    // Requests: 50 at once, one a minute; tokens: 1,000 at once and 600 an hour.
+    let a = leased(&server.url(), "acq", Some(([10, 100], minute)));
+    // A reservation granted at once takes its cost and a lease of [10, 100], charged at once.
+    a.acquire([1, 5]).await.unwrap();
+    let s = state(&mut conn, "{acq}");
+    assert_near(s[1], 39.0);
+    assert_near(s[3], 895.0);
+    assert_near(s[6], 105.0);
+    // Later acquisitions are granted from it, without a round trip.
+    for _ in 0..10 {
+        a.acquire([1, 5]).await.unwrap();
+    }
+    assert_eq!((a.stats().round_trips, a.stats().from_lease), (1, 10));
+    // A reservation that must wait finds no room beyond its cost in the dimension it waits
+    // for: it takes no lease, and charges only its cost (the tokens' room is not held back).
+    let b = RedisMultiRateLimiter::builder(&server.url(), "wait", ["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_second(10), 1))
+        .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
+        .lease([5, 100], minute)
+        .build()
+        .unwrap();
+    b.try_acquire([1, 1]).await.unwrap();
+    // The try found no room for requests beyond its cost: it leased no request.
+    b.acquire([1, 1]).await.unwrap();
+    let s = state(&mut conn, "{wait}");
+    assert_eq!(b.stats().round_trips, 2);
+    // Tokens: the two costs and the try's lease of 100 (its requests' lease was 0), not a
+    // second lease.
+    assert_near(s[3], 898.0);
+    // What is left of the try's lease (100 tokens, no request) covers no [1, x] cost: the
+    // next acquisition goes to Redis.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    b.acquire([1, 1]).await.unwrap();
+    assert_eq!(b.stats().round_trips, 3);
 }

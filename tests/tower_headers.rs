@@ -6,6 +6,7 @@
 #![cfg(feature = "http")]
 
 use std::net::SocketAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::Request;
 use axum::routing::get;
@@ -15,8 +16,8 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use paced::tower::{QuotaHeaders, RateLimitLayer};
-use paced::{KeyedRateLimiter, Rate, RateLimiter};
+use paced::tower::{limits_from_headers, Dimension, QuotaHeaders, RateLimitLayer};
+use paced::{KeyedRateLimiter, Limit, MultiRateLimiter, Rate, RateLimiter};
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
@@ -178,6 +179,139 @@ async fn a_cost_above_the_burst_is_refused_without_retry_after() {
     assert_eq!(header(&headers, "x-ratelimit-reset"), Some("0"));
 }
 
+/// One request to `/?tokens=N`; the status and the headers of the answer.
+async fn call_with_tokens(
+    client: &HttpClient,
+    addr: SocketAddr,
+    tokens: u64,
+) -> (u16, http::HeaderMap) {
+    let req = Request::get(format!("http://{addr}/?tokens={tokens}"))
+        .body(Empty::new())
+        .unwrap();
+    let res = client.request(req).await.unwrap();
+    (res.status().as_u16(), res.headers().clone())
+}
+
+/// The seconds from `now` until the next midnight UTC, rounded up.
+fn until_midnight(now: SystemTime) -> u64 {
+    let since = now.duration_since(UNIX_EPOCH).unwrap();
+    let left = Duration::from_secs(86_400)
+        - Duration::from_nanos((since.as_nanos() % 86_400_000_000_000) as u64);
+    left.as_secs() + u64::from(left.subsec_nanos() > 0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_limit_server_announces_every_limit_and_the_client_reads_them_back() {
+    // 5 requests a minute (one every 12 s), 1,000 tokens a minute (one every 60 ms) and 3,000
+    // a day (midnight UTC to midnight): nothing refills noticeably while the test runs.
+    let quota = MultiRateLimiter::builder(["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_minute(5), 5))
+        .limit("tokens", Limit::bucket(Rate::per_minute(1_000), 1_000))
+        .limit("tokens", Limit::window(3_000, Duration::from_secs(86_400)))
+        .build()
+        .unwrap();
+    let cost = |req: &Request<axum::body::Body>| {
+        let tokens = req
+            .uri()
+            .query()
+            .and_then(|q| q.strip_prefix("tokens="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        [1, tokens]
+    };
+    let app = Router::new().route("/", get(|| async { "ok" })).layer(
+        RateLimitLayer::new(&quota)
+            .cost(cost)
+            .enforcing()
+            .headers(QuotaHeaders::Both),
+    );
+    let addr = serve(app).await;
+    let client = client();
+    let mut spent = 0;
+    for (i, tokens) in [100, 200, 300].into_iter().enumerate() {
+        let before = SystemTime::now();
+        let (status, headers) = call_with_tokens(&client, addr, tokens).await;
+        let after = SystemTime::now();
+        assert_eq!(status, 200);
+        spent += tokens;
+        let granted = i as u64 + 1;
+        // The draft's fields, one policy per limit, named after its dimension and window.
+        assert_eq!(
+            headers["ratelimit-policy"],
+            "\"requests-minute\";q=5;w=60, \"tokens-minute\";q=1000;w=60;qu=\"tokens\", \
+             \"tokens-day\";q=3000;w=86400;qu=\"tokens\""
+        );
+        // Read back as a client reads any destination.
+        let limits = limits_from_headers(&headers, after);
+        let read: Vec<_> = limits
+            .iter()
+            .map(|l| {
+                (
+                    l.name.as_str(),
+                    l.dimension,
+                    l.announced.limit,
+                    l.announced.window,
+                    l.announced.remaining,
+                )
+            })
+            .collect();
+        let minute = Some(Duration::from_secs(60));
+        let day = Some(Duration::from_secs(86_400));
+        assert_eq!(
+            read,
+            [
+                (
+                    "requests-minute",
+                    Dimension::Requests,
+                    Some(5),
+                    minute,
+                    5 - granted
+                ),
+                (
+                    "tokens-minute",
+                    Dimension::Tokens,
+                    Some(1_000),
+                    minute,
+                    1_000 - spent
+                ),
+                (
+                    "tokens-day",
+                    Dimension::Tokens,
+                    Some(3_000),
+                    day,
+                    3_000 - spent
+                ),
+            ]
+        );
+        // Resets: the buckets' exactly (what is owed, less the milliseconds since, rounded
+        // up); the day's at the next midnight UTC, as seen between sending and reading.
+        assert_eq!(limits[0].announced.reset, Duration::from_secs(granted * 12));
+        assert_eq!(
+            limits[1].announced.reset,
+            Duration::from_secs((spent * 60).div_ceil(1_000))
+        );
+        let day_reset = limits[2].announced.reset.as_secs();
+        assert!(
+            (until_midnight(after)..=until_midnight(before)).contains(&day_reset),
+            "{day_reset}"
+        );
+        // The trio: the limit with the fewest left, the requests.
+        assert_eq!(
+            headers["x-ratelimit-remaining"],
+            (5 - granted).to_string().as_str()
+        );
+        assert_eq!(headers["x-ratelimit-limit"], "5");
+    }
+    // 600 of the minute's tokens taken: 500 more are 100 short, 6 s at one every 60 ms. The
+    // refusal carries every limit too, none charged.
+    let (status, headers) = call_with_tokens(&client, addr, 500).await;
+    assert_eq!(status, 429);
+    assert_eq!(headers["retry-after"], "6");
+    let limits = limits_from_headers(&headers, SystemTime::now());
+    let remaining: Vec<_> = limits.iter().map(|l| l.announced.remaining).collect();
+    assert_eq!(remaining, [2, 400, 2_400]);
+}
+
 mod paused {
     use std::convert::Infallible;
     use std::time::Duration;
@@ -274,6 +408,132 @@ mod paused {
                         h("ratelimit"),
                         format!("\"default\";r={remaining};t={}", Model::secs_ceil(to_full))
                     );
+                }
+                Ok(())
+            })?;
+        }
+    }
+}
+
+/// A server over a `MultiRateLimiter` (a bucket of requests and a fixed window of tokens),
+/// on paused time, against an exact model of both.
+mod paused_multi {
+    use std::convert::Infallible;
+    use std::time::Duration;
+
+    use paced::tower::{QuotaHeaders, RateLimitLayer};
+    use paced::{Limit, MultiRateLimiter, Rate};
+    use proptest::prelude::*;
+    use tower::{service_fn, Layer, ServiceExt};
+
+    fn secs_ceil(nanos: u128) -> u64 {
+        u64::try_from(nanos.div_ceil(1_000_000_000)).unwrap()
+    }
+
+    fn window_name(secs: u64) -> String {
+        match secs {
+            1 => "second".to_owned(),
+            60 => "minute".to_owned(),
+            3_600 => "hour".to_owned(),
+            86_400 => "day".to_owned(),
+            n => format!("{n}s"),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// On every response, allowed or refused, the draft's fields say exactly what each
+        /// limit holds and when it is back to full (never early, never more than there is),
+        /// the trio the limit with the fewest left, and `Retry-After` the latest of the
+        /// limits' waits.
+        #[test]
+        fn headers_say_exactly_what_every_limit_holds(
+            tokens in 1u64..20,
+            per_ms in 1u64..2_000,
+            burst in 1u64..20,
+            quota in 1u64..50,
+            len_ms in 1u64..5_000,
+            calls in prop::collection::vec((0u64..3_000, 0u64..50), 1..40),
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let per = Duration::from_millis(per_ms);
+                let len = u128::from(len_ms) * 1_000_000;
+                let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+                    .limit("requests", Limit::bucket(Rate::new(tokens, per), burst))
+                    .limit(
+                        "tokens",
+                        Limit::window(quota, Duration::from_millis(len_ms))
+                            .aligned_to_instant(tokio::time::Instant::now()),
+                    )
+                    .build()
+                    .unwrap();
+                let layer = RateLimitLayer::new(&limiter)
+                    .cost(|t: &u64| [1, *t])
+                    .enforcing()
+                    .headers(QuotaHeaders::Both);
+                let api = layer.layer(service_fn(|_: u64| async {
+                    Ok::<_, Infallible>(http::Response::new(String::new()))
+                }));
+                // The bucket in units of 1/tokens of a nanosecond's refill; the window's use
+                // in window `k` (from the start).
+                let (per, tokens) = (per.as_nanos(), u128::from(tokens));
+                let full = u128::from(burst) * per;
+                let (mut level, mut at) = (full, 0u128);
+                let (mut k, mut used) = (0u128, 0u64);
+                let mut now = 0u128;
+                let w1 = secs_ceil(full.div_ceil(tokens)).max(1);
+                let w2 = secs_ceil(len).max(1);
+                let (n1, n2) = (
+                    format!("requests-{}", window_name(w1)),
+                    format!("tokens-{}", window_name(w2)),
+                );
+                for (gap, t) in calls {
+                    // Costs within the window's quota (one above it waits for an empty window:
+                    // another model).
+                    let t = t % (quota + 1);
+                    tokio::time::advance(Duration::from_millis(gap)).await;
+                    now += u128::from(gap) * 1_000_000;
+                    level = (level + (now - at) * tokens).min(full);
+                    at = now;
+                    if now / len != k {
+                        k = now / len;
+                        used = 0;
+                    }
+                    let res = api.clone().oneshot(t).await.unwrap();
+                    let bucket_wait = per.saturating_sub(level).div_ceil(tokens);
+                    let window_wait = if t > 0 && used + t > quota { (k + 1) * len - now } else { 0 };
+                    if bucket_wait == 0 && window_wait == 0 {
+                        level -= per;
+                        used += t;
+                        prop_assert_eq!(res.status(), 200);
+                    } else {
+                        prop_assert_eq!(res.status(), 429);
+                        let retry = secs_ceil(bucket_wait.max(window_wait)).to_string();
+                        prop_assert_eq!(res.headers()["retry-after"].to_str().unwrap(), retry);
+                    }
+                    let h = |name: &str| res.headers()[name].to_str().unwrap().to_string();
+                    prop_assert_eq!(
+                        h("ratelimit-policy"),
+                        format!("\"{n1}\";q={burst};w={w1}, \"{n2}\";q={quota};w={w2};qu=\"tokens\"")
+                    );
+                    let (r1, t1) = (u64::try_from(level / per).unwrap(), secs_ceil((full - level).div_ceil(tokens)));
+                    let (r2, t2) = (quota - used, if used > 0 { secs_ceil((k + 1) * len - now) } else { 0 });
+                    prop_assert_eq!(
+                        h("ratelimit"),
+                        format!("\"{n1}\";r={r1};t={t1}, \"{n2}\";r={r2};t={t2}")
+                    );
+                    let (least, reset) = if (r2, std::cmp::Reverse(t2)) < (r1, std::cmp::Reverse(t1)) {
+                        (r2, t2)
+                    } else {
+                        (r1, t1)
+                    };
+                    prop_assert_eq!(h("x-ratelimit-remaining"), least.to_string());
+                    prop_assert_eq!(h("x-ratelimit-reset"), reset.to_string());
                 }
                 Ok(())
             })?;

@@ -108,6 +108,22 @@ impl FixedWindow {
         u64::try_from(u128::from(self.quota).saturating_sub(used)).unwrap_or(0)
     }
 
+    /// The quota, the window's length, and the time from `now` until nothing is used any more
+    /// (the start of the first window whose use, carry included, is nothing; zero if nothing
+    /// is used now): what quota headers announce.
+    #[cfg(feature = "http")]
+    pub(crate) fn announced(&self, now: Nanos) -> (u64, Nanos, Nanos) {
+        let used = self.used_in(self.current(now));
+        if used == 0 {
+            return (self.quota, Nanos(self.len), Nanos::ZERO);
+        }
+        // used - n * quota <= 0 from window index + n on.
+        let n = self.used.div_ceil(u128::from(self.quota));
+        let k = u64::try_from(u128::from(self.index) + n).unwrap_or(u64::MAX);
+        let reset = self.start(k).saturating_sub(now);
+        (self.quota, Nanos(self.len), reset)
+    }
+
     /// Gives back `amount` of a grant charged at `at`, if `now` is still in the window it was
     /// charged in (a window that has ended keeps what it used), never below nothing used.
     pub(crate) fn refund(&mut self, now: Nanos, at: Nanos, amount: u64) {

@@ -81,6 +81,12 @@ impl<const N: usize> Limits<N> {
         self.paused_until = self.paused_until.max(until);
     }
 
+    /// Nothing is granted before this time.
+    #[cfg(feature = "http")]
+    pub(crate) fn paused_until(&self) -> Nanos {
+        self.paused_until
+    }
+
     /// The limit at `index`, to change it.
     pub(crate) fn limit_mut(&mut self, index: usize) -> Option<&mut Tagged> {
         self.limits.get_mut(index)

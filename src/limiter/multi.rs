@@ -945,6 +945,39 @@ impl<const N: usize> Draw for MultiRateLimiter<N> {
         None
     }
 
+    /// Every limit, in the order given: a bucket as a one-limit bucket is announced, a fixed
+    /// window as its quota per its length, what is left of it, and the time until nothing of
+    /// it is used; paused, nothing left until the pause ends.
+    #[cfg(feature = "http")]
+    fn states(&self) -> Vec<(String, crate::stats::LimitState)> {
+        self.shared.read(|limits, now| {
+            let paused = limits.paused_until().saturating_sub(now).to_duration();
+            let mut out = Vec::new();
+            let mut index = 0;
+            while let Some(tagged) = limits.limit(index) {
+                index += 1;
+                let mut state = match &tagged.rule {
+                    Rule::Bucket(b) => crate::stats::LimitState::of(b, bucket_rate(b), now),
+                    Rule::Window(w) => {
+                        let (quota, len, reset) = w.announced(now);
+                        crate::stats::LimitState {
+                            limit: quota,
+                            window: len.to_duration(),
+                            remaining: w.available(now),
+                            reset: reset.to_duration(),
+                        }
+                    }
+                };
+                if !paused.is_zero() {
+                    state.remaining = 0;
+                    state.reset = state.reset.max(paused);
+                }
+                out.push((self.names[tagged.dim].clone(), state));
+            }
+            out
+        })
+    }
+
     fn permit(&self) -> MultiRateLimiterPermit<N> {
         MultiRateLimiterPermit {
             waiter: None,

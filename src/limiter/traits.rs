@@ -73,6 +73,14 @@ pub(crate) mod sealed {
         #[cfg(feature = "http")]
         fn state(&self) -> Option<crate::stats::LimitState>;
 
+        /// Every limit as quota headers announce it, now, each with the name of its
+        /// dimension, for a limiter of several limits (a `MultiRateLimiter`); empty for the
+        /// others, which say it with [`state`](Draw::state).
+        #[cfg(feature = "http")]
+        fn states(&self) -> Vec<(String, crate::stats::LimitState)> {
+            Vec::new()
+        }
+
         /// A fresh, idle request state.
         fn permit(&self) -> Self::Permit;
 

@@ -177,8 +177,9 @@ where
             Some(quota) => quota.clone(),
             None => {
                 if quotas.len() >= KEYS_KEPT {
-                    // Forget the keys with nothing in flight here (a permit, a waiter).
-                    quotas.retain(|_, q| Arc::strong_count(q) > 1);
+                    // Forget the keys with nothing in flight here (a permit, a waiter, a
+                    // lease) and no limit set by this process (its fallback's).
+                    quotas.retain(|_, q| Arc::strong_count(q) > 1 || q.has_own_limits());
                 }
                 let quota = Arc::new(Quota::new(self.naming.redis_key(key)));
                 quotas.insert(key.to_owned(), quota.clone());
@@ -247,11 +248,24 @@ where
 
     /// Replaces the limit at `index` of `key`'s quota in Redis, for every process, keeping its
     /// level; see [`RedisMultiRateLimiter::set_limit`]. The other keys keep the builder's
-    /// limits.
+    /// limits. This process remembers it for its fail-open fallback, until
+    /// [`clear_limit`](Self::clear_limit).
     ///
     /// # Errors
     ///
     /// As [`RedisMultiRateLimiter::set_limit`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use paced::{Limit, Rate};
+    ///
+    /// # async fn demo(per_tenant: paced::redis::RedisKeyedMultiRateLimiter<String, 2>) -> Result<(), paced::redis::RedisLimiterError> {
+    /// // A premium tenant: ten times the requests (the builder's first limit).
+    /// per_tenant.set_limit("tenant-7", 0, Limit::bucket(Rate::per_minute(600), 100)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn set_limit<Q>(
         &self,
         key: &Q,
@@ -263,6 +277,30 @@ where
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
         self.quota(key).set_limit(index, limit).await
+    }
+
+    /// Gives `key`'s quota the builder's limits again, for every process, keeping its levels;
+    /// see [`RedisMultiRateLimiter::clear_limit`]. This process forgets the limits it had set
+    /// for the key: its fail-open fallback takes `share` of the builder's again.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisMultiRateLimiter::clear_limit`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(per_tenant: paced::redis::RedisKeyedMultiRateLimiter<String, 2>) -> Result<(), paced::redis::RedisLimiterError> {
+    /// per_tenant.clear_limit("tenant-7").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn clear_limit<Q>(&self, key: &Q) -> Result<(), RedisLimiterError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
+    {
+        self.quota(key).clear_limit().await
     }
 
     /// This process's counters, over all keys (`keys`: the keys this process knows now).

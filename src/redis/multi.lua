@@ -20,7 +20,9 @@
 --          (a bucket's refund is capped at its burst; a window gives back only within the
 --          window the grant was charged in, never below 0; a charge may leave a debt, or a
 --          carry); "limit": replace limit ARGV[3]'s index by ARGV[3]'s, keeping its level (a
---          bucket's tokens, at most the new burst; a window's use of the current window).
+--          bucket's tokens, at most the new burst; a window's use of the current window);
+--          "clear": give every limit ARGV[2]'s again (the builder's), keeping levels as
+--          "limit" does, and drop the limits kept in the state (so it expires again).
 -- ARGV[2]  M limits, five little-endian doubles each (40 bytes):
 --          kind      0: a token bucket; 1: a fixed window
 --          x, y, z   a bucket: microseconds per token (may be fractional), burst, 0;
@@ -36,6 +38,11 @@
 --          0) and the most to take beyond the cost on that dimension; a grant then also takes,
 --          per dimension, the least any of its limits has room for beyond the cost (whole
 --          tokens, at most that most), charged at once like the cost.
+-- ARGV[4]  "reserve" only, optional: a lease, as ARGV[3] of "try" (ARGV[3] must then be
+--          given: a longest wait that is never exceeded stands for none); the room is
+--          counted at the grant's instant, and a reservation takes a lease only if every
+--          dimension asked for has room (otherwise none: a lease that cannot cover a cost
+--          would only hold tokens back).
 --
 -- Format versions: as gcra.lua. A state whose first byte is another version, or whose length
 -- is not this limiter's number of limits, is answered with an error and left as it is.
@@ -55,8 +62,11 @@ local mode = ARGV[1]
 local spec = ARGV[2]
 local m = #spec / 40
 local kind, x, y, z, amount, a, b = {}, {}, {}, {}, {}, {}, {}
+-- ARGV[2]'s limits, before the state's override them ("clear" gives them back).
+local given = {}
 for i = 1, m do
   kind[i], x[i], y[i], z[i], amount[i] = struct.unpack('<ddddd', spec, (i - 1) * 40 + 1)
+  given[i] = { kind[i], x[i], y[i], z[i] }
   if kind[i] == 0 then
     a[i], b[i] = y[i], 0
   else
@@ -181,6 +191,31 @@ if mode == 'limit' then
   return { 1, 0, t0 }
 end
 
+if mode == 'clear' then
+  if not state then
+    return { 1, 0, t0 }
+  end
+  for i = 1, m do
+    if given[i][1] ~= kind[i] then
+      return redis.error_reply('ERR paced: limit ' .. i .. ' of ' .. key .. ' is of the other kind')
+    end
+  end
+  for i = 1, m do
+    local _, x2, y2, z2 = unpack(given[i])
+    if kind[i] == 0 then
+      a[i] = math.min(a[i], y2)
+      x[i], y[i] = x2, y2
+    else
+      local used = used_in(i, current(i, t0))
+      x[i], y[i], z[i] = x2, y2, z2
+      a[i], b[i] = number(i, t0), used
+    end
+  end
+  limited = false
+  store(t0)
+  return { 1, 0, t0 }
+end
+
 if mode == 'settle' then
   local charged_at = ARGV[3] and struct.unpack('<d', ARGV[3]) or t0
   for i = 1, m do
@@ -242,23 +277,40 @@ end
 -- A lease ("try" only, so granted now: ready = t0): per dimension, the least room beyond the
 -- cost of any of its limits, whole tokens, at most the most asked for.
 local leased = nil
-if mode == 'try' and ARGV[3] then
-  local dim, extra = {}, {}
+local lease_arg = (mode == 'try' and ARGV[3]) or (mode == 'reserve' and ARGV[4])
+if lease_arg then
+  local dim, extra, wanted = {}, {}, {}
   for i = 1, m do
-    local d, want = struct.unpack('<dd', ARGV[3], (i - 1) * 16 + 1)
+    local d, want = struct.unpack('<dd', lease_arg, (i - 1) * 16 + 1)
     local room
     if kind[i] == 0 then
-      room = a[i] - amount[i]
+      local l = a[i]
+      if ready > t0 then
+        l = math.min(y[i], l + (ready - t0) / x[i])
+      end
+      if amount[i] > y[i] then
+        l = 0
+      end
+      room = l - amount[i]
     else
-      room = y[i] - used_in(i, current(i, t0)) - amount[i]
+      room = y[i] - used_in(i, current(i, ready)) - amount[i]
     end
     room = math.max(0, math.floor(room))
     dim[i] = d
     extra[d] = math.min(extra[d] or want, room)
+    wanted[d] = want > 0
+  end
+  if mode == 'reserve' then
+    for d, w in pairs(wanted) do
+      if w and extra[d] == 0 then
+        extra = {}
+        break
+      end
+    end
   end
   leased = {}
   for i = 1, m do
-    leased[i] = extra[dim[i]]
+    leased[i] = extra[dim[i]] or 0
     amount[i] = amount[i] + leased[i]
   end
 end

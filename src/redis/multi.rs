@@ -44,21 +44,54 @@ pub struct RedisMultiRateLimiterBuilder<const N: usize> {
 }
 
 impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
-    /// Lets this process take, with a grant of
-    /// [`try_acquire`](RedisMultiRateLimiter::try_acquire), up to `max_tokens[d]` more of each
-    /// dimension `d` (the least any of its limits has room for beyond the cost), charged in
-    /// Redis at once with the cost, and grant later costs from what it holds without a round
-    /// trip for up to `max_age` (then what is left stays charged: it is not given back);
-    /// [`acquire`](RedisMultiRateLimiter::acquire) and
-    /// [`acquire_timeout`](RedisMultiRateLimiter::acquire_timeout) grant from it too, but only
-    /// `try_acquire` takes one. Off by default.
+    /// Lets this process take, with a grant that goes to Redis, up to `max_tokens[d]` more of
+    /// each dimension `d` (the least any of its limits has room for beyond the cost, at the
+    /// grant's instant), charged in Redis with the cost, and grant later costs from what it
+    /// holds without a round trip for up to `max_age`. Off by default.
+    ///
+    /// [`try_acquire`](RedisMultiRateLimiter::try_acquire) takes what room there is in each
+    /// dimension. A reservation ([`acquire`](RedisMultiRateLimiter::acquire),
+    /// [`acquire_timeout`](RedisMultiRateLimiter::acquire_timeout)) takes a lease only if
+    /// every dimension asked for has room beyond its cost at its grant's instant (one that
+    /// waits for a limit has none there, so it takes none, and never waits longer for a
+    /// lease); the lease is this process's once the reservation is granted. All three grant
+    /// from a lease held.
+    ///
+    /// What a lease has not granted when it expires, or when a new lease replaces it, is given
+    /// back in the background (one round trip), per dimension to each of its limits, as a
+    /// [`settle`](RedisMultiPermit::settle) of a grant charged at the lease's instant: a
+    /// bucket never above its burst, a fixed window only while the window the lease was
+    /// charged in lasts. (If that round trip fails, or there is no runtime, it stays charged:
+    /// on the quota's side.)
     ///
     /// Every token a lease holds is charged in Redis when the lease is taken, so Redis holds
     /// every limit to its bound; the grants a lease makes come later, up to `max_age` after
     /// that charge, so the fleet's grants can exceed a limit's bound over a span by at most
     /// what the leases taken in it held (a fixed window: at most the leased tokens charged to
-    /// the window before). A lease grant passes this process's queued waiters. A permit from a
-    /// lease is settled in Redis, as charged at the lease's instant.
+    /// the window before). A lease grants nothing while a reservation of this process for the
+    /// same quota is queued (in flight to Redis or waiting its turn): those go to Redis, behind
+    /// it, so a lease never passes an earlier waiter of this process. A permit from a lease is
+    /// settled in Redis, as charged at the lease's instant.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use paced::redis::RedisMultiRateLimiter;
+    /// use paced::{Limit, Rate};
+    ///
+    /// # async fn demo() -> Result<(), paced::redis::RedisLimiterError> {
+    /// let llm: RedisMultiRateLimiter<2> =
+    ///     RedisMultiRateLimiter::builder("redis://127.0.0.1/", "llm", ["requests", "tokens"])
+    ///         .limit("requests", Limit::bucket(Rate::per_minute(500), 50))
+    ///         .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
+    ///         // Up to 5 requests and 2,000 tokens ahead, for at most 200 ms.
+    ///         .lease([5, 2_000], Duration::from_millis(200))
+    ///         .build()?;
+    /// let _permit = llm.try_acquire([1, 300]).await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn lease(mut self, max_tokens: [u64; N], max_age: Duration) -> Self {
         self.lease = Some((max_tokens, max_age));
         self
@@ -75,7 +108,10 @@ impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
     }
 
     /// What to do while Redis is unreachable, as on the other Redis limiters. Under
-    /// `FailOpen`, a local [`MultiRateLimiter`] with `share` of every limit stands in.
+    /// `FailOpen`, a local [`MultiRateLimiter`] with `share` of every limit stands in: of the
+    /// limit this process set with [`set_limit`](RedisMultiRateLimiter::set_limit) (and has
+    /// not cleared), else of the builder's. A limit set by another process lives in Redis
+    /// only, which the outage hides: for it, the fallback takes `share` of the builder's.
     pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
         self.policy = policy;
         self
@@ -165,7 +201,7 @@ struct RedisLimit {
     kind: Kind,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 enum Kind {
     Bucket {
         rate: Rate,
@@ -248,6 +284,13 @@ struct Lease<const N: usize> {
     at_us: u64,
 }
 
+/// A quota's lease in this process, and whether a task is set to give it back once it
+/// expires (kept under one lock, so that a lease taken as that task ends is never missed).
+struct Leased<const N: usize> {
+    held: Option<Lease<N>>,
+    sweeping: bool,
+}
+
 /// One quota (one Redis key, holding all its limits) as this process knows it.
 pub(super) struct Quota<const N: usize> {
     /// `{name}` (or `{name:key}` for a keyed limiter): one key, so one Cluster slot, for every
@@ -256,7 +299,10 @@ pub(super) struct Quota<const N: usize> {
     /// The order of this process's reservations, as Redis charged them.
     turns: Arc<Turns>,
     fallback: Mutex<Fallback<MultiRateLimiter<N>>>,
-    lease: Mutex<Option<Lease<N>>>,
+    lease: Mutex<Leased<N>>,
+    /// The limits this process set ([`RedisMultiRateLimiter::set_limit`]) and has not cleared,
+    /// by index: what its fail-open fallback takes `share` of.
+    own: Mutex<Vec<Option<Kind>>>,
 }
 
 impl<const N: usize> Quota<N> {
@@ -265,8 +311,17 @@ impl<const N: usize> Quota<N> {
             key,
             turns: Arc::new(Turns::default()),
             fallback: Mutex::new(Fallback::default()),
-            lease: Mutex::new(None),
+            lease: Mutex::new(Leased {
+                held: None,
+                sweeping: false,
+            }),
+            own: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Whether this process set a limit of the quota that it has not cleared.
+    pub(super) fn has_own_limits(&self) -> bool {
+        lock(&self.own).iter().any(Option::is_some)
     }
 }
 
@@ -279,11 +334,11 @@ impl<const N: usize> Quota<N> {
 /// the fleet (in the order Redis received them), each at the earliest instant at which every
 /// limit has room, never before an earlier grant (its wait is the latest of the limits').
 /// Every limit lives in one key, `{name}`, so on a Redis Cluster in one slot. A fixed
-/// window's boundaries are on Redis's clock. Leases, for
-/// [`try_acquire`](Self::try_acquire), with
+/// window's boundaries are on Redis's clock. Leases (most grants without a round trip) with
 /// [`lease`](RedisMultiRateLimiterBuilder::lease). Every process must give the same
 /// limits (a state of another number of limits is a reply error);
-/// [`set_limit`](Self::set_limit) changes one for the whole fleet, in Redis.
+/// [`set_limit`](Self::set_limit) changes one for the whole fleet, in Redis, and
+/// [`clear_limit`](Self::clear_limit) gives the builder's back.
 ///
 /// # Examples
 ///
@@ -454,15 +509,9 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                 counters.grant(sum(cost));
                 return Ok(self.permit(cost, Charged::Redis(at_us)));
             }
-            let trip = match self.inner.lease {
+            let trip = match self.lease_wanted() {
                 None => self.round_trip("try", self.amounts(cost), None).await,
-                Some((max_tokens, _)) => {
-                    let mut want = Vec::with_capacity(self.inner.limits.len() * 16);
-                    for limit in &self.inner.limits {
-                        want.extend_from_slice(&(limit.dim as f64).to_le_bytes());
-                        let most = round_down(max_tokens[limit.dim]);
-                        want.extend_from_slice(&most.to_le_bytes());
-                    }
+                Some(want) => {
                     let spec = self.amounts(cost);
                     self.call("try", spec, Some(want))
                         .await
@@ -516,15 +565,35 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     /// The limits set are kept in the quota's key with its state, which then no longer
     /// expires (it is configuration, as a key's own limit of
     /// [`RedisKeyedRateLimiter::set_limit`](crate::RedisKeyedRateLimiter::set_limit) is);
-    /// deleting the key gives the builders' limits back. The fail-open fallback keeps the
-    /// builder's limits.
+    /// deleting the key, or [`clear_limit`](Self::clear_limit), gives the builders' limits
+    /// back.
+    ///
+    /// This process also remembers the limit (until [`clear_limit`](Self::clear_limit)), so
+    /// that under `FailOpen` its fallback grants `share` of it during an outage. A limit set
+    /// by another process is not known here (it is read from Redis by the script, which an
+    /// outage makes unreachable): this process's fallback takes `share` of the builder's
+    /// limit for it.
     ///
     /// # Errors
     ///
     /// [`RedisLimiterError::Config`]: [`ConfigError::NoSuchLimit`] if there is no limit at
     /// `index`, [`ConfigError::LimitKind`] for a limit of the other kind, or an invalid limit;
-    /// [`RedisLimiterError::Unavailable`] when Redis is unreachable,
-    /// [`RedisLimiterError::Reply`] when it answers with an error: nothing was changed.
+    /// [`RedisLimiterError::Unavailable`] when Redis is unreachable (at once, whatever the
+    /// failure policy), [`RedisLimiterError::Reply`] when it answers with an error: nothing
+    /// was changed in this process. A round trip that timed out may still have reached Redis:
+    /// set the limit again once Redis is back.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use paced::{Limit, Rate};
+    ///
+    /// # async fn demo(llm: paced::redis::RedisMultiRateLimiter<2>) -> Result<(), paced::redis::RedisLimiterError> {
+    /// // The provider raised our token limit (the second `limit` of the builder).
+    /// llm.set_limit(1, Limit::bucket(Rate::per_minute(80_000), 80_000)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn set_limit(&self, index: usize, limit: Limit) -> Result<(), RedisLimiterError> {
         let config = RedisLimiterError::Config;
         let old = self
@@ -544,6 +613,44 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         match self.call("limit", self.spec(|_| 0.0), Some(extra)).await {
             Ok(_) => {
                 self.recovered();
+                let mut own = lock(&self.quota.own);
+                own.resize(self.inner.limits.len(), None);
+                own[index] = Some(new);
+                Ok(())
+            }
+            Err(Failure::Reply(e)) => Err(RedisLimiterError::Reply(e)),
+            Err(Failure::Outage(e)) => Err(RedisLimiterError::Unavailable(e)),
+        }
+    }
+
+    /// Gives every limit of the quota the builder's limit again, for every process from its
+    /// next request, keeping levels as [`set_limit`](Self::set_limit) does (a bucket's tokens
+    /// at most the builder's burst; a window's use of its current window). The quota's key
+    /// holds no limits any more, and expires again once every limit is back to full. This
+    /// process forgets the limits it had set: its fail-open fallback takes `share` of the
+    /// builder's limits again. One round trip.
+    ///
+    /// # Errors
+    ///
+    /// As [`set_limit`](Self::set_limit)'s, but for the limit's own checks:
+    /// [`RedisLimiterError::Unavailable`] at once while Redis is unreachable,
+    /// [`RedisLimiterError::Reply`] when it answers with an error (a quota whose limits are of
+    /// another kind than the builder's): nothing was changed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(llm: paced::redis::RedisMultiRateLimiter<2>) -> Result<(), paced::redis::RedisLimiterError> {
+    /// // Back to the limits the fleet was built with.
+    /// llm.clear_limit().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn clear_limit(&self) -> Result<(), RedisLimiterError> {
+        match self.call("clear", self.spec(|_| 0.0), None).await {
+            Ok(_) => {
+                self.recovered();
+                lock(&self.quota.own).clear();
                 Ok(())
             }
             Err(Failure::Reply(e)) => Err(RedisLimiterError::Reply(e)),
@@ -582,6 +689,19 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         out
     }
 
+    /// The script's lease argument, with leases: per limit, its dimension and the most to
+    /// lease of it.
+    fn lease_wanted(&self) -> Option<Vec<u8>> {
+        let (max_tokens, _) = self.inner.lease?;
+        let mut want = Vec::with_capacity(self.inner.limits.len() * 16);
+        for limit in &self.inner.limits {
+            want.extend_from_slice(&(limit.dim as f64).to_le_bytes());
+            let most = round_down(max_tokens[limit.dim]);
+            want.extend_from_slice(&most.to_le_bytes());
+        }
+        Some(want)
+    }
+
     /// One script call; `extra` is the reservation's longest wait or the settled grant's
     /// instant, in microseconds.
     async fn call(
@@ -589,6 +709,17 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         mode: &str,
         spec: Vec<u8>,
         extra: Option<Vec<u8>>,
+    ) -> Result<Vec<u64>, Failure> {
+        self.call_with(mode, spec, extra.into_iter().collect())
+            .await
+    }
+
+    /// One script call with `extras` after the limits.
+    async fn call_with(
+        &self,
+        mode: &str,
+        spec: Vec<u8>,
+        extras: Vec<Vec<u8>>,
     ) -> Result<Vec<u64>, Failure> {
         let inner = &self.inner;
         inner.counters.round_trip();
@@ -598,7 +729,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             .arg(&self.quota.key)
             .arg(mode)
             .arg(spec);
-        if let Some(extra) = extra {
+        for extra in extras {
             cmd.arg(extra);
         }
         let reply = match inner.conn.clone() {
@@ -618,6 +749,34 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         Ok(self.answer(self.call(mode, spec, extra).await?))
     }
 
+    /// A reservation's round trip: with leases, it also asks for a lease (taken only if every
+    /// dimension asked for has room at the grant's instant).
+    async fn reserve_trip(
+        &self,
+        spec: Vec<u8>,
+        max_wait_us: Option<u64>,
+    ) -> Result<Answer, Failure> {
+        let Some(want) = self.lease_wanted() else {
+            return self.round_trip("reserve", spec, max_wait_us).await;
+        };
+        // No longest wait: one that is never exceeded.
+        let max_wait = max_wait_us.map_or_else(|| f64::MAX.to_le_bytes().to_vec(), micros);
+        let reply = self
+            .call_with("reserve", spec, vec![max_wait, want])
+            .await?;
+        Ok(self.answer(reply))
+    }
+
+    /// What a grant leased, per dimension (one amount per limit, the same for every limit of
+    /// a dimension).
+    fn leased_per_dim(&self, leased: &[u64]) -> [u64; N] {
+        let mut left = [0; N];
+        for (limit, &n) in self.inner.limits.iter().zip(leased) {
+            left[limit.dim] = n;
+        }
+        left
+    }
+
     fn answer(&self, reply: Vec<u64>) -> Answer {
         match reply[..] {
             [0, wait_us, ..] => Answer::Refused(wait_from_us(wait_us)),
@@ -628,14 +787,21 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         }
     }
 
-    /// Takes `cost` from this process's lease, if it holds all of it and has not expired: the
-    /// Redis instant the lease was charged at.
+    /// Takes `cost` from this process's lease, if it holds all of it, has not expired, and no
+    /// reservation of this process for the quota is queued (a lease grant never passes an
+    /// earlier waiter of this process): the Redis instant the lease was charged at. An expired
+    /// lease is given back.
     fn take_from_lease(&self, cost: [u64; N]) -> Option<u64> {
         self.inner.lease?;
-        let mut held = lock(&self.quota.lease);
-        let lease = held.as_mut()?;
+        let mut leased = lock(&self.quota.lease);
+        let lease = leased.held.as_mut()?;
         if Instant::now() >= lease.until {
-            *held = None;
+            let expired = leased.held.take()?;
+            drop(leased);
+            self.give_back(expired);
+            return None;
+        }
+        if !self.quota.turns.is_idle() {
             return None;
         }
         // A dimension without a limit needs no lease.
@@ -650,16 +816,80 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     }
 
     /// Holds what a grant leased (one amount per limit, the same for every limit of a
-    /// dimension), replacing what was left of the last lease (which stays charged).
+    /// dimension), replacing what was left of the last lease (given back), and sees that it
+    /// is given back once it expires.
     fn take_lease(&self, leased: &[u64], at_us: u64, max_age: Duration) {
-        let mut left = [0; N];
-        for (limit, &n) in self.inner.limits.iter().zip(leased) {
-            left[limit.dim] = n;
+        let left = self.leased_per_dim(leased);
+        let now = Instant::now();
+        let until = now
+            .checked_add(max_age)
+            .unwrap_or(now + Duration::from_secs(86_400 * 365 * 30));
+        let (old, sweep) = {
+            let mut slot = lock(&self.quota.lease);
+            let old = slot.held.replace(Lease { left, until, at_us });
+            let sweep = !std::mem::replace(&mut slot.sweeping, true);
+            (old, sweep)
+        };
+        if let Some(old) = old {
+            self.give_back(old);
         }
-        *lock(&self.quota.lease) = Some(Lease {
-            left,
-            until: Instant::now() + max_age,
-            at_us,
+        if sweep {
+            self.sweep_leases();
+        }
+    }
+
+    /// Gives back, in the background, what `lease` holds: per dimension, to each of its
+    /// limits, as a settle of a grant charged at the lease's instant (a bucket never above its
+    /// burst; a fixed window only within the window the lease was charged in). One round
+    /// trip, none if it holds nothing; if there is no runtime, or it fails, it stays charged:
+    /// on the quota's side.
+    fn give_back(&self, lease: Lease<N>) {
+        let limited = |d: usize| self.inner.limits.iter().any(|l| l.dim == d);
+        if (0..N).all(|d| !limited(d) || lease.left[d] == 0) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let this = self.clone();
+        runtime.spawn(async move {
+            let spec = this.spec(|dim| -round_down(lease.left[dim]));
+            let _ = this.call("settle", spec, Some(micros(lease.at_us))).await;
+        });
+    }
+
+    /// A task that gives this process's lease back once it expires, for as long as one is
+    /// held (one task per quota; it holds the limiter, so at most a lease's age after the
+    /// last handle goes).
+    fn sweep_leases(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            lock(&self.quota.lease).sweeping = false;
+            return;
+        };
+        let this = self.clone();
+        runtime.spawn(async move {
+            loop {
+                let until = {
+                    let mut slot = lock(&this.quota.lease);
+                    match slot.held.as_ref().map(|l| l.until) {
+                        None => {
+                            slot.sweeping = false;
+                            return;
+                        }
+                        Some(until) if until <= Instant::now() => {
+                            let expired = slot.held.take();
+                            slot.sweeping = false;
+                            drop(slot);
+                            if let Some(expired) = expired {
+                                this.give_back(expired);
+                            }
+                            return;
+                        }
+                        Some(until) => until,
+                    }
+                };
+                tokio::time::sleep_until(until).await;
+            }
         });
     }
 
@@ -668,13 +898,16 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         lock(&self.quota.fallback).current()
     }
 
-    /// Puts a local limiter at `share` of every limit in charge for a second.
+    /// Puts a local limiter at `share` of every limit in charge for a second: of the limit
+    /// this process set, else of the builder's.
     fn open_fallback(&self, share: f64) {
+        let own = lock(&self.quota.own).clone();
         lock(&self.quota.fallback).open(|| {
             let names: [&str; N] = std::array::from_fn(|i| self.inner.names[i].as_str());
             let mut builder = MultiRateLimiter::builder(names);
-            for limit in &self.inner.limits {
-                let local = match limit.kind {
+            for (i, limit) in self.inner.limits.iter().enumerate() {
+                let kind = own.get(i).copied().flatten().unwrap_or(limit.kind);
+                let local = match kind {
                     Kind::Bucket { rate, burst, .. } => {
                         let (rate, burst) = policy::share_of(rate, burst, share);
                         Limit::bucket(rate, burst)
@@ -746,13 +979,19 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             let attempt = Instant::now();
             let max_wait_us =
                 left(attempt).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-            let trip = self.round_trip("reserve", self.amounts(cost), max_wait_us);
+            let trip = self.reserve_trip(self.amounts(cost), max_wait_us);
             let (turn, answer) = self.quota.turns.send(trip).await;
             match answer {
-                Ok(Answer::Granted(wait, at_us, _)) => {
+                Ok(Answer::Granted(wait, at_us, leased)) => {
                     self.recovered();
-                    // Charged already: a waiter that goes away gives it all back.
-                    let mut reserved = Reserved(Some(self.permit(cost, Charged::Redis(at_us))));
+                    // Charged already, with its lease if any: a waiter that goes away gives it
+                    // all back.
+                    let lease = self.leased_per_dim(&leased);
+                    let mut charged = cost;
+                    for (c, l) in charged.iter_mut().zip(lease) {
+                        *c = c.saturating_add(l);
+                    }
+                    let mut reserved = Reserved(Some(self.permit(charged, Charged::Redis(at_us))));
                     if wait > Nanos::ZERO {
                         tokio::time::sleep(wait.to_duration()).await;
                     } else {
@@ -760,8 +999,14 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                     }
                     turn.come().await;
                     drop(turn);
+                    let mut permit = reserved.0.take().expect("the reservation, until granted");
+                    permit.cost = cost;
+                    // The lease is this process's from its grant's instant on.
+                    if let (Some((_, max_age)), true) = (self.inner.lease, lease != [0; N]) {
+                        self.take_lease(&leased, at_us, max_age);
+                    }
                     counters.grant(sum(cost));
-                    return Ok(reserved.0.take().expect("the reservation, until granted"));
+                    return Ok(permit);
                 }
                 Ok(Answer::Refused(wait)) => {
                     drop(turn);

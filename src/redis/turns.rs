@@ -49,6 +49,11 @@ impl Turns {
         (turn, answer)
     }
 
+    /// Whether no reservation of the quota is in flight or waiting its turn.
+    pub(crate) fn is_idle(&self) -> bool {
+        lock(&self.state).pending.is_empty()
+    }
+
     /// A ticket behind every reservation sent before.
     fn take(self: &Arc<Self>) -> Turn {
         let mut st = lock(&self.state);

@@ -25,7 +25,7 @@ pub enum Dimension {
     /// IETF policy whose quota unit is `requests`, its default).
     Requests,
     /// Tokens, input and output together (`x-ratelimit-*-tokens`,
-    /// `anthropic-ratelimit-tokens-*`).
+    /// `anthropic-ratelimit-tokens-*`, an IETF policy whose quota unit is `tokens`).
     Tokens,
     /// Input (prompt) tokens (`anthropic-ratelimit-input-tokens-*`).
     InputTokens,
@@ -102,8 +102,10 @@ impl AnnouncedLimit {
 /// - The IETF draft (draft-ietf-httpapi-ratelimit-headers): one limit per item of `RateLimit`
 ///   (`"minute";r=250;t=30, "day";r=9000;t=40000`: `remaining`, `reset` in seconds), with the
 ///   policy of the same name in `RateLimit-Policy` (`"minute";q=500;w=60, "day";q=10000;w=86400`:
-///   `limit` per `window` in seconds; its quota unit `qu` other than `"requests"` makes the
-///   dimension [`Units`](Dimension::Units)). A `RateLimit` of one item takes the first policy
+///   `limit` per `window` in seconds; its quota unit `qu` gives the dimension: `"requests"`
+///   (the default), `"tokens"`, `"input-tokens"` and `"output-tokens"` (as paced's announcing
+///   layer over a [`MultiRateLimiter`](crate::MultiRateLimiter) names its dimensions) their
+///   own, any other [`Units`](Dimension::Units)). A `RateLimit` of one item takes the first policy
 ///   when none has its name, as the draft's single-policy servers send them. Fields repeated
 ///   on several lines are one list. Only `r`, `t`, `q` and `w` are read, as integers; an item
 ///   without `r` and `t` is skipped.
@@ -281,9 +283,14 @@ fn ietf(headers: &HeaderMap) -> Vec<AnnouncedLimit> {
                 if let (Some(q), Some(w)) = (param(policy, "q"), param(policy, "w")) {
                     announced = announced.with_policy(q, secs(w));
                 }
-                let unit = policy.iter().find(|(k, _)| *k == "qu");
-                if unit.is_some_and(|(_, u)| u.trim_matches('"') != "requests") {
-                    dimension = Dimension::Units;
+                if let Some((_, unit)) = policy.iter().find(|(k, _)| *k == "qu") {
+                    dimension = match unit.trim_matches('"') {
+                        "requests" => Dimension::Requests,
+                        "tokens" => Dimension::Tokens,
+                        "input-tokens" => Dimension::InputTokens,
+                        "output-tokens" => Dimension::OutputTokens,
+                        _ => Dimension::Units,
+                    };
                 }
             }
             Some(AnnouncedLimit::new(*name, dimension, announced))
@@ -881,6 +888,30 @@ mod tests {
                 limit("orphan", Dimension::Requests, 1, SEC),
             ]
         );
+        // The quota unit gives the dimension: paced's own several dimensions, and others.
+        let got = limits_from_headers(
+            &headers(&[
+                (
+                    "ratelimit-policy",
+                    r#""t";q=9;w=60;qu="tokens", "i";q=9;w=60;qu="input-tokens", "o";q=9;w=60;qu="output-tokens", "x";q=9;w=60;qu="widgets""#,
+                ),
+                (
+                    "ratelimit",
+                    r#""t";r=1;t=1, "i";r=1;t=1, "o";r=1;t=1, "x";r=1;t=1"#,
+                ),
+            ]),
+            noon(),
+        );
+        let dimensions: Vec<_> = got.iter().map(|l| l.dimension).collect();
+        assert_eq!(
+            dimensions,
+            [
+                Dimension::Tokens,
+                Dimension::InputTokens,
+                Dimension::OutputTokens,
+                Dimension::Units
+            ]
+        );
         // One item, no policy of its name: the first, as single-policy servers send it.
         let got = limits_from_headers(
             &headers(&[
@@ -1068,7 +1099,9 @@ mod tests {
             for l in &limits {
                 prop_assert!(l.announced.reset <= MAX_DELAY, "{l:?}");
                 prop_assert!(l.announced.window.is_none_or(|w| w <= MAX_DELAY), "{l:?}");
-                let fixed = match l.dimension {
+                // An IETF policy names its unit (`qu`) as it likes.
+                let ietf = map.contains_key("ratelimit-policy");
+                let fixed = ietf || match l.dimension {
                     Dimension::Tokens => l.name == "tokens",
                     Dimension::InputTokens => l.name == "input-tokens",
                     Dimension::OutputTokens => l.name == "output-tokens",

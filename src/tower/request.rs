@@ -53,6 +53,13 @@ pub(crate) mod sealed {
         /// The request's limit as quota headers announce it, now (see `Sealed::state`).
         #[cfg(feature = "http")]
         fn state(permit: Pin<&mut Self::Permit>) -> Option<crate::stats::LimitState>;
+
+        /// Every limit of a limiter of several, each with its dimension's name (see
+        /// `Draw::states`); empty for the others.
+        #[cfg(feature = "http")]
+        fn states(_permit: Pin<&mut Self::Permit>) -> Vec<(String, crate::stats::LimitState)> {
+            Vec::new()
+        }
     }
 
     /// What a response future does with its grant once the inner service has answered `Ok`:
@@ -174,6 +181,11 @@ impl<Q: Limiter, Req> RequestSealed<Req> for Q {
     #[cfg(feature = "http")]
     fn state(permit: Pin<&mut LimiterPermit<Q>>) -> Option<crate::stats::LimitState> {
         permit.limiter.state()
+    }
+
+    #[cfg(feature = "http")]
+    fn states(permit: Pin<&mut LimiterPermit<Q>>) -> Vec<(String, crate::stats::LimitState)> {
+        permit.limiter.states()
     }
 }
 

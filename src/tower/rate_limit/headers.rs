@@ -32,10 +32,36 @@ use crate::tower::request::RequestLimiter;
 /// | `X-RateLimit-Remaining` | the whole tokens left after this request |
 /// | `X-RateLimit-Reset` | the seconds until the bucket is full again, rounded up (a delay, not an epoch time) |
 ///
+/// A [`MultiRateLimiter`](crate::MultiRateLimiter) announces every limit, in the order its
+/// builder was given them: the draft's fields carry one policy per limit, named after the
+/// limit's dimension and its window (`W` above, in words when it is a second, minute, hour or
+/// day: `"requests-minute"`, `"tokens-day"`, else `"tokens-90s"`; a name that repeats takes
+/// `-2`, `-3`, ... after it), with the quota unit `qu` set to the dimension's name for a
+/// dimension not called `requests` (the draft's default unit); a bucket maps as above, and a
+/// fixed window so:
+///
+/// ```text
+/// RateLimit-Policy: "requests-minute";q=500;w=60, "tokens-day";q=1000000;w=86400;qu="tokens"
+/// RateLimit: "requests-minute";r=499;t=1, "tokens-day";r=998200;t=41000
+/// ```
+///
+/// | field | a fixed window's value |
+/// |---|---|
+/// | `q`, `w` | its quota and its length in seconds (rounded up, at least 1) |
+/// | `r` | what is left of the quota in the window in force |
+/// | `t` | the seconds until nothing of it is used (the window's end; later while a debt carries into the next windows), rounded up |
+///
+/// Names are made of the dimension's letters, digits, `-`, `_` and `.` (any other character
+/// becomes `_`). The `X-RateLimit-*` trio has room for one limit: it announces the one with
+/// the fewest whole tokens left (of those, the one that takes longest to reset).
+/// [`limits_from_headers`](crate::tower::limits_from_headers) reads every policy back, each
+/// with its name, its dimension (from `qu`) and its numbers.
+///
 /// The values are read from the quota right after the decision: under concurrent requests
 /// they may already count a request decided a moment later, so `remaining` is never more than
-/// there is and `reset` never early. Quotas that are not a plain token bucket (a warming-up
-/// limiter, a [`Stagger`](crate::Stagger), a Redis quota) announce nothing but `Retry-After`.
+/// there is and `reset` never early. Quotas that are not a plain token bucket nor a
+/// `MultiRateLimiter` (a warming-up limiter, a [`Stagger`](crate::Stagger), a Redis quota)
+/// announce nothing but `Retry-After`.
 ///
 /// # Examples
 ///
@@ -44,6 +70,44 @@ use crate::tower::request::RequestLimiter;
 ///
 /// let both = QuotaHeaders::Both;
 /// assert_ne!(both, QuotaHeaders::Draft);
+/// ```
+///
+/// A server that holds each client to requests and tokens per minute announces both:
+///
+/// ```
+/// use std::convert::Infallible;
+/// use paced::tower::{limits_from_headers, Dimension, QuotaHeaders, RateLimitLayer};
+/// use paced::{Limit, MultiRateLimiter, Rate};
+/// use tower::{ServiceBuilder, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let quota = MultiRateLimiter::builder(["requests", "tokens"])
+///     .limit("requests", Limit::bucket(Rate::per_minute(500), 500))
+///     .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
+///     .build()
+///     .unwrap();
+/// let api = ServiceBuilder::new()
+///     .layer(
+///         RateLimitLayer::new(&quota)
+///             .cost(|prompt: &String| [1, prompt.len() as u64])
+///             .enforcing()
+///             .headers(QuotaHeaders::Draft),
+///     )
+///     .service_fn(|_: String| async { Ok::<_, Infallible>(http::Response::new(())) });
+/// let answer = api.oneshot("x".repeat(1_000)).await.unwrap();
+/// assert_eq!(
+///     answer.headers()["ratelimit-policy"],
+///     r#""requests-minute";q=500;w=60, "tokens-minute";q=40000;w=60;qu="tokens""#
+/// );
+/// assert_eq!(
+///     answer.headers()["ratelimit"],
+///     r#""requests-minute";r=499;t=1, "tokens-minute";r=39000;t=2"#
+/// );
+/// let limits = limits_from_headers(answer.headers(), std::time::SystemTime::now());
+/// assert_eq!((limits[1].name.as_str(), limits[1].dimension), ("tokens-minute", Dimension::Tokens));
+/// assert_eq!(limits[1].announced.remaining, 39_000);
+/// # }
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -121,6 +185,84 @@ fn number(n: u64) -> HeaderValue {
     HeaderValue::from(n)
 }
 
+/// A window's seconds in words, for a policy's name.
+fn window_name(secs: u64) -> String {
+    match secs {
+        1 => "second".to_owned(),
+        60 => "minute".to_owned(),
+        3_600 => "hour".to_owned(),
+        86_400 => "day".to_owned(),
+        n => format!("{n}s"),
+    }
+}
+
+/// A dimension's name as a policy's: letters, digits, `-`, `_` and `.`; any other character
+/// `_`.
+fn token(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Writes `which` headers for every limit of `states` (one per limit, each with its
+/// dimension's name) into `headers`.
+pub(crate) fn write_all(
+    headers: &mut HeaderMap,
+    which: QuotaHeaders,
+    states: &[(String, LimitState)],
+) {
+    if matches!(which, QuotaHeaders::Draft | QuotaHeaders::Both) {
+        let mut names: Vec<String> = Vec::with_capacity(states.len());
+        let (mut policy, mut now) = (String::new(), String::new());
+        for (dimension, state) in states {
+            let window = secs_ceil(state.window).max(1);
+            let reset = secs_ceil(state.reset);
+            let dimension = token(dimension);
+            let base = format!("{dimension}-{}", window_name(window));
+            let mut name = base.clone();
+            let mut n = 1;
+            while names.contains(&name) {
+                n += 1;
+                name = format!("{base}-{n}");
+            }
+            if !policy.is_empty() {
+                policy.push_str(", ");
+                now.push_str(", ");
+            }
+            policy.push_str(&format!("\"{name}\";q={};w={window}", state.limit));
+            if dimension != "requests" {
+                policy.push_str(&format!(";qu=\"{dimension}\""));
+            }
+            now.push_str(&format!("\"{name}\";r={};t={reset}", state.remaining));
+            names.push(name);
+        }
+        // Quotes, digits, semicolons, commas, spaces and the characters of `token`: always a
+        // valid header value.
+        if let (Ok(policy), Ok(now)) = (HeaderValue::from_str(&policy), HeaderValue::from_str(&now))
+        {
+            if !states.is_empty() {
+                headers.insert(HeaderName::from_static("ratelimit-policy"), policy);
+                headers.insert(HeaderName::from_static("ratelimit"), now);
+            }
+        }
+    }
+    if matches!(which, QuotaHeaders::XRateLimit | QuotaHeaders::Both) {
+        // The limit that refuses first: the fewest left, then the longest to reset.
+        if let Some((_, binding)) = states
+            .iter()
+            .min_by_key(|(_, s)| (s.remaining, std::cmp::Reverse(s.reset)))
+        {
+            write(headers, QuotaHeaders::XRateLimit, binding);
+        }
+    }
+}
+
 /// Writes `which` headers for `state` into `headers`.
 pub(crate) fn write(headers: &mut HeaderMap, which: QuotaHeaders, state: &LimitState) {
     let window = secs_ceil(state.window).max(1);
@@ -154,6 +296,7 @@ fn refusal<B: Default>(
     refused: NotUntil,
     which: QuotaHeaders,
     state: Option<&LimitState>,
+    states: &[(String, LimitState)],
 ) -> Response<B> {
     let mut response = Response::new(B::default());
     *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
@@ -164,6 +307,7 @@ fn refusal<B: Default>(
     if let Some(state) = state {
         write(headers, which, state);
     }
+    write_all(headers, which, states);
     response
 }
 
@@ -184,6 +328,8 @@ pin_project! {
         // The ready inner service and the request, until the decision.
         call: Option<(S, Req)>,
         state: Option<LimitState>,
+        // A limiter of several limits: each, with its dimension's name.
+        states: Vec<(String, LimitState)>,
         #[pin]
         response: Option<S::Future>,
     }
@@ -207,6 +353,7 @@ where
             headers,
             call: Some((ready, req)),
             state: None,
+            states: Vec::new(),
             response: None,
         }
     }
@@ -225,6 +372,9 @@ where
         if me.response.is_none() {
             let decided = ready!(Q::poll_try_acquire(me.permit.as_mut(), cx, *me.cost));
             *me.state = Q::state(me.permit.as_mut());
+            if me.state.is_none() {
+                *me.states = Q::states(me.permit.as_mut());
+            }
             // A future is not polled after it completed (as tower's own futures, this one
             // panics if it is).
             let (mut service, req) = me
@@ -234,7 +384,12 @@ where
             if let Err(refused) = decided {
                 // Dropping the ready inner service gives back whatever its readiness reserved.
                 drop(service);
-                return Poll::Ready(Ok(refusal(refused, *me.headers, me.state.as_ref())));
+                return Poll::Ready(Ok(refusal(
+                    refused,
+                    *me.headers,
+                    me.state.as_ref(),
+                    me.states,
+                )));
             }
             me.response.set(Some(service.call(req)));
         }
@@ -245,6 +400,7 @@ where
         if let Some(state) = me.state.as_ref() {
             write(response.headers_mut(), *me.headers, state);
         }
+        write_all(response.headers_mut(), *me.headers, me.states);
         Poll::Ready(Ok(response))
     }
 }
@@ -289,6 +445,41 @@ mod tests {
         assert_eq!(headers["x-ratelimit-limit"], "100");
         assert_eq!(headers["x-ratelimit-remaining"], "42");
         assert_eq!(headers["x-ratelimit-reset"], "6");
+    }
+
+    #[test]
+    fn several_limits_are_several_policies_named_after_dimension_and_window() {
+        let mut headers = HeaderMap::new();
+        let states = [
+            ("requests".to_owned(), state(500, 60_000, 499, 120)),
+            ("tokens".to_owned(), state(40_000, 60_000, 39_000, 1_500)),
+            (
+                "tokens".to_owned(),
+                state(1_000_000, 86_400_000, 0, 40_000_001),
+            ),
+            ("tokens".to_owned(), state(7, 86_400_000, 7, 0)),
+            ("in put\"".to_owned(), state(9, 90_000, 9, 0)),
+        ];
+        write_all(&mut headers, QuotaHeaders::Both, &states);
+        assert_eq!(
+            headers["ratelimit-policy"],
+            "\"requests-minute\";q=500;w=60, \"tokens-minute\";q=40000;w=60;qu=\"tokens\", \
+             \"tokens-day\";q=1000000;w=86400;qu=\"tokens\", \"tokens-day-2\";q=7;w=86400;qu=\"tokens\", \
+             \"in_put_-90s\";q=9;w=90;qu=\"in_put_\""
+        );
+        assert_eq!(
+            headers["ratelimit"],
+            "\"requests-minute\";r=499;t=1, \"tokens-minute\";r=39000;t=2, \
+             \"tokens-day\";r=0;t=40001, \"tokens-day-2\";r=7;t=0, \"in_put_-90s\";r=9;t=0"
+        );
+        // The trio: the limit with the fewest left.
+        assert_eq!(headers["x-ratelimit-limit"], "1000000");
+        assert_eq!(headers["x-ratelimit-remaining"], "0");
+        assert_eq!(headers["x-ratelimit-reset"], "40001");
+        // No limits, no headers.
+        let mut headers = HeaderMap::new();
+        write_all(&mut headers, QuotaHeaders::Both, &[]);
+        assert!(headers.is_empty());
     }
 
     #[test]

@@ -205,7 +205,16 @@ impl<Q, C, M, A> RateLimitLayer<Q, C, M, A> {
     }
 }
 
-impl<const N: usize, C, M> RateLimitLayer<MultiRateLimiter<N>, C, M> {
+mod sealed {
+    /// The modes whose layer can settle a request's charge from its response: shaping and
+    /// enforcing, not announcing.
+    pub trait Settles {}
+}
+
+impl sealed::Settles for Shaping {}
+impl sealed::Settles for Enforcing {}
+
+impl<const N: usize, C, M: sealed::Settles> RateLimitLayer<MultiRateLimiter<N>, C, M> {
     /// Settles each request's charge from its response: once the inner service answers
     /// `Ok(response)`, the request's [`Permit`](crate::Permit) is settled with
     /// `settle(&response)`, the cost it really had (the usage an LLM answer reports). A
@@ -214,8 +223,28 @@ impl<const N: usize, C, M> RateLimitLayer<MultiRateLimiter<N>, C, M> {
     /// does. An `Err` from the inner service, or a response future dropped before the answer,
     /// keeps the charge: what the estimate took stays taken.
     ///
-    /// For a layer over a [`MultiRateLimiter`], shaping or enforcing (an announcing layer,
-    /// [`headers`](RateLimitLayer::headers), does not settle).
+    /// For a layer over a [`MultiRateLimiter`], shaping or enforcing. An announcing layer
+    /// ([`headers`](RateLimitLayer::headers)) does not settle, and the two do not combine
+    /// (neither order compiles): `settle` is for a client, whose cost is an estimate until the
+    /// answer says what it was; a server that charges what it serves knows the cost from the
+    /// request (its size, the tokens it asks for), and one that learns it only from its own
+    /// answer charges the request's estimate with [`cost`](RateLimitLayer::cost) and
+    /// corrects it in its handler with [`MultiRateLimiter::acquire`] and
+    /// [`Permit::settle`](crate::Permit::settle) instead of the layer.
+    ///
+    /// ```compile_fail
+    /// use paced::tower::{QuotaHeaders, RateLimitLayer};
+    /// use paced::{Limit, MultiRateLimiter, Rate};
+    ///
+    /// let quota = MultiRateLimiter::builder(["requests"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
+    ///     .build()
+    ///     .unwrap();
+    /// let _ = RateLimitLayer::new(&quota)
+    ///     .enforcing()
+    ///     .headers(QuotaHeaders::Draft)
+    ///     .settle(|_: &http::Response<()>| [1]); // an announcing layer does not settle
+    /// ```
     ///
     /// # Examples
     ///
