@@ -446,7 +446,7 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// ```
     #[cfg(feature = "http")]
     #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
-    pub fn on_limits(&self, limits: &[crate::tower::AnnouncedLimit]) {
+    pub fn on_limits(&self, limits: &[crate::limiter::AnnouncedLimit]) {
         self.report(
             |a| {
                 Some(
@@ -493,7 +493,7 @@ impl<const N: usize> AdaptiveMulti<N> {
     #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
     pub fn on_throttled_limits(
         &self,
-        limits: &[crate::tower::AnnouncedLimit],
+        limits: &[crate::limiter::AnnouncedLimit],
         retry_after: Option<Duration>,
     ) {
         let exhausted: Vec<&str> = limits
@@ -747,7 +747,7 @@ impl<const N: usize> AdaptiveMulti<N> {
 
     /// Of the announcements routed to `a`, the one allowing the lowest rate.
     #[cfg(feature = "http")]
-    fn binding(&self, limits: &[crate::tower::AnnouncedLimit], a: &Adapted) -> Option<Announced> {
+    fn binding(&self, limits: &[crate::limiter::AnnouncedLimit], a: &Adapted) -> Option<Announced> {
         limits
             .iter()
             .filter(|l| self.routed(&l.name, a))

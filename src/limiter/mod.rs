@@ -4,6 +4,8 @@
 
 mod adaptive;
 mod adaptive_multi;
+#[cfg(feature = "http")]
+mod announced;
 mod keyed;
 pub(crate) mod keyed_traits;
 mod multi;
@@ -15,6 +17,8 @@ pub(crate) mod traits;
 pub use adaptive::AdaptiveLaw;
 pub use adaptive::{Adaptive, AdaptiveStats, Announced};
 pub use adaptive_multi::{AdaptiveMulti, AdaptiveMultiBuilder};
+#[cfg(feature = "http")]
+pub use announced::{AnnouncedLimit, Dimension};
 pub use keyed::KeyedRateLimiter;
 pub use keyed_traits::KeyedLimiter;
 #[allow(deprecated)]

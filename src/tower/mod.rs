@@ -60,13 +60,14 @@ mod request;
 
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use crate::limiter::{AnnouncedLimit, Dimension};
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use adaptive::classify_http;
 #[cfg(feature = "http")]
 pub use adaptive::{classify_http_limits, LimitsOutcome};
 pub use adaptive::{AdaptiveFuture, AdaptiveLayer, AdaptiveService, Feedback, Outcome};
-#[cfg(feature = "http")]
-#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
-pub use dialects::{binding_request_limit, limits_from_headers, AnnouncedLimit, Dimension};
+pub use dialects::{binding_request_limit, limits_from_headers};
 pub use error::{BoxError, RateLimited};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]

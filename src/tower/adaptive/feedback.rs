@@ -56,8 +56,9 @@ mod http {
 
     use super::{sealed, Feedback};
     use crate::limiter::AdaptiveMulti;
-    use crate::tower::dialects::{limits_from_headers, AnnouncedLimit};
+    use crate::tower::dialects::limits_from_headers;
     use crate::tower::headers::retry_after;
+    use crate::tower::AnnouncedLimit;
 
     /// What a response says of each limit of several, for an
     /// [`AdaptiveMulti`] (feature `http`): the classifier of
