@@ -1104,9 +1104,16 @@
 //! (whole seconds, rounded up; none for a request whose cost is above the burst, which never
 //! conforms) and the same headers. The values are read just after the decision, so under
 //! concurrency they may already count a request decided a moment later: `remaining` is never
-//! more than there is, and `reset` never early. Only plain token buckets announce (a
-//! `RateLimiter` that is not warming up, a key of a `KeyedRateLimiter`); other quotas send
-//! `Retry-After` alone.
+//! more than there is, and `reset` never early. Plain token buckets announce (a
+//! `RateLimiter` that is not warming up, a key of a `KeyedRateLimiter`), and so does a
+//! [`MultiRateLimiter`]: one IETF policy per limit, named after its dimension and window
+//! (`"requests-minute";q=500;w=60, "tokens-minute";q=40000;w=60;qu="tokens"`, a repeated name
+//! taking `-2`, `-3`), with a `RateLimit` item for each (a fixed window's `t` is the time until
+//! its window ends), and the `X-RateLimit-*` trio of the limit with the fewest tokens left.
+//! `paced::tower::limits_from_headers` reads them back, each on its dimension. Other quotas
+//! (a warming `RateLimiter`, a key of a `KeyedMultiRateLimiter`, the Redis limiters) send
+//! `Retry-After` alone. A server knows a request's cost from the request, so an announcing
+//! layer does not settle: `headers()` and `settle()` do not combine (a compile error).
 //!
 //! # Finding the limit (Adaptive)
 //!
