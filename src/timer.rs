@@ -10,6 +10,21 @@ use tokio::time::{Instant, Sleep};
 
 use crate::core::Nanos;
 
+#[cfg(all(feature = "hires-timer", target_os = "linux"))]
+mod hires;
+
+/// Feature `hires-timer` on Linux: the timerfd that ends precise waits below a tick, created on
+/// the first such wait (boxed: a timer that never makes one pays a pointer). Elsewhere nothing.
+#[cfg(all(feature = "hires-timer", target_os = "linux"))]
+type HiresSlot = Option<Box<hires::Hires>>;
+#[cfg(not(all(feature = "hires-timer", target_os = "linux")))]
+type HiresSlot = ();
+
+#[cfg(all(feature = "hires-timer", target_os = "linux"))]
+const NO_HIRES: HiresSlot = None;
+#[cfg(not(all(feature = "hires-timer", target_os = "linux")))]
+const NO_HIRES: HiresSlot = ();
+
 /// How far ahead "never" is armed: the horizon tokio itself uses for a far-future deadline.
 /// A timer that reaches it finds its deadline still ahead and is simply armed again.
 const FAR_FUTURE: Nanos = Nanos::from_duration(Duration::from_secs(86_400 * 365 * 30));
@@ -38,6 +53,8 @@ pin_project! {
         spun: u32,
         #[pin]
         sleep: Option<Sleep>,
+        // Feature `hires-timer`: the timerfd that ends precise waits below a tick.
+        hires: HiresSlot,
     }
 }
 
@@ -51,6 +68,7 @@ impl Timer {
             spinning: false,
             spun: 0,
             sleep: None,
+            hires: NO_HIRES,
         }
     }
 
@@ -64,6 +82,7 @@ impl Timer {
             spinning: false,
             spun: 0,
             sleep: None,
+            hires: NO_HIRES,
         }
     }
 
@@ -74,6 +93,10 @@ impl Timer {
     /// It keeps a core busy while an item is less than a tick from its time. Under paused time
     /// the clock does not move across a yield, and a wait that finds the clock where it left
     /// it goes back to the `Sleep`, so paused schedules are exactly those of a plain timer.
+    ///
+    /// With the feature `hires-timer` on Linux, the part below a tick is slept on a timerfd
+    /// instead (see `poll_hires`) while tokio's clock runs in real time; under paused time, or
+    /// if the timerfd cannot be had, the wait yields as above.
     pub(crate) fn set_precise(&mut self, precise: bool) {
         self.precise = precise;
     }
@@ -104,11 +127,19 @@ impl Timer {
                     ready!(sleep.poll(cx));
                 }
             }
+            #[cfg(all(feature = "hires-timer", target_os = "linux"))]
+            ready!(self.as_mut().poll_hires_armed(cx, deadline));
             let now = self.as_mut().now();
             if now >= deadline {
                 let me = self.as_mut().project();
                 *me.armed = false;
                 *me.spinning = false;
+                // A timerfd still armed (the task woke for another reason first) would only
+                // wake it for nothing.
+                #[cfg(all(feature = "hires-timer", target_os = "linux"))]
+                if let Some(hires) = me.hires.as_mut() {
+                    hires.disarm();
+                }
                 return Poll::Ready(now);
             }
             if !self.precise {
@@ -120,6 +151,10 @@ impl Timer {
                 // Sleep up to a tick before the deadline (the tick rounds it up to at most
                 // the deadline), then finish below the tick.
                 self.as_mut().arm(now, deadline, early);
+                continue;
+            }
+            #[cfg(all(feature = "hires-timer", target_os = "linux"))]
+            if self.as_mut().arm_hires(now, deadline) {
                 continue;
             }
             let me = self.as_mut().project();
@@ -144,6 +179,10 @@ impl Timer {
     pub(crate) fn disarm(self: Pin<&mut Self>) {
         let mut me = self.project();
         *me.spinning = false;
+        #[cfg(all(feature = "hires-timer", target_os = "linux"))]
+        if let Some(hires) = me.hires.as_mut() {
+            hires.disarm();
+        }
         if !std::mem::take(me.armed) {
             return;
         }
@@ -152,6 +191,60 @@ impl Timer {
             let now = since(origin, Instant::now());
             sleep.reset(origin + now.saturating_add(FAR_FUTURE).to_duration());
         }
+    }
+
+    /// Waits for a timerfd armed for `deadline` to expire (at once if none is), recording how
+    /// late it was read.
+    #[cfg(all(feature = "hires-timer", target_os = "linux"))]
+    fn poll_hires_armed(self: Pin<&mut Self>, cx: &mut Context<'_>, deadline: Nanos) -> Poll<()> {
+        let me = self.project();
+        let Some(hires) = me.hires.as_mut() else {
+            return Poll::Ready(());
+        };
+        if hires.armed() != Some(deadline) {
+            return Poll::Ready(());
+        }
+        if ready!(hires.poll_expired(cx)) {
+            // The origin is set: the timerfd was armed from a clock read through it.
+            if let Some(origin) = *me.origin {
+                hires.record(since(origin, Instant::now()));
+            }
+        }
+        Poll::Ready(())
+    }
+
+    /// Arms the timerfd for the rest of a precise wait, below a tick: `false` when it cannot
+    /// serve (paused time, no usable timerfd, or a wait shorter than the timerfd's recent
+    /// lateness), and the wait yields instead.
+    ///
+    /// The timerfd is armed for the time left until its target (the deadline less its lead)
+    /// by tokio's clock, counted by the kernel from its own later clock read, so it expires no
+    /// earlier than that; the wait then reads tokio's clock again and yields for what is left,
+    /// if anything. The item itself never leaves before `deadline`: only a clock read lets it
+    /// go.
+    #[cfg(all(feature = "hires-timer", target_os = "linux"))]
+    fn arm_hires(self: Pin<&mut Self>, now: Nanos, deadline: Nanos) -> bool {
+        let me = self.project();
+        if let Some(hires) = me.hires.as_mut() {
+            if !hires.usable() || deadline.saturating_sub(now) <= hires.lead() {
+                return false;
+            }
+        }
+        // Under paused time the timerfd's real time is not the test's time: yield as without
+        // the feature, so that paused schedules stay exactly those of a plain timer.
+        if !hires::clock_runs() {
+            return false;
+        }
+        let hires = me
+            .hires
+            .get_or_insert_with(|| Box::new(hires::Hires::new()));
+        let target = deadline.saturating_sub(hires.lead());
+        if target <= now || !hires.arm(deadline, target, target.saturating_sub(now).to_duration()) {
+            return false;
+        }
+        *me.spinning = false;
+        // The wait's loop polls it (and so registers the waker) next.
+        true
     }
 
     /// Arms the `Sleep` for `target` (at most `deadline`), for a wait until `deadline`.
