@@ -112,10 +112,7 @@ impl Hires {
             self.armed = None;
             return Poll::Ready(false);
         };
-        loop {
-            let Ok(mut guard) = ready!(fd.poll_read_ready(cx)) else {
-                break;
-            };
+        while let Ok(mut guard) = ready!(fd.poll_read_ready(cx)) {
             // Reading the expiration count empties it. A stale readiness (the timerfd expired
             // and was re-armed before this read) reads nothing: clear it and poll again.
             match guard.try_io(|fd| read_expirations(fd.get_ref())) {
