@@ -35,7 +35,7 @@
 //! `PACED_BENCH_VERBOSE=1` adds a table of timer wake-ups: emissions more than 200 µs after
 //! the previous one start a new wake-up; percentiles of the intervals between wake-ups.
 //!
-//! Run: `cargo bench -p paced-benches --bench accuracy` (about 25 × `PACED_BENCH_SECS` seconds).
+//! Run: `cargo bench -p paced-benches --bench accuracy` (about 29 × `PACED_BENCH_SECS` seconds).
 
 use std::future::Future;
 use std::num::NonZeroU32;
