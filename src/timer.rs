@@ -95,7 +95,7 @@ impl Timer {
     /// it goes back to the `Sleep`, so paused schedules are exactly those of a plain timer.
     ///
     /// With the feature `hires-timer` on Linux, the part below a tick is slept on a timerfd
-    /// instead (see `poll_hires`) while tokio's clock runs in real time; under paused time, or
+    /// instead (see `arm_hires`) while tokio's clock runs in real time; under paused time, or
     /// if the timerfd cannot be had, the wait yields as above.
     pub(crate) fn set_precise(&mut self, precise: bool) {
         self.precise = precise;
