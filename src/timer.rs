@@ -13,17 +13,51 @@ use crate::core::Nanos;
 #[cfg(all(feature = "hires-timer", target_os = "linux"))]
 mod hires;
 
-/// Feature `hires-timer` on Linux: the timerfd that ends precise waits below a tick, created on
-/// the first such wait (boxed: a timer that never makes one pays a pointer). Elsewhere nothing.
+/// The timer of the adapters that offer `precise()`: with the feature `hires-timer` on Linux it
+/// carries the timerfd that ends precise waits below a tick; elsewhere it is a plain [`Timer`].
+/// The other timers (sinks, shared limiters' waiters, `batched_interval`) never wait precisely
+/// and carry nothing.
 #[cfg(all(feature = "hires-timer", target_os = "linux"))]
-type HiresSlot = Option<Box<hires::Hires>>;
+pub(crate) type PreciseTimer = Timer<Option<Box<hires::Hires>>>;
 #[cfg(not(all(feature = "hires-timer", target_os = "linux")))]
-type HiresSlot = ();
+pub(crate) type PreciseTimer = Timer;
 
-#[cfg(all(feature = "hires-timer", target_os = "linux"))]
-const NO_HIRES: HiresSlot = None;
-#[cfg(not(all(feature = "hires-timer", target_os = "linux")))]
-const NO_HIRES: HiresSlot = ();
+/// What a timer uses for the part of a precise wait below a tick, before yielding: nothing
+/// (`()`), or a timerfd created on the first such wait (feature `hires-timer`, Linux; boxed,
+/// so a timer that never makes one pays a pointer).
+pub(crate) trait SubTick {
+    /// Nothing created yet.
+    const NONE: Self;
+    /// Waits for a wake-up armed for `deadline` (at once if none is); `origin` is the timer's.
+    fn poll_armed(
+        &mut self,
+        cx: &mut Context<'_>,
+        deadline: Nanos,
+        origin: Option<Instant>,
+    ) -> Poll<()>;
+    /// Arms a wake-up for a wait from `now` until `deadline`, below a tick: `false` if it
+    /// cannot serve, and the wait yields.
+    fn arm(&mut self, now: Nanos, deadline: Nanos) -> bool;
+    /// Stops an armed wake-up.
+    fn disarm(&mut self);
+}
+
+impl SubTick for () {
+    const NONE: () = ();
+
+    #[inline]
+    fn poll_armed(&mut self, _: &mut Context<'_>, _: Nanos, _: Option<Instant>) -> Poll<()> {
+        Poll::Ready(())
+    }
+
+    #[inline]
+    fn arm(&mut self, _: Nanos, _: Nanos) -> bool {
+        false
+    }
+
+    #[inline]
+    fn disarm(&mut self) {}
+}
 
 /// How far ahead "never" is armed: the horizon tokio itself uses for a far-future deadline.
 /// A timer that reaches it finds its deadline still ahead and is simply armed again.
@@ -39,7 +73,7 @@ pin_project! {
     /// and the `Sleep` (which does) is created on the first wait, then only reset. The timer is
     /// armed only while an item waits: an idle adapter registers nothing with the driver.
     #[derive(Debug)]
-    pub(crate) struct Timer {
+    pub(crate) struct Timer<H = ()> {
         origin: Option<Instant>,
         // The deadline of the wait under way, if `armed`. (Flags beside a plain `Nanos`
         // rather than options: the fields pack into 16 bytes, which keeps a waiting adapter
@@ -53,13 +87,13 @@ pin_project! {
         spun: u32,
         #[pin]
         sleep: Option<Sleep>,
-        // Feature `hires-timer`: the timerfd that ends precise waits below a tick.
-        hires: HiresSlot,
+        // What ends precise waits below a tick before yielding (see `SubTick`).
+        hires: H,
     }
 }
 
-impl Timer {
-    pub(crate) const fn new() -> Timer {
+impl<H: SubTick> Timer<H> {
+    pub(crate) const fn new() -> Timer<H> {
         Timer {
             origin: None,
             deadline: Nanos::ZERO,
@@ -68,12 +102,12 @@ impl Timer {
             spinning: false,
             spun: 0,
             sleep: None,
-            hires: NO_HIRES,
+            hires: H::NONE,
         }
     }
 
     /// A timer whose times count from `origin`, shared with a limiter's state.
-    pub(crate) const fn with_origin(origin: Instant) -> Timer {
+    pub(crate) const fn with_origin(origin: Instant) -> Timer<H> {
         Timer {
             origin: Some(origin),
             deadline: Nanos::ZERO,
@@ -82,7 +116,7 @@ impl Timer {
             spinning: false,
             spun: 0,
             sleep: None,
-            hires: NO_HIRES,
+            hires: H::NONE,
         }
     }
 
@@ -95,7 +129,7 @@ impl Timer {
     /// it goes back to the `Sleep`, so paused schedules are exactly those of a plain timer.
     ///
     /// With the feature `hires-timer` on Linux, the part below a tick is slept on a timerfd
-    /// instead (see `arm_hires`) while tokio's clock runs in real time; under paused time, or
+    /// instead (see `SubTick`) while tokio's clock runs in real time; under paused time, or
     /// if the timerfd cannot be had, the wait yields as above.
     pub(crate) fn set_precise(&mut self, precise: bool) {
         self.precise = precise;
@@ -127,8 +161,8 @@ impl Timer {
                     ready!(sleep.poll(cx));
                 }
             }
-            #[cfg(all(feature = "hires-timer", target_os = "linux"))]
-            ready!(self.as_mut().poll_hires_armed(cx, deadline));
+            let me = self.as_mut().project();
+            ready!(me.hires.poll_armed(cx, deadline, *me.origin));
             let now = self.as_mut().now();
             if now >= deadline {
                 let me = self.as_mut().project();
@@ -136,10 +170,7 @@ impl Timer {
                 *me.spinning = false;
                 // A timerfd still armed (the task woke for another reason first) would only
                 // wake it for nothing.
-                #[cfg(all(feature = "hires-timer", target_os = "linux"))]
-                if let Some(hires) = me.hires.as_mut() {
-                    hires.disarm();
-                }
+                me.hires.disarm();
                 return Poll::Ready(now);
             }
             if !self.precise {
@@ -153,11 +184,12 @@ impl Timer {
                 self.as_mut().arm(now, deadline, early);
                 continue;
             }
-            #[cfg(all(feature = "hires-timer", target_os = "linux"))]
-            if self.as_mut().arm_hires(now, deadline) {
+            let me = self.as_mut().project();
+            if me.hires.arm(now, deadline) {
+                *me.spinning = false;
+                // The loop polls it next, which registers the waker.
                 continue;
             }
-            let me = self.as_mut().project();
             // Truncated: a clock that moved by an exact multiple of 2^32 ns between two polls
             // only sends this wait back to the `Sleep`.
             let low = now.0 as u32;
@@ -179,10 +211,7 @@ impl Timer {
     pub(crate) fn disarm(self: Pin<&mut Self>) {
         let mut me = self.project();
         *me.spinning = false;
-        #[cfg(all(feature = "hires-timer", target_os = "linux"))]
-        if let Some(hires) = me.hires.as_mut() {
-            hires.disarm();
-        }
+        me.hires.disarm();
         if !std::mem::take(me.armed) {
             return;
         }
@@ -191,60 +220,6 @@ impl Timer {
             let now = since(origin, Instant::now());
             sleep.reset(origin + now.saturating_add(FAR_FUTURE).to_duration());
         }
-    }
-
-    /// Waits for a timerfd armed for `deadline` to expire (at once if none is), recording how
-    /// late it was read.
-    #[cfg(all(feature = "hires-timer", target_os = "linux"))]
-    fn poll_hires_armed(self: Pin<&mut Self>, cx: &mut Context<'_>, deadline: Nanos) -> Poll<()> {
-        let me = self.project();
-        let Some(hires) = me.hires.as_mut() else {
-            return Poll::Ready(());
-        };
-        if hires.armed() != Some(deadline) {
-            return Poll::Ready(());
-        }
-        if ready!(hires.poll_expired(cx)) {
-            // The origin is set: the timerfd was armed from a clock read through it.
-            if let Some(origin) = *me.origin {
-                hires.record(since(origin, Instant::now()));
-            }
-        }
-        Poll::Ready(())
-    }
-
-    /// Arms the timerfd for the rest of a precise wait, below a tick: `false` when it cannot
-    /// serve (paused time, no usable timerfd, or a wait shorter than the timerfd's recent
-    /// lateness), and the wait yields instead.
-    ///
-    /// The timerfd is armed for the time left until its target (the deadline less its lead)
-    /// by tokio's clock, counted by the kernel from its own later clock read, so it expires no
-    /// earlier than that; the wait then reads tokio's clock again and yields for what is left,
-    /// if anything. The item itself never leaves before `deadline`: only a clock read lets it
-    /// go.
-    #[cfg(all(feature = "hires-timer", target_os = "linux"))]
-    fn arm_hires(self: Pin<&mut Self>, now: Nanos, deadline: Nanos) -> bool {
-        let me = self.project();
-        if let Some(hires) = me.hires.as_mut() {
-            if !hires.usable() || deadline.saturating_sub(now) <= hires.lead() {
-                return false;
-            }
-        }
-        // Under paused time the timerfd's real time is not the test's time: yield as without
-        // the feature, so that paused schedules stay exactly those of a plain timer.
-        if !hires::clock_runs() {
-            return false;
-        }
-        let hires = me
-            .hires
-            .get_or_insert_with(|| Box::new(hires::Hires::new()));
-        let target = deadline.saturating_sub(hires.lead());
-        if target <= now || !hires.arm(deadline, target, target.saturating_sub(now).to_duration()) {
-            return false;
-        }
-        *me.spinning = false;
-        // The wait's loop polls it (and so registers the waker) next.
-        true
     }
 
     /// Arms the `Sleep` for `target` (at most `deadline`), for a wait until `deadline`.

@@ -18,6 +18,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::time::Instant;
 
+use super::{since, SubTick};
 use crate::core::Nanos;
 
 /// A timer's timerfd, or the memory of having failed to make one.
@@ -129,6 +130,64 @@ impl Hires {
         self.fd = None;
         self.armed = None;
         Poll::Ready(false)
+    }
+}
+
+impl SubTick for Option<Box<Hires>> {
+    const NONE: Self = None;
+
+    /// Waits for the timerfd armed for `deadline` to expire (at once if none is), recording
+    /// how late it was read.
+    fn poll_armed(
+        &mut self,
+        cx: &mut Context<'_>,
+        deadline: Nanos,
+        origin: Option<Instant>,
+    ) -> Poll<()> {
+        let Some(hires) = self.as_mut() else {
+            return Poll::Ready(());
+        };
+        if hires.armed() != Some(deadline) {
+            return Poll::Ready(());
+        }
+        if ready!(hires.poll_expired(cx)) {
+            // The origin is set: the timerfd was armed from a clock read through it.
+            if let Some(origin) = origin {
+                hires.record(since(origin, Instant::now()));
+            }
+        }
+        Poll::Ready(())
+    }
+
+    /// Arms the timerfd for the rest of a precise wait, below a tick: `false` when it cannot
+    /// serve (paused time, no usable timerfd, or a wait shorter than the timerfd's recent
+    /// lateness), and the wait yields instead.
+    ///
+    /// The timerfd is armed for the time left until its target (the deadline less its lead)
+    /// by tokio's clock, counted by the kernel from its own later clock read, so it expires no
+    /// earlier than that; the wait then reads tokio's clock again and yields for what is left,
+    /// if anything. The item itself never leaves before `deadline`: only a clock read lets it
+    /// go.
+    fn arm(&mut self, now: Nanos, deadline: Nanos) -> bool {
+        if let Some(hires) = self.as_ref() {
+            if !hires.usable() || deadline.saturating_sub(now) <= hires.lead() {
+                return false;
+            }
+        }
+        // Under paused time the timerfd's real time is not the test's time: yield as without
+        // the feature, so that paused schedules stay exactly those of a plain timer.
+        if !clock_runs() {
+            return false;
+        }
+        let hires = self.get_or_insert_with(|| Box::new(Hires::new()));
+        let target = deadline.saturating_sub(hires.lead());
+        target > now && hires.arm(deadline, target, target.saturating_sub(now).to_duration())
+    }
+
+    fn disarm(&mut self) {
+        if let Some(hires) = self.as_mut() {
+            hires.disarm();
+        }
     }
 }
 
