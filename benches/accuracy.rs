@@ -26,14 +26,16 @@
 //!
 //! One extra row runs paced at 1,000/s with a burst of 3 (one token above `rate × 2 ms`).
 //!
-//! Sub-millisecond rows: 10,000/s with a burst of 1, `throttle` and `min_interval(100 µs)`,
-//! plain and with `precise()`, beside governor and leaky-bucket with a burst of 1
-//! (`PACED_BENCH_ONLY=sub-ms` runs only these).
+//! Sub-millisecond rows: 10,000/s and 100,000/s with a burst of 1, `throttle` and
+//! `min_interval(100 µs / 10 µs)`, plain and with `precise()`, beside governor and leaky-bucket
+//! with a burst of 1 (`PACED_BENCH_ONLY=sub-ms` runs only these). `precise()` yields through
+//! its waits in the default build and sleeps on a timerfd with `--features hires-timer`; the
+//! rows name which. The table's last column is the process's CPU time per item emitted.
 //!
 //! `PACED_BENCH_VERBOSE=1` adds a table of timer wake-ups: emissions more than 200 µs after
 //! the previous one start a new wake-up; percentiles of the intervals between wake-ups.
 //!
-//! Run: `cargo bench -p paced-benches --bench accuracy` (about 17 × `PACED_BENCH_SECS` seconds).
+//! Run: `cargo bench -p paced-benches --bench accuracy` (about 29 × `PACED_BENCH_SECS` seconds).
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -58,6 +60,8 @@ struct Row {
     timed_out: bool,
     /// Process CPU time (all threads) during the run, as a fraction of its wall time.
     cpu: f64,
+    /// Process CPU time (all threads) during the run, in seconds.
+    cpu_seconds: f64,
 }
 
 /// Drains `stream` for `secs` of wall time, recording each emission's time.
@@ -112,7 +116,8 @@ where
     let cpu = cpu_seconds();
     let wall = Instant::now();
     let (times, timed_out) = rt.block_on(drive);
-    let cpu = (cpu_seconds() - cpu) / wall.elapsed().as_secs_f64();
+    let cpu_seconds = cpu_seconds() - cpu;
+    let cpu = cpu_seconds / wall.elapsed().as_secs_f64();
     Row {
         limiter,
         rate,
@@ -120,6 +125,7 @@ where
         times,
         timed_out,
         cpu,
+        cpu_seconds,
     }
 }
 
@@ -221,9 +227,9 @@ fn main() {
     println!();
     println!(
         "| limiter | rate/s | burst | items | steady rate/s | steady / rate \
-         | max in 10 ms | bound | max / bound | CPU |"
+         | max in 10 ms | bound | max / bound | CPU | CPU us/item |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in &rows {
         let steady = steady_rate(&row.times, row.burst);
         let max10 = max_in_window(&row.times, WINDOW);
@@ -234,7 +240,7 @@ fn main() {
             ""
         };
         println!(
-            "| {}{} | {} | {} | {} | {} | {} | {} | {} | {:.3}{} | {:.0}% |",
+            "| {}{} | {} | {} | {} | {} | {} | {} | {} | {:.3}{} | {:.0}% | {:.1} |",
             row.limiter,
             if row.timed_out { " (stalled)" } else { "" },
             row.rate,
@@ -247,6 +253,7 @@ fn main() {
             max10 as f64 / bound,
             over,
             row.cpu * 100.0,
+            row.cpu_seconds * 1e6 / row.times.len().max(1) as f64,
         );
     }
     println!();
@@ -256,47 +263,63 @@ fn main() {
     }
 }
 
-/// Even pacing below tokio's 1 ms tick: 10,000/s with a burst of 1 (every item 100 µs after
-/// the previous one), `throttle` and `min_interval(100 µs)`, plain and `precise()`, beside
-/// governor and leaky-bucket with a burst of 1.
+/// Even pacing below tokio's 1 ms tick: 10,000/s and 100,000/s with a burst of 1 (every item
+/// 100 µs or 10 µs after the previous one), `throttle` and `min_interval`, plain and
+/// `precise()`, beside governor and leaky-bucket with a burst of 1. Built with the feature
+/// `hires-timer`, `precise()` sleeps on a timerfd (the rows say so); without it, it yields.
 fn sub_millisecond(rows: &mut Vec<Row>, secs: Duration) {
-    const RATE: u64 = 10_000;
-    let capacity = (RATE as f64 * secs.as_secs_f64() * 1.25) as usize + 4096;
-    let gap = Duration::from_micros(100);
-    let repeat = || futures_util::stream::repeat(());
-    rows.push(run("paced throttle, burst 1", RATE, 1, async {
-        let stream = PaceExt::throttle(repeat(), Rate::per_second(RATE), |_| 1, 1, Shaping);
-        drive(stream, secs, capacity).await
-    }));
-    rows.push(run("paced throttle, burst 1, precise()", RATE, 1, async {
-        let stream =
-            PaceExt::throttle(repeat(), Rate::per_second(RATE), |_| 1, 1, Shaping).precise();
-        drive(stream, secs, capacity).await
-    }));
-    rows.push(run("paced min_interval(100 us)", RATE, 1, async {
-        drive(repeat().min_interval(gap), secs, capacity).await
-    }));
-    rows.push(run(
-        "paced min_interval(100 us), precise()",
-        RATE,
-        1,
-        async { drive(repeat().min_interval(gap).precise(), secs, capacity).await },
-    ));
-    let one = NonZeroU32::MIN;
-    let rate32 = NonZeroU32::new(RATE as u32).expect("> 0");
-    let limiter = RateLimiter::direct(Quota::per_second(rate32).allow_burst(one));
-    rows.push(run("governor ratelimit_stream, burst 1", RATE, 1, async {
-        drive(repeat().ratelimit_stream(&limiter), secs, capacity).await
-    }));
-    rows.push(run("leaky-bucket acquire_one, burst 1", RATE, 1, async {
-        let bucket = leaky_bucket::RateLimiter::builder()
-            .max(1)
-            .initial(1)
-            .refill((RATE / 1_000) as usize)
-            .interval(Duration::from_millis(1))
-            .build();
-        drive(repeat().then(|()| bucket.acquire_one()), secs, capacity).await
-    }));
+    let precise = if cfg!(feature = "hires-timer") {
+        "precise() (hires-timer)"
+    } else {
+        "precise() (yielding)"
+    };
+    let name = |what: &str| -> &'static str { Box::leak(what.to_string().into_boxed_str()) };
+    for rate in [10_000u64, 100_000] {
+        let capacity = (rate as f64 * secs.as_secs_f64() * 1.25) as usize + 4096;
+        let gap = Duration::from_nanos(1_000_000_000 / rate);
+        let repeat = || futures_util::stream::repeat(());
+        rows.push(run("paced throttle, burst 1", rate, 1, async {
+            let stream = PaceExt::throttle(repeat(), Rate::per_second(rate), |_| 1, 1, Shaping);
+            drive(stream, secs, capacity).await
+        }));
+        rows.push(run(
+            name(&format!("paced throttle, burst 1, {precise}")),
+            rate,
+            1,
+            async {
+                let stream = PaceExt::throttle(repeat(), Rate::per_second(rate), |_| 1, 1, Shaping)
+                    .precise();
+                drive(stream, secs, capacity).await
+            },
+        ));
+        rows.push(run(
+            name(&format!("paced min_interval({gap:?})")),
+            rate,
+            1,
+            async { drive(repeat().min_interval(gap), secs, capacity).await },
+        ));
+        rows.push(run(
+            name(&format!("paced min_interval({gap:?}), {precise}")),
+            rate,
+            1,
+            async { drive(repeat().min_interval(gap).precise(), secs, capacity).await },
+        ));
+        let one = NonZeroU32::MIN;
+        let rate32 = NonZeroU32::new(rate as u32).expect("> 0");
+        let limiter = RateLimiter::direct(Quota::per_second(rate32).allow_burst(one));
+        rows.push(run("governor ratelimit_stream, burst 1", rate, 1, async {
+            drive(repeat().ratelimit_stream(&limiter), secs, capacity).await
+        }));
+        rows.push(run("leaky-bucket acquire_one, burst 1", rate, 1, async {
+            let bucket = leaky_bucket::RateLimiter::builder()
+                .max(1)
+                .initial(1)
+                .refill((rate / 1_000) as usize)
+                .interval(Duration::from_millis(1))
+                .build();
+            drive(repeat().then(|()| bucket.acquire_one()), secs, capacity).await
+        }));
+    }
 }
 
 /// Emissions more than 200 µs after the previous one start a new wake-up.

@@ -70,6 +70,10 @@
 //! - `http`: `paced::tower::classify_http` and `AdaptiveLayer::http`: an [`Adaptive`] fed by
 //!   `429`/`503`, `Retry-After` and the quota headers (`RateLimit`, `X-RateLimit-*`) of an
 //!   `http::Response`; implies `tower`, adds `http` and `httpdate`.
+//! - `hires-timer`: on Linux, [`precise()`](crate::stream::Throttle::precise) sleeps the part of
+//!   a wait below tokio's 1 ms tick on a `timerfd` instead of yielding through it, so sub-
+//!   millisecond pacing no longer keeps a core busy; adds `rustix` (Linux only) and tokio's
+//!   `net`. Needs the runtime's IO driver. Elsewhere, and under paused time, it changes nothing.
 //! - `unstable-laws`: `AdaptiveLaw` and `Adaptive::try_with_law`, the control laws the
 //!   adaptive benchmark compares. Outside semver: they may change or go in any release.
 #![cfg_attr(docsrs, feature(doc_cfg))]

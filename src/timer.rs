@@ -10,6 +10,55 @@ use tokio::time::{Instant, Sleep};
 
 use crate::core::Nanos;
 
+#[cfg(all(feature = "hires-timer", target_os = "linux"))]
+mod hires;
+
+/// The timer of the adapters that offer `precise()`: with the feature `hires-timer` on Linux it
+/// carries the timerfd that ends precise waits below a tick; elsewhere it is a plain [`Timer`].
+/// The other timers (sinks, shared limiters' waiters, `batched_interval`) never wait precisely
+/// and carry nothing.
+#[cfg(all(feature = "hires-timer", target_os = "linux"))]
+pub(crate) type PreciseTimer = Timer<Option<Box<hires::Hires>>>;
+#[cfg(not(all(feature = "hires-timer", target_os = "linux")))]
+pub(crate) type PreciseTimer = Timer;
+
+/// What a timer uses for the part of a precise wait below a tick, before yielding: nothing
+/// (`()`), or a timerfd created on the first such wait (feature `hires-timer`, Linux; boxed,
+/// so a timer that never makes one pays a pointer).
+pub(crate) trait SubTick {
+    /// Nothing created yet.
+    const NONE: Self;
+    /// Waits for a wake-up armed for `deadline` (at once if none is); `origin` is the timer's.
+    fn poll_armed(
+        &mut self,
+        cx: &mut Context<'_>,
+        deadline: Nanos,
+        origin: Option<Instant>,
+    ) -> Poll<()>;
+    /// Arms a wake-up for a wait from `now` until `deadline`, below a tick: `false` if it
+    /// cannot serve, and the wait yields.
+    fn arm(&mut self, now: Nanos, deadline: Nanos) -> bool;
+    /// Stops an armed wake-up.
+    fn disarm(&mut self);
+}
+
+impl SubTick for () {
+    const NONE: () = ();
+
+    #[inline]
+    fn poll_armed(&mut self, _: &mut Context<'_>, _: Nanos, _: Option<Instant>) -> Poll<()> {
+        Poll::Ready(())
+    }
+
+    #[inline]
+    fn arm(&mut self, _: Nanos, _: Nanos) -> bool {
+        false
+    }
+
+    #[inline]
+    fn disarm(&mut self) {}
+}
+
 /// How far ahead "never" is armed: the horizon tokio itself uses for a far-future deadline.
 /// A timer that reaches it finds its deadline still ahead and is simply armed again.
 const FAR_FUTURE: Nanos = Nanos::from_duration(Duration::from_secs(86_400 * 365 * 30));
@@ -24,7 +73,7 @@ pin_project! {
     /// and the `Sleep` (which does) is created on the first wait, then only reset. The timer is
     /// armed only while an item waits: an idle adapter registers nothing with the driver.
     #[derive(Debug)]
-    pub(crate) struct Timer {
+    pub(crate) struct Timer<H = ()> {
         origin: Option<Instant>,
         // The deadline of the wait under way, if `armed`. (Flags beside a plain `Nanos`
         // rather than options: the fields pack into 16 bytes, which keeps a waiting adapter
@@ -38,11 +87,13 @@ pin_project! {
         spun: u32,
         #[pin]
         sleep: Option<Sleep>,
+        // What ends precise waits below a tick before yielding (see `SubTick`).
+        hires: H,
     }
 }
 
-impl Timer {
-    pub(crate) const fn new() -> Timer {
+impl<H: SubTick> Timer<H> {
+    pub(crate) const fn new() -> Timer<H> {
         Timer {
             origin: None,
             deadline: Nanos::ZERO,
@@ -51,11 +102,12 @@ impl Timer {
             spinning: false,
             spun: 0,
             sleep: None,
+            hires: H::NONE,
         }
     }
 
     /// A timer whose times count from `origin`, shared with a limiter's state.
-    pub(crate) const fn with_origin(origin: Instant) -> Timer {
+    pub(crate) const fn with_origin(origin: Instant) -> Timer<H> {
         Timer {
             origin: Some(origin),
             deadline: Nanos::ZERO,
@@ -64,6 +116,7 @@ impl Timer {
             spinning: false,
             spun: 0,
             sleep: None,
+            hires: H::NONE,
         }
     }
 
@@ -74,6 +127,10 @@ impl Timer {
     /// It keeps a core busy while an item is less than a tick from its time. Under paused time
     /// the clock does not move across a yield, and a wait that finds the clock where it left
     /// it goes back to the `Sleep`, so paused schedules are exactly those of a plain timer.
+    ///
+    /// With the feature `hires-timer` on Linux, the part below a tick is slept on a timerfd
+    /// instead (see `SubTick`) while tokio's clock runs in real time; under paused time, or
+    /// if the timerfd cannot be had, the wait yields as above.
     pub(crate) fn set_precise(&mut self, precise: bool) {
         self.precise = precise;
     }
@@ -104,11 +161,16 @@ impl Timer {
                     ready!(sleep.poll(cx));
                 }
             }
+            let me = self.as_mut().project();
+            ready!(me.hires.poll_armed(cx, deadline, *me.origin));
             let now = self.as_mut().now();
             if now >= deadline {
                 let me = self.as_mut().project();
                 *me.armed = false;
                 *me.spinning = false;
+                // A timerfd still armed (the task woke for another reason first) would only
+                // wake it for nothing.
+                me.hires.disarm();
                 return Poll::Ready(now);
             }
             if !self.precise {
@@ -123,6 +185,11 @@ impl Timer {
                 continue;
             }
             let me = self.as_mut().project();
+            if me.hires.arm(now, deadline) {
+                *me.spinning = false;
+                // The loop polls it next, which registers the waker.
+                continue;
+            }
             // Truncated: a clock that moved by an exact multiple of 2^32 ns between two polls
             // only sends this wait back to the `Sleep`.
             let low = now.0 as u32;
@@ -144,6 +211,7 @@ impl Timer {
     pub(crate) fn disarm(self: Pin<&mut Self>) {
         let mut me = self.project();
         *me.spinning = false;
+        me.hires.disarm();
         if !std::mem::take(me.armed) {
             return;
         }

@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 
 use super::upstream::Upstream;
 use crate::core::{Cost, Decision, Nanos, One, Pace};
-use crate::timer::Timer;
+use crate::timer::PreciseTimer;
 
 /// An item let through, or refused with how long until it would have conformed.
 pub(crate) type Checked<T> = Result<T, (T, Nanos)>;
@@ -32,7 +32,7 @@ pin_project! {
         #[pin]
         upstream: Upstream<S, Held<S::Item>>,
         #[pin]
-        timer: Timer,
+        timer: PreciseTimer,
         pace: P,
         cost: C,
     }
@@ -49,7 +49,7 @@ impl<S: Stream, P, C> Paced<S, P, C> {
     pub(crate) const fn costed(stream: S, pace: P, cost: C) -> Self {
         Paced {
             upstream: Upstream::new(stream),
-            timer: Timer::new(),
+            timer: PreciseTimer::new(),
             pace,
             cost,
         }

@@ -1,0 +1,280 @@
+//! Feature `hires-timer`: `precise()` waits below a tick on a timerfd, in real time.
+//!
+//! The one place where tests run in real time: the timerfd counts the kernel's clock, which
+//! paused time cannot move. Nothing here asserts how fast or how late: the tests assert that
+//! a timerfd was really used (it shows in `/proc/self/fd`), that every item comes out once
+//! and in order, and that no item leaves before the pacing bound allows, with the bound
+//! checked on the real clock. Under paused time the feature must change nothing: no timerfd
+//! is opened and the schedule is the plain timer's (tests/precise.rs runs the same checks
+//! with every feature on).
+#![cfg(all(feature = "hires-timer", target_os = "linux"))]
+// Each test has a runtime of its own and holds `serial()` for its whole run, awaits included:
+// the lock orders tests on different threads, not tasks on one runtime.
+#![allow(clippy::await_holding_lock)]
+
+mod common;
+
+use std::future::poll_fn;
+use std::pin::pin;
+use std::sync::{Mutex, MutexGuard};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use common::{arriving, collect_timed, paused};
+use futures_util::{stream, Stream, StreamExt};
+use paced::{PaceExt, Rate, Shaping};
+use proptest::prelude::*;
+
+/// The tests count the process's timerfds, so they run one at a time.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// How many timerfds the process holds open.
+fn timerfds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().contains("timerfd"))
+        .count()
+}
+
+/// One emission: the real clock read just before the poll that returned it and just after.
+/// The limiter's own clock read, at which the item left, lies between the two.
+#[derive(Debug, Clone, Copy)]
+struct Emission {
+    item: u64,
+    before: Instant,
+    after: Instant,
+}
+
+/// Drains `s` in real time, bracketing each emission's poll with clock reads, and reports how
+/// many timerfds were open at the end of the drain (while `s` still lives).
+async fn drain<S: Stream<Item = u64>>(s: S) -> (Vec<Emission>, usize) {
+    let mut s = pin!(s);
+    let mut out = Vec::new();
+    loop {
+        let next = poll_fn(|cx| {
+            let before = Instant::now();
+            match s.as_mut().poll_next(cx) {
+                Poll::Ready(item) => Poll::Ready(item.map(|item| Emission {
+                    item,
+                    before,
+                    after: Instant::now(),
+                })),
+                Poll::Pending => Poll::Pending,
+            }
+        });
+        // Generous: a stalled wait fails the test instead of hanging it.
+        match tokio::time::timeout(Duration::from_secs(60), next).await {
+            Ok(Some(emission)) => out.push(emission),
+            Ok(None) => break,
+            Err(_) => panic!("stalled after {} items", out.len()),
+        }
+    }
+    (out, timerfds())
+}
+
+/// Every item once, in order, and the `k`-th item after any item no earlier than `k` gaps
+/// after it: the limiter's clock read for the later item (at most its `after`) is at least
+/// `k × gap` past the earlier one's (at least its `before`). Only an item released early
+/// can fail this, whatever the machine's load.
+fn assert_paced(out: &[Emission], n: u64, gap: Duration) {
+    let items: Vec<u64> = out.iter().map(|e| e.item).collect();
+    assert_eq!(items, (0..n).collect::<Vec<_>>(), "items lost or reordered");
+    for (i, earlier) in out.iter().enumerate() {
+        // Pairs up to 50 apart: consecutive items and the schedule over longer stretches.
+        for (k, later) in out[i + 1..].iter().take(50).enumerate() {
+            let k = u32::try_from(k + 1).expect("small");
+            let apart = later.after.duration_since(earlier.before);
+            assert!(
+                apart >= gap * k,
+                "item {} left {apart:?} after item {}, less than {k} gaps of {gap:?}",
+                later.item,
+                earlier.item,
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn throttle_at_10_000_per_second_burst_1_sleeps_on_a_timerfd() {
+    let _serial = serial();
+    let before = timerfds();
+    let n = 2_000;
+    let paced = stream::iter(0..n)
+        .throttle(Rate::per_second(10_000), |_| 1, 1, Shaping)
+        .precise();
+    let (out, open) = drain(paced).await;
+    assert_eq!(open, before + 1, "one timerfd while the stream lives");
+    assert_eq!(timerfds(), before, "closed with the stream");
+    assert_paced(&out, n, Duration::from_micros(100));
+}
+
+#[tokio::test]
+async fn min_interval_10_us_keeps_its_gap_exactly() {
+    let _serial = serial();
+    let n = 5_000;
+    let (out, _) = drain(
+        stream::iter(0..n)
+            .min_interval(Duration::from_micros(10))
+            .precise(),
+    )
+    .await;
+    assert_paced(&out, n, Duration::from_micros(10));
+}
+
+/// A gap longer than a tick: the `Sleep` takes the wait to a tick before the item's time and
+/// the timerfd the rest.
+#[tokio::test]
+async fn min_interval_above_a_tick_sleeps_then_waits_on_the_timerfd() {
+    let _serial = serial();
+    let before = timerfds();
+    let n = 40;
+    let (out, open) = drain(
+        stream::iter(0..n)
+            .min_interval(Duration::from_micros(2_300))
+            .precise(),
+    )
+    .await;
+    assert_eq!(open, before + 1);
+    assert_paced(&out, n, Duration::from_micros(2_300));
+}
+
+/// Throttle with a burst: any `burst + k + 1` items span at least `k + 1` intervals.
+#[tokio::test]
+async fn throttle_with_a_burst_never_exceeds_the_bucket() {
+    let _serial = serial();
+    let (n, burst) = (3_000u64, 5u64);
+    let interval = Duration::from_micros(50);
+    let (out, _) = drain(
+        stream::iter(0..n)
+            .throttle(Rate::per_second(20_000), |_| 1, burst, Shaping)
+            .precise(),
+    )
+    .await;
+    let items: Vec<u64> = out.iter().map(|e| e.item).collect();
+    assert_eq!(items, (0..n).collect::<Vec<_>>());
+    let burst = usize::try_from(burst).expect("small");
+    for (i, earlier) in out.iter().enumerate() {
+        let later = out.get(i + burst..).unwrap_or_default();
+        for (k, later) in later.iter().take(50).enumerate() {
+            // Items i ..= i + burst + k: burst + k + 1 of them need k + 1 intervals.
+            let k = u32::try_from(k + 1).expect("small");
+            assert!(
+                later.after.duration_since(earlier.before) >= interval * k,
+                "{} items within {k} intervals",
+                burst + k as usize + 1
+            );
+        }
+    }
+}
+
+/// An adapter opens its timerfd on its first wait below a tick, not before: a thousand
+/// precise streams with nothing to wait for hold none.
+#[tokio::test]
+async fn idle_precise_streams_hold_no_timerfd() {
+    let _serial = serial();
+    let before = timerfds();
+    let mut senders = Vec::new();
+    let mut streams = Vec::new();
+    for _ in 0..1_000 {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
+        senders.push(tx);
+        streams.push(Box::pin(
+            tokio_stream::wrappers::UnboundedReceiverStream::new(rx)
+                .min_interval(Duration::from_micros(100))
+                .precise(),
+        ));
+    }
+    for (tx, s) in senders.iter().zip(&mut streams) {
+        tx.send(1).expect("open");
+        assert_eq!(s.next().await, Some(1));
+        // Nothing more to send: pending, not waiting.
+        assert!(poll_fn(|cx| Poll::Ready(s.as_mut().poll_next(cx).is_pending())).await);
+    }
+    assert_eq!(timerfds(), before);
+    // Burst 100 over 50 items: nothing ever waits.
+    let (out, open) = drain(
+        stream::iter(0..50)
+            .throttle(Rate::per_second(1_000), |_| 1, 100, Shaping)
+            .precise(),
+    )
+    .await;
+    assert_eq!(out.len(), 50);
+    assert_eq!(open, before);
+}
+
+/// A multi-thread runtime runs in real time too: the timerfd wakes the task wherever it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_thread_runtime_is_woken_by_the_timerfd() {
+    let _serial = serial();
+    let n = 1_000;
+    let paced = stream::iter(0..n)
+        .throttle(Rate::per_second(10_000), |_| 1, 1, Shaping)
+        .precise();
+    let (out, _) = tokio::spawn(drain(paced)).await.expect("task");
+    assert_paced(&out, n, Duration::from_micros(100));
+}
+
+/// Under paused time the timerfd is never opened: the clock stands still across a yield, so
+/// the wait goes back to tokio's timer exactly as without the feature.
+#[tokio::test(start_paused = true)]
+async fn paused_time_opens_no_timerfd_and_keeps_the_plain_schedule() {
+    let _serial = serial();
+    let before = timerfds();
+    let start = tokio::time::Instant::now();
+    let precise = collect_timed(
+        start,
+        stream::iter(0..200u64)
+            .throttle(Rate::per_second(10_000), |_| 1, 1, Shaping)
+            .precise(),
+    )
+    .await;
+    assert_eq!(timerfds(), before);
+    // One item per tick, as the plain timer: item i at i ms.
+    for (i, &(item, at)) in precise.iter().enumerate() {
+        assert_eq!(item, i as u64);
+        assert_eq!(at, i as u64 * common::MS);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// With the feature on and time paused, `precise()` emits exactly when the plain operator
+    /// does, and opens no timerfd, for schedules of arrivals at rates above and below a tick.
+    #[test]
+    fn paused_schedules_are_those_of_the_plain_timer(
+        arrivals in prop::collection::vec((0u64..4, 1u64..3), 1..30),
+        interval_us in 1u64..2_500,
+        burst in 1u64..3,
+    ) {
+        let _serial = serial();
+        let before = timerfds();
+        let mut at = 0;
+        let timed: Vec<(u64, (usize, u64))> = arrivals
+            .iter()
+            .enumerate()
+            .map(|(i, &(gap, cost))| {
+                at += gap;
+                (at, (i, cost))
+            })
+            .collect();
+        let rate = Rate::new(1, Duration::from_micros(interval_us));
+        let run = |precise: bool| {
+            paused(async {
+                let start = tokio::time::Instant::now();
+                let s = arriving(start, &timed).throttle(rate, |i| i.1, burst, Shaping);
+                if precise {
+                    collect_timed(start, s.precise()).await
+                } else {
+                    collect_timed(start, s).await
+                }
+            })
+        };
+        prop_assert_eq!(run(false), run(true));
+        prop_assert_eq!(timerfds(), before);
+    }
+}
