@@ -103,8 +103,8 @@ pub use error::{ConfigError, NotUntil, RateExceeded};
 pub use limiter::AdaptiveLaw;
 pub use limiter::{
     Adaptive, AdaptiveMulti, AdaptiveMultiBuilder, AdaptiveStats, Announced, KeyedLimiter,
-    KeyedRateLimiter, Limit, Limiter, MultiRateLimiter, MultiRateLimiterBuilder, Permit,
-    RateLimiter, Stagger,
+    KeyedMultiRateLimiter, KeyedMultiRateLimiterBuilder, KeyedPermit, KeyedRateLimiter, Limit,
+    Limiter, MultiRateLimiter, MultiRateLimiterBuilder, Permit, RateLimiter, Stagger,
 };
 #[allow(deprecated)]
 pub use limiter::{KeyedQuota, Quota};

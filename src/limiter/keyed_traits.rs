@@ -228,7 +228,9 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedSealed for KeyedRateLimiter<K, S
         cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<Result<(), crate::error::NotUntil>> {
-        crate::engine::coop::poll_try_acquire(cx, || permit.waiter.handle().try_acquire(cost))
+        crate::engine::coop::poll_try_acquire(cx, || {
+            permit.waiter.handle().try_acquire(cost).map(|_| ())
+        })
     }
 
     #[cfg(feature = "http")]

@@ -5,6 +5,7 @@
 mod adaptive;
 mod adaptive_multi;
 mod keyed;
+mod keyed_multi;
 pub(crate) mod keyed_traits;
 mod multi;
 mod rate_limiter;
@@ -16,6 +17,7 @@ pub use adaptive::AdaptiveLaw;
 pub use adaptive::{Adaptive, AdaptiveStats, Announced};
 pub use adaptive_multi::{AdaptiveMulti, AdaptiveMultiBuilder};
 pub use keyed::KeyedRateLimiter;
+pub use keyed_multi::{KeyedMultiRateLimiter, KeyedMultiRateLimiterBuilder, KeyedPermit};
 pub use keyed_traits::KeyedLimiter;
 #[allow(deprecated)]
 pub use keyed_traits::KeyedQuota;
