@@ -251,6 +251,82 @@ async fn acquire_timeout_refuses_at_once_and_takes_nothing() {
     assert_eq!(start.elapsed(), ms(500));
 }
 
+#[tokio::test(start_paused = true)]
+async fn throttle_by_key_waits_for_each_keys_latest_limit_in_order() {
+    use futures_util::StreamExt;
+    use paced::PaceExt;
+
+    // Requests: 1 per 500 ms, burst 1; tokens: 100 per second, burst 100.
+    let tenants: KeyedMultiRateLimiter<&str, 2> =
+        KeyedMultiRateLimiter::builder(["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_second(2), 1))
+            .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
+            .build()
+            .unwrap();
+    let start = Instant::now();
+    let calls = [("a", 100), ("a", 10), ("b", 100), ("a", 50), ("b", 20)];
+    let sent: Vec<_> = futures_util::stream::iter(calls)
+        .throttle_by_key(&tenants, |c| c.0, |c| [1, c.1], 8)
+        .map(|c| (c.0, c.1, start.elapsed().as_millis()))
+        .collect()
+        .await;
+    // a: 0; then 10 tokens at 100 ms but a request at 500 ms; then 50 tokens at 600 ms (40
+    // left at 500 ms) but a request at 1,000 ms. b: 0; 20 tokens at 200 ms but a request at
+    // 500 ms.
+    assert_eq!(
+        sent,
+        [
+            ("a", 100, 0),
+            ("b", 100, 0),
+            ("a", 10, 500),
+            ("b", 20, 500),
+            ("a", 50, 1_000),
+        ]
+    );
+    assert_eq!(tenants.stats().granted, 5);
+}
+
+#[cfg(feature = "tower")]
+#[tokio::test(start_paused = true)]
+async fn a_keyed_tower_layer_charges_each_keys_limits() {
+    use paced::tower::RateLimitLayer;
+    use tower::{Layer, ServiceExt};
+
+    let tenants: KeyedMultiRateLimiter<u32, 2> =
+        KeyedMultiRateLimiter::builder(["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+            .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
+            .build()
+            .unwrap();
+    // A request: (tenant, estimated tokens).
+    let service = RateLimitLayer::keyed(&tenants, |r: &(u32, u64)| r.0)
+        .cost(|r: &(u32, u64)| [1, r.1])
+        .layer(tower::service_fn(|r: (u32, u64)| async move {
+            Ok::<_, std::convert::Infallible>(r)
+        }));
+    let start = Instant::now();
+    service.clone().oneshot((1, 100)).await.unwrap();
+    service.clone().oneshot((2, 100)).await.unwrap(); // another tenant
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    service.clone().oneshot((1, 30)).await.unwrap(); // 30 tokens: 300 ms
+    assert_eq!(start.elapsed(), ms(300));
+    assert_eq!(tenants.available(&1), [9, 0]);
+    assert_eq!(tenants.available(&2), [10, 30]);
+    // Enforcing: refused with the latest of the key's waits, nothing charged.
+    let enforcing = RateLimitLayer::keyed(&tenants, |r: &(u32, u64)| r.0)
+        .cost(|r: &(u32, u64)| [1, r.1])
+        .enforcing()
+        .layer(tower::service_fn(|r: (u32, u64)| async move {
+            Ok::<_, std::convert::Infallible>(r)
+        }));
+    let refused = enforcing.clone().oneshot((2, 50)).await.unwrap_err();
+    let refused = refused.downcast_ref::<paced::tower::RateLimited>().unwrap();
+    assert_eq!(refused.retry_after(), ms(200));
+    assert_eq!(tenants.available(&2), [10, 30]);
+    enforcing.oneshot((2, 30)).await.unwrap();
+    assert_eq!(tenants.available(&2), [9, 0]);
+}
+
 #[test]
 fn handles_and_permits_cross_threads() {
     fn send_sync<T: Send + Sync>(_: &T) {}
