@@ -269,14 +269,11 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let hash = self.shared.hash(key);
-        let handle: KeyRef<'_, K, Q, S, Limits<N>> = KeyHandle::hashed(&*self.shared, key, hash);
-        let mut waiter = pin!(Waiter::new(handle));
-        // Without a timeout a request is never refused.
-        let at = poll_fn(|cx| waiter.as_mut().poll_acquire_at(cx, cost, None))
-            .await
-            .unwrap_or(Nanos::ZERO);
-        self.permit(key, hash, cost, at)
+        match self.wait(key, cost, None).await {
+            Ok(permit) => permit,
+            // Without a timeout a request is never refused.
+            Err(_) => self.permit(key, self.shared.hash(key), cost, self.shared.now()),
+        }
     }
 
     /// Takes `cost` of `key` if every one of the key's limits has room now and nobody waits
@@ -354,10 +351,24 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        self.wait(key, cost, Some(timeout)).await
+    }
+
+    /// Waits in `key`'s queue for `cost`, within `timeout` if there is one.
+    async fn wait<Q>(
+        &self,
+        key: &Q,
+        cost: [u64; N],
+        timeout: Option<Duration>,
+    ) -> Result<KeyedPermit<K, N, S>, NotUntil>
+    where
+        K: Borrow<Q> + Hash,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let hash = self.shared.hash(key);
         let handle: KeyRef<'_, K, Q, S, Limits<N>> = KeyHandle::hashed(&*self.shared, key, hash);
         let mut waiter = pin!(Waiter::new(handle));
-        let at = poll_fn(|cx| waiter.as_mut().poll_acquire_at(cx, cost, Some(timeout))).await?;
+        let at = poll_fn(|cx| waiter.as_mut().poll_acquire_at(cx, cost, timeout)).await?;
         Ok(self.permit(key, hash, cost, at))
     }
 
