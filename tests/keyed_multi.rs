@@ -354,14 +354,13 @@ mod naive_window;
 mod model;
 
 mod exact {
-    use std::collections::VecDeque;
 
     use paced::{KeyedMultiRateLimiter, KeyedPermit, Limit, Rate};
     use proptest::prelude::*;
     use tokio::sync::mpsc;
     use tokio::time::{sleep, Instant};
 
-    use super::model::Rule;
+    use super::model::{Queue, Rule};
     use super::ms;
 
     const KEYS: u8 = 3;
@@ -392,54 +391,6 @@ mod exact {
         )
     }
 
-    /// One key, never forgotten: its limits and its queue.
-    #[derive(Clone)]
-    struct Key {
-        limits: Vec<(usize, Rule)>,
-        /// (id, cost, since)
-        queue: VecDeque<(usize, [u64; 2], u64)>,
-        /// No grant before this (the last time the head was woken by a change).
-        floor: u64,
-    }
-
-    impl Key {
-        fn earliest(&self, since: u64, cost: [u64; 2]) -> u64 {
-            let mut at = since;
-            for (dim, rule) in &self.limits {
-                if cost[*dim] > 0 {
-                    at = at.max(rule.earliest(since, cost[*dim]));
-                }
-            }
-            at
-        }
-        fn commit(&mut self, t: u64, cost: [u64; 2]) {
-            for (dim, rule) in &mut self.limits {
-                if cost[*dim] > 0 {
-                    rule.charge(t, cost[*dim], false);
-                }
-            }
-        }
-        /// Grants whoever may go by `t`, in order.
-        fn advance_to(&mut self, t: u64, grants: &mut Vec<(usize, u64)>) {
-            while let Some(&(id, cost, since)) = self.queue.front() {
-                let g = self.earliest(since, cost).max(self.floor);
-                if g > t {
-                    break;
-                }
-                self.commit(g, cost);
-                grants.push((id, g));
-                self.queue.pop_front();
-                if let Some(next) = self.queue.front_mut() {
-                    next.2 = g;
-                }
-            }
-        }
-        /// Whether the limiter may hold no state for this key at `t`.
-        fn is_new_at(&self, t: u64) -> bool {
-            self.queue.is_empty() && self.limits.iter().all(|(_, r)| r.is_new_at(t))
-        }
-    }
-
     type Granted = (usize, u64, KeyedPermit<u8, 2>);
 
     /// A grant not settled yet: its key, when, what it charged, and its permit.
@@ -468,15 +419,12 @@ mod exact {
                 )
                 .build()
                 .unwrap();
-        let fresh = Key {
-            limits: vec![
-                (0, Rule::bucket(per_r, burst_r)),
-                (1, Rule::bucket(per_t, burst_t)),
-                (1, Rule::window(quota, len, offset % len)),
-            ],
-            queue: VecDeque::new(),
-            floor: 0,
-        };
+        // One queue per key, never forgotten.
+        let fresh = Queue::new(vec![
+            (0, Rule::bucket(per_r, burst_r)),
+            (1, Rule::bucket(per_t, burst_t)),
+            (1, Rule::window(quota, len, offset % len)),
+        ]);
         let mut keys = vec![fresh; usize::from(KEYS)];
         let mut grants: Vec<(usize, u64)> = Vec::new();
         let (tx, mut rx) = mpsc::unbounded_channel::<Granted>();

@@ -317,14 +317,13 @@ mod naive_window;
 mod model;
 
 mod exact {
-    use std::collections::VecDeque;
 
     use paced::{Limit, MultiRateLimiter, Permit, Rate};
     use proptest::prelude::*;
     use tokio::sync::mpsc;
     use tokio::time::{sleep, Instant};
 
-    use super::model::Rule;
+    use super::model::{Queue, Rule};
     use super::ms;
 
     #[derive(Clone, Debug)]
@@ -356,46 +355,28 @@ mod exact {
         )
     }
 
+    /// The queue and its limits, and the grants made, in order: (id, at).
     struct Model {
-        limits: Vec<(usize, Rule)>,
-        /// (id, cost, since)
-        queue: VecDeque<(usize, [u64; 2], u64)>,
-        /// No grant before this (the last time the head was woken by a change).
-        floor: u64,
-        /// The grants made, in order: (id, at).
+        key: Queue,
         grants: Vec<(usize, u64)>,
     }
 
+    impl std::ops::Deref for Model {
+        type Target = Queue;
+        fn deref(&self) -> &Queue {
+            &self.key
+        }
+    }
+
+    impl std::ops::DerefMut for Model {
+        fn deref_mut(&mut self) -> &mut Queue {
+            &mut self.key
+        }
+    }
+
     impl Model {
-        fn earliest(&self, since: u64, cost: [u64; 2]) -> u64 {
-            let mut at = since;
-            for (dim, rule) in &self.limits {
-                if cost[*dim] > 0 {
-                    at = at.max(rule.earliest(since, cost[*dim]));
-                }
-            }
-            at
-        }
-        fn commit(&mut self, t: u64, cost: [u64; 2]) {
-            for (dim, rule) in &mut self.limits {
-                if cost[*dim] > 0 {
-                    rule.charge(t, cost[*dim], false);
-                }
-            }
-        }
         fn advance_to(&mut self, t: u64) {
-            while let Some(&(id, cost, since)) = self.queue.front() {
-                let g = self.earliest(since, cost).max(self.floor);
-                if g > t {
-                    break;
-                }
-                self.commit(g, cost);
-                self.grants.push((id, g));
-                self.queue.pop_front();
-                if let Some(next) = self.queue.front_mut() {
-                    next.2 = g;
-                }
-            }
+            self.key.advance_to(t, &mut self.grants);
         }
     }
 
@@ -430,13 +411,11 @@ mod exact {
             .build()
             .unwrap();
         let mut model = Model {
-            limits: vec![
+            key: Queue::new(vec![
                 (0, Rule::bucket(per_r, burst_r)),
                 (1, Rule::bucket(per_t, burst_t)),
                 (1, Rule::window(quota, len, offset % len)),
-            ],
-            queue: VecDeque::new(),
-            floor: 0,
+            ]),
             grants: Vec::new(),
         };
         let (tx, mut rx) = mpsc::unbounded_channel::<Granted>();

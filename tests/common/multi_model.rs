@@ -142,3 +142,66 @@ impl Rule {
         matches!(self, Rule::Bucket(b) if c > b.burst)
     }
 }
+
+/// One queue in front of several limits over two dimensions: the limits, the requests
+/// waiting in arrival order, and the instant before which nothing is granted.
+#[derive(Clone, Debug)]
+pub struct Queue {
+    pub limits: Vec<(usize, Rule)>,
+    /// (id, cost, since)
+    pub queue: std::collections::VecDeque<(usize, [u64; 2], u64)>,
+    /// No grant before this (the last time the head was woken by a change).
+    pub floor: u64,
+}
+
+impl Queue {
+    pub fn new(limits: Vec<(usize, Rule)>) -> Queue {
+        Queue {
+            limits,
+            queue: std::collections::VecDeque::new(),
+            floor: 0,
+        }
+    }
+
+    /// When a request of `cost` heading the queue since `since` may go: the latest of the
+    /// limits' own times.
+    pub fn earliest(&self, since: u64, cost: [u64; 2]) -> u64 {
+        let mut at = since;
+        for (dim, rule) in &self.limits {
+            if cost[*dim] > 0 {
+                at = at.max(rule.earliest(since, cost[*dim]));
+            }
+        }
+        at
+    }
+
+    /// Charges a grant of `cost` at `t` on every limit.
+    pub fn commit(&mut self, t: u64, cost: [u64; 2]) {
+        for (dim, rule) in &mut self.limits {
+            if cost[*dim] > 0 {
+                rule.charge(t, cost[*dim], false);
+            }
+        }
+    }
+
+    /// Grants whoever may go by `t`, in order, noting each in `grants` as (id, at).
+    pub fn advance_to(&mut self, t: u64, grants: &mut Vec<(usize, u64)>) {
+        while let Some(&(id, cost, since)) = self.queue.front() {
+            let g = self.earliest(since, cost).max(self.floor);
+            if g > t {
+                break;
+            }
+            self.commit(g, cost);
+            grants.push((id, g));
+            self.queue.pop_front();
+            if let Some(next) = self.queue.front_mut() {
+                next.2 = g;
+            }
+        }
+    }
+
+    /// Whether nobody waits and every limit is as good as new at `t`.
+    pub fn is_new_at(&self, t: u64) -> bool {
+        self.queue.is_empty() && self.limits.iter().all(|(_, r)| r.is_new_at(t))
+    }
+}
