@@ -540,6 +540,37 @@
 //! runs of 360 (a millisecond of jitter is 40 tokens at its rate); 1 % smaller (10 ms of
 //! refill), none. The example keeps 5 %.
 //!
+//! **Per key** (each tenant's or each API key's own requests and tokens per minute), a
+//! [`KeyedMultiRateLimiter`] gives every key its own copy of the limits and its own FIFO queue,
+//! with the same verbs taking the key first: `acquire(&key, [1, estimate])` returns a permit
+//! that settles that key only; `set_limit(&key, index, limit)` gives one key a bigger plan. A
+//! key is forgotten as soon as all its limits are as good as new (a bucket full, a window with
+//! nothing used in it), so memory follows the keys in use. `throttle_by_key` and
+//! `RateLimitLayer::keyed(..).cost(|req| [1, tokens])` take it as they take a
+//! [`KeyedRateLimiter`].
+//!
+//! ```
+//! use std::time::Duration;
+//! use paced::{KeyedMultiRateLimiter, Limit, Rate};
+//! use tokio::time::Instant;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let tenants: KeyedMultiRateLimiter<String, 2> =
+//!     KeyedMultiRateLimiter::builder(["requests", "tokens"])
+//!         .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
+//!         .limit("tokens", Limit::bucket(Rate::per_minute(6_000), 1_000))
+//!         .build()
+//!         .unwrap();
+//! let start = Instant::now();
+//! let permit = tenants.acquire("acme", [1, 1_000]).await;
+//! permit.settle([1, 250]); // 750 tokens back to acme
+//! tenants.acquire("acme", [1, 850]).await; // 100 short: 1 s
+//! tenants.acquire("globex", [1, 1_000]).await; // its own limits: at once
+//! assert_eq!(start.elapsed(), Duration::from_secs(1));
+//! # }
+//! ```
+//!
 //! # Per-key limits
 //!
 //! Real quotas are per destination. An SMS router reads one stream of messages and sends each
@@ -1447,6 +1478,7 @@
 //! [`KeyedRateLimiter`]: crate::KeyedRateLimiter
 //! [`Adaptive`]: crate::Adaptive
 //! [`MultiRateLimiter`]: crate::MultiRateLimiter
+//! [`KeyedMultiRateLimiter`]: crate::KeyedMultiRateLimiter
 //! [`Permit`]: crate::Permit
 //! [`Limit`]: crate::Limit
 //! [`Limiter`]: crate::Limiter

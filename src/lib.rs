@@ -28,6 +28,7 @@
 //! | tasks sharing a limit | [`RateLimiter`] (optionally with Guava's warm-up), [`Stagger`] | streams draw on them with [`throttle_with`](PaceExt::throttle_with) |
 //! | several limits at once (requests AND tokens, per minute AND per day) | [`MultiRateLimiter`] | a cost per dimension, token buckets and fixed windows, one FIFO queue; [`Permit::settle`] corrects an estimate |
 //! | one limit per destination | [`KeyedRateLimiter`] | [`throttle_by_key`](PaceExt::throttle_by_key) |
+//! | several limits per destination or tenant | [`KeyedMultiRateLimiter`] | [`throttle_by_key`](PaceExt::throttle_by_key); [`KeyedPermit::settle`] per key |
 //! | a limit learned from `429`s | [`Adaptive`], [`AdaptiveMulti`] (each limit of a [`MultiRateLimiter`] on its own) | |
 //! | a tower `Service` | `paced::tower` (feature `tower`) | shaping clients, enforcing servers |
 //! | one limit across machines | `RedisRateLimiter` (feature `redis`) | details in `paced::redis` |
@@ -107,8 +108,8 @@ pub use error::{ConfigError, NotUntil, RateExceeded};
 pub use limiter::AdaptiveLaw;
 pub use limiter::{
     Adaptive, AdaptiveMulti, AdaptiveMultiBuilder, AdaptiveStats, Announced, KeyedLimiter,
-    KeyedRateLimiter, Limit, Limiter, MultiRateLimiter, MultiRateLimiterBuilder, Permit,
-    RateLimiter, Stagger,
+    KeyedMultiRateLimiter, KeyedMultiRateLimiterBuilder, KeyedPermit, KeyedRateLimiter, Limit,
+    Limiter, MultiRateLimiter, MultiRateLimiterBuilder, Permit, RateLimiter, Stagger,
 };
 #[allow(deprecated)]
 pub use limiter::{KeyedQuota, Quota};

@@ -313,150 +313,17 @@ async fn acquire_timeout_refuses_at_once_and_takes_nothing() {
 #[path = "common/naive_window.rs"]
 mod naive_window;
 
-/// The obviously correct limits, in whole milliseconds: a bucket as a level (in milliseconds
-/// of refill: one token is `per` of them) that grows by one per millisecond up to the burst,
-/// a fixed window as its own list of charges with the carry computed window by window.
-mod model {
-    /// One token per `per` ms, at most `burst`; `level` (in ms of refill) as of `at`; `full`:
-    /// since when it has been full, if it was full at `at`.
-    #[derive(Clone, Debug)]
-    pub struct Bucket {
-        per: u64,
-        burst: u64,
-        level: i128,
-        at: u64,
-        full: u64,
-    }
-
-    impl Bucket {
-        fn max(&self) -> i128 {
-            i128::from(self.per * self.burst)
-        }
-
-        fn level(&self, t: u64) -> i128 {
-            (self.level + i128::from(t.saturating_sub(self.at))).min(self.max())
-        }
-
-        /// Since when the bucket is full (or will be, if nothing more is taken).
-        fn full_at(&self) -> u64 {
-            if self.level < self.max() {
-                self.at + (self.max() - self.level) as u64
-            } else {
-                self.full
-            }
-        }
-
-        fn earliest(&self, since: u64, c: u64) -> u64 {
-            if c > self.burst {
-                // Full, then the rest flows in, counted from when it heads the queue.
-                return self.full_at().max(since) + (c - self.burst) * self.per;
-            }
-            let need = i128::from(c * self.per);
-            let now = self.level(self.at);
-            let ready = if now >= need {
-                self.at
-            } else {
-                self.at + (need - now) as u64
-            };
-            since.max(ready)
-        }
-
-        /// Sets the level at `t`, keeping when it became full if it stays full since.
-        fn set_level(&mut self, t: u64, level: i128, full: u64) {
-            self.level = level;
-            self.at = t;
-            self.full = full;
-        }
-    }
-
-    use super::naive_window::NaiveWindow as Window;
-
-    #[derive(Clone, Debug)]
-    pub enum Rule {
-        Bucket(Bucket),
-        Window(Window),
-    }
-
-    impl Rule {
-        pub fn window(quota: u64, len: u64, phase: u64) -> Rule {
-            Rule::Window(Window::new(quota, len, phase))
-        }
-
-        pub fn bucket(per: u64, burst: u64) -> Rule {
-            Rule::Bucket(Bucket {
-                per,
-                burst,
-                level: i128::from(per * burst),
-                at: 0,
-                full: 0,
-            })
-        }
-
-        /// When a request of `c` heading the queue since `since` may go.
-        pub fn earliest(&self, since: u64, c: u64) -> u64 {
-            match self {
-                Rule::Bucket(b) => b.earliest(since, c),
-                Rule::Window(w) => w.earliest(since, c),
-            }
-        }
-
-        /// Charges `c` at `t`: a grant (`debt == false`: a cost above a bucket's burst leaves
-        /// it empty) or a debt.
-        pub fn charge(&mut self, t: u64, c: u64, debt: bool) {
-            match self {
-                Rule::Bucket(b) => {
-                    let c = if debt { c } else { c.min(b.burst) };
-                    let level = b.level(t) - i128::from(c * b.per);
-                    b.set_level(t, level, t);
-                }
-                Rule::Window(w) => w.charge(t, c),
-            }
-        }
-
-        /// Corrects a grant of `c` made at `granted` to `a < c`, at `t`.
-        pub fn refund(&mut self, t: u64, granted: u64, c: u64, a: u64) {
-            match self {
-                Rule::Bucket(b) => {
-                    // What the bucket gave (the rest of a cost above the burst was waited for).
-                    let d = c.min(b.burst) - a.min(b.burst);
-                    let (was_full, now) = (b.full_at(), b.level(t));
-                    let level = (now + i128::from(d * b.per)).min(b.max());
-                    // Full already: since then; full by this refund: from now.
-                    b.set_level(t, level, if now >= b.max() { was_full } else { t });
-                }
-                Rule::Window(w) => w.refund(t, granted, c - a),
-            }
-        }
-
-        /// A new burst (a bucket) or quota (a window), keeping the level or the use.
-        pub fn set(&mut self, t: u64, to: u64) {
-            match self {
-                Rule::Bucket(b) => {
-                    let now = b.level(t);
-                    b.burst = to;
-                    let level = now.min(b.max());
-                    b.set_level(t, level, t);
-                }
-                Rule::Window(w) => w.set_quota(t, to),
-            }
-        }
-
-        /// Whether `c` is above a bucket's burst (only to be had by waiting).
-        pub fn is_above_burst(&self, c: u64) -> bool {
-            matches!(self, Rule::Bucket(b) if c > b.burst)
-        }
-    }
-}
+#[path = "common/multi_model.rs"]
+mod model;
 
 mod exact {
-    use std::collections::VecDeque;
 
     use paced::{Limit, MultiRateLimiter, Permit, Rate};
     use proptest::prelude::*;
     use tokio::sync::mpsc;
     use tokio::time::{sleep, Instant};
 
-    use super::model::Rule;
+    use super::model::{Queue, Rule};
     use super::ms;
 
     #[derive(Clone, Debug)]
@@ -488,46 +355,28 @@ mod exact {
         )
     }
 
+    /// The queue and its limits, and the grants made, in order: (id, at).
     struct Model {
-        limits: Vec<(usize, Rule)>,
-        /// (id, cost, since)
-        queue: VecDeque<(usize, [u64; 2], u64)>,
-        /// No grant before this (the last time the head was woken by a change).
-        floor: u64,
-        /// The grants made, in order: (id, at).
+        key: Queue,
         grants: Vec<(usize, u64)>,
     }
 
+    impl std::ops::Deref for Model {
+        type Target = Queue;
+        fn deref(&self) -> &Queue {
+            &self.key
+        }
+    }
+
+    impl std::ops::DerefMut for Model {
+        fn deref_mut(&mut self) -> &mut Queue {
+            &mut self.key
+        }
+    }
+
     impl Model {
-        fn earliest(&self, since: u64, cost: [u64; 2]) -> u64 {
-            let mut at = since;
-            for (dim, rule) in &self.limits {
-                if cost[*dim] > 0 {
-                    at = at.max(rule.earliest(since, cost[*dim]));
-                }
-            }
-            at
-        }
-        fn commit(&mut self, t: u64, cost: [u64; 2]) {
-            for (dim, rule) in &mut self.limits {
-                if cost[*dim] > 0 {
-                    rule.charge(t, cost[*dim], false);
-                }
-            }
-        }
         fn advance_to(&mut self, t: u64) {
-            while let Some(&(id, cost, since)) = self.queue.front() {
-                let g = self.earliest(since, cost).max(self.floor);
-                if g > t {
-                    break;
-                }
-                self.commit(g, cost);
-                self.grants.push((id, g));
-                self.queue.pop_front();
-                if let Some(next) = self.queue.front_mut() {
-                    next.2 = g;
-                }
-            }
+            self.key.advance_to(t, &mut self.grants);
         }
     }
 
@@ -562,13 +411,11 @@ mod exact {
             .build()
             .unwrap();
         let mut model = Model {
-            limits: vec![
+            key: Queue::new(vec![
                 (0, Rule::bucket(per_r, burst_r)),
                 (1, Rule::bucket(per_t, burst_t)),
                 (1, Rule::window(quota, len, offset % len)),
-            ],
-            queue: VecDeque::new(),
-            floor: 0,
+            ]),
             grants: Vec::new(),
         };
         let (tx, mut rx) = mpsc::unbounded_channel::<Granted>();

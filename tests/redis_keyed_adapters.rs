@@ -30,7 +30,7 @@ fn limiter(server: &Server, prefix: &str, rate: Rate, burst: u64) -> RedisKeyedR
 
 /// Drains a `throttle_by_key` stream over `quota` of `items` (key, sequence number), each
 /// with the epoch nanoseconds at which it came out.
-async fn paced<Q: KeyedLimiter<Key = String>>(
+async fn paced<Q: KeyedLimiter<Key = String, Cost = u64>>(
     quota: Q,
     items: Vec<(String, u32)>,
 ) -> Vec<((String, u32), u128)> {

@@ -108,20 +108,34 @@ impl FixedWindow {
         u64::try_from(u128::from(self.quota).saturating_sub(used)).unwrap_or(0)
     }
 
+    /// Whether `other` has the same quota, length and boundaries (whatever it used).
+    pub(crate) fn same_limit(&self, other: &FixedWindow) -> bool {
+        (self.quota, self.len, self.phase) == (other.quota, other.len, other.phase)
+    }
+
+    /// The first instant from which the window is as good as a new one: no window from then
+    /// on has anything charged or carried (`Nanos::ZERO` if nothing is charged now). From then
+    /// on it answers every question as a fresh window of the same limit does.
+    pub(crate) fn as_new_at(&self) -> Nanos {
+        if self.used == 0 {
+            return Nanos::ZERO;
+        }
+        // Window `index + n` uses `used - n * quota`: nothing once `n * quota >= used`.
+        let n = self.used.div_ceil(u128::from(self.quota));
+        let k = u64::try_from(u128::from(self.index) + n).unwrap_or(u64::MAX);
+        self.start(k)
+    }
+
     /// The quota, the window's length, and the time from `now` until nothing is used any more
     /// (the start of the first window whose use, carry included, is nothing; zero if nothing
     /// is used now): what quota headers announce.
     #[cfg(feature = "http")]
     pub(crate) fn announced(&self, now: Nanos) -> (u64, Nanos, Nanos) {
-        let used = self.used_in(self.current(now));
-        if used == 0 {
-            return (self.quota, Nanos(self.len), Nanos::ZERO);
-        }
-        // used - n * quota <= 0 from window index + n on.
-        let n = self.used.div_ceil(u128::from(self.quota));
-        let k = u64::try_from(u128::from(self.index) + n).unwrap_or(u64::MAX);
-        let reset = self.start(k).saturating_sub(now);
-        (self.quota, Nanos(self.len), reset)
+        (
+            self.quota,
+            Nanos(self.len),
+            self.as_new_at().saturating_sub(now),
+        )
     }
 
     /// Gives back `amount` of a grant charged at `at`, if `now` is still in the window it was

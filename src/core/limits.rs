@@ -92,6 +92,41 @@ impl<const N: usize> Limits<N> {
         self.limits.get_mut(index)
     }
 
+    /// The first instant from which every limit is as good as new (a bucket full, a fixed
+    /// window with nothing charged or carried) and nothing is paused: from then on the limits
+    /// answer every question as a fresh copy of their configuration does, so a key in that
+    /// state with nobody waiting may be forgotten exactly. `Nanos::MAX` if never.
+    pub(crate) fn as_new_at(&self) -> Nanos {
+        self.limits
+            .iter()
+            .map(|l| match &l.rule {
+                Rule::Bucket(b) => b.full_at(),
+                Rule::Window(w) => w.as_new_at(),
+            })
+            .fold(self.paused_until, Nanos::max)
+    }
+
+    /// Takes every limit of `new` (limits of the same kinds, in the same order) from `now` on,
+    /// keeping each level: a bucket what it holds or lacks, capped at the new burst; a fixed
+    /// window what the window in force used. A limit without a counterpart is kept.
+    pub(crate) fn apply(&mut self, now: Nanos, new: &Limits<N>) {
+        for (old, new) in self.limits.iter_mut().zip(&new.limits) {
+            match (&mut old.rule, &new.rule) {
+                (Rule::Bucket(old), Rule::Bucket(new))
+                    if (old.rate_parts(), old.burst()) != (new.rate_parts(), new.burst()) =>
+                {
+                    let (tokens, per) = new.rate_parts();
+                    old.set_rate(now, tokens, per);
+                    old.set_burst(now, new.burst());
+                }
+                (Rule::Window(old), Rule::Window(new)) if !old.same_limit(new) => {
+                    old.set_limit(now, new);
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// Per dimension, the least any of its limits holds at `now` (`u64::MAX` for a dimension
     /// with none).
     pub(crate) fn available(&self, now: Nanos) -> [u64; N] {
@@ -183,6 +218,8 @@ impl<const N: usize> Pace for Limits<N> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn two() -> Limits<2> {
@@ -250,5 +287,131 @@ mod tests {
         let mut full = l;
         full.commit(Nanos(2_000), Nanos(2_000), [12]);
         assert!(!full.settle(Nanos(2_000), Nanos(2_000), [12], [11]));
+    }
+
+    #[test]
+    fn a_window_is_as_new_once_nothing_is_charged_or_carried() {
+        let mut w = FixedWindow::new(10, Nanos(1_000), Nanos(250));
+        assert_eq!(w.as_new_at(), Nanos::ZERO);
+        w.commit(Nanos(300), 4);
+        // Charged in the window [250, 1_250): as new at the next boundary.
+        assert_eq!(w.as_new_at(), Nanos(1_250));
+        w.refund(Nanos(400), Nanos(300), 4);
+        // Everything given back: as new at once.
+        assert_eq!(w.as_new_at(), Nanos::ZERO);
+        // 25 in one window carries 15 into the next two.
+        w.commit(Nanos(1_300), 25);
+        assert_eq!(w.as_new_at(), Nanos(4_250));
+    }
+
+    #[test]
+    fn limits_are_as_new_when_the_last_of_them_is() {
+        let mut l = two();
+        assert_eq!(l.as_new_at(), Nanos::ZERO);
+        l.commit(Nanos(0), Nanos(0), [2, 5]);
+        // Requests full at 200, tokens' bucket at 500, the window at 3_000.
+        assert_eq!(l.as_new_at(), Nanos(3_000));
+        let mut requests_only = two();
+        requests_only.commit(Nanos(100), Nanos(100), [1, 0]);
+        assert_eq!(requests_only.as_new_at(), Nanos(200));
+        requests_only.pause_until(Nanos(900));
+        assert_eq!(requests_only.as_new_at(), Nanos(900));
+    }
+
+    #[test]
+    fn applying_limits_keeps_levels() {
+        let mut l = two();
+        l.commit(Nanos(0), Nanos(0), [2, 10]);
+        let mut wider = Limits::<2>::new(vec![
+            Tagged {
+                dim: 0,
+                rule: Rule::Bucket(Bucket::new(1, 100, 5)),
+            },
+            Tagged {
+                dim: 1,
+                rule: Rule::Bucket(Bucket::new(20, 1_000, 10)),
+            },
+            Tagged {
+                dim: 1,
+                rule: Rule::Window(FixedWindow::new(30, Nanos(3_000), Nanos(0))),
+            },
+        ]);
+        l.apply(Nanos(0), &wider);
+        // Requests: still 0 of 5; tokens: the bucket still empty, the window 20 of 30 left.
+        assert_eq!(l.available(Nanos(0)), [0, 0]);
+        assert_eq!(l.available(Nanos(500)), [5, 10]);
+        // The same limits again: nothing changes.
+        let before = l.clone();
+        wider.commit(Nanos(0), Nanos(0), [1, 1]);
+        l.apply(Nanos(0), &wider);
+        assert_eq!(l, before);
+    }
+
+    /// A grant, a settle or a wait, on a set of limits and on a fresh copy of their
+    /// configuration taken once the limits say they are as new.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Advance(u64),
+        Acquire([u64; 2]),
+        Settle([u64; 2]),
+    }
+
+    fn steps() -> impl Strategy<Value = Vec<Step>> {
+        prop::collection::vec(
+            prop_oneof![
+                2 => (0u64..2_000).prop_map(Step::Advance),
+                3 => (0u64..4, 0u64..30).prop_map(|(r, t)| Step::Acquire([r, t])),
+                2 => (0u64..4, 0u64..30).prop_map(|(r, t)| Step::Settle([r, t])),
+            ],
+            1..40,
+        )
+    }
+
+    /// Runs `steps` on `l` from `now`; returns the answers (every wait, every level).
+    fn run(l: &mut Limits<2>, mut now: u64, steps: &[Step]) -> Vec<(u64, [u64; 2])> {
+        let mut last: Option<(Nanos, [u64; 2])> = None;
+        let mut seen = Vec::new();
+        for step in steps {
+            match *step {
+                Step::Advance(d) => now += d,
+                Step::Acquire(cost) => {
+                    now = l.earliest(Nanos(now), cost).0;
+                    l.commit(Nanos(now), Nanos(now), cost);
+                    last = Some((Nanos(now), cost));
+                }
+                Step::Settle(actual) => {
+                    if let Some((at, charged)) = last.take() {
+                        l.settle(Nanos(now), at, charged, actual);
+                    }
+                }
+            }
+            seen.push((now, l.available(Nanos(now))));
+        }
+        seen
+    }
+
+    proptest! {
+        /// Forgetting limits the instant they say they are as new (or any time later) changes
+        /// nothing: a fresh copy answers every later question as they do.
+        #[test]
+        fn limits_as_new_answer_as_fresh_ones(
+            before in steps(),
+            gap in 0u64..3_000,
+            after in steps(),
+            phase in 0u64..3_000,
+        ) {
+            let fresh = || Limits::<2>::new(vec![
+                Tagged { dim: 0, rule: Rule::Bucket(Bucket::new(1, 100, 3)) },
+                Tagged { dim: 1, rule: Rule::Bucket(Bucket::new(10, 1_000, 20)) },
+                Tagged { dim: 1, rule: Rule::Window(FixedWindow::new(25, Nanos(3_000), Nanos(phase))) },
+            ]);
+            let mut kept = fresh();
+            let seen = run(&mut kept, 0, &before);
+            let end = seen.last().map_or(0, |s| s.0);
+            let at = kept.as_new_at().0.max(end) + gap;
+            prop_assert_eq!(kept.available(Nanos(at)), fresh().available(Nanos(at)));
+            let mut forgotten = fresh();
+            prop_assert_eq!(run(&mut kept, at, &after), run(&mut forgotten, at, &after));
+        }
     }
 }

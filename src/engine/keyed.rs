@@ -44,7 +44,7 @@ use tokio::time::Instant;
 
 use super::lane::{After, Lane, Step, Tally};
 use super::waiter::Handle;
-use crate::core::{Bucket, Nanos, Packed};
+use crate::core::{Amount, Bucket, Limits, Nanos, Pace, Packed};
 use crate::error::NotUntil;
 use crate::rate::Rate;
 use crate::stats::Stats;
@@ -64,6 +64,56 @@ impl KeyLimit {
     }
 }
 
+/// What a key's state is: the rule of its lane ([`Pace`]), made from the key's limit. A key
+/// whose rule is as good as a fresh one of its limit, with nobody waiting, is forgotten.
+pub(crate) trait KeyRule: Pace {
+    /// A key's limit, as configured (the default one, or a key's own).
+    type Limit: Clone;
+    /// A fresh rule of `limit`: what a key never seen has.
+    fn fresh(limit: &Self::Limit) -> Self;
+    /// The first instant from which the rule answers every question as [`fresh`](Self::fresh)
+    /// of its limit does (`Nanos::MAX`: never).
+    fn as_new_at(&self) -> Nanos;
+    /// Takes `limit` from `now` on, keeping the level.
+    fn apply(&mut self, now: Nanos, limit: &Self::Limit);
+    /// What could be taken at `now`, ignoring waiters.
+    fn level(&self, now: Nanos) -> Self::Cost;
+}
+
+impl KeyRule for Bucket {
+    type Limit = KeyLimit;
+    fn fresh(limit: &KeyLimit) -> Bucket {
+        limit.bucket()
+    }
+    fn as_new_at(&self) -> Nanos {
+        self.full_at()
+    }
+    fn apply(&mut self, now: Nanos, limit: &KeyLimit) {
+        self.set_rate(now, limit.rate.tokens(), limit.rate.per().as_nanos());
+        self.set_burst(now, limit.burst);
+    }
+    fn level(&self, now: Nanos) -> u64 {
+        self.available(now)
+    }
+}
+
+/// Several limits per key: a key's limit is a fresh copy of its limits.
+impl<const N: usize> KeyRule for Limits<N> {
+    type Limit = Limits<N>;
+    fn fresh(limit: &Limits<N>) -> Limits<N> {
+        limit.clone()
+    }
+    fn as_new_at(&self) -> Nanos {
+        Limits::as_new_at(self)
+    }
+    fn apply(&mut self, now: Nanos, limit: &Limits<N>) {
+        Limits::apply(self, now, limit);
+    }
+    fn level(&self, now: Nanos) -> [u64; N] {
+        self.available(now)
+    }
+}
+
 /// A word with this bit set holds the index of the key's lane in [`Shard::lanes`]; one
 /// without it, the `tat` of a bucket of the default limit ([`Packed`], offset 0).
 const LANE: u64 = 1 << 63;
@@ -75,45 +125,59 @@ struct Slot<K> {
 }
 
 /// A per-key limit: configuration, kept whether or not the key has state.
-struct KeyConfig<K> {
+struct KeyConfig<K, L> {
     hash: u64,
     key: K,
-    limit: KeyLimit,
+    limit: L,
 }
 
-/// A limit to set, with how to own the key if it has no limit yet; or `None`, to clear it.
-type LimitChange<Q, K> = Option<(KeyLimit, fn(&Q) -> K)>;
+/// How to change a key's limit (from the one in force), with how to own the key if it has no
+/// limit yet; or `None`, to clear it.
+type LimitChange<Q, K, F> = Option<(F, fn(&Q) -> K)>;
 
 /// The default limit, fixed when the limiter is made.
-struct Defaults {
-    limit: KeyLimit,
-    /// A full bucket of the default limit, copied for a key that needs a lane.
-    bucket: Bucket,
-    /// The default bucket's arithmetic on a word; `None` if its token needs more than 64 bits
-    /// (every key then has a lane).
+struct Defaults<R: KeyRule> {
+    limit: R::Limit,
+    /// A fresh rule of the default limit, copied for a key that needs a lane.
+    bucket: R,
+    /// The default rule's arithmetic on a word, if it is one bucket whose token fits in 64
+    /// bits; `None`: every key with state has a lane.
     packed: Option<Packed>,
 }
 
-impl Defaults {
+impl<R: KeyRule> Defaults<R> {
+    fn new(limit: R::Limit) -> Defaults<R> {
+        let bucket = R::fresh(&limit);
+        Defaults {
+            packed: bucket
+                .plain_bucket(Nanos::ZERO)
+                .and_then(|b| Packed::of(b, 0)),
+            limit,
+            bucket,
+        }
+    }
+
     /// The default bucket whose `tat` the word `word` holds.
-    fn bucket_of(&self, packed: &Packed, word: u64) -> Bucket {
+    fn bucket_of(&self, packed: &Packed, word: u64) -> R {
         let mut bucket = self.bucket.clone();
-        packed.restore(&mut bucket, word);
+        if let Some(b) = bucket.bucket_mut() {
+            packed.restore(b, word);
+        }
         bucket
     }
 
-    /// What `lane` becomes after an operation at `now`: forgotten (full, nobody waiting), a
+    /// What `lane` becomes after an operation at `now`: forgotten (as new, nobody waiting), a
     /// word (idle under the default limit, and it fits), or kept as it is.
-    fn settle(&self, lane: &Lane<Bucket>, now: Nanos) -> Settled {
+    fn settle(&self, lane: &Lane<R>, now: Nanos) -> Settled {
         if lane.waiting() > 0 {
             return Settled::Lane;
         }
-        let bucket = lane.rule();
-        if bucket.full_at() <= now {
+        let rule = lane.rule();
+        if rule.as_new_at() <= now {
             return Settled::Forget;
         }
-        match self.packed {
-            Some(p) if Packed::of(bucket, 0) == Some(p) => {
+        match (self.packed, rule.plain_bucket(now)) {
+            (Some(p), Some(bucket)) if Packed::of(bucket, 0) == Some(p) => {
                 p.word(bucket, LANE).map_or(Settled::Lane, Settled::Word)
             }
             _ => Settled::Lane,
@@ -136,12 +200,12 @@ const TICK: u8 = 4;
 const KEEP_CAPACITY: usize = 64;
 
 /// One shard of the table: the keys whose hash falls in it, and everything about them.
-struct Shard<K> {
+struct Shard<K, R: KeyRule> {
     slots: HashTable<Slot<K>>,
     /// The lanes of keys that have one (waiters, a limit of their own); `None`: free.
-    lanes: Vec<Option<Lane<Bucket>>>,
+    lanes: Vec<Option<Lane<R>>>,
     free: Vec<usize>,
-    limits: HashTable<KeyConfig<K>>,
+    limits: HashTable<KeyConfig<K, R::Limit>>,
     tally: Tally,
     /// The latest `now` an operation ran at: the clock is read before the lock, and a shard
     /// never goes back in time.
@@ -156,8 +220,8 @@ struct Shard<K> {
     latest_lane: Option<Nanos>,
 }
 
-impl<K> Shard<K> {
-    fn new() -> Shard<K> {
+impl<K, R: KeyRule> Shard<K, R> {
+    fn new() -> Shard<K, R> {
         Shard {
             slots: HashTable::new(),
             lanes: Vec::new(),
@@ -232,7 +296,7 @@ impl<K> Shard<K> {
             } else {
                 let lane = lane_of(lanes, word);
                 if lane.waiting() == 0 {
-                    let at = lane.rule().full_at();
+                    let at = lane.rule().as_new_at();
                     latest_lane = Some(latest_lane.map_or(at, |l| l.max(at)));
                 }
             }
@@ -281,10 +345,10 @@ impl<K> Shard<K> {
 }
 
 /// Stores `lane` and returns its word.
-fn add_lane(
-    lanes: &mut Vec<Option<Lane<Bucket>>>,
+fn add_lane<R: KeyRule>(
+    lanes: &mut Vec<Option<Lane<R>>>,
     free: &mut Vec<usize>,
-    lane: Lane<Bucket>,
+    lane: Lane<R>,
 ) -> u64 {
     let i = match free.pop() {
         Some(i) => {
@@ -300,7 +364,7 @@ fn add_lane(
 }
 
 /// The lane of a word with the lane bit.
-fn lane_of(lanes: &mut [Option<Lane<Bucket>>], word: u64) -> &mut Lane<Bucket> {
+fn lane_of<R: KeyRule>(lanes: &mut [Option<Lane<R>>], word: u64) -> &mut Lane<R> {
     #[allow(clippy::cast_possible_truncation)]
     let i = (word & !LANE) as usize;
     match lanes.get_mut(i) {
@@ -311,7 +375,7 @@ fn lane_of(lanes: &mut [Option<Lane<Bucket>>], word: u64) -> &mut Lane<Bucket> {
 }
 
 /// Frees the lane of a word with the lane bit.
-fn drop_lane(lanes: &mut [Option<Lane<Bucket>>], free: &mut Vec<usize>, word: u64) {
+fn drop_lane<R: KeyRule>(lanes: &mut [Option<Lane<R>>], free: &mut Vec<usize>, word: u64) {
     #[allow(clippy::cast_possible_truncation)]
     let i = (word & !LANE) as usize;
     if let Some(lane) = lanes.get_mut(i) {
@@ -322,13 +386,13 @@ fn drop_lane(lanes: &mut [Option<Lane<Bucket>>], free: &mut Vec<usize>, word: u6
 
 /// Whether the key of `word` is full at `now` (`units`: `now` in the default bucket's time
 /// units, saturated) with nobody waiting.
-fn is_idle_full(lanes: &[Option<Lane<Bucket>>], word: u64, now: Nanos, units: u64) -> bool {
+fn is_idle_full<R: KeyRule>(lanes: &[Option<Lane<R>>], word: u64, now: Nanos, units: u64) -> bool {
     if word & LANE == 0 {
         return word <= units;
     }
     #[allow(clippy::cast_possible_truncation)]
     match lanes.get((word & !LANE) as usize) {
-        Some(Some(lane)) => lane.waiting() == 0 && lane.rule().full_at() <= now,
+        Some(Some(lane)) => lane.waiting() == 0 && lane.rule().as_new_at() <= now,
         _ => false,
     }
 }
@@ -340,14 +404,14 @@ struct Op<F, L> {
     slow: L,
 }
 
-impl<K> Shard<K> {
+impl<K, R: KeyRule> Shard<K, R> {
     /// Runs `op` on the state of `key` (hashed to `hash`; a full bucket if it has none) at
     /// `now`, then settles the state: the hot path is one look-up and `op.fast` on the word.
     /// A new key that the operation leaves full and idle is never stored, nor its key owned.
     #[allow(clippy::too_many_arguments)]
     fn on_key<Q, S, T, F, L>(
         &mut self,
-        defaults: &Defaults,
+        defaults: &Defaults<R>,
         hasher: &S,
         hash: u64,
         key: &Q,
@@ -361,7 +425,7 @@ impl<K> Shard<K> {
         Q: Eq + ToOwned<Owned = K> + ?Sized,
         S: BuildHasher,
         F: FnOnce(&Packed, u64, &mut Tally, &mut After) -> Option<(u64, T)>,
-        L: FnOnce(&mut Lane<Bucket>, &mut Tally, &mut After) -> T,
+        L: FnOnce(&mut Lane<R>, &mut Tally, &mut After) -> T,
     {
         let Shard {
             slots,
@@ -400,7 +464,7 @@ impl<K> Shard<K> {
                 let out = (op.slow)(&mut lane, tally, after);
                 match defaults.settle(&lane, now) {
                     Settled::Lane => {
-                        let idle = (lane.waiting() == 0).then(|| lane.rule().full_at());
+                        let idle = (lane.waiting() == 0).then(|| lane.rule().as_new_at());
                         entry.get_mut().word = add_lane(lanes, free, lane);
                         if let Some(at) = idle {
                             note(latest_lane, at);
@@ -422,9 +486,9 @@ impl<K> Shard<K> {
                 } else {
                     limits
                         .find(hash, |c| c.hash == hash && c.key.borrow() == key)
-                        .map(|c| c.limit)
+                        .map(|c| R::fresh(&c.limit))
                 };
-                if let (None, Some(packed)) = (own, &defaults.packed) {
+                if let (None, Some(packed)) = (&own, &defaults.packed) {
                     if let Some((w, out)) = (op.fast)(packed, 0, tally, after) {
                         if w > units {
                             // The last user code (`Clone`), before anything changes.
@@ -437,10 +501,7 @@ impl<K> Shard<K> {
                         return out;
                     }
                 }
-                let mut lane = Lane::new(match own {
-                    Some(limit) => limit.bucket(),
-                    None => defaults.bucket.clone(),
-                });
+                let mut lane = Lane::new(own.unwrap_or_else(|| defaults.bucket.clone()));
                 let key = key.to_owned();
                 let out = (op.slow)(&mut lane, tally, after);
                 let word = match defaults.settle(&lane, now) {
@@ -448,7 +509,7 @@ impl<K> Shard<K> {
                     Settled::Word(w) => w,
                     Settled::Lane => {
                         if lane.waiting() == 0 {
-                            note(&mut self.latest_lane, lane.rule().full_at());
+                            note(&mut self.latest_lane, lane.rule().as_new_at());
                         }
                         add_lane(&mut self.lanes, &mut self.free, lane)
                     }
@@ -464,6 +525,9 @@ impl<K> Shard<K> {
 #[repr(align(128))]
 struct Padded<T>(T);
 
+/// A shard behind its mutex, on cache lines of its own.
+type ShardLock<K, R> = Padded<Mutex<Shard<K, R>>>;
+
 /// How many shards a keyed limiter has: four per core, a power of two, from 4 to 64.
 fn shard_count() -> usize {
     static COUNT: OnceLock<usize> = OnceLock::new();
@@ -474,11 +538,11 @@ fn shard_count() -> usize {
 }
 
 /// The state shared by every handle of one keyed limiter.
-pub(crate) struct KeyedShared<K, S> {
+pub(crate) struct KeyedShared<K, S, R: KeyRule = Bucket> {
     origin: Instant,
     hasher: S,
-    defaults: Defaults,
-    shards: Box<[Padded<Mutex<Shard<K>>>]>,
+    defaults: Defaults<R>,
+    shards: Box<[ShardLock<K, R>]>,
     /// The handles a named limiter records to, for every clone: set with every shard locked,
     /// and replaced if it is named again.
     #[cfg(feature = "metrics")]
@@ -487,21 +551,43 @@ pub(crate) struct KeyedShared<K, S> {
 
 impl<K, S: BuildHasher> KeyedShared<K, S> {
     pub(crate) fn new(default: KeyLimit, hasher: S) -> KeyedShared<K, S> {
-        let bucket = default.bucket();
+        KeyedShared::with_origin(default, hasher, Instant::now())
+    }
+}
+
+impl<K, S: BuildHasher, R: KeyRule> KeyedShared<K, S, R> {
+    /// A table whose keys have the limit `default` unless told otherwise, its times counted
+    /// from `origin`.
+    pub(crate) fn with_origin(
+        default: R::Limit,
+        hasher: S,
+        origin: Instant,
+    ) -> KeyedShared<K, S, R> {
         KeyedShared {
-            origin: Instant::now(),
+            origin,
             hasher,
-            defaults: Defaults {
-                limit: default,
-                packed: Packed::of(&bucket, 0),
-                bucket,
-            },
+            defaults: Defaults::new(default),
             shards: (0..shard_count())
                 .map(|_| Padded(Mutex::new(Shard::new())))
                 .collect(),
             #[cfg(feature = "metrics")]
             metrics: crate::instrument::Named::default(),
         }
+    }
+
+    /// The limit of every key that has none of its own.
+    pub(crate) fn default_limit(&self) -> &R::Limit {
+        &self.defaults.limit
+    }
+
+    /// The instant the table's times count from.
+    pub(crate) fn origin(&self) -> Instant {
+        self.origin
+    }
+
+    /// The table's time now (a shard may be a little ahead: it never goes back).
+    pub(crate) fn now(&self) -> Nanos {
+        timer::since(self.origin, Instant::now())
     }
 
     /// The hash of `key`, computed before any lock is taken.
@@ -526,7 +612,7 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
 
     /// Locks the shard of `hash` at `now` (never before the shard's latest), forgets what is
     /// due there, runs `f`, and does the deferred work once the lock is released.
-    fn with<T>(&self, hash: u64, f: impl FnOnce(&mut Shard<K>, Nanos, u64, &mut After) -> T) -> T
+    fn with<T>(&self, hash: u64, f: impl FnOnce(&mut Shard<K, R>, Nanos, u64, &mut After) -> T) -> T
     where
         K: Hash,
     {
@@ -585,31 +671,38 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         }
     }
 
-    /// Grants `cost` of the key (hashed to `hash`) now, if nobody waits for it.
-    pub(crate) fn try_acquire<Q>(&self, hash: u64, key: &Q, cost: u64) -> Result<(), NotUntil>
+    /// Grants `cost` of the key (hashed to `hash`) now, if nobody waits for it; the instant of
+    /// the grant.
+    pub(crate) fn try_acquire<Q>(
+        &self,
+        hash: u64,
+        key: &Q,
+        cost: R::Cost,
+    ) -> Result<Nanos, NotUntil>
     where
         K: Borrow<Q> + Hash,
         Q: Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.with(hash, |shard, now, units, after| {
             let op = Op {
-                fast: |packed: &Packed, word, tally: &mut Tally, after: &mut After| match packed
-                    .offer(word, now, cost, LANE)?
-                {
-                    Ok(w) => {
-                        tally.granted += 1;
-                        after.grant(cost, Nanos::ZERO);
-                        Some((w, Ok(())))
-                    }
-                    Err(at) => {
-                        let wait = at.wait_from(now);
-                        tally.rejected += 1;
-                        after.rejected = Some((cost, wait));
-                        Some((word, Err(NotUntil::new(wait))))
+                fast: |packed: &Packed, word, tally: &mut Tally, after: &mut After| {
+                    let cost = cost.single()?;
+                    match packed.offer(word, now, cost, LANE)? {
+                        Ok(w) => {
+                            tally.granted += 1;
+                            after.grant(cost, Nanos::ZERO);
+                            Some((w, Ok(now)))
+                        }
+                        Err(at) => {
+                            let wait = at.wait_from(now);
+                            tally.rejected += 1;
+                            after.rejected = Some((cost, wait));
+                            Some((word, Err(NotUntil::new(wait))))
+                        }
                     }
                 },
-                slow: |lane: &mut Lane<Bucket>, tally: &mut Tally, after: &mut After| {
-                    lane.try_acquire(tally, now, cost, after)
+                slow: |lane: &mut Lane<R>, tally: &mut Tally, after: &mut After| {
+                    lane.try_acquire(tally, now, cost, after).map(|()| now)
                 },
             };
             shard.on_key(
@@ -631,7 +724,7 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         hash: u64,
         key: &Q,
         ticket: &mut Option<u64>,
-        cost: u64,
+        cost: R::Cost,
         waker: &Waker,
         timeout: Option<Duration>,
     ) -> Result<Step, NotUntil>
@@ -649,12 +742,13 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
                     if !arriving {
                         return None;
                     }
+                    let cost = cost.single()?;
                     let w = packed.offer(word, now, cost, LANE)?.ok()?;
                     tally.granted += 1;
                     after.grant(cost, Nanos::ZERO);
                     Some((w, Ok(Step::Granted(now))))
                 },
-                slow: |lane: &mut Lane<Bucket>, tally: &mut Tally, after: &mut After| {
+                slow: |lane: &mut Lane<R>, tally: &mut Tally, after: &mut After| {
                     lane.poll(tally, now, ticket, cost, waker, limit, after)
                 },
             };
@@ -696,13 +790,15 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         });
     }
 
-    /// Sets the limit of `key`, applying it to the key's state at once.
-    pub(crate) fn set_limit<Q>(&self, key: &Q, limit: KeyLimit)
+    /// Changes the limit of `key` to what `change` makes of the one in force (the key's own,
+    /// or the default), applying it to the key's state at once.
+    pub(crate) fn set_limit<Q, F>(&self, key: &Q, change: F)
     where
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        F: FnOnce(&R::Limit) -> R::Limit,
     {
-        self.change_limit(key, Some((limit, Q::to_owned)));
+        self.change_limit(key, Some((change, Q::to_owned)));
     }
 
     /// Gives `key` the default limit again.
@@ -711,18 +807,19 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ?Sized,
     {
-        self.change_limit(key, None);
+        self.change_limit::<Q, fn(&R::Limit) -> R::Limit>(key, None);
     }
 
     /// Sets (`Some`, with how to own the key if it has no limit yet) or clears (`None`) the
     /// limit of `key`, and applies it to the key's state, keeping the level; its head waiter,
-    /// if any, is woken to re-read its deadline. A key that is full (and not waited on) is a
+    /// if any, is woken to re-read its deadline. A key that is as new (and not waited on) is a
     /// key never seen: it starts afresh, full at its new limit. The key's `Eq` and `Clone` run
     /// before anything changes.
-    fn change_limit<Q>(&self, key: &Q, change: LimitChange<Q, K>)
+    fn change_limit<Q, F>(&self, key: &Q, change: LimitChange<Q, K, F>)
     where
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ?Sized,
+        F: FnOnce(&R::Limit) -> R::Limit,
     {
         let hash = self.hash(key);
         self.with(hash, |shard, now, units, after| {
@@ -733,23 +830,34 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
             let state = shard
                 .slots
                 .find_bucket_index(hash, |s| s.key.borrow() == key);
-            let new_key = match (&config, change) {
-                (Err(_), Some((_, to_owned))) => Some(to_owned(key)),
-                _ => None,
+            let (limit, new_key) = match (&config, change) {
+                (_, None) => (None, None),
+                (Ok(config), Some((f, _))) => (Some(f(&config.get().limit)), None),
+                (Err(_), Some((f, to_owned))) => {
+                    (Some(f(&self.defaults.limit)), Some(to_owned(key)))
+                }
             };
             // No user code from here on.
-            let new = change.map_or(self.defaults.limit, |(limit, _)| limit);
-            match (config, change, new_key) {
-                (Ok(mut config), Some((limit, _)), _) => config.get_mut().limit = limit,
+            let new = match (config, limit, new_key) {
+                (Ok(mut config), Some(limit), _) => {
+                    config.get_mut().limit = limit.clone();
+                    limit
+                }
                 (Ok(config), None, _) => {
                     config.remove();
+                    self.defaults.limit.clone()
                 }
-                (Err(absent), Some((limit, _)), Some(key)) => {
-                    let config = KeyConfig { hash, key, limit };
+                (Err(absent), Some(limit), Some(key)) => {
+                    let config = KeyConfig {
+                        hash,
+                        key,
+                        limit: limit.clone(),
+                    };
                     absent.into_table().insert_unique(hash, config, |c| c.hash);
+                    limit
                 }
                 (Err(_), _, _) => return,
-            }
+            };
             let Some(Ok(mut entry)) = state.map(|i| shard.slots.get_bucket_entry(i)) else {
                 return;
             };
@@ -775,9 +883,7 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
             };
             entry.get_mut().word = w;
             let lane = lane_of(&mut shard.lanes, w);
-            let bucket = lane.rule_mut();
-            bucket.set_rate(now, new.rate.tokens(), new.rate.per().as_nanos());
-            bucket.set_burst(now, new.burst);
+            lane.rule_mut().apply(now, &new);
             after.wake = lane.head_waker();
             let parts = Parts {
                 lanes: &mut shard.lanes,
@@ -789,35 +895,50 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
         });
     }
 
-    /// The whole tokens of `key` that could be taken now, ignoring its waiters.
-    pub(crate) fn available<Q>(&self, key: &Q) -> u64
+    /// Corrects the state of `key` (hashed to `hash`) with `f` at `now` (a fresh rule of its
+    /// limit if it has none); if `f` says it gave something back, the key's head waiter is
+    /// woken to go. A key left as new and idle is forgotten.
+    pub(crate) fn correct<Q>(&self, hash: u64, key: &Q, f: impl FnOnce(&mut R, Nanos) -> bool)
+    where
+        K: Borrow<Q> + Hash,
+        Q: Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.with(hash, |shard, now, units, after| {
+            let op = Op {
+                fast: |_: &Packed, _, _: &mut Tally, _: &mut After| None,
+                slow: |lane: &mut Lane<R>, _: &mut Tally, after: &mut After| {
+                    if f(lane.rule_mut(), now) {
+                        after.wake = lane.head_waker();
+                    }
+                },
+            };
+            shard.on_key(
+                &self.defaults,
+                &self.hasher,
+                hash,
+                key,
+                now,
+                units,
+                after,
+                op,
+            );
+        });
+    }
+
+    /// What `key` could take now, ignoring its waiters.
+    pub(crate) fn available<Q>(&self, key: &Q) -> R::Cost
     where
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(key);
         self.with(hash, |shard, now, _, _| {
-            shard.bucket(&self.defaults, hash, key, |bucket, _| bucket.available(now))
-        })
-    }
-
-    /// The bucket of `key` (hashed to `hash`) as quota headers describe it now: a full bucket
-    /// of its limit if it has no state.
-    #[cfg(feature = "http")]
-    pub(crate) fn limit_state<Q>(&self, hash: u64, key: &Q) -> crate::stats::LimitState
-    where
-        K: Borrow<Q> + Hash,
-        Q: Eq + ?Sized,
-    {
-        self.with(hash, |shard, now, _, _| {
-            shard.bucket(&self.defaults, hash, key, |bucket, limit| {
-                crate::stats::LimitState::of(bucket, limit.rate, now)
-            })
+            shard.bucket(&self.defaults, hash, key, |rule, _| rule.level(now))
         })
     }
 
     /// Locks every shard, in order.
-    fn lock_all(&self) -> Vec<MutexGuard<'_, Shard<K>>> {
+    fn lock_all(&self) -> Vec<MutexGuard<'_, Shard<K, R>>> {
         self.shards.iter().map(|s| lock(&s.0)).collect()
     }
 
@@ -869,7 +990,24 @@ impl<K, S: BuildHasher> KeyedShared<K, S> {
     }
 }
 
-impl<K> Shard<K> {
+impl<K, S: BuildHasher> KeyedShared<K, S> {
+    /// The bucket of `key` (hashed to `hash`) as quota headers describe it now: a full bucket
+    /// of its limit if it has no state.
+    #[cfg(feature = "http")]
+    pub(crate) fn limit_state<Q>(&self, hash: u64, key: &Q) -> crate::stats::LimitState
+    where
+        K: Borrow<Q> + Hash,
+        Q: Eq + ?Sized,
+    {
+        self.with(hash, |shard, now, _, _| {
+            shard.bucket(&self.defaults, hash, key, |bucket, limit| {
+                crate::stats::LimitState::of(bucket, limit.rate, now)
+            })
+        })
+    }
+}
+
+impl<K, R: KeyRule> Shard<K, R> {
     /// How many requests wait in this shard.
     fn waiting(&self) -> usize {
         self.lanes.iter().flatten().map(Lane::waiting).sum()
@@ -879,42 +1017,42 @@ impl<K> Shard<K> {
     /// no state) and the key's limit.
     fn bucket<Q, T>(
         &self,
-        defaults: &Defaults,
+        defaults: &Defaults<R>,
         hash: u64,
         key: &Q,
-        f: impl FnOnce(&Bucket, KeyLimit) -> T,
+        f: impl FnOnce(&R, &R::Limit) -> T,
     ) -> T
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
         let limit = if self.limits.is_empty() {
-            defaults.limit
+            &defaults.limit
         } else {
             self.limits
                 .find(hash, |c| c.hash == hash && c.key.borrow() == key)
-                .map_or(defaults.limit, |c| c.limit)
+                .map_or(&defaults.limit, |c| &c.limit)
         };
         match self.slots.find(hash, |s| s.key.borrow() == key) {
             Some(slot) if slot.word & LANE != 0 => {
                 #[allow(clippy::cast_possible_truncation)]
                 match self.lanes.get((slot.word & !LANE) as usize) {
                     Some(Some(lane)) => f(lane.rule(), limit),
-                    _ => f(&limit.bucket(), limit),
+                    _ => f(&R::fresh(limit), limit),
                 }
             }
             Some(slot) => match &defaults.packed {
                 Some(packed) => f(&defaults.bucket_of(packed, slot.word), limit),
-                None => f(&limit.bucket(), limit),
+                None => f(&R::fresh(limit), limit),
             },
-            None => f(&limit.bucket(), limit),
+            None => f(&R::fresh(limit), limit),
         }
     }
 }
 
 /// A shard's parts beside its table, borrowed while an entry of the table is.
-struct Parts<'a> {
-    lanes: &'a mut Vec<Option<Lane<Bucket>>>,
+struct Parts<'a, R: KeyRule> {
+    lanes: &'a mut Vec<Option<Lane<R>>>,
     free: &'a mut Vec<usize>,
     latest_word: &'a mut Option<u64>,
     latest_lane: &'a mut Option<Nanos>,
@@ -922,10 +1060,10 @@ struct Parts<'a> {
 
 /// Settles the key of `entry`, which has a lane, after an operation at `now`: kept as it is,
 /// back to a word (its lane freed), or forgotten.
-fn settle_in_place<K>(
-    defaults: &Defaults,
+fn settle_in_place<K, R: KeyRule>(
+    defaults: &Defaults<R>,
     mut entry: hashbrown::hash_table::OccupiedEntry<'_, Slot<K>>,
-    parts: Parts<'_>,
+    parts: Parts<'_, R>,
     now: Nanos,
 ) {
     let word = entry.get().word;
@@ -933,7 +1071,7 @@ fn settle_in_place<K>(
     match defaults.settle(lane, now) {
         Settled::Lane => {
             if lane.waiting() == 0 {
-                let at = lane.rule().full_at();
+                let at = lane.rule().as_new_at();
                 note(parts.latest_lane, at);
             }
         }
@@ -963,8 +1101,14 @@ pub(crate) struct KeyHandle<P, Q, R: ?Sized> {
     form: PhantomData<fn(&R)>,
 }
 
-impl<K, S: BuildHasher, P: Deref<Target = KeyedShared<K, S>>, Q: Borrow<R>, R: Hash + ?Sized>
-    KeyHandle<P, Q, R>
+impl<
+        K,
+        S: BuildHasher,
+        L: KeyRule,
+        P: Deref<Target = KeyedShared<K, S, L>>,
+        Q: Borrow<R>,
+        R: Hash + ?Sized,
+    > KeyHandle<P, Q, R>
 {
     /// A handle for `key`, hashed now, outside any lock.
     pub(crate) fn new(shared: P, key: Q) -> Self {
@@ -984,10 +1128,31 @@ impl<K, S: BuildHasher, P: Deref<Target = KeyedShared<K, S>>, Q: Borrow<R>, R: H
 }
 
 /// Borrowed, for a future of the limiter's own.
-pub(crate) type KeyRef<'a, K, Q, S> = KeyHandle<&'a KeyedShared<K, S>, &'a Q, Q>;
+pub(crate) type KeyRef<'a, K, Q, S, L = Bucket> = KeyHandle<&'a KeyedShared<K, S, L>, &'a Q, Q>;
 
 /// Owned, for a request that outlives any borrow (a stream's, a tower response future's).
-pub(crate) type KeyOwned<K, S> = KeyHandle<std::sync::Arc<KeyedShared<K, S>>, K, K>;
+pub(crate) type KeyOwned<K, S, L = Bucket> = KeyHandle<std::sync::Arc<KeyedShared<K, S, L>>, K, K>;
+
+impl<K, S, L, P, Q, R> KeyHandle<P, Q, R>
+where
+    P: Deref<Target = KeyedShared<K, S, L>>,
+    S: BuildHasher,
+    L: KeyRule,
+    Q: Borrow<R>,
+    K: Borrow<R> + Hash,
+    R: Eq + ToOwned<Owned = K> + ?Sized,
+{
+    /// Grants `cost` of this key now, if nobody waits for it.
+    #[cfg(feature = "tower")]
+    pub(crate) fn try_acquire(&self, cost: L::Cost) -> Result<Nanos, NotUntil> {
+        self.shared.try_acquire(self.hash, self.key.borrow(), cost)
+    }
+
+    /// Corrects this key's state (see [`KeyedShared::correct`]).
+    pub(crate) fn correct(&self, f: impl FnOnce(&mut L, Nanos) -> bool) {
+        self.shared.correct(self.hash, self.key.borrow(), f);
+    }
+}
 
 impl<K, S, P, Q, R> KeyHandle<P, Q, R>
 where
@@ -997,12 +1162,6 @@ where
     K: Borrow<R> + Hash,
     R: Eq + ToOwned<Owned = K> + ?Sized,
 {
-    /// Grants `cost` of this key now, if nobody waits for it.
-    #[cfg(feature = "tower")]
-    pub(crate) fn try_acquire(&self, cost: u64) -> Result<(), NotUntil> {
-        self.shared.try_acquire(self.hash, self.key.borrow(), cost)
-    }
-
     /// This key's bucket as quota headers describe it now.
     #[cfg(feature = "http")]
     pub(crate) fn limit_state(&self) -> crate::stats::LimitState {
@@ -1010,22 +1169,23 @@ where
     }
 }
 
-impl<K, S, P, Q, R> Handle for KeyHandle<P, Q, R>
+impl<K, S, L, P, Q, R> Handle for KeyHandle<P, Q, R>
 where
-    P: Deref<Target = KeyedShared<K, S>>,
+    P: Deref<Target = KeyedShared<K, S, L>>,
     S: BuildHasher,
+    L: KeyRule,
     Q: Borrow<R>,
     K: Borrow<R> + Hash,
     R: Eq + ToOwned<Owned = K> + ?Sized,
 {
-    type Cost = u64;
+    type Cost = L::Cost;
     fn origin(&self) -> Instant {
         self.shared.origin
     }
     fn poll(
         &self,
         ticket: &mut Option<u64>,
-        cost: u64,
+        cost: L::Cost,
         waker: &Waker,
         timeout: Option<Duration>,
     ) -> Result<Step, NotUntil> {
@@ -1189,13 +1349,11 @@ mod tests {
         assert_eq!(shared.lanes(), (0, 0));
         assert_eq!(shared.held(), 1);
         // A limit of its own keeps a lane while the key has state.
-        shared.set_limit(
-            &7,
-            KeyLimit {
-                rate: Rate::per_second(1),
-                burst: 1,
-            },
-        );
+        let own = KeyLimit {
+            rate: Rate::per_second(1),
+            burst: 1,
+        };
+        shared.set_limit(&7, |_: &KeyLimit| own);
         assert_eq!(shared.lanes(), (1, 1));
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(shared.tracked_keys(), 0);

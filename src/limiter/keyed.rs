@@ -243,7 +243,8 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
         if burst == 0 {
             return Err(ConfigError::ZeroBurst);
         }
-        self.shared.set_limit(key, KeyLimit { rate, burst });
+        let limit = KeyLimit { rate, burst };
+        self.shared.set_limit(key, move |_: &KeyLimit| limit);
         Ok(())
     }
 
@@ -325,7 +326,9 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.shared.try_acquire(self.shared.hash(key), key, cost)
+        self.shared
+            .try_acquire(self.shared.hash(key), key, cost)
+            .map(|_| ())
     }
 
     /// Waits for `cost` tokens of `key` only if they can be had within `timeout` (after the

@@ -7,8 +7,12 @@ use std::task::{Context, Poll, Waker};
 
 use pin_project_lite::pin_project;
 
+use std::sync::Arc;
+
 use super::keyed::KeyedRateLimiter;
-use crate::engine::keyed::KeyOwned;
+use super::keyed_multi::KeyedMultiRateLimiter;
+use crate::core::Limits;
+use crate::engine::keyed::{KeyOwned, KeyRule, KeyedShared};
 use crate::engine::{Step, Waiter};
 
 pub(crate) mod sealed {
@@ -33,6 +37,9 @@ pub(crate) mod sealed {
         /// The keys the limiter has one bucket each for.
         type Key: Hash + Eq + Clone;
 
+        /// What one request costs: `u64`, or `[u64; N]` for a `KeyedMultiRateLimiter<K, N>`.
+        type Cost: Copy + Send + Sync + std::fmt::Debug + 'static;
+
         /// The hasher parameter of the adapters' types: the in-process limiter's own; for a
         /// limiter that has none, std's `RandomState` (unused).
         type Hasher: BuildHasher;
@@ -54,7 +61,7 @@ pub(crate) mod sealed {
             &self,
             key: &Self::Key,
             hash: u64,
-            cost: u64,
+            cost: Self::Cost,
             waker: &Waker,
         ) -> Arrival<Self::Permit>;
 
@@ -62,7 +69,7 @@ pub(crate) mod sealed {
         fn poll_acquire(
             permit: Pin<&mut Self::Permit>,
             cx: &mut Context<'_>,
-            cost: u64,
+            cost: Self::Cost,
         ) -> Poll<()>;
 
         /// Grants `cost` if it can be had without waiting, or says how long until it could.
@@ -70,7 +77,7 @@ pub(crate) mod sealed {
         fn poll_try_acquire(
             permit: Pin<&mut Self::Permit>,
             cx: &mut Context<'_>,
-            cost: u64,
+            cost: Self::Cost,
         ) -> Poll<Result<(), crate::error::NotUntil>>;
 
         /// The key's limit as quota headers announce it, now; `None` for a quota that cannot
@@ -87,11 +94,17 @@ use sealed::{Arrival, KeyedSealed};
 /// (`paced::tower::RateLimitLayer::keyed`, feature `tower`) draw on: [`KeyedRateLimiter`] in
 /// this process and, with the `redis` feature, `RedisKeyedRateLimiter` across processes.
 ///
+/// A [`KeyedMultiRateLimiter`] (several limits per key) is one too: each says what a request
+/// costs, its `Cost`, as [`Limiter`] does: `u64`, or `[u64; N]` for a
+/// `KeyedMultiRateLimiter<K, N>` (`|req| [1, req.tokens]`). Generic code that passes one number
+/// says so: `Q: KeyedLimiter<Cost = u64>`.
+///
 /// The key type is the limiter's (`Q: KeyedLimiter<Key = String>` in a bound). As [`Limiter`] is,
 /// it is sealed, and its machinery is out of reach: the adapters rely on the exact semantics
 /// of these limiters. What each promises to a stream:
 ///
-/// - [`KeyedRateLimiter`]: a stream's item waits in its key's FIFO queue like any task, so the
+/// - [`KeyedRateLimiter`] and [`KeyedMultiRateLimiter`]: a stream's item waits in its key's
+///   FIFO queue like any task, so the
 ///   stream's items of one key leave in upstream order, FIFO with every other user of the key.
 /// - `RedisKeyedRateLimiter`: a stream's item of a key waits by the Redis limiter's own
 ///   `acquire` (a reservation in Redis, then a local sleep; its retries and its failure
@@ -114,7 +127,7 @@ use sealed::{Arrival, KeyedSealed};
 /// fn per_tenant<S, Q>(s: S, limiter: &Q) -> impl Stream<Item = (String, u32)>
 /// where
 ///     S: Stream<Item = (String, u32)>,
-///     Q: KeyedLimiter<Key = String>,
+///     Q: KeyedLimiter<Key = String, Cost = u64>,
 /// {
 ///     s.throttle_by_key(limiter, |m| m.0.clone(), |_| 1, 64)
 /// }
@@ -176,9 +189,57 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> std::fmt::Debug for KeyWaiter<K, S> {
     }
 }
 
+/// Offers `cost` of `key` to the table `shared` for a stream's first item of the key: granted,
+/// or a waiter (made by `wrap`) that holds the place it took in the key's queue.
+fn arrive<K, S, L, P>(
+    shared: &Arc<KeyedShared<K, S, L>>,
+    (key, hash): (&K, u64),
+    cost: L::Cost,
+    waker: &Waker,
+    wrap: impl FnOnce(Waiter<KeyOwned<K, S, L>>) -> P,
+) -> Arrival<P>
+where
+    K: Hash + Eq + Clone,
+    S: BuildHasher,
+    L: KeyRule,
+{
+    // Asked of the key's lane directly, with no waiter: when the limit does not bind, an
+    // item costs one hash, one lock and one offer.
+    let mut ticket = None;
+    match shared.poll(hash, key, &mut ticket, cost, waker, None) {
+        // Without a timeout the limiter never refuses.
+        Ok(Step::Granted(_)) | Err(_) => Arrival::Granted,
+        Ok(step) => {
+            // It holds a place in the key's queue now: a waiter takes that place over.
+            let handle = KeyOwned::hashed(Arc::clone(shared), key.clone(), hash);
+            Arrival::Waiting {
+                permit: wrap(Waiter::queued(handle, ticket)),
+                // Heading the key's queue, its waiter arms its timer when asked.
+                ask: matches!(step, Step::Wait(_)),
+            }
+        }
+    }
+}
+
+/// Waits in the key's queue until `cost` is granted (without a timeout the limiter never
+/// refuses; it only makes us wait).
+fn poll_acquire<K, S, L>(
+    waiter: Pin<&mut Waiter<KeyOwned<K, S, L>>>,
+    cx: &mut Context<'_>,
+    cost: L::Cost,
+) -> Poll<()>
+where
+    K: Hash + Eq + Clone,
+    S: BuildHasher,
+    L: KeyRule,
+{
+    waiter.poll_acquire(cx, cost, None).map(|_| ())
+}
+
 /// A stream's item (or a request) waits in its key's queue through an engine [`Waiter`].
 impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedSealed for KeyedRateLimiter<K, S> {
     type Key = K;
+    type Cost = u64;
     type Hasher = S;
     type Permit = KeyWaiter<K, S>;
 
@@ -193,33 +254,13 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedSealed for KeyedRateLimiter<K, S
     }
 
     fn arrive(&self, key: &K, hash: u64, cost: u64, waker: &Waker) -> Arrival<Self::Permit> {
-        // Asked of the key's lane directly, with no waiter: when the limit does not bind, an
-        // item costs one hash, one lock and one bucket offer.
-        let mut ticket = None;
-        match self.shared.poll(hash, key, &mut ticket, cost, waker, None) {
-            // Without a timeout the limiter never refuses.
-            Ok(Step::Granted(_)) | Err(_) => Arrival::Granted,
-            Ok(step) => {
-                // It holds a place in the key's queue now: a waiter takes that place over.
-                let handle = KeyOwned::hashed(self.shared.clone(), key.clone(), hash);
-                Arrival::Waiting {
-                    permit: KeyWaiter {
-                        waiter: Waiter::queued(handle, ticket),
-                    },
-                    // Heading the key's queue, its waiter arms its timer when asked.
-                    ask: matches!(step, Step::Wait(_)),
-                }
-            }
-        }
+        arrive(&self.shared, (key, hash), cost, waker, |waiter| KeyWaiter {
+            waiter,
+        })
     }
 
     fn poll_acquire(permit: Pin<&mut Self::Permit>, cx: &mut Context<'_>, cost: u64) -> Poll<()> {
-        // Without a timeout the limiter never refuses; it only makes us wait.
-        permit
-            .project()
-            .waiter
-            .poll_acquire(cx, cost, None)
-            .map(|_| ())
+        poll_acquire(permit.project().waiter, cx, cost)
     }
 
     #[cfg(feature = "tower")]
@@ -228,11 +269,111 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedSealed for KeyedRateLimiter<K, S
         cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<Result<(), crate::error::NotUntil>> {
-        crate::engine::coop::poll_try_acquire(cx, || permit.waiter.handle().try_acquire(cost))
+        crate::engine::coop::poll_try_acquire(cx, || {
+            permit.waiter.handle().try_acquire(cost).map(|_| ())
+        })
     }
 
     #[cfg(feature = "http")]
     fn state(permit: Pin<&mut Self::Permit>) -> Option<crate::stats::LimitState> {
         Some(permit.waiter.handle().limit_state())
+    }
+}
+
+/// One key's place in a [`KeyedMultiRateLimiter`]'s queue.
+type MultiWaiter<K, const N: usize, S> = Waiter<KeyOwned<K, S, Limits<N>>>;
+
+/// A stream's item or a request in one key's queue of a [`KeyedMultiRateLimiter`] (not
+/// nameable outside the crate): the key, and its place in the key's queue once it waits.
+///
+/// The waiter is boxed, on its first wait only: it is pinned, and the crate's pinning macro
+/// cannot name a const generic (as for `MultiRateLimiterPermit`).
+pub struct KeyMultiWaiter<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> {
+    shared: Arc<KeyedShared<K, S, Limits<N>>>,
+    key: K,
+    hash: u64,
+    waiter: Option<Pin<Box<MultiWaiter<K, N, S>>>>,
+}
+
+/// The waiter is pinned in its box; nothing else is pinned.
+impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> Unpin for KeyMultiWaiter<K, N, S> {}
+
+impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> std::fmt::Debug
+    for KeyMultiWaiter<K, N, S>
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyMultiWaiter")
+            .field("waiting", &self.waiter.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedLimiter
+    for KeyedMultiRateLimiter<K, N, S>
+{
+}
+
+/// As for [`KeyedRateLimiter`], a cost being one amount per dimension.
+impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedSealed
+    for KeyedMultiRateLimiter<K, N, S>
+{
+    type Key = K;
+    type Cost = [u64; N];
+    type Hasher = S;
+    type Permit = KeyMultiWaiter<K, N, S>;
+
+    fn hash_key(&self, key: &K) -> u64 {
+        self.shared.hash(key)
+    }
+
+    fn permit(&self, key: K, hash: u64) -> Self::Permit {
+        KeyMultiWaiter {
+            shared: Arc::clone(&self.shared),
+            key,
+            hash,
+            waiter: None,
+        }
+    }
+
+    fn arrive(&self, key: &K, hash: u64, cost: [u64; N], waker: &Waker) -> Arrival<Self::Permit> {
+        arrive(&self.shared, (key, hash), cost, waker, |waiter| {
+            KeyMultiWaiter {
+                shared: Arc::clone(&self.shared),
+                key: key.clone(),
+                hash,
+                waiter: Some(Box::pin(waiter)),
+            }
+        })
+    }
+
+    fn poll_acquire(
+        permit: Pin<&mut Self::Permit>,
+        cx: &mut Context<'_>,
+        cost: [u64; N],
+    ) -> Poll<()> {
+        let me = permit.get_mut();
+        let waiter = me.waiter.get_or_insert_with(|| {
+            let handle = KeyOwned::hashed(Arc::clone(&me.shared), me.key.clone(), me.hash);
+            Box::pin(Waiter::new(handle))
+        });
+        poll_acquire(waiter.as_mut(), cx, cost)
+    }
+
+    #[cfg(feature = "tower")]
+    fn poll_try_acquire(
+        permit: Pin<&mut Self::Permit>,
+        cx: &mut Context<'_>,
+        cost: [u64; N],
+    ) -> Poll<Result<(), crate::error::NotUntil>> {
+        let me = permit.get_mut();
+        crate::engine::coop::poll_try_acquire(cx, || {
+            me.shared.try_acquire(me.hash, &me.key, cost).map(|_| ())
+        })
+    }
+
+    /// Quota headers describe one limit: several cannot say.
+    #[cfg(feature = "http")]
+    fn state(_: Pin<&mut Self::Permit>) -> Option<crate::stats::LimitState> {
+        None
     }
 }

@@ -7,6 +7,7 @@ mod adaptive_multi;
 #[cfg(feature = "http")]
 mod announced;
 mod keyed;
+mod keyed_multi;
 pub(crate) mod keyed_traits;
 mod multi;
 mod rate_limiter;
@@ -20,6 +21,7 @@ pub use adaptive_multi::{AdaptiveMulti, AdaptiveMultiBuilder};
 #[cfg(feature = "http")]
 pub use announced::{AnnouncedLimit, Dimension};
 pub use keyed::KeyedRateLimiter;
+pub use keyed_multi::{KeyedMultiRateLimiter, KeyedMultiRateLimiterBuilder, KeyedPermit};
 pub use keyed_traits::KeyedLimiter;
 #[allow(deprecated)]
 pub use keyed_traits::KeyedQuota;

@@ -226,9 +226,18 @@ impl Limit {
         }
     }
 
+    /// Whether this limit is of the kind of `rule` (a bucket for a bucket, a window for a
+    /// window): only such a limit may replace it.
+    pub(crate) fn fits(&self, rule: &Rule) -> bool {
+        matches!(
+            (self.kind, rule),
+            (Kind::Bucket { .. }, Rule::Bucket(_)) | (Kind::Window { .. }, Rule::Window(_))
+        )
+    }
+
     /// The rule for this limit in a limiter whose times count from `base`, at `now` (its
     /// time).
-    fn rule(&self, base: Instant, now: Nanos) -> Rule {
+    pub(crate) fn rule(&self, base: Instant, now: Nanos) -> Rule {
         match self.kind {
             Kind::Bucket { rate, burst } => {
                 Rule::Bucket(Bucket::new(rate.tokens(), rate.per().as_nanos(), burst))
@@ -344,12 +353,21 @@ impl<const N: usize> MultiRateLimiterBuilder<N> {
     /// assert_eq!(empty.err(), Some(ConfigError::ZeroBurst));
     /// ```
     pub fn build(self) -> Result<MultiRateLimiter<N>, ConfigError> {
+        let base = Instant::now();
+        let limits = self.limits(base)?;
+        Ok(MultiRateLimiter {
+            shared: Arc::new(Shared::with_origin(limits, base)),
+            names: Arc::new(self.names),
+        })
+    }
+
+    /// The limits, checked, in a limiter whose times count from `base` (made now).
+    pub(crate) fn limits(&self, base: Instant) -> Result<Limits<N>, ConfigError> {
         for (i, name) in self.names.iter().enumerate() {
             if self.names[..i].contains(name) {
                 return Err(ConfigError::DuplicateDimension);
             }
         }
-        let base = Instant::now();
         let mut limits = Vec::with_capacity(self.limits.len());
         for (name, limit) in &self.limits {
             let dim = self
@@ -363,10 +381,7 @@ impl<const N: usize> MultiRateLimiterBuilder<N> {
                 rule: limit.rule(base, Nanos::ZERO),
             });
         }
-        Ok(MultiRateLimiter {
-            shared: Arc::new(Shared::with_origin(Limits::new(limits), base)),
-            names: Arc::new(self.names),
-        })
+        Ok(Limits::new(limits))
     }
 }
 

@@ -133,6 +133,7 @@ where
     K: Hash + Eq + Clone + Display + Send + Sync + 'static,
 {
     type Key = K;
+    type Cost = u64;
     type Hasher = RandomState;
     type Permit = RedisKeyPermit<K>;
 

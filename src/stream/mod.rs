@@ -554,7 +554,10 @@ pub trait PaceExt: Stream {
     /// Paces items per key: each item costs `cost(&item)` tokens of the bucket that `limiter`
     /// keeps for `key(&item)`, and no key holds up another. `limiter` is any [`KeyedLimiter`]: a
     /// [`KeyedRateLimiter`](crate::KeyedRateLimiter) or, with the `redis` feature, a
-    /// `RedisKeyedRateLimiter` shared by a fleet.
+    /// `RedisKeyedRateLimiter` shared by a fleet; or a
+    /// [`KeyedMultiRateLimiter`](crate::KeyedMultiRateLimiter), several limits per key, whose
+    /// cost is one amount per dimension (`|item| [1, item.tokens]`), each item leaving at the
+    /// latest of its key's limits' waits.
     ///
     /// The adapter holds up to `capacity` items. An item whose key has nothing held and whose
     /// bucket holds its cost leaves at once, even while items of other keys wait; the others
@@ -631,7 +634,7 @@ pub trait PaceExt: Stream {
         Self: Sized,
         Q: KeyedLimiter,
         KF: FnMut(&Self::Item) -> Q::Key,
-        F: FnMut(&Self::Item) -> u64,
+        F: FnMut(&Self::Item) -> Q::Cost,
     {
         match ThrottleByKey::try_new(self, limiter, key, cost, capacity) {
             Ok(paced) => paced,
@@ -668,7 +671,7 @@ pub trait PaceExt: Stream {
         Self: Sized,
         Q: KeyedLimiter,
         KF: FnMut(&Self::Item) -> Q::Key,
-        F: FnMut(&Self::Item) -> u64,
+        F: FnMut(&Self::Item) -> Q::Cost,
     {
         ThrottleByKey::try_new(self, limiter, key, cost, capacity)
     }

@@ -73,7 +73,7 @@ type FrontPermit<Q> = Pin<Box<<Q as KeyedSealed>::Permit>>;
 struct Front<Q: KeyedLimiter, T> {
     key: Q::Key,
     hash: u64,
-    items: VecDeque<(u64, T, u64)>,
+    items: VecDeque<(u64, T, Q::Cost)>,
     permit: Option<FrontPermit<Q>>,
 }
 
@@ -132,7 +132,7 @@ impl<Q: KeyedLimiter, T> Held<Q, T> {
 
     /// Offers an item pulled from upstream: returned at once if its key holds nothing and the
     /// limiter grants it now, else held.
-    fn arrive(&mut self, key: Q::Key, item: T, cost: u64) -> Option<T> {
+    fn arrive(&mut self, key: Q::Key, item: T, cost: Q::Cost) -> Option<T> {
         let seq = self.next_seq;
         self.next_seq += 1;
         let hash = self.limiter.hash_key(&key);
@@ -367,7 +367,7 @@ where
     S: Stream,
     K: Hash + Eq + Clone,
     KF: FnMut(&S::Item) -> K,
-    F: FnMut(&S::Item) -> u64,
+    F: FnMut(&S::Item) -> Q::Cost,
     H: BuildHasher,
     Q: KeyedLimiter<Key = K>,
 {
@@ -422,7 +422,7 @@ where
     S: Stream,
     K: Hash + Eq + Clone,
     KF: FnMut(&S::Item) -> K,
-    F: FnMut(&S::Item) -> u64,
+    F: FnMut(&S::Item) -> Q::Cost,
     H: BuildHasher,
     Q: KeyedLimiter<Key = K>,
 {

@@ -251,7 +251,7 @@ where
     Q: KeyedLimiter<Key = K>,
     F: Fn(&Req) -> K + Clone,
 {
-    type Cost = u64;
+    type Cost = Q::Cost;
     type Permit = KeyPermit<Q>;
     type Grant = ();
 
@@ -263,20 +263,24 @@ where
         }
     }
 
-    fn poll_acquire(permit: Pin<&mut KeyPermit<Q>>, cx: &mut Context<'_>, cost: u64) -> Poll<()> {
+    fn poll_acquire(
+        permit: Pin<&mut KeyPermit<Q>>,
+        cx: &mut Context<'_>,
+        cost: Q::Cost,
+    ) -> Poll<()> {
         Q::poll_acquire(permit.project().permit, cx, cost)
     }
 
     fn poll_try_acquire(
         permit: Pin<&mut KeyPermit<Q>>,
         cx: &mut Context<'_>,
-        cost: u64,
+        cost: Q::Cost,
     ) -> Poll<Result<(), NotUntil>> {
         Q::poll_try_acquire(permit.project().permit, cx, cost)
     }
 
     #[inline]
-    fn grant(_: Pin<&mut KeyPermit<Q>>, _: u64) {}
+    fn grant(_: Pin<&mut KeyPermit<Q>>, _: Q::Cost) {}
 
     #[cfg(feature = "http")]
     fn state(permit: Pin<&mut KeyPermit<Q>>) -> Option<crate::stats::LimitState> {

@@ -57,6 +57,12 @@ impl NaiveWindow {
         carry
     }
 
+    /// Whether nothing is used (nor carried) in the window in force at `t`: the window is then
+    /// as a new one.
+    pub fn is_unused_at(&self, t: u64) -> bool {
+        self.used(self.current(t)) <= 0
+    }
+
     /// When `cost`, waiting since `since`, fits: the first window from then on with room for
     /// it (an unused one for a cost above the quota).
     pub fn earliest(&self, since: u64, cost: u64) -> u64 {

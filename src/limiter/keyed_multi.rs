@@ -1,0 +1,692 @@
+//! [`KeyedMultiRateLimiter`]: several limits per key (each tenant's requests and tokens per
+//! minute), one FIFO queue per key, over the same key table as [`KeyedRateLimiter`].
+//!
+//! [`KeyedRateLimiter`]: crate::KeyedRateLimiter
+
+use std::borrow::Borrow;
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::future::poll_fn;
+use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::multi::{Limit, MultiRateLimiterBuilder};
+use crate::core::{Limits, Nanos};
+use crate::engine::keyed::{KeyHandle, KeyOwned, KeyRef, KeyedShared};
+use crate::engine::Waiter;
+use crate::error::{ConfigError, NotUntil};
+use crate::stats::Stats;
+
+/// The key table of a [`KeyedMultiRateLimiter`].
+type Table<K, S, const N: usize> = KeyedShared<K, S, Limits<N>>;
+
+/// Builds a [`KeyedMultiRateLimiter`]: the dimensions' names, then the limits every key has,
+/// as [`MultiRateLimiter::builder`](crate::MultiRateLimiter::builder) does for one quota.
+///
+/// # Examples
+///
+/// ```
+/// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+///
+/// let tenants: KeyedMultiRateLimiter<String, 2> =
+///     KeyedMultiRateLimiter::builder(["requests", "tokens"])
+///         .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
+///         .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
+///         .build()
+///         .unwrap();
+/// assert_eq!(tenants.available("acme"), [10, 40_000]);
+/// ```
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct KeyedMultiRateLimiterBuilder<K, const N: usize, S = RandomState> {
+    limits: MultiRateLimiterBuilder<N>,
+    hasher: S,
+    key: PhantomData<fn() -> K>,
+}
+
+impl<K, const N: usize, S> fmt::Debug for KeyedMultiRateLimiterBuilder<K, N, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedMultiRateLimiterBuilder")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiterBuilder<K, N, S> {
+    /// Adds `limit` on the dimension called `name`, for every key. Its index (for
+    /// [`set_limit`](KeyedMultiRateLimiter::set_limit)) is the number of limits added before
+    /// it. A dimension may have several limits (per minute AND per day), or none.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    ///
+    /// let limiter: KeyedMultiRateLimiter<u32, 1> = KeyedMultiRateLimiter::builder(["requests"])
+    ///     .limit("requests", Limit::bucket(Rate::per_minute(60), 10)) // index 0
+    ///     .limit("requests", Limit::window(1_000, Duration::from_secs(86_400))) // index 1
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(limiter.available(&7), [10]);
+    /// ```
+    pub fn limit(self, name: &str, limit: Limit) -> Self {
+        KeyedMultiRateLimiterBuilder {
+            limits: self.limits.limit(name, limit),
+            ..self
+        }
+    }
+
+    /// Hashes keys with `hasher` instead of std's `RandomState`: a faster hasher for keys no
+    /// adversary chooses, or a fixed one for repeatable runs.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::collections::hash_map::DefaultHasher;
+    /// use std::hash::BuildHasherDefault;
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    ///
+    /// let limiter = KeyedMultiRateLimiter::<u64, 1>::builder(["requests"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(5), 1))
+    ///     .hasher(BuildHasherDefault::<DefaultHasher>::default())
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(limiter.try_acquire(&7, [1]).is_ok());
+    /// ```
+    pub fn hasher<T: BuildHasher>(self, hasher: T) -> KeyedMultiRateLimiterBuilder<K, N, T> {
+        KeyedMultiRateLimiterBuilder {
+            limits: self.limits,
+            hasher,
+            key: PhantomData,
+        }
+    }
+
+    /// The limiter, or the first [`ConfigError`] found.
+    ///
+    /// # Errors
+    ///
+    /// As [`MultiRateLimiterBuilder::build`]: [`ConfigError::DuplicateDimension`],
+    /// [`ConfigError::UnknownDimension`], [`ConfigError::ZeroBurst`],
+    /// [`ConfigError::ZeroQuota`] or [`ConfigError::ZeroWindow`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paced::{ConfigError, KeyedMultiRateLimiter, Limit, Rate};
+    ///
+    /// let typo = KeyedMultiRateLimiter::<String, 2>::builder(["requests", "tokens"])
+    ///     .limit("tokns", Limit::bucket(Rate::per_minute(40_000), 40_000))
+    ///     .build();
+    /// assert_eq!(typo.err(), Some(ConfigError::UnknownDimension));
+    /// ```
+    pub fn build(self) -> Result<KeyedMultiRateLimiter<K, N, S>, ConfigError> {
+        let origin = Instant::now();
+        let limits = self.limits.limits(origin)?;
+        Ok(KeyedMultiRateLimiter {
+            shared: Arc::new(KeyedShared::with_origin(limits, self.hasher, origin)),
+        })
+    }
+}
+
+/// Several limits per key, shared by handle: each tenant's requests per minute AND tokens per
+/// minute (and per day), with the semantics of [`MultiRateLimiter`] key by key.
+///
+/// A cost is one amount per dimension (`[u64; N]`, in the order the dimensions were named).
+/// Every key has its own copy of the limits (the builder's, or its own set with
+/// [`set_limit`](KeyedMultiRateLimiter::set_limit)) and its own FIFO queue: a key's head
+/// waiter is granted at the earliest instant at which every one of the key's limits has room
+/// (the latest of their own ready times), all of them charged at that one instant, and it
+/// never waits for another key. A waiter that is dropped has taken nothing;
+/// [`try_acquire`](KeyedMultiRateLimiter::try_acquire) charges nothing when any limit
+/// refuses. [`acquire`](KeyedMultiRateLimiter::acquire) returns a [`KeyedPermit`] whose
+/// [`settle`](KeyedPermit::settle) corrects an estimate once the answer is known, as
+/// [`Permit::settle`](crate::Permit::settle) does. The bound of [`MultiRateLimiter`] holds
+/// for each key's limits.
+///
+/// **Memory follows the keys in use**, as for [`KeyedRateLimiter`]: a key is forgotten,
+/// without any call from you, once every one of its limits is as good as new (a bucket full,
+/// a fixed window with nothing charged or carried in the window in force) and nobody waits
+/// on it: such a key is indistinguishable from one never seen, and never forgotten before.
+/// [`tracked_keys`](KeyedMultiRateLimiter::tracked_keys) counts exactly the others. Every key
+/// with state has a queue of its own (the one-word form of [`KeyedRateLimiter`] is for one
+/// bucket only).
+///
+/// Cloning is cheap (an `Arc`); every clone is the same limiter. Building one needs no
+/// runtime; waiting needs tokio's timer, and under paused time the schedule is exact.
+///
+/// [`MultiRateLimiter`]: crate::MultiRateLimiter
+/// [`KeyedRateLimiter`]: crate::KeyedRateLimiter
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+/// use tokio::time::Instant;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let tenants: KeyedMultiRateLimiter<&str, 2> =
+///     KeyedMultiRateLimiter::builder(["requests", "tokens"])
+///         .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
+///         .limit("tokens", Limit::bucket(Rate::per_minute(6_000), 1_000))
+///         .build()
+///         .unwrap();
+/// let start = Instant::now();
+/// let permit = tenants.acquire(&"acme", [1, 1_000]).await; // an estimate
+/// permit.settle([1, 400]); // the answer used 400: 600 come back at once
+/// tenants.acquire(&"acme", [1, 700]).await; // 100 tokens short: 1 s at 100 tokens/s
+/// assert_eq!(start.elapsed(), Duration::from_secs(1));
+/// // Another tenant has limits of its own: it never waited for "acme".
+/// tenants.acquire(&"globex", [1, 1_000]).await;
+/// assert_eq!(start.elapsed(), Duration::from_secs(1));
+/// # }
+/// ```
+pub struct KeyedMultiRateLimiter<K, const N: usize, S = RandomState> {
+    pub(crate) shared: Arc<Table<K, S, N>>,
+}
+
+impl<K, const N: usize, S> Clone for KeyedMultiRateLimiter<K, N, S> {
+    fn clone(&self) -> Self {
+        KeyedMultiRateLimiter {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+/// Shows the limiter's identity only: reading its state would take its locks.
+impl<K, const N: usize, S> fmt::Debug for KeyedMultiRateLimiter<K, N, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedMultiRateLimiter")
+            .field("id", &Arc::as_ptr(&self.shared))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, const N: usize> KeyedMultiRateLimiter<K, N> {
+    /// Starts a keyed limiter whose dimensions are called `names` (in the order of a cost's
+    /// amounts; checked in [`build`](KeyedMultiRateLimiterBuilder::build)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    ///
+    /// let limiter = KeyedMultiRateLimiter::<u32, 2>::builder(["requests", "tokens"])
+    ///     .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
+    ///     .build()
+    ///     .unwrap();
+    /// // "requests" has no limit.
+    /// assert_eq!(limiter.available(&1), [u64::MAX, 40_000]);
+    /// ```
+    pub fn builder(names: [&str; N]) -> KeyedMultiRateLimiterBuilder<K, N> {
+        KeyedMultiRateLimiterBuilder {
+            limits: crate::MultiRateLimiter::builder(names),
+            hasher: RandomState::new(),
+            key: PhantomData,
+        }
+    }
+}
+
+impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
+    /// Waits until `cost` of `key` is granted, behind the key's earlier waiters only, and
+    /// charges every one of the key's limits at that one instant.
+    ///
+    /// As [`MultiRateLimiter::acquire`](crate::MultiRateLimiter::acquire), key by key: the
+    /// key's head waiter goes at the latest of its limits' ready times; a cost of 0 in a
+    /// dimension asks nothing of its limits; dropping the future gives its place to the next
+    /// waiter of the key, having taken nothing. The [`KeyedPermit`] owns a copy of the key
+    /// (`ToOwned`), to settle it later.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = KeyedMultiRateLimiter::<String, 2>::builder(["requests", "tokens"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(10), 1))
+    ///     .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
+    ///     .build()
+    ///     .unwrap();
+    /// let start = Instant::now();
+    /// limiter.acquire("a", [1, 100]).await;
+    /// // Requests are ready in 100 ms, tokens in 500 ms: the later wins.
+    /// limiter.acquire("a", [1, 50]).await;
+    /// assert_eq!(start.elapsed(), Duration::from_millis(500));
+    /// # }
+    /// ```
+    pub async fn acquire<Q>(&self, key: &Q, cost: [u64; N]) -> KeyedPermit<K, N, S>
+    where
+        K: Borrow<Q> + Hash,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        match self.wait(key, cost, None).await {
+            Ok(permit) => permit,
+            // Without a timeout a request is never refused.
+            Err(_) => self.permit(key, self.shared.hash(key), cost, self.shared.now()),
+        }
+    }
+
+    /// Takes `cost` of `key` if every one of the key's limits has room now and nobody waits
+    /// for the key; never waits.
+    ///
+    /// # Errors
+    ///
+    /// [`NotUntil`] with how long until the request could be granted (after the key's
+    /// waiters): the latest of its limits' waits; [`is_never`](NotUntil::is_never) for a cost
+    /// above a bucket's burst, which can only be had by waiting. A refusal charges no limit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = KeyedMultiRateLimiter::<u32, 2>::builder(["requests", "tokens"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(10), 2))
+    ///     .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
+    ///     .build()
+    ///     .unwrap();
+    /// limiter.try_acquire(&1, [1, 100]).unwrap();
+    /// // Requests have room, tokens only in 0.5 s: refused, nothing charged.
+    /// let refused = limiter.try_acquire(&1, [1, 50]).unwrap_err();
+    /// assert_eq!(refused.retry_after(), Duration::from_millis(500));
+    /// assert_eq!(limiter.available(&1), [1, 0]);
+    /// assert!(limiter.try_acquire(&2, [1, 50]).is_ok()); // another key, other limits
+    /// # }
+    /// ```
+    pub fn try_acquire<Q>(&self, key: &Q, cost: [u64; N]) -> Result<KeyedPermit<K, N, S>, NotUntil>
+    where
+        K: Borrow<Q> + Hash,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.shared.hash(key);
+        let at = self.shared.try_acquire(hash, key, cost)?;
+        Ok(self.permit(key, hash, cost, at))
+    }
+
+    /// Waits for `cost` of `key` only if it can be had within `timeout` (after the key's
+    /// waiters); otherwise returns at once, charging nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`NotUntil`] with how long the request would have waited.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = KeyedMultiRateLimiter::<u32, 1>::builder(["requests"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
+    ///     .build()
+    ///     .unwrap();
+    /// limiter.acquire(&1, [1]).await;
+    /// let refused = limiter.acquire_timeout(&1, [1], Duration::from_millis(500)).await;
+    /// assert_eq!(refused.unwrap_err().retry_after(), Duration::from_secs(1));
+    /// assert!(limiter.acquire_timeout(&1, [1], Duration::from_secs(1)).await.is_ok());
+    /// # }
+    /// ```
+    pub async fn acquire_timeout<Q>(
+        &self,
+        key: &Q,
+        cost: [u64; N],
+        timeout: Duration,
+    ) -> Result<KeyedPermit<K, N, S>, NotUntil>
+    where
+        K: Borrow<Q> + Hash,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.wait(key, cost, Some(timeout)).await
+    }
+
+    /// Waits in `key`'s queue for `cost`, within `timeout` if there is one.
+    async fn wait<Q>(
+        &self,
+        key: &Q,
+        cost: [u64; N],
+        timeout: Option<Duration>,
+    ) -> Result<KeyedPermit<K, N, S>, NotUntil>
+    where
+        K: Borrow<Q> + Hash,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.shared.hash(key);
+        let handle: KeyRef<'_, K, Q, S, Limits<N>> = KeyHandle::hashed(&*self.shared, key, hash);
+        let mut waiter = pin!(Waiter::new(handle));
+        let at = poll_fn(|cx| waiter.as_mut().poll_acquire_at(cx, cost, timeout)).await?;
+        Ok(self.permit(key, hash, cost, at))
+    }
+
+    /// A permit for `cost` of `key` (hashed to `hash`), granted at `at`.
+    fn permit<Q>(&self, key: &Q, hash: u64, cost: [u64; N], at: Nanos) -> KeyedPermit<K, N, S>
+    where
+        K: Borrow<Q> + Hash,
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
+        KeyedPermit {
+            handle: KeyOwned::hashed(Arc::clone(&self.shared), key.to_owned(), hash),
+            charged: cost,
+            at,
+        }
+    }
+
+    /// Per dimension, the least any of `key`'s limits holds now (`u64::MAX` for a dimension
+    /// with no limit), ignoring its waiters: the full limits for a key with no state.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    ///
+    /// let limiter = KeyedMultiRateLimiter::<&str, 2>::builder(["requests", "tokens"])
+    ///     .limit("tokens", Limit::bucket(Rate::per_minute(1_000), 500))
+    ///     .limit("tokens", Limit::window(300, Duration::from_secs(86_400)))
+    ///     .build()
+    ///     .unwrap();
+    /// limiter.try_acquire(&"a", [1, 100]).unwrap();
+    /// assert_eq!(limiter.available(&"a"), [u64::MAX, 200]);
+    /// assert_eq!(limiter.available(&"b"), [u64::MAX, 300]);
+    /// ```
+    #[must_use]
+    pub fn available<Q>(&self, key: &Q) -> [u64; N]
+    where
+        K: Borrow<Q> + Hash,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.shared.available(key)
+    }
+
+    /// Gives `key` its own limit at `index` (the number of
+    /// [`limit`](KeyedMultiRateLimiterBuilder::limit) calls before it; a tenant on a bigger
+    /// plan), its other limits kept. It takes effect at once, also for the key's waiters,
+    /// keeping the level as [`MultiRateLimiter::set_limit`](crate::MultiRateLimiter::set_limit)
+    /// does. Per-key limits are configuration: kept until
+    /// [`clear_limit`](KeyedMultiRateLimiter::clear_limit), whether or not the key has state.
+    ///
+    /// # Panics
+    ///
+    /// Panics if [`try_set_limit`](KeyedMultiRateLimiter::try_set_limit) refuses the change,
+    /// with the message `"KeyedMultiRateLimiter::set_limit: {error}"`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    ///
+    /// let limiter = KeyedMultiRateLimiter::<&str, 2>::builder(["requests", "tokens"])
+    ///     .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
+    ///     .limit("tokens", Limit::bucket(Rate::per_minute(10_000), 10_000))
+    ///     .build()
+    ///     .unwrap();
+    /// limiter.set_limit(&"enterprise", 1, Limit::bucket(Rate::per_minute(100_000), 100_000));
+    /// assert_eq!(limiter.available(&"enterprise"), [10, 100_000]);
+    /// assert_eq!(limiter.available(&"free"), [10, 10_000]);
+    /// ```
+    #[track_caller]
+    pub fn set_limit<Q>(&self, key: &Q, index: usize, limit: Limit)
+    where
+        K: Borrow<Q> + Hash,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Err(e) = self.try_set_limit(key, index, limit) {
+            panic!("KeyedMultiRateLimiter::set_limit: {e}");
+        }
+    }
+
+    /// Gives `key` its own limit at `index`, as [`set_limit`](KeyedMultiRateLimiter::set_limit)
+    /// does, or refuses a change that cannot be and changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::NoSuchLimit`] if there is no limit at `index`; [`ConfigError::LimitKind`]
+    /// if the limit there is of the other kind; [`ConfigError::ZeroBurst`],
+    /// [`ConfigError::ZeroQuota`], [`ConfigError::ZeroWindow`] for a limit that cannot be.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{ConfigError, KeyedMultiRateLimiter, Limit, Rate};
+    ///
+    /// let limiter = KeyedMultiRateLimiter::<u32, 1>::builder(["requests"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(1), 2))
+    ///     .build()
+    ///     .unwrap();
+    /// let window = Limit::window(5, Duration::from_secs(60));
+    /// assert_eq!(limiter.try_set_limit(&1, 0, window), Err(ConfigError::LimitKind));
+    /// assert_eq!(limiter.try_set_limit(&1, 1, window), Err(ConfigError::NoSuchLimit));
+    /// ```
+    pub fn try_set_limit<Q>(&self, key: &Q, index: usize, limit: Limit) -> Result<(), ConfigError>
+    where
+        K: Borrow<Q> + Hash,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        limit.check()?;
+        let default = self
+            .shared
+            .default_limit()
+            .limit(index)
+            .ok_or(ConfigError::NoSuchLimit)?;
+        if !limit.fits(&default.rule) {
+            return Err(ConfigError::LimitKind);
+        }
+        let rule = limit.rule(self.shared.origin(), self.shared.now());
+        self.shared.set_limit(key, move |limits: &Limits<N>| {
+            let mut own = limits.clone();
+            if let Some(tagged) = own.limit_mut(index) {
+                tagged.rule = rule;
+            }
+            own
+        });
+        Ok(())
+    }
+
+    /// Gives `key` the builder's limits again, keeping the level of each.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    ///
+    /// let limiter = KeyedMultiRateLimiter::<&str, 1>::builder(["requests"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(1), 2))
+    ///     .build()
+    ///     .unwrap();
+    /// limiter.set_limit(&"a", 0, Limit::bucket(Rate::per_second(10), 20));
+    /// assert_eq!(limiter.available(&"a"), [20]);
+    /// limiter.clear_limit(&"a");
+    /// assert_eq!(limiter.available(&"a"), [2]);
+    /// ```
+    pub fn clear_limit<Q>(&self, key: &Q)
+    where
+        K: Borrow<Q> + Hash,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.shared.clear_limit(key);
+    }
+
+    /// How many keys hold state now: those some limit of which is not as good as new, or that
+    /// have waiters. Per-key limits are configuration and are not counted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = KeyedMultiRateLimiter::<u32, 2>::builder(["requests", "tokens"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(10), 1))
+    ///     .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
+    ///     .build()
+    ///     .unwrap();
+    /// for key in 0..1000 {
+    ///     limiter.try_acquire(&key, [1, 50]).unwrap();
+    /// }
+    /// assert_eq!(limiter.tracked_keys(), 1000);
+    /// tokio::time::sleep(Duration::from_millis(100)).await; // requests full, tokens not yet
+    /// assert_eq!(limiter.tracked_keys(), 1000);
+    /// tokio::time::sleep(Duration::from_millis(400)).await; // every limit full again
+    /// assert_eq!(limiter.tracked_keys(), 0);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn tracked_keys(&self) -> usize
+    where
+        K: Hash,
+    {
+        self.shared.tracked_keys()
+    }
+
+    /// A snapshot of the counters over all keys: granted, rejected, waiting now, total wait.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    ///
+    /// let limiter = KeyedMultiRateLimiter::<&str, 1>::builder(["requests"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
+    ///     .build()
+    ///     .unwrap();
+    /// limiter.try_acquire(&"a", [1]).unwrap();
+    /// limiter.try_acquire(&"a", [1]).unwrap_err();
+    /// limiter.try_acquire(&"b", [1]).unwrap();
+    /// let stats = limiter.stats();
+    /// assert_eq!((stats.granted, stats.rejected, stats.waiting), (2, 1, 0));
+    /// ```
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        self.shared.stats()
+    }
+
+    /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
+    /// `metrics`), over all keys, as
+    /// [`KeyedRateLimiter::with_metrics`](crate::KeyedRateLimiter::with_metrics) does (a
+    /// grant's cost counted as the sum of its amounts).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    ///
+    /// let limiter = KeyedMultiRateLimiter::<&str, 1>::builder(["requests"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
+    ///     .build()
+    ///     .unwrap()
+    ///     .with_metrics("per-tenant");
+    /// limiter.try_acquire(&"a", [1]).unwrap();
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    #[must_use]
+    pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
+        self.shared.set_metrics(name.as_ref());
+        self
+    }
+}
+
+/// What a grant of a [`KeyedMultiRateLimiter`] charged one key, to correct it once the
+/// answer is known. Dropping it keeps the charge.
+///
+/// # Examples
+///
+/// ```
+/// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let limiter = KeyedMultiRateLimiter::<&str, 2>::builder(["requests", "tokens"])
+///     .limit("tokens", Limit::bucket(Rate::per_minute(1_000), 1_000))
+///     .build()
+///     .unwrap();
+/// let permit = limiter.acquire(&"a", [1, 300]).await;
+/// assert_eq!(permit.charged(), [1, 300]);
+/// permit.settle([1, 500]); // 200 more than estimated: charged as debt
+/// assert_eq!(limiter.available(&"a"), [u64::MAX, 500]);
+/// # }
+/// ```
+pub struct KeyedPermit<K, const N: usize, S = RandomState> {
+    handle: KeyOwned<K, S, Limits<N>>,
+    charged: [u64; N],
+    /// When the grant was made, in the limiter's time.
+    at: Nanos,
+}
+
+impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedPermit<K, N, S> {
+    /// What the grant charged, per dimension.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    ///
+    /// let limiter = KeyedMultiRateLimiter::<u8, 2>::builder(["requests", "tokens"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(limiter.try_acquire(&0, [1, 42]).unwrap().charged(), [1, 42]);
+    /// ```
+    #[must_use]
+    pub fn charged(&self) -> [u64; N] {
+        self.charged
+    }
+
+    /// Corrects the charge of this key to `actual`, per dimension, now, as
+    /// [`Permit::settle`](crate::Permit::settle) does: a smaller amount gives the difference
+    /// back at once (never beyond a limit's room; the key's waiters it now admits are woken),
+    /// a larger one is charged as debt, so that the key's later grants wait. A key forgotten
+    /// meanwhile (all its limits as new) is as full as it can be: nothing more comes back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = KeyedMultiRateLimiter::<&str, 1>::builder(["tokens"])
+    ///     .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
+    ///     .build()
+    ///     .unwrap();
+    /// let start = Instant::now();
+    /// limiter.acquire(&"a", [100]).await.settle([300]); // 200 of debt: 2 s to pay
+    /// limiter.acquire(&"a", [100]).await; // and 1 s for its own tokens
+    /// assert_eq!(start.elapsed(), Duration::from_secs(3));
+    /// limiter.acquire(&"b", [100]).await; // another key owes nothing
+    /// assert_eq!(start.elapsed(), Duration::from_secs(3));
+    /// # }
+    /// ```
+    pub fn settle(self, actual: [u64; N]) {
+        let (charged, at) = (self.charged, self.at);
+        self.handle
+            .correct(|limits, now| limits.settle(now, at, charged, actual));
+    }
+}
+
+impl<K, const N: usize, S> fmt::Debug for KeyedPermit<K, N, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedPermit")
+            .field("charged", &self.charged)
+            .finish_non_exhaustive()
+    }
+}
