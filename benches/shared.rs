@@ -25,7 +25,8 @@
 //! Two diagnostics, read from the environment (not for published rows):
 //! `PACED_BENCH_CPU_ONLY=1` makes the CPU pass time only the never-binding paced and governor
 //! cases, alternately, three times each (about ten seconds a process, to count how often a
-//! process lands in a slow mode); `PACED_BENCH_UNCONSTRAINED=1` wraps every contended
+//! process lands in a slow mode), and `PACED_BENCH_CPU_ONLY=semaphore` paced and tokio's
+//! `Semaphore` (a permit taken and dropped; it spends the cooperative budget too); `PACED_BENCH_UNCONSTRAINED=1` wraps every contended
 //! acquisition in `tokio::task::unconstrained`, so that no task yields to tokio's cooperative
 //! budget (paced's grants spend it, governor's do not).
 //!
@@ -409,6 +410,21 @@ impl Limiter for Governor {
     }
     fn describe(&self) -> String {
         format!("{self:?}")
+    }
+}
+
+/// tokio's `Semaphore` (a permit taken and given back), a diagnostic peer of the CPU pass: it
+/// spends tokio's cooperative budget as paced's grants do.
+impl Limiter for Arc<tokio::sync::Semaphore> {
+    fn acquire_one(&self) -> impl Future<Output = ()> + Send + '_ {
+        // Dropped at once: the permit goes back.
+        let permit = self.acquire();
+        async move {
+            drop(permit.await);
+        }
+    }
+    fn describe(&self) -> String {
+        format!("{} permits", self.available_permits())
     }
 }
 
@@ -839,9 +855,22 @@ fn cpu_notes(_: &mut Criterion) {
     );
     if std::env::var_os("PACED_BENCH_CPU_ONLY").is_some() {
         let cases = Cases::nonbinding();
+        let semaphore: Case<Arc<tokio::sync::Semaphore>> = Case {
+            name: "tokio_semaphore/acquire",
+            make: || Arc::new(tokio::sync::Semaphore::new(1 << 20)),
+            per_task: PER_TASK_FREE,
+            bound: None,
+            may_hang: false,
+        };
+        let peer_is_semaphore =
+            std::env::var("PACED_BENCH_CPU_ONLY").is_ok_and(|v| v == "semaphore");
         for _ in 0..3 {
             cpu_note(&rt, "contended_nonbinding", &cases.paced, at_least);
-            cpu_note(&rt, "contended_nonbinding", &cases.governor, at_least);
+            if peer_is_semaphore {
+                cpu_note(&rt, "contended_nonbinding", &semaphore, at_least);
+            } else {
+                cpu_note(&rt, "contended_nonbinding", &cases.governor, at_least);
+            }
         }
         return;
     }
