@@ -294,10 +294,15 @@ where
             task.await.expect("a task panicked");
         }
         let took = start.elapsed();
-        assert_eq!(
-            pending.load(Ordering::Relaxed),
-            0,
-            "an acquisition had to wait"
+        // A grant that needs no wait spends tokio's cooperative budget (128 units a poll), as
+        // paced's does: a task yields once per 128 grants in a row, and those polls are not
+        // waits. Anything beyond that waited: the limit bound.
+        let yields = TASKS * PER_TASK.div_ceil(128);
+        let pending = pending.load(Ordering::Relaxed);
+        assert!(
+            pending <= yields,
+            "{pending} acquisitions pending (and at most {yields} yields to the budget): the \
+             limit binds"
         );
         took
     })

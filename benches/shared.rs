@@ -22,6 +22,14 @@
 //! least a second of such wall time and prints the CPU time spent meanwhile (every thread but the
 //! main one, from `/proc/self/task/*/schedstat`), since the two cores may not both be free.
 //!
+//! Two diagnostics, read from the environment (not for published rows):
+//! `PACED_BENCH_CPU_ONLY=1` makes the CPU pass time only the never-binding paced and governor
+//! cases, alternately, three times each (about ten seconds a process, to count how often a
+//! process lands in a slow mode), and `PACED_BENCH_CPU_ONLY=semaphore` paced and tokio's
+//! `Semaphore` (a permit taken and dropped; it spends the cooperative budget too); `PACED_BENCH_UNCONSTRAINED=1` wraps every contended
+//! acquisition in `tokio::task::unconstrained`, so that no task yields to tokio's cooperative
+//! budget (paced's grants spend it, governor's do not).
+//!
 //! A run that does not finish within `HANG` fails the benchmark, except for leaky-bucket, which
 //! now and then leaves its waiters asleep for good: that run is reported and retried.
 //!
@@ -405,6 +413,21 @@ impl Limiter for Governor {
     }
 }
 
+/// tokio's `Semaphore` (a permit taken and given back), a diagnostic peer of the CPU pass: it
+/// spends tokio's cooperative budget as paced's grants do.
+impl Limiter for Arc<tokio::sync::Semaphore> {
+    fn acquire_one(&self) -> impl Future<Output = ()> + Send + '_ {
+        // Dropped at once: the permit goes back.
+        let permit = self.acquire();
+        async move {
+            drop(permit.await);
+        }
+    }
+    fn describe(&self) -> String {
+        format!("{} permits", self.available_permits())
+    }
+}
+
 impl Limiter for Leaky {
     fn acquire_one(&self) -> impl Future<Output = ()> + Send + '_ {
         self.acquire(1)
@@ -473,6 +496,7 @@ struct Run {
 /// `TASKS` tasks released together, each awaiting `per_task` acquisitions on `limiter`. A probed
 /// run counts the polls of every acquisition and stamps every grant.
 async fn run<L: Limiter>(limiter: &L, per_task: u64, probe: bool, cpu: bool) -> Run {
+    let unconstrained = std::env::var_os("PACED_BENCH_UNCONSTRAINED").is_some();
     let barrier = Arc::new(Barrier::new(TASKS + 1));
     let ready = Arc::new(AtomicUsize::new(0));
     let mut tasks = AbortOnDrop(Vec::with_capacity(TASKS));
@@ -495,6 +519,8 @@ async fn run<L: Limiter>(limiter: &L, per_task: u64, probe: bool, cpu: bool) -> 
                     })
                     .await;
                     stamps.push(Instant::now());
+                } else if unconstrained {
+                    tokio::task::unconstrained(limiter.acquire_one()).await;
                 } else {
                     limiter.acquire_one().await;
                 }
@@ -827,6 +853,27 @@ fn cpu_notes(_: &mut Criterion) {
     println!(
         "CPU beside wall time over the timed part of each run, {TASKS} tasks on 2 worker threads:"
     );
+    if std::env::var_os("PACED_BENCH_CPU_ONLY").is_some() {
+        let cases = Cases::nonbinding();
+        let semaphore: Case<Arc<tokio::sync::Semaphore>> = Case {
+            name: "tokio_semaphore/acquire",
+            make: || Arc::new(tokio::sync::Semaphore::new(1 << 20)),
+            per_task: PER_TASK_FREE,
+            bound: None,
+            may_hang: false,
+        };
+        let peer_is_semaphore =
+            std::env::var("PACED_BENCH_CPU_ONLY").is_ok_and(|v| v == "semaphore");
+        for _ in 0..3 {
+            cpu_note(&rt, "contended_nonbinding", &cases.paced, at_least);
+            if peer_is_semaphore {
+                cpu_note(&rt, "contended_nonbinding", &semaphore, at_least);
+            } else {
+                cpu_note(&rt, "contended_nonbinding", &cases.governor, at_least);
+            }
+        }
+        return;
+    }
     Cases::nonbinding().cpu_notes(&rt, "contended_nonbinding", at_least);
     Cases::binding().cpu_notes(&rt, "contended_binding", at_least);
 }

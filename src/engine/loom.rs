@@ -212,3 +212,29 @@ fn a_settle_racing_a_waiter_admits_it_once() {
         assert!(shared.try_acquire_at(Some(AT_ONCE), [1]).is_err());
     });
 }
+
+#[test]
+fn striped_counts_are_exact_as_threads_come_and_go() {
+    use super::striped::Striped;
+    // One preemption between a thread's load and store of a stripe is enough to lose a count;
+    // the bound keeps the three threads' interleavings to a few seconds.
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(|| {
+        // Under loom a counter has one owned stripe and the shared one: of three threads at
+        // once two add on the shared stripe together (or some own the stripe in turn, one
+        // ending before the next claims it), and a thread that ends hands its stripe on.
+        let counter = Arc::new(Striped::default());
+        let adders: Vec<_> = (0..3)
+            .map(|_| {
+                let counter = counter.clone();
+                thread::spawn(move || counter.increment())
+            })
+            .collect();
+        for adder in adders {
+            adder.join().unwrap();
+        }
+        counter.increment();
+        assert_eq!(counter.sum(), 4);
+    });
+}
