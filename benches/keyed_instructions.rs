@@ -1,0 +1,109 @@
+//! A fixed number of keyed calls, to count instructions per call with callgrind (noise-free on
+//! a loaded machine, where wall-clock figures move by ±10 %). Run it twice with different
+//! counts and divide the difference of the totals by the difference of the counts:
+//!
+//! ```sh
+//! cargo bench -p paced-benches --bench keyed_instructions --no-run
+//! B=$(ls -t target/release/deps/keyed_instructions-* | grep -v '\.d$' | head -1)
+//! for n in 100000 200000; do
+//!   valgrind --tool=callgrind --callgrind-out-file=/dev/null $B paced_try 10 $n 2>&1 | grep refs
+//! done
+//! ```
+//!
+//! Cases (first argument): `paced_try` / `governor_check` (`try_acquire(&key, 1)` /
+//! `check_key(&key)` cycling over `KEYS` `u64` keys, slow refill: an existing key),
+//! `paced_acquire` / `governor_until_ready` (`acquire(&key, 1).await` / `until_key_ready(&key).await` on a current-thread runtime, never waiting), `tokio_clock` / `quanta_clock` (one clock read), `throttle` / `throttle_by_key` (items of
+//! `stream::iter` through `throttle(.., Shaping)` / `throttle_by_key` with 4 keys, drained on a
+//! current-thread runtime). Second argument: keys (`paced_try`, `governor_check`); third: calls.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+
+use futures_util::StreamExt;
+use governor::Quota;
+use paced::{KeyedRateLimiter, PaceExt, Rate, Shaping};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let case = args.get(1).map_or("paced_try", String::as_str);
+    let keys: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10);
+    let n: u64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let (rate, burst) = (Rate::per_second(1), u64::from(u32::MAX));
+    match case {
+        "paced_try" => {
+            let limiter = rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) });
+            for key in 0..keys {
+                assert!(limiter.try_acquire(&key, 1).is_ok());
+            }
+            let mut refused = 0u64;
+            for i in 0..n {
+                refused += u64::from(limiter.try_acquire(black_box(&(i % keys)), 1).is_err());
+            }
+            assert_eq!(refused, 0);
+        }
+        "governor_check" => {
+            let quota = Quota::per_second(NonZeroU32::MIN).allow_burst(NonZeroU32::MAX);
+            let limiter = governor::RateLimiter::keyed(quota);
+            for key in 0..keys {
+                assert!(limiter.check_key(&key).is_ok());
+            }
+            let mut refused = 0u64;
+            for i in 0..n {
+                refused += u64::from(limiter.check_key(black_box(&(i % keys))).is_err());
+            }
+            assert_eq!(refused, 0);
+        }
+        "paced_acquire" => {
+            let limiter = rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) });
+            rt.block_on(async {
+                for i in 0..n {
+                    limiter.acquire(black_box(&(i % keys)), 1).await;
+                }
+            });
+            assert_eq!(limiter.stats().rejected, 0);
+        }
+        "governor_until_ready" => {
+            let quota = Quota::per_second(NonZeroU32::MIN).allow_burst(NonZeroU32::MAX);
+            let limiter = governor::RateLimiter::keyed(quota);
+            rt.block_on(async {
+                for i in 0..n {
+                    limiter.until_key_ready(black_box(&(i % keys))).await;
+                }
+            });
+        }
+        "tokio_clock" => {
+            let _guard = rt.enter();
+            for _ in 0..n {
+                black_box(tokio::time::Instant::now());
+            }
+        }
+        "quanta_clock" => {
+            let clock = quanta::Clock::new();
+            for _ in 0..n {
+                black_box(clock.now());
+            }
+        }
+        "throttle" => rt.block_on(async {
+            let s = futures_util::stream::iter(0..n).throttle(rate, |_| 1, burst, Shaping);
+            assert_eq!(s.fold(0u64, |c, _| async move { c + 1 }).await, n);
+        }),
+        "throttle_by_key" => {
+            let limiter = rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) });
+            rt.block_on(async {
+                let s = futures_util::stream::iter(0..n).throttle_by_key(
+                    &limiter,
+                    |x| x % 4,
+                    |_| 1,
+                    64,
+                );
+                assert_eq!(s.fold(0u64, |c, _| async move { c + 1 }).await, n);
+            });
+            assert_eq!(limiter.stats().rejected, 0);
+        }
+        other => panic!("unknown case {other}"),
+    }
+}
