@@ -14,7 +14,9 @@
 //! `check_key(&key)` cycling over `KEYS` `u64` keys, slow refill: an existing key),
 //! `paced_acquire` / `governor_until_ready` (`acquire(&key, 1).await` / `until_key_ready(&key).await` on a current-thread runtime, never waiting), `tokio_clock` / `quanta_clock` (one clock read), `throttle` / `throttle_by_key` (items of
 //! `stream::iter` through `throttle(.., Shaping)` / `throttle_by_key` with 4 keys, drained on a
-//! current-thread runtime). Second argument: keys (`paced_try`, `governor_check`); third: calls.
+//! current-thread runtime), `contended_paced` / `contended_governor` (two threads calling
+//! `try_acquire` / `check_key` over 1,000 keys, printing wall and CPU ns per call: not for
+//! callgrind). Second argument: keys (`paced_try`, `governor_check`); third: calls.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -22,6 +24,57 @@ use std::num::NonZeroU32;
 use futures_util::StreamExt;
 use governor::Quota;
 use paced::{KeyedRateLimiter, PaceExt, Rate, Shaping};
+
+/// The process's CPU time (user + system) in seconds, from `/proc/self/stat` (100 Hz ticks).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the command.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Two threads, `n` calls each over `CONTENDED_KEYS` keys (thread `t` asks key
+/// `(t * 7 + i) % CONTENDED_KEYS`), released together: prints wall and CPU nanoseconds per
+/// call, the CPU time counting what both threads spent, descheduled time not included.
+fn contended(n: u64, attempt: impl Fn(&u64) -> bool + Sync) {
+    const CONTENDED_KEYS: u64 = 1_000;
+    let barrier = std::sync::Barrier::new(2);
+    let (cpu, start) = (cpu_seconds(), std::time::Instant::now());
+    let refused: u64 = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..2u64)
+            .map(|t| {
+                let (attempt, barrier) = (&attempt, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    (0..n)
+                        .map(|i| u64::from(!attempt(black_box(&((t * 7 + i) % CONTENDED_KEYS)))))
+                        .sum::<u64>()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap_or(1)).sum()
+    });
+    let (wall, cpu) = (start.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+    assert_eq!(refused, 0);
+    #[allow(clippy::cast_precision_loss)]
+    let calls = (2 * n) as f64;
+    println!(
+        "{:.1} ns wall, {:.1} ns CPU per call ({} calls on 2 threads)",
+        wall * 1e9 / calls,
+        cpu * 1e9 / calls,
+        2 * n
+    );
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -74,6 +127,16 @@ fn main() {
                     limiter.until_key_ready(black_box(&(i % keys))).await;
                 }
             });
+        }
+        "contended_paced" => {
+            let limiter = rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) });
+            let _guard = rt.enter();
+            contended(n, |key| limiter.try_acquire(key, 1).is_ok());
+        }
+        "contended_governor" => {
+            let quota = Quota::per_second(NonZeroU32::MIN).allow_burst(NonZeroU32::MAX);
+            let limiter = governor::RateLimiter::keyed(quota);
+            contended(n, |key| limiter.check_key(key).is_ok());
         }
         "tokio_clock" => {
             let _guard = rt.enter();
