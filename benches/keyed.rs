@@ -315,6 +315,10 @@ where
 /// poll (see [`run_contended`]).
 fn report_waits(name: &str, waited: &AtomicU64, runs: &AtomicU64) {
     let (waited, runs) = (waited.load(Ordering::Relaxed), runs.load(Ordering::Relaxed));
+    if runs == 0 {
+        // Filtered out.
+        return;
+    }
     println!(
         "note: keyed_contended/{name}: {waited} of {} acquisitions were not granted at their \
          first poll",

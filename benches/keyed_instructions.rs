@@ -85,88 +85,115 @@ fn main() {
         .enable_time()
         .build()
         .expect("runtime");
-    let (rate, burst) = (Rate::per_second(1), u64::from(u32::MAX));
+    // Inside the runtime, as paced reads its clock in use.
+    let _guard = rt.enter();
+    // Each case is a function of its own, never inlined: a change to one case (or to this
+    // dispatch) does not move another's code, nor its count.
     match case {
-        "paced_try" => {
-            let limiter = rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) });
-            for key in 0..keys {
-                assert!(limiter.try_acquire(&key, 1).is_ok());
-            }
-            let mut refused = 0u64;
-            for i in 0..n {
-                refused += u64::from(limiter.try_acquire(black_box(&(i % keys)), 1).is_err());
-            }
-            assert_eq!(refused, 0);
-        }
-        "governor_check" => {
-            let quota = Quota::per_second(NonZeroU32::MIN).allow_burst(NonZeroU32::MAX);
-            let limiter = governor::RateLimiter::keyed(quota);
-            for key in 0..keys {
-                assert!(limiter.check_key(&key).is_ok());
-            }
-            let mut refused = 0u64;
-            for i in 0..n {
-                refused += u64::from(limiter.check_key(black_box(&(i % keys))).is_err());
-            }
-            assert_eq!(refused, 0);
-        }
-        "paced_acquire" => {
-            let limiter = rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) });
-            rt.block_on(async {
-                for i in 0..n {
-                    limiter.acquire(black_box(&(i % keys)), 1).await;
-                }
-            });
-            assert_eq!(limiter.stats().rejected, 0);
-        }
-        "governor_until_ready" => {
-            let quota = Quota::per_second(NonZeroU32::MIN).allow_burst(NonZeroU32::MAX);
-            let limiter = governor::RateLimiter::keyed(quota);
-            rt.block_on(async {
-                for i in 0..n {
-                    limiter.until_key_ready(black_box(&(i % keys))).await;
-                }
-            });
-        }
+        "paced_try" => paced_try(keys, n),
+        "governor_check" => governor_check(keys, n),
+        "paced_acquire" => paced_acquire(&rt, keys, n),
+        "governor_until_ready" => governor_until_ready(&rt, keys, n),
         "contended_paced" => {
-            let limiter = rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) });
-            let _guard = rt.enter();
+            let limiter = KeyedRateLimiter::<u64>::new(RATE, BURST);
             contended(n, |key| limiter.try_acquire(key, 1).is_ok());
         }
         "contended_governor" => {
-            let quota = Quota::per_second(NonZeroU32::MIN).allow_burst(NonZeroU32::MAX);
-            let limiter = governor::RateLimiter::keyed(quota);
+            let limiter = governor::RateLimiter::keyed(quota());
             contended(n, |key| limiter.check_key(key).is_ok());
         }
-        "tokio_clock" => {
-            let _guard = rt.enter();
-            for _ in 0..n {
-                black_box(tokio::time::Instant::now());
-            }
-        }
-        "quanta_clock" => {
-            let clock = quanta::Clock::new();
-            for _ in 0..n {
-                black_box(clock.now());
-            }
-        }
-        "throttle" => rt.block_on(async {
-            let s = futures_util::stream::iter(0..n).throttle(rate, |_| 1, burst, Shaping);
-            assert_eq!(s.fold(0u64, |c, _| async move { c + 1 }).await, n);
-        }),
-        "throttle_by_key" => {
-            let limiter = rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) });
-            rt.block_on(async {
-                let s = futures_util::stream::iter(0..n).throttle_by_key(
-                    &limiter,
-                    |x| x % 4,
-                    |_| 1,
-                    64,
-                );
-                assert_eq!(s.fold(0u64, |c, _| async move { c + 1 }).await, n);
-            });
-            assert_eq!(limiter.stats().rejected, 0);
-        }
+        "tokio_clock" => tokio_clock(n),
+        "quanta_clock" => quanta_clock(n),
+        "throttle" => throttle(&rt, n),
+        "throttle_by_key" => throttle_by_key(&rt, n),
         other => panic!("unknown case {other}"),
     }
+}
+
+/// The slow refill of `keyed.rs`: it never binds.
+const RATE: Rate = Rate::per_second(1);
+const BURST: u64 = u32::MAX as u64;
+
+fn quota() -> Quota {
+    Quota::per_second(NonZeroU32::MIN).allow_burst(NonZeroU32::MAX)
+}
+
+#[inline(never)]
+fn paced_try(keys: u64, n: u64) {
+    let limiter = KeyedRateLimiter::<u64>::new(RATE, BURST);
+    for key in 0..keys {
+        assert!(limiter.try_acquire(&key, 1).is_ok());
+    }
+    let mut refused = 0u64;
+    for i in 0..n {
+        refused += u64::from(limiter.try_acquire(black_box(&(i % keys)), 1).is_err());
+    }
+    assert_eq!(refused, 0);
+}
+
+#[inline(never)]
+fn governor_check(keys: u64, n: u64) {
+    let limiter = governor::RateLimiter::keyed(quota());
+    for key in 0..keys {
+        assert!(limiter.check_key(&key).is_ok());
+    }
+    let mut refused = 0u64;
+    for i in 0..n {
+        refused += u64::from(limiter.check_key(black_box(&(i % keys))).is_err());
+    }
+    assert_eq!(refused, 0);
+}
+
+#[inline(never)]
+fn paced_acquire(rt: &tokio::runtime::Runtime, keys: u64, n: u64) {
+    let limiter = KeyedRateLimiter::<u64>::new(RATE, BURST);
+    rt.block_on(async {
+        for i in 0..n {
+            limiter.acquire(black_box(&(i % keys)), 1).await;
+        }
+    });
+    assert_eq!(limiter.stats().rejected, 0);
+}
+
+#[inline(never)]
+fn governor_until_ready(rt: &tokio::runtime::Runtime, keys: u64, n: u64) {
+    let limiter = governor::RateLimiter::keyed(quota());
+    rt.block_on(async {
+        for i in 0..n {
+            limiter.until_key_ready(black_box(&(i % keys))).await;
+        }
+    });
+}
+
+#[inline(never)]
+fn tokio_clock(n: u64) {
+    for _ in 0..n {
+        black_box(tokio::time::Instant::now());
+    }
+}
+
+#[inline(never)]
+fn quanta_clock(n: u64) {
+    let clock = quanta::Clock::new();
+    for _ in 0..n {
+        black_box(clock.now());
+    }
+}
+
+#[inline(never)]
+fn throttle(rt: &tokio::runtime::Runtime, n: u64) {
+    rt.block_on(async {
+        let s = futures_util::stream::iter(0..n).throttle(RATE, |_| 1, BURST, Shaping);
+        assert_eq!(s.fold(0u64, |c, _| async move { c + 1 }).await, n);
+    });
+}
+
+#[inline(never)]
+fn throttle_by_key(rt: &tokio::runtime::Runtime, n: u64) {
+    let limiter = KeyedRateLimiter::<u64>::new(RATE, BURST);
+    rt.block_on(async {
+        let s = futures_util::stream::iter(0..n).throttle_by_key(&limiter, |x| x % 4, |_| 1, 64);
+        assert_eq!(s.fold(0u64, |c, _| async move { c + 1 }).await, n);
+    });
+    assert_eq!(limiter.stats().rejected, 0);
 }
