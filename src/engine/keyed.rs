@@ -269,9 +269,10 @@ impl<K, R: KeyRule> Shard<K, R> {
 
     /// Whether every key not waited on is full by `now`, so that one pass forgets them all.
     fn all_due(&self, now: Nanos, units: u64) -> bool {
-        (self.latest_word.is_some() || self.latest_lane.is_some())
-            && self.latest_word.is_none_or(|w| w <= units)
+        // Keys in use (a word not due) answer at the first test.
+        self.latest_word.is_none_or(|w| w <= units)
             && self.latest_lane.is_none_or(|at| at <= now)
+            && (self.latest_word.is_some() || self.latest_lane.is_some())
     }
 
     /// Forgets every key full and idle at `now` in one pass, and gives memory back if the table
