@@ -14,7 +14,9 @@
 //! `check_key(&key)` cycling over `KEYS` `u64` keys, slow refill: an existing key),
 //! `paced_acquire` / `governor_until_ready` (`acquire(&key, 1).await` / `until_key_ready(&key).await` on a current-thread runtime, never waiting), `tokio_clock` / `quanta_clock` (one clock read), `throttle` / `throttle_by_key` (items of
 //! `stream::iter` through `throttle(.., Shaping)` / `throttle_by_key` with 4 keys, drained on a
-//! current-thread runtime), `contended_paced` / `contended_governor` (two threads calling
+//! current-thread runtime), `mutex` / `rwlock_cas` (one word changed
+//! under a shard's `Mutex`, or by compare-and-swap under its `RwLock`'s read lock: the two
+//! lock designs alone), `contended_paced` / `contended_governor` (two threads calling
 //! `try_acquire` / `check_key` over 1,000 keys, printing wall and CPU ns per call: not for
 //! callgrind). Second argument: keys (`paced_try`, `governor_check`); third: calls.
 
@@ -102,6 +104,36 @@ fn main() {
             let limiter = governor::RateLimiter::keyed(quota());
             contended(n, |key| limiter.check_key(key).is_ok());
         }
+        "contended_mutex" => {
+            let shards: Vec<PaddedMutex> = (0..8)
+                .map(|_| PaddedMutex(std::sync::Mutex::new(0)))
+                .collect();
+            contended(n, |key| {
+                let shard = &shards[(*key & 7) as usize].0;
+                let mut word = shard
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                *word = black_box(*word + 1);
+                true
+            });
+        }
+        "contended_rwlock" => {
+            use std::sync::atomic::{AtomicU64, Ordering};
+            let shards: Vec<PaddedRwLock> = (0..8)
+                .map(|_| PaddedRwLock(std::sync::RwLock::new(AtomicU64::new(0))))
+                .collect();
+            contended(n, |key| {
+                let shard = &shards[(*key & 7) as usize].0;
+                let word = shard
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let old = word.load(Ordering::Acquire);
+                let _ = word.compare_exchange(old, old + 1, Ordering::AcqRel, Ordering::Acquire);
+                true
+            });
+        }
+        "mutex" => mutex_word(n),
+        "rwlock_cas" => rwlock_cas(n),
         "tokio_clock" => tokio_clock(n),
         "quanta_clock" => quanta_clock(n),
         "throttle" => throttle(&rt, n),
@@ -163,6 +195,52 @@ fn governor_until_ready(rt: &tokio::runtime::Runtime, keys: u64, n: u64) {
             limiter.until_key_ready(black_box(&(i % keys))).await;
         }
     });
+}
+
+/// A shard's mutex, padded as paced's are.
+#[repr(align(128))]
+struct PaddedMutex(std::sync::Mutex<u64>);
+
+/// A shard's read-write lock over a word, padded the same.
+#[repr(align(128))]
+struct PaddedRwLock(std::sync::RwLock<std::sync::atomic::AtomicU64>);
+
+/// The lock of the design in use: a word changed under a shard's mutex (std's, with its
+/// poison checks), 8 shards.
+#[inline(never)]
+fn mutex_word(n: u64) {
+    let shards: Vec<PaddedMutex> = (0..8)
+        .map(|_| PaddedMutex(std::sync::Mutex::new(0)))
+        .collect();
+    for i in 0..n {
+        let shard = &shards[black_box(i as usize) & 7].0;
+        let mut word = shard
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *word = black_box(*word + 1);
+    }
+}
+
+/// governor's design: a shared read lock on the shard, the word changed by compare-and-swap.
+#[inline(never)]
+fn rwlock_cas(n: u64) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let shards: Vec<PaddedRwLock> = (0..8)
+        .map(|_| PaddedRwLock(std::sync::RwLock::new(AtomicU64::new(0))))
+        .collect();
+    for i in 0..n {
+        let shard = &shards[black_box(i as usize) & 7].0;
+        let word = shard
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let old = word.load(Ordering::Acquire);
+        let _ = black_box(word.compare_exchange(
+            old,
+            black_box(old + 1),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ));
+    }
 }
 
 #[inline(never)]
