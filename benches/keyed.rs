@@ -31,7 +31,10 @@
 //!   `PER_TASK` acquisitions of cost 1 over `CONTENDED_KEYS` keys (task `t` asks key
 //!   `(t * PER_TASK + i) % CONTENDED_KEYS`), with the slow quota, which never binds: paced's
 //!   `KeyedRateLimiter::acquire` beside governor's `until_key_ready`. Reported as acquisitions
-//!   per second of wall time; every acquisition is checked to have been granted at once.
+//!   per second of wall time. An acquisition not granted at its first poll is counted and the
+//!   count printed after each row: for paced, tokio's cooperative budget (one `Pending` per 128
+//!   grants of a task, 0.75 % of them here), checked not to be a wait on a key (paced's stats
+//!   record none); governor does not yield. It no longer fails the run.
 //!
 //! Memory is measured by the `keyed_memory` bench.
 //!
@@ -256,9 +259,18 @@ fn two_workers() -> Runtime {
 }
 
 /// Runs `TASKS` tasks of `PER_TASK` acquisitions each through `acquire(key)`, released
-/// together; returns the wall time from their release to the last one's end, and checks that
-/// no acquisition was ever pending (the limit never binds).
-fn run_contended<L, F, A>(rt: &Runtime, limiter: &Arc<L>, acquire: A) -> Duration
+/// together; returns the wall time from their release to the last one's end, and adds to
+/// `waited` the acquisitions that were not granted at their first poll. The quota never binds,
+/// but paced's `acquire` spends tokio's cooperative budget as a `Semaphore` does: a task that
+/// took 128 grants in a row is answered `Pending` once and polled again (governor's
+/// `until_key_ready` does not yield). Those are counted and printed beside the figures, not a
+/// failure; the limiter's own stats are checked to show no wait.
+fn run_contended<L, F, A>(
+    rt: &Runtime,
+    limiter: &Arc<L>,
+    waited: &AtomicU64,
+    acquire: A,
+) -> Duration
 where
     L: Send + Sync + 'static,
     A: Fn(Arc<L>, u64) -> F + Send + Sync + Copy + 'static,
@@ -294,18 +306,24 @@ where
             task.await.expect("a task panicked");
         }
         let took = start.elapsed();
-        // A grant that needs no wait spends tokio's cooperative budget (128 units a poll), as
-        // paced's does: a task yields once per 128 grants in a row, and those polls are not
-        // waits. Anything beyond that waited: the limit bound.
-        let yields = TASKS * PER_TASK.div_ceil(128);
-        let pending = pending.load(Ordering::Relaxed);
-        assert!(
-            pending <= yields,
-            "{pending} acquisitions pending (and at most {yields} yields to the budget): the \
-             limit binds"
-        );
+        waited.fetch_add(pending.load(Ordering::Relaxed), Ordering::Relaxed);
         took
     })
+}
+
+/// Prints how many of the contended benchmark's acquisitions were not granted at their first
+/// poll (see [`run_contended`]).
+fn report_waits(name: &str, waited: &AtomicU64, runs: &AtomicU64) {
+    let (waited, runs) = (waited.load(Ordering::Relaxed), runs.load(Ordering::Relaxed));
+    if runs == 0 {
+        // Filtered out.
+        return;
+    }
+    println!(
+        "note: keyed_contended/{name}: {waited} of {} acquisitions were not granted at their \
+         first poll",
+        runs * TASKS * PER_TASK
+    );
 }
 
 fn contended(c: &mut Criterion) {
@@ -315,13 +333,17 @@ fn contended(c: &mut Criterion) {
     group.sample_size(20);
     let (rate, burst) = Refill::Slow.paced();
     let paced = Arc::new(rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) }));
-    group.bench_function(format!("paced/acquire/{CONTENDED_KEYS}_keys"), |b| {
+    let (waited, runs) = (AtomicU64::new(0), AtomicU64::new(0));
+    let name = format!("paced/acquire/{CONTENDED_KEYS}_keys");
+    group.bench_function(&name, |b| {
         b.iter_custom(|iters| {
+            runs.fetch_add(iters, Ordering::Relaxed);
             (0..iters)
                 .map(|_| {
                     run_contended(
                         &rt,
                         &paced,
+                        &waited,
                         |l: Arc<KeyedRateLimiter<u64>>, key| async move {
                             l.acquire(&key, 1).await;
                         },
@@ -330,26 +352,36 @@ fn contended(c: &mut Criterion) {
                 .sum()
         });
     });
-    assert_eq!(paced.stats().rejected, 0);
-    let governor = Arc::new(governor::RateLimiter::keyed(Refill::Slow.governor()));
-    group.bench_function(
-        format!("governor/until_key_ready/{CONTENDED_KEYS}_keys"),
-        |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| {
-                        run_contended(
-                            &rt,
-                            &governor,
-                            |l: Arc<governor::DefaultKeyedRateLimiter<u64>>, key| async move {
-                                l.until_key_ready(&key).await;
-                            },
-                        )
-                    })
-                    .sum()
-            });
-        },
+    report_waits(&name, &waited, &runs);
+    // The quota itself never binds: nothing is refused and nothing ever waited on a key (a
+    // first poll answered `Pending` is tokio's cooperative budget, spent every 128 grants).
+    let stats = paced.stats();
+    assert_eq!(
+        (stats.rejected, stats.waiting, stats.total_wait),
+        (0, 0, Duration::ZERO),
+        "keyed_contended: an acquisition waited on its key"
     );
+    let governor = Arc::new(governor::RateLimiter::keyed(Refill::Slow.governor()));
+    let (waited, runs) = (AtomicU64::new(0), AtomicU64::new(0));
+    let name = format!("governor/until_key_ready/{CONTENDED_KEYS}_keys");
+    group.bench_function(&name, |b| {
+        b.iter_custom(|iters| {
+            runs.fetch_add(iters, Ordering::Relaxed);
+            (0..iters)
+                .map(|_| {
+                    run_contended(
+                        &rt,
+                        &governor,
+                        &waited,
+                        |l: Arc<governor::DefaultKeyedRateLimiter<u64>>, key| async move {
+                            l.until_key_ready(&key).await;
+                        },
+                    )
+                })
+                .sum()
+        });
+    });
+    report_waits(&name, &waited, &runs);
     group.finish();
 }
 

@@ -269,9 +269,10 @@ impl<K, R: KeyRule> Shard<K, R> {
 
     /// Whether every key not waited on is full by `now`, so that one pass forgets them all.
     fn all_due(&self, now: Nanos, units: u64) -> bool {
-        (self.latest_word.is_some() || self.latest_lane.is_some())
-            && self.latest_word.is_none_or(|w| w <= units)
+        // Keys in use (a word not due) answer at the first test.
+        self.latest_word.is_none_or(|w| w <= units)
             && self.latest_lane.is_none_or(|at| at <= now)
+            && (self.latest_word.is_some() || self.latest_lane.is_some())
     }
 
     /// Forgets every key full and idle at `now` in one pass, and gives memory back if the table
@@ -431,93 +432,95 @@ impl<K, R: KeyRule> Shard<K, R> {
             slots,
             lanes,
             free,
-            limits,
             tally,
             latest_word,
             latest_lane,
             ..
         } = self;
+        // The hot path: a key with a word under the default limit, which `op.fast` settles.
         match slots.find_entry(hash, |s| s.key.borrow() == key) {
             Ok(mut entry) => {
                 let word = entry.get().word;
-                if word & LANE != 0 {
-                    let out = (op.slow)(lane_of(lanes, word), tally, after);
-                    let parts = Parts {
-                        lanes,
-                        free,
-                        latest_word,
-                        latest_lane,
+                if word & LANE == 0 {
+                    // A word: under the default limit, so `packed` is there.
+                    let Some(packed) = &defaults.packed else {
+                        unreachable!("a word without a packed default");
                     };
-                    settle_in_place(defaults, entry, parts, now);
-                    return out;
-                }
-                // A word: under the default limit, so `packed` is there.
-                let Some(packed) = &defaults.packed else {
-                    unreachable!("a word without a packed default");
-                };
-                if let Some((w, out)) = (op.fast)(packed, word, tally, after) {
-                    entry.get_mut().word = w;
-                    note(latest_word, w);
-                    return out;
-                }
-                let mut lane = Lane::new(defaults.bucket_of(packed, word));
-                let out = (op.slow)(&mut lane, tally, after);
-                match defaults.settle(&lane, now) {
-                    Settled::Lane => {
-                        let idle = (lane.waiting() == 0).then(|| lane.rule().as_new_at());
-                        entry.get_mut().word = add_lane(lanes, free, lane);
-                        if let Some(at) = idle {
-                            note(latest_lane, at);
-                        }
-                    }
-                    Settled::Word(w) => {
+                    if let Some((w, out)) = (op.fast)(packed, word, tally, after) {
                         entry.get_mut().word = w;
                         note(latest_word, w);
-                    }
-                    Settled::Forget => {
-                        entry.remove();
-                    }
-                }
-                out
-            }
-            Err(_) => {
-                let own = if limits.is_empty() {
-                    None
-                } else {
-                    limits
-                        .find(hash, |c| c.hash == hash && c.key.borrow() == key)
-                        .map(|c| R::fresh(&c.limit))
-                };
-                if let (None, Some(packed)) = (&own, &defaults.packed) {
-                    if let Some((w, out)) = (op.fast)(packed, 0, tally, after) {
-                        if w > units {
-                            // The last user code (`Clone`), before anything changes.
-                            let slot = Slot {
-                                key: key.to_owned(),
-                                word: w,
-                            };
-                            self.insert(hasher, hash, slot, now, units);
-                        }
                         return out;
                     }
                 }
-                let mut lane = Lane::new(own.unwrap_or_else(|| defaults.bucket.clone()));
-                let key = key.to_owned();
-                let out = (op.slow)(&mut lane, tally, after);
-                let word = match defaults.settle(&lane, now) {
-                    Settled::Forget => return out,
-                    Settled::Word(w) => w,
-                    Settled::Lane => {
-                        if lane.waiting() == 0 {
-                            note(&mut self.latest_lane, lane.rule().as_new_at());
-                        }
-                        add_lane(&mut self.lanes, &mut self.free, lane)
-                    }
+                let parts = Parts {
+                    lanes,
+                    free,
+                    latest_word,
+                    latest_lane,
                 };
-                self.insert(hasher, hash, Slot { key, word }, now, units);
-                out
+                on_stored(defaults, entry, parts, tally, now, after, op.slow)
+            }
+            Err(_) => self.on_new(defaults, hasher, hash, key, now, units, after, op),
+        }
+    }
+
+    /// [`Shard::on_key`] for a key with no state: `op` on a full bucket (its own limit's, if it
+    /// has one), stored only if the operation leaves it not full or waited on.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn on_new<Q, S, T, F, L>(
+        &mut self,
+        defaults: &Defaults<R>,
+        hasher: &S,
+        hash: u64,
+        key: &Q,
+        now: Nanos,
+        units: u64,
+        after: &mut After,
+        op: Op<F, L>,
+    ) -> T
+    where
+        K: Borrow<Q> + Hash,
+        Q: Eq + ToOwned<Owned = K> + ?Sized,
+        S: BuildHasher,
+        F: FnOnce(&Packed, u64, &mut Tally, &mut After) -> Option<(u64, T)>,
+        L: FnOnce(&mut Lane<R>, &mut Tally, &mut After) -> T,
+    {
+        let own = if self.limits.is_empty() {
+            None
+        } else {
+            self.limits
+                .find(hash, |c| c.hash == hash && c.key.borrow() == key)
+                .map(|c| R::fresh(&c.limit))
+        };
+        if let (None, Some(packed)) = (&own, &defaults.packed) {
+            if let Some((w, out)) = (op.fast)(packed, 0, &mut self.tally, after) {
+                if w > units {
+                    // The last user code (`Clone`), before anything changes.
+                    let slot = Slot {
+                        key: key.to_owned(),
+                        word: w,
+                    };
+                    self.insert(hasher, hash, slot, now, units);
+                }
+                return out;
             }
         }
+        let mut lane = Lane::new(own.unwrap_or_else(|| defaults.bucket.clone()));
+        let key = key.to_owned();
+        let out = (op.slow)(&mut lane, &mut self.tally, after);
+        let word = match defaults.settle(&lane, now) {
+            Settled::Forget => return out,
+            Settled::Word(w) => w,
+            Settled::Lane => {
+                if lane.waiting() == 0 {
+                    note(&mut self.latest_lane, lane.rule().as_new_at());
+                }
+                add_lane(&mut self.lanes, &mut self.free, lane)
+            }
+        };
+        self.insert(hasher, hash, Slot { key, word }, now, units);
+        out
     }
 }
 
@@ -1085,6 +1088,52 @@ fn settle_in_place<K, R: KeyRule>(
             drop_lane(parts.lanes, parts.free, word);
         }
     }
+}
+
+/// [`Shard::on_key`] for a stored key (its slot `entry`) that has a lane, or whose word the
+/// fast operation could not settle: `slow` on its lane (made from the word if it has none),
+/// then settled.
+#[inline(never)]
+fn on_stored<K, R: KeyRule, T, L>(
+    defaults: &Defaults<R>,
+    mut entry: hashbrown::hash_table::OccupiedEntry<'_, Slot<K>>,
+    parts: Parts<'_, R>,
+    tally: &mut Tally,
+    now: Nanos,
+    after: &mut After,
+    slow: L,
+) -> T
+where
+    L: FnOnce(&mut Lane<R>, &mut Tally, &mut After) -> T,
+{
+    let word = entry.get().word;
+    if word & LANE != 0 {
+        let out = slow(lane_of(parts.lanes, word), tally, after);
+        settle_in_place(defaults, entry, parts, now);
+        return out;
+    }
+    let Some(packed) = &defaults.packed else {
+        unreachable!("a word without a packed default");
+    };
+    let mut lane = Lane::new(defaults.bucket_of(packed, word));
+    let out = slow(&mut lane, tally, after);
+    match defaults.settle(&lane, now) {
+        Settled::Lane => {
+            let idle = (lane.waiting() == 0).then(|| lane.rule().as_new_at());
+            entry.get_mut().word = add_lane(parts.lanes, parts.free, lane);
+            if let Some(at) = idle {
+                note(parts.latest_lane, at);
+            }
+        }
+        Settled::Word(w) => {
+            entry.get_mut().word = w;
+            note(parts.latest_word, w);
+        }
+        Settled::Forget => {
+            entry.remove();
+        }
+    }
+    out
 }
 
 /// Raises a watermark to `value`.
