@@ -624,10 +624,10 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
 /// # }
 /// ```
 pub struct KeyedPermit<K, const N: usize, S = RandomState> {
-    handle: KeyOwned<K, S, Limits<N>>,
-    charged: [u64; N],
+    pub(super) handle: KeyOwned<K, S, Limits<N>>,
+    pub(super) charged: [u64; N],
     /// When the grant was made, in the limiter's time.
-    at: Nanos,
+    pub(super) at: Nanos,
 }
 
 impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedPermit<K, N, S> {
