@@ -96,6 +96,13 @@ pub(crate) mod sealed {
         /// say (one kept in Redis).
         #[cfg(feature = "http")]
         fn state(permit: Pin<&mut Self::Permit>) -> Option<crate::stats::LimitState>;
+
+        /// Every limit of the key, each with its dimension's name, now (for a limiter of
+        /// several limits per key); empty for the others.
+        #[cfg(feature = "http")]
+        fn states(_permit: Pin<&mut Self::Permit>) -> Vec<(String, crate::stats::LimitState)> {
+            Vec::new()
+        }
     }
 }
 
@@ -309,6 +316,9 @@ type MultiWaiter<K, const N: usize, S> = Waiter<KeyOwned<K, S, Limits<N>>>;
 /// cannot name a const generic (as for `MultiRateLimiterPermit`).
 pub struct KeyMultiWaiter<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> {
     shared: Arc<KeyedShared<K, S, Limits<N>>>,
+    /// The dimensions' names, for quota headers.
+    #[cfg(feature = "http")]
+    names: Arc<[String; N]>,
     key: K,
     hash: u64,
     waiter: Option<Pin<Box<MultiWaiter<K, N, S>>>>,
@@ -350,6 +360,8 @@ impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedSealed
     fn permit(&self, key: K, hash: u64) -> Self::Permit {
         KeyMultiWaiter {
             shared: Arc::clone(&self.shared),
+            #[cfg(feature = "http")]
+            names: Arc::clone(&self.names),
             key,
             hash,
             waiter: None,
@@ -361,6 +373,8 @@ impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedSealed
         arrive(&self.shared, (key, hash), cost, waker, |waiter| {
             KeyMultiWaiter {
                 shared: Arc::clone(&self.shared),
+                #[cfg(feature = "http")]
+                names: Arc::clone(&self.names),
                 key: key.clone(),
                 hash,
                 waiter: Some(Box::pin(waiter)),
@@ -412,9 +426,25 @@ impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedSealed
         }
     }
 
-    /// Quota headers describe one limit: several cannot say.
+    /// Quota headers of one limit cannot say: the key's limits are announced by `states`.
     #[cfg(feature = "http")]
     fn state(_: Pin<&mut Self::Permit>) -> Option<crate::stats::LimitState> {
         None
+    }
+
+    /// Every limit of the key, as a [`MultiRateLimiter`](crate::MultiRateLimiter) announces
+    /// its own: the key's state, or its limits as new for a key with none.
+    #[cfg(feature = "http")]
+    fn states(permit: Pin<&mut Self::Permit>) -> Vec<(String, crate::stats::LimitState)> {
+        let me = permit.get_mut();
+        let mut out = Vec::new();
+        // Read through a correction that changes nothing (and wakes nobody): the table's one
+        // way to reach a key's rule, its state if it has one, else a fresh rule of its limits
+        // (own or the builder's), forgotten again at once.
+        me.shared.correct(me.hash, &me.key, |limits, now| {
+            out = super::multi::announced(limits, &me.names, now);
+            false
+        });
+        out
     }
 }

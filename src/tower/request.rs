@@ -289,6 +289,11 @@ where
     fn state(permit: Pin<&mut KeyPermit<Q>>) -> Option<crate::stats::LimitState> {
         Q::state(permit.project().permit)
     }
+
+    #[cfg(feature = "http")]
+    fn states(permit: Pin<&mut KeyPermit<Q>>) -> Vec<(String, crate::stats::LimitState)> {
+        Q::states(permit.project().permit)
+    }
 }
 
 /// What a request costs: any `Fn(&Req) -> A`, or [`OnePerRequest`] (the default, one token).

@@ -105,7 +105,9 @@ impl<F, Q: KeyedLimiter> RateLimitLayer<ByKey<Q::Key, F, Q::Hasher, Q>> {
     /// decided by its `try_acquire` (one round trip; a refusal writes nothing): refused with
     /// its [`NotUntil`](crate::NotUntil), or, on a Redis reply error for the key (counted and
     /// logged by the limiter), with a `retry_after` of 1 s. An announcing layer
-    /// ([`headers`](RateLimitLayer::headers)) sends only `Retry-After` for a Redis limiter.
+    /// ([`headers`](RateLimitLayer::headers)) announces the request's key's bucket, or, over a
+    /// [`KeyedMultiRateLimiter`], every limit of the key; it sends only `Retry-After` for a
+    /// Redis limiter.
     ///
     /// # Examples
     ///
