@@ -547,7 +547,10 @@
 //! key is forgotten as soon as all its limits are as good as new (a bucket full, a window with
 //! nothing used in it), so memory follows the keys in use. `throttle_by_key` and
 //! `RateLimitLayer::keyed(..).cost(|req| [1, tokens])` take it as they take a
-//! [`KeyedRateLimiter`].
+//! [`KeyedRateLimiter`], and the keyed client layer settles each request on its key from the
+//! response in one line, as over a [`MultiRateLimiter`]:
+//! `RateLimitLayer::keyed(&tenants, |req| tenant(req)).cost(|req| [1, estimate(req)])
+//! .settle(|response| [1, usage(response)])`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -1152,10 +1155,10 @@
 //! [`MultiRateLimiter`]: one IETF policy per limit, named after its dimension and window
 //! (`"requests-minute";q=500;w=60, "tokens-minute";q=40000;w=60;qu="tokens"`, a repeated name
 //! taking `-2`, `-3`), with a `RateLimit` item for each (a fixed window's `t` is the time until
-//! its window ends), and the `X-RateLimit-*` trio of the limit with the fewest tokens left.
-//! `paced::tower::limits_from_headers` reads them back, each on its dimension. Other quotas
-//! (a warming `RateLimiter`, a key of a `KeyedMultiRateLimiter`, the Redis limiters) send
-//! `Retry-After` alone. A server knows a request's cost from the request, so an announcing
+//! its window ends), and the `X-RateLimit-*` trio of the limit with the fewest tokens left; a
+//! keyed layer over a [`KeyedMultiRateLimiter`] announces every limit of the request's key
+//! the same way. `paced::tower::limits_from_headers` reads them back, each on its dimension.
+//! Other quotas (a warming `RateLimiter`, the Redis limiters) send `Retry-After` alone. A server knows a request's cost from the request, so an announcing
 //! layer does not settle: `headers()` and `settle()` do not combine (a compile error).
 //!
 //! # Finding the limit (Adaptive)

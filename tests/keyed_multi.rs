@@ -375,6 +375,16 @@ mod exact {
         /// The permit at this place (modulo their number) is settled to this share (in %) of
         /// its charge, or above it.
         Settle(usize, u64),
+        /// The key gets its own limit at this index: the requests' burst `to`, the tokens'
+        /// burst `5 × to`, or the window's quota `10 × to` (rates and window length kept).
+        SetLimit(u8, usize, u64),
+        /// The key gets the builder's limits again.
+        ClearLimit(u8),
+    }
+
+    /// The value a key's own limit at `index` is set to by `SetLimit(_, index, to)`.
+    fn own_value(index: usize, to: u64) -> u64 {
+        [to, 5 * to, 10 * to][index]
     }
 
     fn ops() -> impl Strategy<Value = Vec<Op>> {
@@ -386,6 +396,8 @@ mod exact {
                 4 => prop_oneof![Just(0u64), 1u64..20, 1u64..400].prop_map(Op::Advance),
                 1 => any::<usize>().prop_map(Op::Cancel),
                 3 => (any::<usize>(), 0u64..=200).prop_map(|(i, p)| Op::Settle(i, p)),
+                2 => (0..KEYS, 0usize..3, 1u64..=6).prop_map(|(k, i, to)| Op::SetLimit(k, i, to)),
+                1 => (0..KEYS).prop_map(Op::ClearLimit),
             ],
             1..50,
         )
@@ -401,6 +413,30 @@ mod exact {
         for _ in 0..n + 4 {
             tokio::task::yield_now().await;
         }
+    }
+
+    /// Changes a key's limits from `was` to `will` (requests' burst, tokens' burst, window's
+    /// quota) at `now`, as `set_limit` and `clear_limit` do: a key as new (full, nothing
+    /// used, nobody waiting) is a key never seen, which starts afresh, full at its new
+    /// limits; any other keeps the level of each limit that changes (`Rule::set`, as for
+    /// `MultiRateLimiter::set_limit`), and its head re-reads its deadline now.
+    fn reconfigure(
+        key: &mut Queue,
+        was: [u64; 3],
+        will: [u64; 3],
+        now: u64,
+        fresh: impl Fn([u64; 3]) -> Queue,
+    ) {
+        if key.is_new_at(now) {
+            *key = fresh(will);
+            return;
+        }
+        for (index, (&was, &will)) in was.iter().zip(&will).enumerate() {
+            if was != will {
+                key.limits[index].1.set(now, will);
+            }
+        }
+        key.floor = now;
     }
 
     #[allow(clippy::too_many_lines)]
@@ -419,13 +455,22 @@ mod exact {
                 )
                 .build()
                 .unwrap();
-        // One queue per key, never forgotten.
-        let fresh = Queue::new(vec![
-            (0, Rule::bucket(per_r, burst_r)),
-            (1, Rule::bucket(per_t, burst_t)),
-            (1, Rule::window(quota, len, offset % len)),
-        ]);
-        let mut keys = vec![fresh; usize::from(KEYS)];
+        // The limits of a key whose own limits (requests' burst, tokens' burst, window's
+        // quota) are `own`, the builder's where it has none.
+        let defaults = [burst_r, burst_t, quota];
+        let effective = |own: [Option<u64>; 3]| [0, 1, 2].map(|i| own[i].unwrap_or(defaults[i]));
+        let fresh = |[burst_r, burst_t, quota]: [u64; 3]| {
+            Queue::new(vec![
+                (0, Rule::bucket(per_r, burst_r)),
+                (1, Rule::bucket(per_t, burst_t)),
+                (1, Rule::window(quota, len, offset % len)),
+            ])
+        };
+        // One queue per key, never forgotten, and each key's own limits.
+        let mut keys = vec![fresh(defaults); usize::from(KEYS)];
+        let mut own = vec![[None; 3]; usize::from(KEYS)];
+        // The largest bursts ever set, for the final wait.
+        let (mut most_r, mut most_t) = (burst_r, burst_t);
         let mut grants: Vec<(usize, u64)> = Vec::new();
         let (tx, mut rx) = mpsc::unbounded_channel::<Granted>();
         let mut tasks: Vec<(usize, tokio::task::JoinHandle<()>)> = Vec::new();
@@ -523,6 +568,30 @@ mod exact {
                         permit.take().unwrap().settle(actual);
                     }
                 }
+                Op::SetLimit(k, index, to) => {
+                    let limit = match index {
+                        0 => Limit::bucket(Rate::new(1, ms(per_r)), to),
+                        1 => Limit::bucket(Rate::new(1, ms(per_t)), 5 * to),
+                        _ => Limit::window(10 * to, ms(len)).aligned_to_instant(start + ms(offset)),
+                    };
+                    limiter.set_limit(&k, index, limit);
+                    (most_r, most_t) = (most_r.max(to), most_t.max(5 * to));
+                    let k = usize::from(k);
+                    let mut next = own[k];
+                    next[index] = Some(own_value(index, to));
+                    reconfigure(&mut keys[k], effective(own[k]), effective(next), now, fresh);
+                    own[k] = next;
+                }
+                Op::ClearLimit(k) => {
+                    limiter.clear_limit(&k);
+                    let k = usize::from(k);
+                    // A key without limits of its own is not changed at all.
+                    if own[k] != [None; 3] {
+                        let builder = effective([None; 3]);
+                        reconfigure(&mut keys[k], effective(own[k]), builder, now, fresh);
+                    }
+                    own[k] = [None; 3];
+                }
             }
             for key in &mut keys {
                 key.advance_to(now, &mut grants);
@@ -541,7 +610,14 @@ mod exact {
                 prop_assert_eq!(seen, expected, "key {} at {} ms", k, now);
             }
             // The limiter holds state for exactly the keys not as new: a key forgotten is
-            // one the model, which forgets nothing, finds as good as new.
+            // one the model, which forgets nothing, finds as good as new. A key's own limits
+            // are configuration, kept whether or not it holds state: a key forgotten comes
+            // back under them (the model's limits are the key's own throughout).
+            // Every key's limits, its own or the builder's, whether or not it holds state.
+            for (k, key) in (0..KEYS).zip(&keys) {
+                let available = key.available(now);
+                prop_assert_eq!(limiter.available(&k), available, "key {} at {} ms", k, now);
+            }
             let held = keys.iter().filter(|k| !k.is_new_at(now)).count();
             prop_assert_eq!(limiter.tracked_keys(), held, "tracked at {} ms", now);
         }
@@ -550,7 +626,7 @@ mod exact {
         }
         settle_down(0).await;
         // Long after: every window rolled over, every bucket full, nobody waiting.
-        sleep(ms(100 * (len + per_r * burst_r + per_t * burst_t) + 100_000)).await;
+        sleep(ms(100 * (len + per_r * most_r + per_t * most_t) + 100_000)).await;
         prop_assert_eq!(limiter.tracked_keys(), 0);
         Ok(())
     }

@@ -17,7 +17,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use paced::tower::{limits_from_headers, Dimension, QuotaHeaders, RateLimitLayer};
-use paced::{KeyedRateLimiter, Limit, MultiRateLimiter, Rate, RateLimiter};
+use paced::{KeyedMultiRateLimiter, KeyedRateLimiter, Limit, MultiRateLimiter, Rate, RateLimiter};
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
@@ -198,6 +198,117 @@ fn until_midnight(now: SystemTime) -> u64 {
     let left = Duration::from_secs(86_400)
         - Duration::from_nanos((since.as_nanos() % 86_400_000_000_000) as u64);
     left.as_secs() + u64::from(left.subsec_nanos() > 0)
+}
+
+/// One request to `/{path}?tokens=N`; the status and the headers of the answer.
+async fn call_tenant(
+    client: &HttpClient,
+    addr: SocketAddr,
+    path: &str,
+    tokens: u64,
+) -> (u16, http::HeaderMap) {
+    let req = Request::get(format!("http://{addr}{path}?tokens={tokens}"))
+        .body(Empty::new())
+        .unwrap();
+    let res = client.request(req).await.unwrap();
+    (res.status().as_u16(), res.headers().clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_multi_limit_server_announces_every_limit_of_the_requests_key() {
+    // Each tenant (the path): 5 requests an hour (one every 720 s) and 1,000 tokens an hour
+    // (one every 3.6 s); "/big" has 10,000 tokens an hour of its own. Nothing refills
+    // noticeably while the test runs.
+    let tenants = KeyedMultiRateLimiter::<String, 2>::builder(["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_hour(5), 5))
+        .limit("tokens", Limit::bucket(Rate::per_hour(1_000), 1_000))
+        .build()
+        .unwrap();
+    tenants.set_limit("/big", 1, Limit::bucket(Rate::per_hour(10_000), 10_000));
+    let cost = |req: &Request<axum::body::Body>| {
+        let tokens = req
+            .uri()
+            .query()
+            .and_then(|q| q.strip_prefix("tokens="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        [1, tokens]
+    };
+    let app = Router::new()
+        .route("/acme", get(|| async { "ok" }))
+        .route("/globex", get(|| async { "ok" }))
+        .route("/big", get(|| async { "ok" }))
+        .layer(
+            RateLimitLayer::keyed(&tenants, |req: &Request<axum::body::Body>| {
+                req.uri().path().to_string()
+            })
+            .cost(cost)
+            .enforcing()
+            .headers(QuotaHeaders::Draft),
+        );
+    let addr = serve(app).await;
+    let client = client();
+    let policy = "\"requests-hour\";q=5;w=3600, \"tokens-hour\";q=1000;w=3600;qu=\"tokens\"";
+    let expect = [
+        // Each call's key, tokens, and the key's limits after it (whole seconds until full,
+        // rounded up).
+        (
+            "/acme",
+            100,
+            policy,
+            "\"requests-hour\";r=4;t=720, \"tokens-hour\";r=900;t=360",
+        ),
+        (
+            "/acme",
+            200,
+            policy,
+            "\"requests-hour\";r=3;t=1440, \"tokens-hour\";r=700;t=1080",
+        ),
+        // Another tenant: its own limits, untouched by acme's calls.
+        (
+            "/globex",
+            300,
+            policy,
+            "\"requests-hour\";r=4;t=720, \"tokens-hour\";r=700;t=1080",
+        ),
+        // A tenant with a limit of its own announces it.
+        (
+            "/big",
+            1_000,
+            "\"requests-hour\";q=5;w=3600, \"tokens-hour\";q=10000;w=3600;qu=\"tokens\"",
+            "\"requests-hour\";r=4;t=720, \"tokens-hour\";r=9000;t=360",
+        ),
+    ];
+    for (path, tokens, policy, now) in expect {
+        let (status, headers) = call_tenant(&client, addr, path, tokens).await;
+        assert_eq!(status, 200, "{path}");
+        assert_eq!(headers["ratelimit-policy"], policy, "{path}");
+        assert_eq!(headers["ratelimit"], now, "{path}");
+        assert!(headers.get("retry-after").is_none());
+    }
+    // Refused: 900 tokens where 700 are left; the 200 missing come in 720 s. The key's limits
+    // as they are (the refusal charged nothing), and read back by a client.
+    let (status, headers) = call_tenant(&client, addr, "/acme", 900).await;
+    assert_eq!(status, 429);
+    assert_eq!(headers["retry-after"], "720");
+    assert_eq!(headers["ratelimit-policy"], policy);
+    assert_eq!(
+        headers["ratelimit"],
+        "\"requests-hour\";r=3;t=1440, \"tokens-hour\";r=700;t=1080"
+    );
+    let limits = limits_from_headers(&headers, SystemTime::now());
+    let read: Vec<_> = limits
+        .iter()
+        .map(|l| (l.dimension, l.announced.limit, l.announced.remaining))
+        .collect();
+    assert_eq!(
+        read,
+        [
+            (Dimension::Requests, Some(5), 3),
+            (Dimension::Tokens, Some(1_000), 700)
+        ]
+    );
+    assert_eq!(tenants.available("/acme"), [3, 700]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

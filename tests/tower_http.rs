@@ -20,7 +20,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use paced::tower::{BoxError, RateLimitLayer, RateLimited};
-use paced::{KeyedRateLimiter, Limit, MultiRateLimiter, Rate, RateLimiter};
+use paced::{KeyedMultiRateLimiter, KeyedRateLimiter, Limit, MultiRateLimiter, Rate, RateLimiter};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
@@ -323,6 +323,69 @@ async fn an_llm_client_settles_each_call_from_the_usage_the_server_reports() {
     assert!(tokio::time::timeout(Duration::from_millis(200), waiting)
         .await
         .is_err());
+}
+
+/// A request to the test's model for `tenant` (`x-tenant`), estimating `estimate` tokens.
+fn tenant_completion(addr: SocketAddr, tenant: &str, estimate: u64) -> Request<Empty<Bytes>> {
+    let mut request = completion(addr, estimate);
+    request
+        .headers_mut()
+        .insert("x-tenant", tenant.parse().unwrap());
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_llm_client_settles_each_tenants_calls_from_the_usage_the_server_reports() {
+    // The model answers every call having used 100 tokens, whatever was estimated.
+    let app = Router::new().route(
+        "/complete",
+        get(|| async { ([("x-usage-tokens", "100")], "a completion") }),
+    );
+    let addr = serve(app).await;
+
+    // Each tenant: 1,000 tokens and 10 requests at once, refilled so slowly that the test sees
+    // no refill.
+    let tenants = KeyedMultiRateLimiter::builder(["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_hour(1), 10))
+        .limit("tokens", Limit::bucket(Rate::per_hour(1), 1_000))
+        .build()
+        .unwrap();
+    let client = ServiceBuilder::new()
+        .layer(
+            RateLimitLayer::keyed(&tenants, |req: &Request<Empty<Bytes>>| {
+                req.headers()["x-tenant"].to_str().unwrap().to_owned()
+            })
+            .cost(|req: &Request<Empty<Bytes>>| [1, estimate(req)])
+            .settle(|response: &Response<hyper::body::Incoming>| [1, usage_from(response)]),
+        )
+        .service(client_from(None));
+    let start = Instant::now();
+    // Estimates of 400 tokens each: without settling, acme's third would wait an hour.
+    for _ in 0..5 {
+        let call = client.clone().oneshot(tenant_completion(addr, "acme", 400));
+        let response = tokio::time::timeout(Duration::from_secs(5), call)
+            .await
+            .expect("a call waited: the settle did not give the unused tokens back")
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // Each call kept what it used, on acme's limits only: 5 requests and 5 × 100 tokens.
+    assert_eq!(tenants.available("acme"), [5, 500]);
+    assert_eq!(tenants.available("globex"), [10, 1_000]);
+    // A call acme's limits cannot admit waits (they hold 500, this one estimates 600) ...
+    let waiting = client.clone().oneshot(tenant_completion(addr, "acme", 600));
+    assert!(tokio::time::timeout(Duration::from_millis(200), waiting)
+        .await
+        .is_err());
+    // ... while globex, untouched by acme's calls and settles, goes at once.
+    let call = client.oneshot(tenant_completion(addr, "globex", 1_000));
+    let response = tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .expect("globex waited on acme's limits")
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(tenants.available("globex"), [9, 900]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

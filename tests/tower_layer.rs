@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use common::{nanos_since, paused, within_an_hour, NaiveBucket, MS};
 use paced::tower::{RateLimitLayer, RateLimited};
-use paced::{KeyedRateLimiter, Limit, MultiRateLimiter, Rate, RateLimiter, Stagger};
+use paced::{
+    KeyedMultiRateLimiter, KeyedRateLimiter, Limit, MultiRateLimiter, Rate, RateLimiter, Stagger,
+};
 use proptest::prelude::*;
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_test::{assert_pending, assert_ready_ok, task};
@@ -441,6 +443,149 @@ async fn an_enforcing_multi_limit_layer_refuses_then_settles() {
     assert_eq!(retry_after_ms(&refused), 10_000);
     assert_eq!(ms(&log), [(0, 0), (1, 0)]);
     assert_eq!((llm.stats().granted, llm.stats().rejected), (2, 1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// A KeyedMultiRateLimiter: each tenant's requests AND tokens, settled on its key from the answer
+
+/// A prompt's tenant: ids 0 to 9 are tenant 0, 10 to 19 tenant 1, 99 tenant 9.
+fn tenant(p: &Prompt) -> u64 {
+    p.id / 10
+}
+
+/// Each tenant: 10 requests per second (bursts of 10), 100 tokens per second (bursts of 1,000).
+fn tenants() -> KeyedMultiRateLimiter<u64, 2> {
+    KeyedMultiRateLimiter::builder(["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+        .limit("tokens", Limit::bucket(Rate::per_second(100), 1_000))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_settle_gives_back_to_its_tenant_only_the_moment_the_answer_arrives() {
+    let start = Instant::now();
+    let log = Log::default();
+    let tenants = tenants();
+    let service = RateLimitLayer::keyed(&tenants, tenant)
+        .cost(|p: &Prompt| [1, p.estimate])
+        .settle(|answer: &Answer| [1, answer.tokens_used])
+        .layer(model(start, &log));
+    let mut tasks = Vec::new();
+    // Tenant 0: the first takes every token on its estimate and answers after 1 s, having used
+    // 200; the second needs 500, by the refill alone at 5 s. Tenant 1: the same two, its
+    // first using all it estimated.
+    for p in [
+        prompt(0, 1_000, 200, 1_000),
+        prompt(1, 500, 500, 0),
+        prompt(10, 1_000, 1_000, 1_000),
+        prompt(11, 500, 500, 0),
+    ] {
+        tasks.push(tokio::spawn(service.clone().oneshot(p)));
+        tokio::task::yield_now().await;
+    }
+    let mut tasks = tasks.into_iter();
+    let first = within_an_hour(tasks.next().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((first.id, first.tokens_used), (0, 200));
+    within_an_hour(tasks.next().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    // At 1 s tenant 0 held 100 refilled + 800 given back: its second went at that instant.
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    assert_eq!(tenants.available(&0), [9, 400]);
+    // Tenant 1's answer gave nothing back: 100 refilled, its second still waits.
+    assert_eq!(tenants.available(&1), [10, 100]);
+    for t in tasks {
+        within_an_hour(t).await.unwrap().unwrap();
+    }
+    assert_eq!(ms(&log), [(0, 0), (10, 0), (1, 1_000), (11, 5_000)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_settle_up_is_debt_for_its_tenant_only() {
+    let start = Instant::now();
+    let log = Log::default();
+    let tenants = tenants();
+    let service = RateLimitLayer::keyed(&tenants, tenant)
+        .cost(|p: &Prompt| [1, p.estimate])
+        .settle(|answer: &Answer| [1, answer.tokens_used])
+        .layer(model(start, &log));
+    // Estimated 500, used 1,200: 200 tokens of debt on tenant 0 at 0 ms.
+    within_an_hour(service.clone().oneshot(prompt(0, 500, 1_200, 0)))
+        .await
+        .unwrap();
+    assert_eq!(tenants.available(&0), [9, 0]);
+    assert_eq!(tenants.available(&1), [10, 1_000]);
+    // Tenant 1 owes nothing; tenant 0's 100 tokens wait for the debt (2 s) and their own (1 s).
+    within_an_hour(service.clone().oneshot(prompt(10, 1_000, 1_000, 0)))
+        .await
+        .unwrap();
+    within_an_hour(service.oneshot(prompt(1, 100, 100, 0)))
+        .await
+        .unwrap();
+    assert_eq!(ms(&log), [(0, 0), (10, 0), (1, 3_000)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_error_or_a_dropped_future_keeps_the_charge() {
+    let start = Instant::now();
+    let log = Log::default();
+    let tenants = tenants();
+    let mut service = RateLimitLayer::keyed(&tenants, tenant)
+        .cost(|p: &Prompt| [1, p.estimate])
+        .settle(|answer: &Answer| [1, answer.tokens_used])
+        .layer(model(start, &log));
+    let failed = service.clone().oneshot(prompt(99, 300, 0, 0)).await;
+    assert_eq!(failed.unwrap_err(), "the model failed");
+    assert_eq!(tenants.available(&9), [9, 700]);
+    // Granted and called, then dropped before the answer: the estimate stays charged.
+    let mut dropped = task::spawn(
+        service
+            .ready()
+            .await
+            .unwrap()
+            .call(prompt(1, 300, 0, 1_000)),
+    );
+    assert_pending!(dropped.poll());
+    drop(dropped);
+    assert_eq!(tenants.available(&0), [9, 700]);
+    assert_eq!(ms(&log), [(99, 0), (1, 0)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_enforcing_keyed_multi_limit_layer_refuses_then_settles_per_tenant() {
+    let start = Instant::now();
+    let log = Log::default();
+    let tenants = tenants();
+    let service = RateLimitLayer::keyed(&tenants, tenant)
+        .cost(|p: &Prompt| [1, p.estimate])
+        .enforcing()
+        .settle(|answer: &Answer| [1, answer.tokens_used])
+        .layer(model(start, &log));
+    within_an_hour(service.clone().oneshot(prompt(0, 1_000, 100, 0)))
+        .await
+        .unwrap();
+    // 900 tokens came back to tenant 0: a request of 900 passes at once, one of 1,000 more
+    // does not; tenant 1's bucket is full.
+    within_an_hour(service.clone().oneshot(prompt(1, 900, 900, 0)))
+        .await
+        .unwrap();
+    let refused = service
+        .clone()
+        .oneshot(prompt(2, 1_000, 0, 0))
+        .await
+        .unwrap_err();
+    assert_eq!(retry_after_ms(&refused), 10_000);
+    within_an_hour(service.oneshot(prompt(10, 1_000, 1_000, 0)))
+        .await
+        .unwrap();
+    assert_eq!(ms(&log), [(0, 0), (1, 0), (10, 0)]);
+    assert_eq!(tenants.available(&0), [8, 0]);
+    assert_eq!(tenants.available(&1), [9, 0]);
 }
 
 /// The `Retry-After` of a refusal, in milliseconds; panics if `err` is not a refusal.

@@ -129,6 +129,8 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiterBuilder<K, N, S> {
         let limits = self.limits.limits(origin)?;
         Ok(KeyedMultiRateLimiter {
             shared: Arc::new(KeyedShared::with_origin(limits, self.hasher, origin)),
+            #[cfg(feature = "http")]
+            names: Arc::new(self.limits.names),
         })
     }
 }
@@ -189,12 +191,17 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiterBuilder<K, N, S> {
 /// ```
 pub struct KeyedMultiRateLimiter<K, const N: usize, S = RandomState> {
     pub(crate) shared: Arc<Table<K, S, N>>,
+    /// The dimensions' names, in the order of a cost's amounts (what quota headers announce).
+    #[cfg(feature = "http")]
+    pub(crate) names: Arc<[String; N]>,
 }
 
 impl<K, const N: usize, S> Clone for KeyedMultiRateLimiter<K, N, S> {
     fn clone(&self) -> Self {
         KeyedMultiRateLimiter {
             shared: Arc::clone(&self.shared),
+            #[cfg(feature = "http")]
+            names: Arc::clone(&self.names),
         }
     }
 }
@@ -624,10 +631,10 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
 /// # }
 /// ```
 pub struct KeyedPermit<K, const N: usize, S = RandomState> {
-    handle: KeyOwned<K, S, Limits<N>>,
-    charged: [u64; N],
+    pub(super) handle: KeyOwned<K, S, Limits<N>>,
+    pub(super) charged: [u64; N],
     /// When the grant was made, in the limiter's time.
-    at: Nanos,
+    pub(super) at: Nanos,
 }
 
 impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedPermit<K, N, S> {

@@ -3,7 +3,7 @@
 
 use std::hash::{BuildHasher, Hash};
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{ready, Context, Poll, Waker};
 
 use pin_project_lite::pin_project;
 
@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use super::keyed::KeyedRateLimiter;
 use super::keyed_multi::KeyedMultiRateLimiter;
-use crate::core::Limits;
+#[cfg(feature = "tower")]
+use super::keyed_multi::KeyedPermit;
+use crate::core::{Limits, Nanos};
 use crate::engine::keyed::{KeyOwned, KeyRule, KeyedShared};
 use crate::engine::{Step, Waiter};
 
@@ -80,10 +82,27 @@ pub(crate) mod sealed {
             cost: Self::Cost,
         ) -> Poll<Result<(), crate::error::NotUntil>>;
 
+        /// What a granted request keeps to correct its charge from the response: `()` for a
+        /// limiter that cannot be corrected, a `KeyedPermit` for a `KeyedMultiRateLimiter`.
+        #[cfg(feature = "tower")]
+        type Grant;
+
+        /// The grant of `cost` through `permit`, just made by
+        /// [`poll_acquire`](Self::poll_acquire) or [`poll_try_acquire`](Self::poll_try_acquire).
+        #[cfg(feature = "tower")]
+        fn grant(permit: Pin<&mut Self::Permit>, cost: Self::Cost) -> Self::Grant;
+
         /// The key's limit as quota headers announce it, now; `None` for a quota that cannot
         /// say (one kept in Redis).
         #[cfg(feature = "http")]
         fn state(permit: Pin<&mut Self::Permit>) -> Option<crate::stats::LimitState>;
+
+        /// Every limit of the key, each with its dimension's name, now (for a limiter of
+        /// several limits per key); empty for the others.
+        #[cfg(feature = "http")]
+        fn states(_permit: Pin<&mut Self::Permit>) -> Vec<(String, crate::stats::LimitState)> {
+            Vec::new()
+        }
     }
 }
 
@@ -274,6 +293,13 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedSealed for KeyedRateLimiter<K, S
         })
     }
 
+    #[cfg(feature = "tower")]
+    type Grant = ();
+
+    #[cfg(feature = "tower")]
+    #[inline]
+    fn grant(_: Pin<&mut Self::Permit>, _: u64) {}
+
     #[cfg(feature = "http")]
     fn state(permit: Pin<&mut Self::Permit>) -> Option<crate::stats::LimitState> {
         Some(permit.waiter.handle().limit_state())
@@ -290,9 +316,14 @@ type MultiWaiter<K, const N: usize, S> = Waiter<KeyOwned<K, S, Limits<N>>>;
 /// cannot name a const generic (as for `MultiRateLimiterPermit`).
 pub struct KeyMultiWaiter<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> {
     shared: Arc<KeyedShared<K, S, Limits<N>>>,
+    /// The dimensions' names, for quota headers.
+    #[cfg(feature = "http")]
+    names: Arc<[String; N]>,
     key: K,
     hash: u64,
     waiter: Option<Pin<Box<MultiWaiter<K, N, S>>>>,
+    /// When the last grant through it was made, in the limiter's time (what a settle needs).
+    at: Nanos,
 }
 
 /// The waiter is pinned in its box; nothing else is pinned.
@@ -329,9 +360,12 @@ impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedSealed
     fn permit(&self, key: K, hash: u64) -> Self::Permit {
         KeyMultiWaiter {
             shared: Arc::clone(&self.shared),
+            #[cfg(feature = "http")]
+            names: Arc::clone(&self.names),
             key,
             hash,
             waiter: None,
+            at: Nanos::ZERO,
         }
     }
 
@@ -339,9 +373,12 @@ impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedSealed
         arrive(&self.shared, (key, hash), cost, waker, |waiter| {
             KeyMultiWaiter {
                 shared: Arc::clone(&self.shared),
+                #[cfg(feature = "http")]
+                names: Arc::clone(&self.names),
                 key: key.clone(),
                 hash,
                 waiter: Some(Box::pin(waiter)),
+                at: Nanos::ZERO,
             }
         })
     }
@@ -356,7 +393,10 @@ impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedSealed
             let handle = KeyOwned::hashed(Arc::clone(&me.shared), me.key.clone(), me.hash);
             Box::pin(Waiter::new(handle))
         });
-        poll_acquire(waiter.as_mut(), cx, cost)
+        // Without a timeout the limiter never refuses.
+        let at = ready!(waiter.as_mut().poll_acquire_at(cx, cost, None));
+        me.at = at.unwrap_or(Nanos::ZERO);
+        Poll::Ready(())
     }
 
     #[cfg(feature = "tower")]
@@ -367,13 +407,44 @@ impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedSealed
     ) -> Poll<Result<(), crate::error::NotUntil>> {
         let me = permit.get_mut();
         crate::engine::coop::poll_try_acquire(cx, || {
-            me.shared.try_acquire(me.hash, &me.key, cost).map(|_| ())
+            me.at = me.shared.try_acquire(me.hash, &me.key, cost)?;
+            Ok(())
         })
     }
 
-    /// Quota headers describe one limit: several cannot say.
+    /// The key's [`KeyedPermit`], to settle from the response.
+    #[cfg(feature = "tower")]
+    type Grant = KeyedPermit<K, N, S>;
+
+    #[cfg(feature = "tower")]
+    fn grant(permit: Pin<&mut Self::Permit>, cost: [u64; N]) -> KeyedPermit<K, N, S> {
+        let me = permit.get_mut();
+        KeyedPermit {
+            handle: KeyOwned::hashed(Arc::clone(&me.shared), me.key.clone(), me.hash),
+            charged: cost,
+            at: me.at,
+        }
+    }
+
+    /// Quota headers of one limit cannot say: the key's limits are announced by `states`.
     #[cfg(feature = "http")]
     fn state(_: Pin<&mut Self::Permit>) -> Option<crate::stats::LimitState> {
         None
+    }
+
+    /// Every limit of the key, as a [`MultiRateLimiter`](crate::MultiRateLimiter) announces
+    /// its own: the key's state, or its limits as new for a key with none.
+    #[cfg(feature = "http")]
+    fn states(permit: Pin<&mut Self::Permit>) -> Vec<(String, crate::stats::LimitState)> {
+        let me = permit.get_mut();
+        let mut out = Vec::new();
+        // Read through a correction that changes nothing (and wakes nobody): the table's one
+        // way to reach a key's rule, its state if it has one, else a fresh rule of its limits
+        // (own or the builder's), forgotten again at once.
+        me.shared.correct(me.hash, &me.key, |limits, now| {
+            out = super::multi::announced(limits, &me.names, now);
+            false
+        });
+        out
     }
 }

@@ -304,7 +304,7 @@ fn phase(origin: Origin, len: Nanos, base: Instant, now: Nanos) -> Nanos {
 #[derive(Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct MultiRateLimiterBuilder<const N: usize> {
-    names: [String; N],
+    pub(super) names: [String; N],
     limits: Vec<(String, Limit)>,
 }
 
@@ -820,6 +820,43 @@ impl<const N: usize> MultiRateLimiter<N> {
     }
 }
 
+/// Every limit of `limits` at `now`, in the order given, each with its dimension's name (of
+/// `names`): a bucket as a one-limit bucket is announced, a fixed window as its quota per its
+/// length, what is left of it, and the time until nothing of it is used; paused, nothing left
+/// until the pause ends. What a `MultiRateLimiter`, or one key of a `KeyedMultiRateLimiter`,
+/// announces.
+#[cfg(feature = "http")]
+pub(crate) fn announced<const N: usize>(
+    limits: &Limits<N>,
+    names: &[String; N],
+    now: Nanos,
+) -> Vec<(String, crate::stats::LimitState)> {
+    let paused = limits.paused_until().saturating_sub(now).to_duration();
+    let mut out = Vec::new();
+    let mut index = 0;
+    while let Some(tagged) = limits.limit(index) {
+        index += 1;
+        let mut state = match &tagged.rule {
+            Rule::Bucket(b) => crate::stats::LimitState::of(b, bucket_rate(b), now),
+            Rule::Window(w) => {
+                let (quota, len, reset) = w.announced(now);
+                crate::stats::LimitState {
+                    limit: quota,
+                    window: len.to_duration(),
+                    remaining: w.available(now),
+                    reset: reset.to_duration(),
+                }
+            }
+        };
+        if !paused.is_zero() {
+            state.remaining = 0;
+            state.reset = state.reset.max(paused);
+        }
+        out.push((names[tagged.dim].clone(), state));
+    }
+    out
+}
+
 /// A bucket's rate as a [`Rate`] (reduced, so equal to the rate it was given).
 fn bucket_rate(bucket: &Bucket) -> Rate {
     let (tokens, per_nanos) = bucket.rate_parts();
@@ -965,32 +1002,8 @@ impl<const N: usize> Draw for MultiRateLimiter<N> {
     /// it is used; paused, nothing left until the pause ends.
     #[cfg(feature = "http")]
     fn states(&self) -> Vec<(String, crate::stats::LimitState)> {
-        self.shared.read(|limits, now| {
-            let paused = limits.paused_until().saturating_sub(now).to_duration();
-            let mut out = Vec::new();
-            let mut index = 0;
-            while let Some(tagged) = limits.limit(index) {
-                index += 1;
-                let mut state = match &tagged.rule {
-                    Rule::Bucket(b) => crate::stats::LimitState::of(b, bucket_rate(b), now),
-                    Rule::Window(w) => {
-                        let (quota, len, reset) = w.announced(now);
-                        crate::stats::LimitState {
-                            limit: quota,
-                            window: len.to_duration(),
-                            remaining: w.available(now),
-                            reset: reset.to_duration(),
-                        }
-                    }
-                };
-                if !paused.is_zero() {
-                    state.remaining = 0;
-                    state.reset = state.reset.max(paused);
-                }
-                out.push((self.names[tagged.dim].clone(), state));
-            }
-            out
-        })
+        self.shared
+            .read(|limits, now| announced(limits, &self.names, now))
     }
 
     fn permit(&self) -> MultiRateLimiterPermit<N> {

@@ -196,6 +196,13 @@ where
         })
     }
 
+    #[cfg(feature = "tower")]
+    type Grant = ();
+
+    #[cfg(feature = "tower")]
+    #[inline]
+    fn grant(_: Pin<&mut RedisKeyPermit<K>>, _: u64) {}
+
     #[cfg(feature = "http")]
     fn state(_: Pin<&mut RedisKeyPermit<K>>) -> Option<crate::stats::LimitState> {
         None

@@ -67,6 +67,8 @@ pub use adaptive::classify_http;
 #[cfg(feature = "http")]
 pub use adaptive::{classify_http_limits, LimitsOutcome};
 pub use adaptive::{AdaptiveFuture, AdaptiveLayer, AdaptiveService, Feedback, Outcome};
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use dialects::{binding_request_limit, limits_from_headers};
 pub use error::{BoxError, RateLimited};
 #[cfg(feature = "http")]

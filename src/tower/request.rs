@@ -1,6 +1,7 @@
 //! What a request draws on ([`RequestLimiter`], [`ByKey`]) and what it costs ([`Cost`]).
 
 use std::fmt;
+use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -9,7 +10,7 @@ use pin_project_lite::pin_project;
 
 use crate::error::NotUntil;
 use crate::limiter::traits::sealed::Draw;
-use crate::limiter::{KeyedLimiter, KeyedRateLimiter, Limiter, Permit};
+use crate::limiter::{KeyedLimiter, KeyedPermit, KeyedRateLimiter, Limiter, Permit};
 
 pub(crate) mod sealed {
     use std::fmt;
@@ -253,7 +254,7 @@ where
 {
     type Cost = Q::Cost;
     type Permit = KeyPermit<Q>;
-    type Grant = ();
+    type Grant = Q::Grant;
 
     fn permit(&self, req: &Req) -> KeyPermit<Q> {
         let key = (self.key)(req);
@@ -280,11 +281,18 @@ where
     }
 
     #[inline]
-    fn grant(_: Pin<&mut KeyPermit<Q>>, _: Q::Cost) {}
+    fn grant(permit: Pin<&mut KeyPermit<Q>>, cost: Q::Cost) -> Q::Grant {
+        Q::grant(permit.project().permit, cost)
+    }
 
     #[cfg(feature = "http")]
     fn state(permit: Pin<&mut KeyPermit<Q>>) -> Option<crate::stats::LimitState> {
         Q::state(permit.project().permit)
+    }
+
+    #[cfg(feature = "http")]
+    fn states(permit: Pin<&mut KeyPermit<Q>>) -> Vec<(String, crate::stats::LimitState)> {
+        Q::states(permit.project().permit)
     }
 }
 
@@ -354,8 +362,10 @@ impl<Resp, G> Answered<Resp, G> for KeepCharge {
     fn answered(&self, _: G, _: &Resp) {}
 }
 
-/// Settles each request's [`Permit`] from its response: built by
-/// [`RateLimitLayer::settle`](super::RateLimitLayer::settle), which documents it.
+/// Settles each request's [`Permit`] (or, over a
+/// [`KeyedMultiRateLimiter`](crate::KeyedMultiRateLimiter), its [`KeyedPermit`]) from its
+/// response: built by [`RateLimitLayer::settle`](super::RateLimitLayer::settle), which
+/// documents it.
 ///
 /// # Examples
 ///
@@ -387,6 +397,17 @@ where
     F: Fn(&Resp) -> [u64; N],
 {
     fn answered(&self, grant: Permit<N>, response: &Resp) {
+        grant.settle((self.settle)(response));
+    }
+}
+
+impl<Resp, F, K, S, const N: usize> Answered<Resp, KeyedPermit<K, N, S>> for SettleFrom<F>
+where
+    F: Fn(&Resp) -> [u64; N],
+    K: Hash + Eq + Clone,
+    S: BuildHasher,
+{
+    fn answered(&self, grant: KeyedPermit<K, N, S>, response: &Resp) {
         grant.settle((self.settle)(response));
     }
 }

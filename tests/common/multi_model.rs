@@ -137,6 +137,15 @@ impl Rule {
         }
     }
 
+    /// What the limit holds at `t`: a bucket's whole tokens (none in debt), what is left of
+    /// a window's quota.
+    pub fn available(&self, t: u64) -> u64 {
+        match self {
+            Rule::Bucket(b) => u64::try_from(b.level(t).max(0)).unwrap() / b.per,
+            Rule::Window(w) => w.available(t),
+        }
+    }
+
     /// Whether `c` is above a bucket's burst (only to be had by waiting).
     pub fn is_above_burst(&self, c: u64) -> bool {
         matches!(self, Rule::Bucket(b) if c > b.burst)
@@ -198,6 +207,15 @@ impl Queue {
                 next.2 = g;
             }
         }
+    }
+
+    /// Per dimension, the least any limit holds at `t` (`u64::MAX` for a dimension with none).
+    pub fn available(&self, t: u64) -> [u64; 2] {
+        let mut out = [u64::MAX; 2];
+        for (dim, rule) in &self.limits {
+            out[*dim] = out[*dim].min(rule.available(t));
+        }
+        out
     }
 
     /// Whether nobody waits and every limit is as good as new at `t`.

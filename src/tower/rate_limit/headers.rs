@@ -33,7 +33,9 @@ use crate::tower::request::RequestLimiter;
 /// | `X-RateLimit-Reset` | the seconds until the bucket is full again, rounded up (a delay, not an epoch time) |
 ///
 /// A [`MultiRateLimiter`](crate::MultiRateLimiter) announces every limit, in the order its
-/// builder was given them: the draft's fields carry one policy per limit, named after the
+/// builder was given them, and a keyed layer over a
+/// [`KeyedMultiRateLimiter`](crate::KeyedMultiRateLimiter) every limit of the request's key
+/// (its own limits, or the builder's) the same way: the draft's fields carry one policy per limit, named after the
 /// limit's dimension and its window (`W` above, in words when it is a second, minute, hour or
 /// day: `"requests-minute"`, `"tokens-day"`, else `"tokens-90s"`; a name that repeats takes
 /// `-2`, `-3`, ... after it), with the quota unit `qu` set to the dimension's name for a
@@ -59,9 +61,9 @@ use crate::tower::request::RequestLimiter;
 ///
 /// The values are read from the quota right after the decision: under concurrent requests
 /// they may already count a request decided a moment later, so `remaining` is never more than
-/// there is and `reset` never early. Quotas that are not a plain token bucket nor a
-/// `MultiRateLimiter` (a warming-up limiter, a [`Stagger`](crate::Stagger), a Redis quota)
-/// announce nothing but `Retry-After`.
+/// there is and `reset` never early. Quotas that are not a plain token bucket, a
+/// `MultiRateLimiter` nor a `KeyedMultiRateLimiter` (a warming-up limiter, a
+/// [`Stagger`](crate::Stagger), a Redis quota) announce nothing but `Retry-After`.
 ///
 /// # Examples
 ///
@@ -107,6 +109,40 @@ use crate::tower::request::RequestLimiter;
 /// let limits = limits_from_headers(answer.headers(), std::time::SystemTime::now());
 /// assert_eq!((limits[1].name.as_str(), limits[1].dimension), ("tokens-minute", Dimension::Tokens));
 /// assert_eq!(limits[1].announced.remaining, 39_000);
+/// # }
+/// ```
+///
+/// One that holds each tenant to its own requests and tokens per minute announces the
+/// request's tenant's:
+///
+/// ```
+/// use std::convert::Infallible;
+/// use paced::tower::{QuotaHeaders, RateLimitLayer};
+/// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+/// use tower::{ServiceBuilder, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// type Prompt = (&'static str, u64); // (tenant, tokens)
+/// let tenants = KeyedMultiRateLimiter::builder(["requests", "tokens"])
+///     .limit("requests", Limit::bucket(Rate::per_minute(500), 500))
+///     .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
+///     .build()
+///     .unwrap();
+/// let api = ServiceBuilder::new()
+///     .layer(
+///         RateLimitLayer::keyed(&tenants, |p: &Prompt| p.0)
+///             .cost(|p: &Prompt| [1, p.1])
+///             .enforcing()
+///             .headers(QuotaHeaders::Draft),
+///     )
+///     .service_fn(|_: Prompt| async { Ok::<_, Infallible>(http::Response::new(())) });
+/// api.clone().oneshot(("acme", 1_000)).await.unwrap();
+/// let answer = api.oneshot(("globex", 2_000)).await.unwrap();
+/// assert_eq!(
+///     answer.headers()["ratelimit"],
+///     r#""requests-minute";r=499;t=1, "tokens-minute";r=38000;t=3"#
+/// );
 /// # }
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

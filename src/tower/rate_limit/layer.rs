@@ -1,12 +1,13 @@
 //! [`RateLimitLayer`]: wraps a service in a [`RateLimit`] over a shared limiter.
 
 use std::fmt;
+use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 
 use tower_layer::Layer;
 
 use super::service::RateLimit;
-use crate::limiter::{KeyedLimiter, Limiter, MultiRateLimiter};
+use crate::limiter::{KeyedLimiter, KeyedMultiRateLimiter, Limiter, MultiRateLimiter};
 use crate::mode::{Enforcing, Shaping};
 use crate::tower::request::{ByKey, KeepCharge, OnePerRequest, SettleFrom};
 
@@ -20,9 +21,10 @@ use crate::tower::request::{ByKey, KeepCharge, OnePerRequest, SettleFrom};
 ///   [`KeyedRateLimiter`](crate::KeyedRateLimiter) or a `RedisKeyedRateLimiter` (any
 ///   [`KeyedLimiter`]), the key computed from the request.
 /// - [`cost(|req| ..)`](RateLimitLayer::cost) sets what a request costs (default 1; one
-///   amount per dimension, `[u64; N]`, over a [`MultiRateLimiter`]), and, over a
-///   [`MultiRateLimiter`], [`settle(|response| ..)`](RateLimitLayer::settle) corrects the
-///   charge from the response.
+///   amount per dimension, `[u64; N]`, over a [`MultiRateLimiter`] or a
+///   [`KeyedMultiRateLimiter`]), and, over either of those,
+///   [`settle(|response| ..)`](RateLimitLayer::settle) corrects the charge from the response
+///   (on the request's key, for the keyed one).
 /// - Shaping by default: a request waits for its tokens, FIFO with every other user of the
 ///   limiter (in the order the response futures are first polled), then is passed on.
 ///   [`enforcing()`](RateLimitLayer::enforcing) refuses a request that does not conform at
@@ -94,14 +96,18 @@ impl<F, Q: KeyedLimiter> RateLimitLayer<ByKey<Q::Key, F, Q::Hasher, Q>> {
     /// request draws on (a client's IP address or API key, a tenant, a destination host).
     /// Requests of different keys never wait for each other.
     ///
-    /// `limiter` is any [`KeyedLimiter`]: a [`KeyedRateLimiter`](crate::KeyedRateLimiter) or,
+    /// `limiter` is any [`KeyedLimiter`]: a [`KeyedRateLimiter`](crate::KeyedRateLimiter), a
+    /// [`KeyedMultiRateLimiter`] (several limits per key, a cost of `[u64; N]`, settled from
+    /// the response with [`settle`](RateLimitLayer::settle)) or,
     /// with the `redis` feature, a `RedisKeyedRateLimiter` whose per-key limiters a whole fleet
     /// of servers shares. Over Redis, a shaping request waits by the Redis limiter's own
     /// `acquire` (leases, retries and failure policy included), and an enforcing one is
     /// decided by its `try_acquire` (one round trip; a refusal writes nothing): refused with
     /// its [`NotUntil`](crate::NotUntil), or, on a Redis reply error for the key (counted and
     /// logged by the limiter), with a `retry_after` of 1 s. An announcing layer
-    /// ([`headers`](RateLimitLayer::headers)) sends only `Retry-After` for a Redis limiter.
+    /// ([`headers`](RateLimitLayer::headers)) announces the request's key's bucket, or, over a
+    /// [`KeyedMultiRateLimiter`], every limit of the key; it sends only `Retry-After` for a
+    /// Redis limiter.
     ///
     /// # Examples
     ///
@@ -286,6 +292,114 @@ impl<const N: usize, C, M: sealed::Settles> RateLimitLayer<MultiRateLimiter<N>, 
     ) -> RateLimitLayer<MultiRateLimiter<N>, C, M, SettleFrom<F>>
     where
         F: Fn(&Resp) -> [u64; N] + Clone,
+    {
+        RateLimitLayer {
+            limiter: self.limiter,
+            cost: self.cost,
+            mode: self.mode,
+            answered: SettleFrom { settle },
+        }
+    }
+}
+
+/// A keyed multi-limit quota with its key function, as [`RateLimitLayer::keyed`] makes it.
+type KeyedMulti<K, F, S, const N: usize> = ByKey<K, F, S, KeyedMultiRateLimiter<K, N, S>>;
+
+impl<K, F, S, const N: usize, C, M> RateLimitLayer<KeyedMulti<K, F, S, N>, C, M>
+where
+    K: Hash + Eq + Clone,
+    S: BuildHasher,
+    M: sealed::Settles,
+{
+    /// Settles each request's charge on its key from its response, as
+    /// [`settle`](RateLimitLayer::settle) does over a [`MultiRateLimiter`]: once the inner
+    /// service answers `Ok(response)`, the request's [`KeyedPermit`](crate::KeyedPermit) is
+    /// settled with `settle(&response)`, on the key the request was charged to (a tenant's
+    /// requests and tokens per minute, corrected from the usage its answer reports). A smaller
+    /// amount gives the difference back to that key at once (the key's waiters it admits go
+    /// at that instant), a larger one is charged to that key as debt; other keys are
+    /// untouched. An `Err` from the inner service, or a response future dropped before the
+    /// answer, keeps the charge.
+    ///
+    /// For a keyed layer over a [`KeyedMultiRateLimiter`], shaping or enforcing. As over a
+    /// [`MultiRateLimiter`], an announcing layer ([`headers`](RateLimitLayer::headers)) does
+    /// not settle, and the two do not combine (neither order compiles).
+    ///
+    /// ```compile_fail
+    /// use paced::tower::{QuotaHeaders, RateLimitLayer};
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    ///
+    /// let quota = KeyedMultiRateLimiter::<u32, 1>::builder(["requests"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
+    ///     .build()
+    ///     .unwrap();
+    /// let _ = RateLimitLayer::keyed(&quota, |req: &http::Request<()>| 0)
+    ///     .enforcing()
+    ///     .settle(|_: &http::Response<()>| [1])
+    ///     .headers(QuotaHeaders::Draft); // a settling layer does not announce
+    /// ```
+    ///
+    /// ```compile_fail
+    /// use paced::tower::{QuotaHeaders, RateLimitLayer};
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    ///
+    /// let quota = KeyedMultiRateLimiter::<u32, 1>::builder(["requests"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
+    ///     .build()
+    ///     .unwrap();
+    /// let _ = RateLimitLayer::keyed(&quota, |req: &http::Request<()>| 0)
+    ///     .enforcing()
+    ///     .headers(QuotaHeaders::Draft)
+    ///     .settle(|_: &http::Response<()>| [1]); // an announcing layer does not settle
+    /// ```
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use paced::tower::RateLimitLayer;
+    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use tower::{ServiceBuilder, ServiceExt};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// struct Prompt {
+    ///     tenant: &'static str,
+    ///     max_tokens: u64,
+    /// }
+    /// struct Answer {
+    ///     tokens_used: u64,
+    /// }
+    /// // Each tenant: 10 requests and 100 tokens per second, bursts of 10 and 1,000.
+    /// let tenants = KeyedMultiRateLimiter::builder(["requests", "tokens"])
+    ///     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+    ///     .limit("tokens", Limit::bucket(Rate::per_second(100), 1_000))
+    ///     .build()
+    ///     .unwrap();
+    /// let complete = ServiceBuilder::new()
+    ///     .layer(
+    ///         RateLimitLayer::keyed(&tenants, |p: &Prompt| p.tenant)
+    ///             .cost(|p: &Prompt| [1, p.max_tokens]) // a generous estimate
+    ///             .settle(|answer: &Answer| [1, answer.tokens_used]),
+    ///     )
+    ///     .service_fn(|_: Prompt| async { Ok::<_, Infallible>(Answer { tokens_used: 200 }) });
+    /// let start = Instant::now();
+    /// let prompt = |tenant| Prompt { tenant, max_tokens: 1_000 };
+    /// complete.clone().oneshot(prompt("acme")).await.unwrap();
+    /// assert_eq!(tenants.available(&"acme"), [9, 800]); // 800 of the 1,000 came back
+    /// assert_eq!(tenants.available(&"globex"), [10, 1_000]); // another tenant, untouched
+    /// complete.oneshot(prompt("acme")).await.unwrap(); // waits 2 s for the 200 it lacks
+    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
+    /// # }
+    /// ```
+    pub fn settle<Resp, G>(
+        self,
+        settle: G,
+    ) -> RateLimitLayer<KeyedMulti<K, F, S, N>, C, M, SettleFrom<G>>
+    where
+        G: Fn(&Resp) -> [u64; N] + Clone,
     {
         RateLimitLayer {
             limiter: self.limiter,
