@@ -225,7 +225,7 @@
 //! With the cargo feature `hires-timer` (Linux), the part of the wait below a tick sleeps on a
 //! `timerfd` (the kernel's high-resolution timer, read through tokio's `AsyncFd`) instead of
 //! yielding, and only the last stretch, as long as the timerfd's recent wake-ups were late (at
-//! most 15 µs), is spent yielding: `throttle(10,000/s, burst 1).precise()` then costs about
+//! most 30 µs), is spent yielding: `throttle(10,000/s, burst 1).precise()` then costs about
 //! what governor's timer thread costs per item instead of a core (figures in BENCHMARKS.md).
 //! Each adapter opens one timerfd on its first wait below a tick and closes it when dropped, so
 //! idle adapters hold none; the runtime needs its IO driver (`enable_all`, as `#[tokio::main]`
@@ -1322,7 +1322,7 @@
 //!   [the operators](#the-operators-in-depth): within 1 % of 10,000/s at burst 1, for most of
 //!   a core, as governor's timer thread costs. Without it nothing spins. With the feature
 //!   `hires-timer` (Linux) the wait sleeps on a timerfd and the core is free, but a wake-up
-//!   late by more than its last 15 µs of yielding is lost at burst 1, as on any timer.
+//!   late by more than its last 30 µs of yielding is lost at burst 1, as on any timer.
 //! - **Clock reads.** An item that need not wait costs one clock read (an exact schedule needs
 //!   its emission time); one that waits costs two or three more around its timer.
 //!   `min_interval(0)`, `staggered_start(_, 0)` and `batched_interval(_, 0)` read none, and

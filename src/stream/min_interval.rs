@@ -68,7 +68,7 @@ impl<S: Stream> MinInterval<S> {
     ///
     /// With the feature `hires-timer` on Linux, the part of the wait below a tick sleeps on a
     /// `timerfd` instead, and only its last few microseconds (as late as the timerfd's recent
-    /// wake-ups were, at most 15 µs) are spent yielding: sub-millisecond pacing without a busy
+    /// wake-ups were, at most 30 µs) are spent yielding: sub-millisecond pacing without a busy
     /// core. The adapter opens its timerfd on its first wait below a tick and closes it when
     /// dropped; the runtime needs its IO driver (`enable_all`, `#[tokio::main]`). Under paused
     /// time, or when no timerfd can be had, it waits as described above.
