@@ -228,8 +228,8 @@
 //! most 30 µs), is spent yielding: `throttle(10,000/s, burst 1).precise()` then costs about
 //! what governor's timer thread costs per item instead of a core (figures in BENCHMARKS.md).
 //! Each adapter opens one timerfd on its first wait below a tick and closes it when dropped, so
-//! idle adapters hold none; the runtime needs its IO driver (`enable_all`, as `#[tokio::main]`
-//! and `#[tokio::test]` have). An item never leaves early: the timerfd only wakes the task,
+//! idle adapters hold none; it uses the runtime's IO driver (`enable_all`, as `#[tokio::main]`
+//! and `#[tokio::test]` have; on a runtime without one it yields, as without the feature). An item never leaves early: the timerfd only wakes the task,
 //! and a read of tokio's clock lets the item go. Under paused time the feature changes nothing
 //! (the timerfd counts real time, which a paused test does not move), and when no timerfd can
 //! be had (no descriptor left) the wait yields as without it.

@@ -70,8 +70,9 @@ impl<S: Stream> MinInterval<S> {
     /// `timerfd` instead, and only its last few microseconds (as late as the timerfd's recent
     /// wake-ups were, at most 30 µs) are spent yielding: sub-millisecond pacing without a busy
     /// core. The adapter opens its timerfd on its first wait below a tick and closes it when
-    /// dropped; the runtime needs its IO driver (`enable_all`, `#[tokio::main]`). Under paused
-    /// time, or when no timerfd can be had, it waits as described above.
+    /// dropped; it uses the runtime's IO driver (`enable_all`, `#[tokio::main]`). Under paused
+    /// time, on a runtime without an IO driver, or when no timerfd can be had, it waits as
+    /// described above.
     ///
     /// # Examples
     ///

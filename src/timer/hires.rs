@@ -7,6 +7,8 @@
 
 use std::io;
 use std::os::fd::OwnedFd;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -211,8 +213,21 @@ pub(crate) fn clock_runs() -> bool {
     false
 }
 
+/// Set once a runtime without an IO driver was met: no timerfd is tried again in this process.
+static NO_IO_DRIVER: AtomicBool = AtomicBool::new(false);
+
 /// A non-blocking CLOCK_MONOTONIC timerfd registered for readability with the IO driver.
+///
+/// On a runtime built without its IO driver (`Builder::enable_time` alone), tokio's `AsyncFd`
+/// panics instead of answering an error, and tokio has no way to ask first. The feature may
+/// have been turned on by another crate of the build (features unify), so that panic is
+/// caught and answered as an error: the wait then yields, as without the feature, and so does
+/// every later one in this process (the panic's message is printed once, by the panic hook).
+/// With `panic = "abort"` it cannot be caught; the feature's documentation says so.
 fn open() -> io::Result<AsyncFd<OwnedFd>> {
+    if NO_IO_DRIVER.load(Ordering::Relaxed) {
+        return Err(io::Error::other("the runtime has no IO driver"));
+    }
     let fd = timerfd_create(
         TimerfdClockId::Monotonic,
         TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
@@ -221,7 +236,13 @@ fn open() -> io::Result<AsyncFd<OwnedFd>> {
     // `OwnedFd` stays open and the same for as long as the `AsyncFd` holds it, which is what
     // the deprecation is about.
     #[allow(deprecated)]
-    AsyncFd::with_interest(fd, Interest::READABLE)
+    let registered = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        AsyncFd::with_interest(fd, Interest::READABLE)
+    }));
+    registered.unwrap_or_else(|_| {
+        NO_IO_DRIVER.store(true, Ordering::Relaxed);
+        Err(io::Error::other("the runtime has no IO driver"))
+    })
 }
 
 /// Arms `fd` to expire once, `after` from now (`Duration::ZERO` disarms it).
