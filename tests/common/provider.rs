@@ -425,10 +425,10 @@ pub fn check_windows(
     check_windows_allowing(run, from, to, limit, goodput, refused, 0)
 }
 
-/// [`check_windows`], where a window may also hold up to `episode` refusals whatever their
-/// share: one overload refuses every call in flight at once, so a probe that crosses the limit
-/// costs up to that many, and at a few calls per second one such probe per 10 s window is
-/// above any small share (2 of 25 calls at 2.5/s is 8 %).
+/// [`check_windows`], where a window may also hold up to `floor` refusals whatever their
+/// share: at a few calls per second each of the law's probes above the limit costs a call, and
+/// one or two of them in a 10 s window are above any small share (2 of 25 calls at 2.5/s is
+/// 8 %).
 #[allow(clippy::too_many_arguments)]
 pub fn check_windows_allowing(
     run: &Run,
@@ -437,14 +437,14 @@ pub fn check_windows_allowing(
     limit: f64,
     goodput: f64,
     refused: f64,
-    episode: u64,
+    floor: u64,
 ) -> Result<(), String> {
     let to = to.min(run.ok.len() - 1);
     for t in from..=to.saturating_sub(10) {
         let (ok, no) = window(run, t, t + 10);
         let got = ok as f64 / 10.0;
         let share = no as f64 / (ok + no).max(1) as f64;
-        if got < goodput * limit || (share > refused && no > episode) {
+        if got < goodput * limit || (share > refused && no > floor) {
             return Err(format!(
                 "window [{t} s, {} s): goodput {got:.2}/s (need {:.2}), refused {:.1} % \
                  (at most {:.1} %); rates {:?}",
