@@ -289,7 +289,8 @@ pub(crate) fn write_all(
         }
     }
     if matches!(which, QuotaHeaders::XRateLimit | QuotaHeaders::Both) {
-        // The limit that refuses first: the fewest left, then the longest to reset.
+        // The trio carries one limit: the one with the fewest left (counted in its own units, so
+        // across dimensions not always the one that refuses first), then the longest to reset.
         if let Some((_, binding)) = states
             .iter()
             .min_by_key(|(_, s)| (s.remaining, std::cmp::Reverse(s.reset)))
