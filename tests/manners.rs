@@ -226,6 +226,49 @@ fn adapters_are_send_sync_debug_when_their_parts_are() {
     assert!(format!("{s:?}").starts_with("StaggeredStart"));
 }
 
+#[test]
+fn idle_adapters_stay_small() {
+    use std::mem::{align_of, size_of};
+    // Thousands of idle streams should cost what tokio-stream's `throttle` costs: a task that
+    // holds one and waits fits tokio's 256-byte allocation step when the adapter takes at most
+    // 136 bytes beside tokio's `Sleep` over an 8-byte stream (8 more for `hires-timer`'s
+    // timerfd handle), and is 8-byte aligned (an adapter aligned to 16 would be padded to a
+    // multiple of 16 and its task moved to the 384-byte step; see BENCHMARKS.md, memory).
+    let room = size_of::<tokio::time::Sleep>()
+        + 136
+        + if cfg!(all(feature = "hires-timer", target_os = "linux")) {
+            8
+        } else {
+            0
+        };
+    let sizes = [
+        (
+            "min_interval",
+            size_of::<MinInterval<Src>>(),
+            align_of::<MinInterval<Src>>(),
+        ),
+        (
+            "throttle",
+            size_of::<Throttle<Src, fn(&u32) -> u64, Shaping>>() - size_of::<fn(&u32) -> u64>(),
+            align_of::<Throttle<Src, fn(&u32) -> u64, Shaping>>(),
+        ),
+        (
+            "staggered_start",
+            size_of::<StaggeredStart<Src>>(),
+            align_of::<StaggeredStart<Src>>(),
+        ),
+        (
+            "batched_interval",
+            size_of::<BatchedInterval<Src>>(),
+            align_of::<BatchedInterval<Src>>(),
+        ),
+    ];
+    for (name, size, align) in sizes {
+        assert!(size <= room, "{name}: {size} bytes, more than {room}");
+        assert_eq!(align, 8, "{name}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_thread_runtime_with_a_channel_source() {
     // Real time here: a multi-thread runtime cannot be paused. Bounds only, no exact times.
