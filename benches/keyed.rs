@@ -28,10 +28,11 @@
 //! - `clock`: one `tokio::time::Instant::now()` (inside a runtime, as paced reads it) and one
 //!   `quanta::Clock::now()` (governor's clock): the floor under each side, to subtract.
 //! - `keyed_contended`: `TASKS` tasks on a 2-worker multi-thread runtime, each awaiting
-//!   `PER_TASK` acquisitions of cost 1 over `CONTENDED_KEYS` keys (task `t` asks key
-//!   `(t * PER_TASK + i) % CONTENDED_KEYS`), with the slow quota, which never binds: paced's
-//!   `KeyedRateLimiter::acquire` beside governor's `until_key_ready`. Reported as acquisitions
-//!   per second of wall time. An acquisition not granted at its first poll is counted and the
+//!   `PER_TASK` acquisitions of cost 1 over `CONTENDED_KEYS` keys (`.../1000_keys`: task `t`
+//!   asks key `(t * PER_TASK + i) % CONTENDED_KEYS`, so every task walks the same keys in
+//!   step; `.../1000_keys_spread`: each task its own fixed pseudo-random keys), with the slow
+//!   quota, which never binds: paced's `KeyedRateLimiter::acquire` beside governor's
+//!   `until_key_ready`. Reported as acquisitions per second of wall time. An acquisition not granted at its first poll is counted and the
 //!   count printed after each row: for paced, tokio's cooperative budget (one `Pending` per 128
 //!   grants of a task, 0.75 % of them here), checked not to be a wait on a key (paced's stats
 //!   record none); governor does not yield. It no longer fails the run.
@@ -258,6 +259,40 @@ fn two_workers() -> Runtime {
         .expect("multi-thread runtime")
 }
 
+/// Which key a contended task asks for its `i`-th acquisition.
+#[derive(Clone, Copy)]
+enum Keys {
+    /// Task `t` asks `(t * PER_TASK + i) % CONTENDED_KEYS`: since `PER_TASK` is a multiple of
+    /// `CONTENDED_KEYS`, every task walks the same keys in the same order, so the tasks of
+    /// both workers start on one key and stay near each other: the worst case for any
+    /// table (kept as the first row, for comparison with earlier runs).
+    Lockstep,
+    /// Each task asks keys from its own fixed pseudo-random sequence (a 64-bit mix of `t` and
+    /// `i`), the same for both limiters: tasks serving unrelated tenants.
+    Spread,
+}
+
+impl Keys {
+    fn key(self, t: u64, i: u64) -> u64 {
+        match self {
+            Keys::Lockstep => (t * PER_TASK + i) % CONTENDED_KEYS,
+            Keys::Spread => {
+                let mut x = (t << 32 | i).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                x ^= x >> 29;
+                x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                (x >> 32) % CONTENDED_KEYS
+            }
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Keys::Lockstep => "",
+            Keys::Spread => "_spread",
+        }
+    }
+}
+
 /// Runs `TASKS` tasks of `PER_TASK` acquisitions each through `acquire(key)`, released
 /// together; returns the wall time from their release to the last one's end, and adds to
 /// `waited` the acquisitions that were not granted at their first poll. The quota never binds,
@@ -268,6 +303,7 @@ fn two_workers() -> Runtime {
 fn run_contended<L, F, A>(
     rt: &Runtime,
     limiter: &Arc<L>,
+    keys: Keys,
     waited: &AtomicU64,
     acquire: A,
 ) -> Duration
@@ -286,7 +322,7 @@ where
                 tokio::spawn(async move {
                     barrier.wait().await;
                     for i in 0..PER_TASK {
-                        let key = (t * PER_TASK + i) % CONTENDED_KEYS;
+                        let key = keys.key(t, i);
                         let mut fut = pin!(acquire(limiter.clone(), key));
                         let ready = std::future::poll_fn(|cx| {
                             Poll::Ready(fut.as_mut().poll(cx).is_ready())
@@ -331,57 +367,64 @@ fn contended(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed_contended");
     group.throughput(Throughput::Elements(TASKS * PER_TASK));
     group.sample_size(20);
-    let (rate, burst) = Refill::Slow.paced();
-    let paced = Arc::new(rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) }));
-    let (waited, runs) = (AtomicU64::new(0), AtomicU64::new(0));
-    let name = format!("paced/acquire/{CONTENDED_KEYS}_keys");
-    group.bench_function(&name, |b| {
-        b.iter_custom(|iters| {
-            runs.fetch_add(iters, Ordering::Relaxed);
-            (0..iters)
-                .map(|_| {
-                    run_contended(
-                        &rt,
-                        &paced,
-                        &waited,
-                        |l: Arc<KeyedRateLimiter<u64>>, key| async move {
-                            l.acquire(&key, 1).await;
-                        },
-                    )
-                })
-                .sum()
+    for keys in [Keys::Lockstep, Keys::Spread] {
+        let (rate, burst) = Refill::Slow.paced();
+        let paced = Arc::new(rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) }));
+        let (waited, runs) = (AtomicU64::new(0), AtomicU64::new(0));
+        let name = format!("paced/acquire/{CONTENDED_KEYS}_keys{}", keys.name());
+        group.bench_function(&name, |b| {
+            b.iter_custom(|iters| {
+                runs.fetch_add(iters, Ordering::Relaxed);
+                (0..iters)
+                    .map(|_| {
+                        run_contended(
+                            &rt,
+                            &paced,
+                            keys,
+                            &waited,
+                            |l: Arc<KeyedRateLimiter<u64>>, key| async move {
+                                l.acquire(&key, 1).await;
+                            },
+                        )
+                    })
+                    .sum()
+            });
         });
-    });
-    report_waits(&name, &waited, &runs);
-    // The quota itself never binds: nothing is refused and nothing ever waited on a key (a
-    // first poll answered `Pending` is tokio's cooperative budget, spent every 128 grants).
-    let stats = paced.stats();
-    assert_eq!(
-        (stats.rejected, stats.waiting, stats.total_wait),
-        (0, 0, Duration::ZERO),
-        "keyed_contended: an acquisition waited on its key"
-    );
-    let governor = Arc::new(governor::RateLimiter::keyed(Refill::Slow.governor()));
-    let (waited, runs) = (AtomicU64::new(0), AtomicU64::new(0));
-    let name = format!("governor/until_key_ready/{CONTENDED_KEYS}_keys");
-    group.bench_function(&name, |b| {
-        b.iter_custom(|iters| {
-            runs.fetch_add(iters, Ordering::Relaxed);
-            (0..iters)
-                .map(|_| {
-                    run_contended(
-                        &rt,
-                        &governor,
-                        &waited,
-                        |l: Arc<governor::DefaultKeyedRateLimiter<u64>>, key| async move {
-                            l.until_key_ready(&key).await;
-                        },
-                    )
-                })
-                .sum()
+        report_waits(&name, &waited, &runs);
+        // The quota itself never binds: nothing is refused and nothing ever waited on a key (a
+        // first poll answered `Pending` is tokio's cooperative budget, spent every 128 grants).
+        let stats = paced.stats();
+        assert_eq!(
+            (stats.rejected, stats.waiting, stats.total_wait),
+            (0, 0, Duration::ZERO),
+            "keyed_contended: an acquisition waited on its key"
+        );
+        let governor = Arc::new(governor::RateLimiter::keyed(Refill::Slow.governor()));
+        let (waited, runs) = (AtomicU64::new(0), AtomicU64::new(0));
+        let name = format!(
+            "governor/until_key_ready/{CONTENDED_KEYS}_keys{}",
+            keys.name()
+        );
+        group.bench_function(&name, |b| {
+            b.iter_custom(|iters| {
+                runs.fetch_add(iters, Ordering::Relaxed);
+                (0..iters)
+                    .map(|_| {
+                        run_contended(
+                            &rt,
+                            &governor,
+                            keys,
+                            &waited,
+                            |l: Arc<governor::DefaultKeyedRateLimiter<u64>>, key| async move {
+                                l.until_key_ready(&key).await;
+                            },
+                        )
+                    })
+                    .sum()
+            });
         });
-    });
-    report_waits(&name, &waited, &runs);
+        report_waits(&name, &waited, &runs);
+    }
     group.finish();
 }
 
