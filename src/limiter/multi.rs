@@ -15,6 +15,7 @@ use crate::engine::waiter::Handle;
 use crate::engine::{coop, Shared, Waiter};
 use crate::error::{ConfigError, NotUntil};
 use crate::limiter::traits::sealed::Draw;
+use crate::limiter::traits::Limiter;
 use crate::rate::Rate;
 use crate::stats::Stats;
 
@@ -987,6 +988,8 @@ pub struct MultiRateLimiterPermit<const N: usize> {
 type MultiWaiter<const N: usize> = Waiter<Arc<Shared<Limits<N>>>>;
 
 /// A cost is one amount per dimension; a grant is a [`Permit`], to settle.
+impl<const N: usize> Limiter for MultiRateLimiter<N> {}
+
 impl<const N: usize> Draw for MultiRateLimiter<N> {
     type Cost = [u64; N];
     type Permit = MultiRateLimiterPermit<N>;

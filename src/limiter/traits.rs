@@ -7,7 +7,6 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use super::multi::MultiRateLimiter;
 use super::rate_limiter::{Limit, RateLimiter};
 use super::stagger::Stagger;
 use crate::core::Window;
@@ -149,11 +148,11 @@ pub(crate) mod sealed {
 use sealed::{Draw, Sealed};
 
 /// A limiter shared by handle that streams, sinks and tower layers can draw on:
-/// [`RateLimiter`], [`Stagger`], [`MultiRateLimiter`] and, with the `redis` feature,
+/// [`RateLimiter`], [`Stagger`], [`MultiRateLimiter`](crate::MultiRateLimiter) and, with the `redis` feature,
 /// `RedisRateLimiter`.
 ///
 /// Each says what a request costs, its `Cost`: one number (`u64`) for the limiters of one
-/// limit, one amount per dimension (`[u64; N]`) for a [`MultiRateLimiter<N>`], so the same
+/// limit, one amount per dimension (`[u64; N]`) for a [`MultiRateLimiter<N>`](crate::MultiRateLimiter), so the same
 /// `throttle_with` takes `|_| 1` for one and `|req| [1, req.tokens]` for the other. Code generic
 /// over a limiter of one number says so: `Q: Limiter<Cost = u64>`.
 ///
@@ -193,7 +192,6 @@ pub trait Limiter: Draw + Clone + Send + Sync + 'static {}
 
 impl Limiter for RateLimiter {}
 impl Limiter for Stagger {}
-impl<const N: usize> Limiter for MultiRateLimiter<N> {}
 
 /// The former name of [`Limiter`]: every limiter is one.
 ///

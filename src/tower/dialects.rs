@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::HeaderMap;
 
-use super::headers::{
+use super::values::{
     leading_u64, non_negative, param, sf_items, split_outside_quotes, EPOCH_THRESHOLD_SECS,
     MAX_DELAY,
 };

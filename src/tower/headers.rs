@@ -12,14 +12,8 @@ use std::time::{Duration, SystemTime};
 use http::header::{HeaderMap, HeaderName, RETRY_AFTER};
 
 use super::dialects::{binding_request_limit, limits_from_headers};
+use super::values::MAX_DELAY;
 use crate::limiter::Announced;
-
-/// The longest delay the parsers return: a longer `Retry-After` or reset reads as a year.
-pub const MAX_DELAY: Duration = Duration::from_secs(365 * 86_400);
-
-/// An `X-RateLimit-Reset` above this many seconds is an epoch time (Unix seconds), not a delta:
-/// 10⁹ s is 2001 as a date, and 31 years as a delta.
-pub const EPOCH_THRESHOLD_SECS: f64 = 1e9;
 
 /// `Retry-After` (RFC 9110): delta-seconds (`120`) or an HTTP-date
 /// (`Wed, 21 Oct 2026 07:28:00 GMT`, parsed with `httpdate`; a date in the past is a zero
@@ -71,7 +65,7 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 ///   `-Reset`.
 /// - Without those, the de facto headers: `X-RateLimit-Remaining` with `X-RateLimit-Reset-After`
 ///   (Discord: seconds, fractions allowed) or `X-RateLimit-Reset`: delta seconds, or, above
-///   [`EPOCH_THRESHOLD_SECS`] (10⁹), Unix epoch seconds (GitHub, Discord), read against the
+///   [`EPOCH_THRESHOLD_SECS`](super::EPOCH_THRESHOLD_SECS) (10⁹), Unix epoch seconds (GitHub, Discord), read against the
 ///   system clock (a time in the past is a zero reset). `X-RateLimit-Limit` (its leading
 ///   integer: `100, 100;w=60` reads 100) is the `limit`, with no window.
 ///
@@ -116,92 +110,6 @@ pub fn quota_from_headers(headers: &HeaderMap) -> Option<Announced> {
 /// The header's value, trimmed, if present once or more (the first) and visible ASCII.
 fn header_str<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
     Some(headers.get(name)?.to_str().ok()?.trim())
-}
-
-/// A non-negative number of seconds (`30`, `1.5`); infinite if it overflows.
-pub(super) fn non_negative(value: &str) -> Option<f64> {
-    let value = value.trim();
-    // `f64::from_str` also takes `inf`, `NaN` and exponents: digits and one dot only.
-    if value.is_empty()
-        || !value.bytes().all(|b| b.is_ascii_digit() || b == b'.')
-        || value.bytes().filter(|&b| b == b'.').count() > 1
-    {
-        return None;
-    }
-    value.parse::<f64>().ok()
-}
-
-/// The integer a value starts with (`100` in `100, 100;w=60`), if it starts with digits.
-pub(super) fn leading_u64(value: &str) -> Option<u64> {
-    let value = value.trim();
-    let end = value
-        .bytes()
-        .position(|b| !b.is_ascii_digit())
-        .unwrap_or(value.len());
-    if end == 0 {
-        return None;
-    }
-    value[..end].parse().ok()
-}
-
-/// The items of a structured-field list (`"a";q=1;w=2, "b";q=3`): each item's name (a quoted
-/// string or a token, as written) and its parameters as `(key, value)` pairs. Splitting on `,`
-/// and `;` outside quotes is all the parsing the four integer parameters need.
-pub(super) fn sf_items(value: &str) -> impl Iterator<Item = (&str, Vec<(&str, &str)>)> {
-    split_outside_quotes(value, b',').map(|item| {
-        let mut members = split_outside_quotes(item, b';');
-        let name = members.next().unwrap_or("").trim().trim_matches('"');
-        let params = members
-            .filter_map(|m| {
-                let (k, v) = m.split_once('=')?;
-                Some((k.trim(), v.trim()))
-            })
-            .collect();
-        (name, params)
-    })
-}
-
-/// A structured-field integer parameter: digits only (no sign), at most 15 of them (the
-/// format's limit).
-pub(super) fn param(params: &[(&str, &str)], key: &str) -> Option<u64> {
-    let (_, v) = params.iter().find(|(k, _)| *k == key)?;
-    if v.is_empty() || v.len() > 15 || !v.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    v.parse().ok()
-}
-
-/// `value` split on `sep`, except inside double quotes (with `\` escapes).
-pub(super) fn split_outside_quotes(value: &str, sep: u8) -> impl Iterator<Item = &str> {
-    let bytes = value.as_bytes();
-    let mut start = 0;
-    let mut pos = 0;
-    let mut quoted = false;
-    let mut escaped = false;
-    let mut done = false;
-    std::iter::from_fn(move || {
-        if done {
-            return None;
-        }
-        while pos < bytes.len() {
-            let b = bytes[pos];
-            pos += 1;
-            if escaped {
-                escaped = false;
-            } else if quoted && b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                quoted = !quoted;
-            } else if b == sep && !quoted {
-                // `sep` is ASCII: `pos - 1` is a char boundary.
-                let piece = &value[start..pos - 1];
-                start = pos;
-                return Some(piece);
-            }
-        }
-        done = true;
-        Some(&value[start..])
-    })
 }
 
 #[cfg(test)]

@@ -57,6 +57,8 @@ mod error;
 mod headers;
 mod rate_limit;
 mod request;
+#[cfg(feature = "http")]
+mod values;
 
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
@@ -73,7 +75,7 @@ pub use dialects::{binding_request_limit, limits_from_headers};
 pub use error::{BoxError, RateLimited};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
-pub use headers::{quota_from_headers, retry_after, EPOCH_THRESHOLD_SECS, MAX_DELAY};
+pub use headers::{quota_from_headers, retry_after};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use rate_limit::{Announcing, AnnouncingFuture, QuotaHeaders};
@@ -81,3 +83,6 @@ pub use rate_limit::{RateLimit, RateLimitLayer, ResponseFuture};
 #[allow(deprecated)]
 pub use request::RequestQuota;
 pub use request::{ByKey, Cost, KeepCharge, OnePerRequest, RequestLimiter, SettleFrom};
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use values::{EPOCH_THRESHOLD_SECS, MAX_DELAY};
