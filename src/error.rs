@@ -4,8 +4,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::core::Nanos;
-
 /// A request could not be granted without waiting: the one refusal of every limiter, stream,
 /// Sink, tower layer and Redis limiter in this crate.
 ///
@@ -39,15 +37,8 @@ pub struct NotUntil {
 }
 
 impl NotUntil {
-    /// A refusal for a wait of `wait`; `Nanos::MAX` (reached only by saturation) is "never".
-    pub(crate) const fn new(wait: Nanos) -> NotUntil {
-        NotUntil {
-            retry_after: wait.to_duration(),
-        }
-    }
-
-    /// A refusal for a wait of `retry_after`; `Duration::MAX` is "never".
-    #[cfg(feature = "redis")]
+    /// A refusal for a wait of `retry_after`; `Duration::MAX` is "never". (From the engine's
+    /// nanoseconds: `NotUntil::new`, beside `Nanos`.)
     pub(crate) const fn after(retry_after: Duration) -> NotUntil {
         NotUntil { retry_after }
     }
@@ -421,26 +412,3 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn never_is_only_the_saturated_wait() {
-        assert!(NotUntil::new(Nanos::MAX).is_never());
-        assert!(NotUntil::NEVER.is_never());
-        assert_eq!(NotUntil::NEVER.retry_after_secs(), u64::MAX);
-        let long = NotUntil::new(Nanos(u64::MAX - 1));
-        assert!(!long.is_never());
-        assert_eq!(long.retry_after_secs(), u64::MAX / 1_000_000_000 + 1);
-    }
-
-    #[test]
-    fn retry_after_secs_rounds_up() {
-        assert_eq!(NotUntil::new(Nanos(0)).retry_after_secs(), 0);
-        assert_eq!(NotUntil::new(Nanos(1)).retry_after_secs(), 1);
-        assert_eq!(NotUntil::new(Nanos(1_000_000_000)).retry_after_secs(), 1);
-        assert_eq!(NotUntil::new(Nanos(1_000_000_001)).retry_after_secs(), 2);
-    }
-}

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::error::NotUntil;
+
 /// Nanoseconds since an adapter's origin (its first clock read), or a span of nanoseconds.
 ///
 /// Every operation saturates at [`Nanos::MAX`], which the timer treats as "never".
@@ -60,6 +62,13 @@ impl Nanos {
     }
 }
 
+impl NotUntil {
+    /// A refusal for a wait of `wait`; `Nanos::MAX` (reached only by saturation) is "never".
+    pub(crate) const fn new(wait: Nanos) -> NotUntil {
+        NotUntil::after(wait.to_duration())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +118,23 @@ mod tests {
         assert_eq!(Nanos::ceil_div(u128::MAX, 1), Nanos::MAX);
         assert_eq!(Nanos::ceil_div(u64::MAX as u128 * 3, 3), Nanos::MAX);
         assert_eq!(Nanos::ceil_div(u64::MAX as u128 * 3 + 1, 3), Nanos::MAX);
+    }
+
+    #[test]
+    fn never_is_only_the_saturated_wait() {
+        assert!(NotUntil::new(Nanos::MAX).is_never());
+        assert!(NotUntil::NEVER.is_never());
+        assert_eq!(NotUntil::NEVER.retry_after_secs(), u64::MAX);
+        let long = NotUntil::new(Nanos(u64::MAX - 1));
+        assert!(!long.is_never());
+        assert_eq!(long.retry_after_secs(), u64::MAX / 1_000_000_000 + 1);
+    }
+
+    #[test]
+    fn retry_after_secs_rounds_up() {
+        assert_eq!(NotUntil::new(Nanos(0)).retry_after_secs(), 0);
+        assert_eq!(NotUntil::new(Nanos(1)).retry_after_secs(), 1);
+        assert_eq!(NotUntil::new(Nanos(1_000_000_000)).retry_after_secs(), 1);
+        assert_eq!(NotUntil::new(Nanos(1_000_000_001)).retry_after_secs(), 2);
     }
 }
