@@ -725,7 +725,6 @@ impl<K, S: BuildHasher, R: KeyRule> KeyedShared<K, S, R> {
         Q: Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.with(hash, |shard, now, units, after| {
-            let limit = timeout.map(|t| now.saturating_add(Nanos::from_duration(t)));
             // A key with a waiter always has its lane; a request arriving with a ticket finds
             // it there (were it not, the lane would take it as a new arrival).
             let arriving = ticket.is_none();
@@ -741,6 +740,8 @@ impl<K, S: BuildHasher, R: KeyRule> KeyedShared<K, S, R> {
                     Some((w, Ok(Step::Granted(now))))
                 },
                 slow: |lane: &mut Lane<R>, tally: &mut Tally, after: &mut After| {
+                    // Only here: the fast path has no use for it.
+                    let limit = timeout.map(|t| now.saturating_add(Nanos::from_duration(t)));
                     lane.poll(tally, now, ticket, cost, waker, limit, after)
                 },
             };
