@@ -156,50 +156,49 @@ impl<H: Handle<Cost = C>, C> Acquire<H, C> {
     }
 }
 
-impl<H: Handle<Cost = C>, C: Copy> Future for Acquire<H, C> {
-    type Output = Result<Nanos, NotUntil>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if let AcquireProj::First {
+impl<H: Handle<Cost = C>, C: Copy> Acquire<H, C> {
+    /// Hands a request that must wait (`step`, holding `ticket`'s place) to a waiter.
+    #[inline(never)]
+    fn start_waiting(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        step: Step,
+        ticket: Option<u64>,
+    ) -> Poll<Result<Nanos, NotUntil>> {
+        let AcquireProj::First {
             handle,
             cost,
             timeout,
         } = self.as_mut().project()
-        {
-            let (cost, timeout) = (*cost, *timeout);
-            let Some(h) = handle.as_ref() else {
-                // Only after a panic in the handle's poll, which left no ticket.
-                return Poll::Pending;
-            };
-            let budget = ready!(poll_budget(cx));
-            let mut ticket = None;
-            let step = h.poll(&mut ticket, cost, cx.waker(), timeout)?;
-            if let Step::Granted(at) = step {
-                budget.made_progress();
-                return Poll::Ready(Ok(at));
+        else {
+            return Poll::Pending;
+        };
+        let (cost, timeout) = (*cost, *timeout);
+        let Some(handle) = handle.take() else {
+            return Poll::Pending;
+        };
+        self.set(Acquire::Waiting {
+            waiter: Waiter::queued(handle, ticket),
+            cost,
+            timeout,
+        });
+        let AcquireProj::Waiting { mut waiter, .. } = self.as_mut().project() else {
+            return Poll::Pending;
+        };
+        match step {
+            // Heading the queue: sleep until its time, then ask again.
+            Step::Wait(at) => {
+                ready!(waiter.as_mut().project().timer.poll_until(cx, at));
             }
-            // The unit goes back: the waiter takes one again when it is granted.
-            drop(budget);
-            let Some(handle) = handle.take() else {
-                return Poll::Pending;
-            };
-            self.set(Acquire::Waiting {
-                waiter: Waiter::queued(handle, ticket),
-                cost,
-                timeout,
-            });
-            let AcquireProj::Waiting { mut waiter, .. } = self.as_mut().project() else {
-                return Poll::Pending;
-            };
-            match step {
-                // Heading the queue: sleep until its time, then ask again.
-                Step::Wait(at) => {
-                    ready!(waiter.as_mut().project().timer.poll_until(cx, at));
-                }
-                // Queued behind others: the lane wakes it when it heads the queue.
-                Step::Queued | Step::Granted(_) => return Poll::Pending,
-            }
+            // Queued behind others: the lane wakes it when it heads the queue.
+            Step::Queued | Step::Granted(_) => return Poll::Pending,
         }
+        self.poll_waiting(cx)
+    }
+
+    /// Polls the waiter of a request that had to wait.
+    #[inline(never)]
+    fn poll_waiting(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Nanos, NotUntil>> {
         match self.project() {
             AcquireProj::Waiting {
                 waiter,
@@ -208,6 +207,35 @@ impl<H: Handle<Cost = C>, C: Copy> Future for Acquire<H, C> {
             } => waiter.poll_acquire_at(cx, *cost, *timeout),
             AcquireProj::First { .. } => Poll::Pending,
         }
+    }
+}
+
+impl<H: Handle<Cost = C>, C: Copy> Future for Acquire<H, C> {
+    type Output = Result<Nanos, NotUntil>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let AcquireProj::First {
+            handle,
+            cost,
+            timeout,
+        } = self.as_mut().project()
+        else {
+            return self.poll_waiting(cx);
+        };
+        let Some(handle) = handle.as_ref() else {
+            // Only after a panic in the handle's poll, which left no ticket.
+            return Poll::Pending;
+        };
+        let budget = ready!(poll_budget(cx));
+        let mut ticket = None;
+        let step = handle.poll(&mut ticket, *cost, cx.waker(), *timeout)?;
+        if let Step::Granted(at) = step {
+            budget.made_progress();
+            return Poll::Ready(Ok(at));
+        }
+        // The unit goes back: the waiter takes one again when it is granted.
+        drop(budget);
+        self.start_waiting(cx, step, ticket)
     }
 }
 
