@@ -179,7 +179,9 @@ impl<Q: KeyedLimiter, T> Held<Q, T> {
         None
     }
 
-    /// Files the fronts woken since the last look to be asked.
+    /// Files the fronts woken since the last look to be asked. (Out of `poll_next`'s frame, as
+    /// `release` is: an item granted on arrival does not pay for them.)
+    #[inline(never)]
     fn collect_woken(&mut self) {
         let woken = std::mem::take(&mut lock(&self.woken).slots);
         for slot in woken {
@@ -191,6 +193,7 @@ impl<Q: KeyedLimiter, T> Held<Q, T> {
     }
 
     /// Asks the fronts to be asked, oldest first; emits the first one granted.
+    #[inline(never)]
     fn release(&mut self) -> Option<T> {
         while let Some((seq, slot)) = self.to_ask.pop_first() {
             let Slot { waker, front } = &mut self.slots[slot];
