@@ -128,8 +128,9 @@ pin_project! {
     /// the task's budget. The request's place in the queue (its ticket) passes to the waiter in
     /// the poll that took it, so dropping the future at any point gives it back.
     #[project = AcquireProj]
-    // The cost's type is a parameter of its own, not `H::Cost`: a projection through a
-    // handle that borrows would hide the future's `Send` from the compiler.
+    // The cost's type is a parameter of its own, not `H::Cost`: with the projection, rustc
+    // could not prove the future of a handle that borrows its key `Send` for every lifetime
+    // (`tokio::spawn` of a keyed `acquire` failed to compile).
     pub(crate) enum Acquire<H: Handle<Cost = C>, C> {
         First {
             // Taken when the request must wait, for its waiter.
@@ -223,7 +224,7 @@ impl<H: Handle<Cost = C>, C: Copy> Future for Acquire<H, C> {
             return self.poll_waiting(cx);
         };
         let Some(handle) = handle.as_ref() else {
-            // Only after a panic in the handle's poll, which left no ticket.
+            // Never: the handle leaves `First` only as the request becomes `Waiting`.
             return Poll::Pending;
         };
         let budget = ready!(poll_budget(cx));
