@@ -139,6 +139,34 @@ async fn a_dropped_waiter_gives_its_place_back_and_takes_nothing() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_acquire_dropped_after_its_first_poll_gives_its_place_back() {
+    let limiter = KeyedRateLimiter::new(Rate::per_second(10), 1);
+    limiter.try_acquire(&"a", 1).unwrap();
+    let start = Instant::now();
+    // Heading the key's queue (its first poll arms its timer), then queued behind it: each
+    // polled once only, its place taken in that poll.
+    let mut head = tokio_test::task::spawn(limiter.acquire(&"a", 1));
+    let mut behind = tokio_test::task::spawn(limiter.acquire(&"a", 1));
+    assert!(head.poll().is_pending());
+    assert!(behind.poll().is_pending());
+    assert_eq!(limiter.stats().waiting, 2);
+    drop(head);
+    assert_eq!(limiter.stats().waiting, 1);
+    // The one left heads the queue now and goes at 100 ms, when the token is back.
+    assert!(behind.is_woken());
+    assert!(behind.poll().is_pending());
+    tokio::time::advance(Duration::from_millis(99)).await;
+    assert!(behind.poll().is_pending());
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert!(behind.is_woken());
+    assert!(behind.poll().is_ready());
+    assert_eq!(nanos_since(start) / MS, 100);
+    drop(behind);
+    assert_eq!(limiter.stats().waiting, 0);
+    assert_eq!(limiter.stats().granted, 2);
+}
+
+#[tokio::test(start_paused = true)]
 async fn set_limit_takes_effect_at_once_for_waiters_and_keeps_the_level() {
     let limiter = KeyedRateLimiter::new(Rate::per_second(1), 1);
     limiter.acquire(&"p", 1).await;

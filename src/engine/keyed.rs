@@ -192,9 +192,6 @@ enum Settled {
     Lane,
 }
 
-/// Slots the clock hand moves by at a time, every as many operations.
-const TICK: u8 = 4;
-
 /// A shard's table never shrinks below room for this many keys, so that keys coming and going
 /// one at a time do not free and reallocate it on every operation.
 const KEEP_CAPACITY: usize = 64;
@@ -210,9 +207,8 @@ struct Shard<K, R: KeyRule> {
     /// The latest `now` an operation ran at: the clock is read before the lock, and a shard
     /// never goes back in time.
     last: Nanos,
-    /// The clock hand's slot, and the operations counted towards its next move.
+    /// The clock hand's slot.
     hand: usize,
-    ops: u8,
     /// The latest `tat` of any word written since the last whole sweep (time units), and the
     /// latest time an idle lane is full: once both have passed, every key not waited on is
     /// full. `None`: nothing written since.
@@ -230,40 +226,33 @@ impl<K, R: KeyRule> Shard<K, R> {
             tally: Tally::default(),
             last: Nanos::ZERO,
             hand: 0,
-            ops: 0,
             latest_word: None,
             latest_lane: None,
         }
     }
 
-    /// The clock hand: one slot per operation, looked at `TICK` at a time every `TICK`
-    /// operations; forgets the key of each that is full and idle.
+    /// The clock hand: one slot per operation; forgets its key if it is full and idle.
     #[inline]
     fn tick(&mut self, now: Nanos, units: u64) {
-        self.ops = self.ops.wrapping_add(1);
-        if self.ops % TICK == 0 {
-            self.sweep_some(now, units);
+        let buckets = self.slots.num_buckets();
+        self.hand = self.hand.wrapping_add(1) & buckets.wrapping_sub(1);
+        // Looked at in place; an entry is taken only for a key to forget.
+        let Some(slot) = self.slots.get_bucket(self.hand) else {
+            return;
+        };
+        let word = slot.word;
+        if is_idle_full(&self.lanes, word, now, units) {
+            self.forget_at_hand(word);
         }
     }
 
     #[inline(never)]
-    fn sweep_some(&mut self, now: Nanos, units: u64) {
-        let buckets = self.slots.num_buckets();
-        for _ in 0..TICK {
-            if buckets == 0 {
-                return;
-            }
-            self.hand = (self.hand + 1) & (buckets - 1);
-            let Ok(entry) = self.slots.get_bucket_entry(self.hand) else {
-                continue;
-            };
-            let word = entry.get().word;
-            if is_idle_full(&self.lanes, word, now, units) {
-                entry.remove();
-                if word & LANE != 0 {
-                    drop_lane(&mut self.lanes, &mut self.free, word);
-                }
-            }
+    fn forget_at_hand(&mut self, word: u64) {
+        if let Ok(entry) = self.slots.get_bucket_entry(self.hand) {
+            entry.remove();
+        }
+        if word & LANE != 0 {
+            drop_lane(&mut self.lanes, &mut self.free, word);
         }
     }
 
@@ -736,7 +725,6 @@ impl<K, S: BuildHasher, R: KeyRule> KeyedShared<K, S, R> {
         Q: Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.with(hash, |shard, now, units, after| {
-            let limit = timeout.map(|t| now.saturating_add(Nanos::from_duration(t)));
             // A key with a waiter always has its lane; a request arriving with a ticket finds
             // it there (were it not, the lane would take it as a new arrival).
             let arriving = ticket.is_none();
@@ -752,6 +740,8 @@ impl<K, S: BuildHasher, R: KeyRule> KeyedShared<K, S, R> {
                     Some((w, Ok(Step::Granted(now))))
                 },
                 slow: |lane: &mut Lane<R>, tally: &mut Tally, after: &mut After| {
+                    // Only here: the fast path has no use for it.
+                    let limit = timeout.map(|t| now.saturating_add(Nanos::from_duration(t)));
                     lane.poll(tally, now, ticket, cost, waker, limit, after)
                 },
             };

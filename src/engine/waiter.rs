@@ -2,6 +2,7 @@
 //! lane's queue (through a [`Handle`]), sleeps until its deadline when it heads the queue, and
 //! gives its place back if dropped.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
@@ -117,6 +118,125 @@ impl<H: Handle> Waiter<H> {
                 }
             }
         }
+    }
+}
+
+pin_project! {
+    /// Waits until `cost` is granted through a handle, as [`Waiter::poll_acquire_at`] does;
+    /// the first poll asks the handle directly and a [`Waiter`] is made only for a request
+    /// that must wait, so that a grant that needs no wait costs the handle's poll and a unit of
+    /// the task's budget. The request's place in the queue (its ticket) passes to the waiter in
+    /// the poll that took it, so dropping the future at any point gives it back.
+    #[project = AcquireProj]
+    // The cost's type is a parameter of its own, not `H::Cost`: with the projection, rustc
+    // could not prove the future of a handle that borrows its key `Send` for every lifetime
+    // (`tokio::spawn` of a keyed `acquire` failed to compile).
+    pub(crate) enum Acquire<H: Handle<Cost = C>, C> {
+        First {
+            // Taken when the request must wait, for its waiter.
+            handle: Option<H>,
+            cost: C,
+            timeout: Option<Duration>,
+        },
+        Waiting {
+            #[pin]
+            waiter: Waiter<H>,
+            cost: C,
+            timeout: Option<Duration>,
+        },
+    }
+}
+
+impl<H: Handle<Cost = C>, C> Acquire<H, C> {
+    pub(crate) fn new(handle: H, cost: C, timeout: Option<Duration>) -> Self {
+        Acquire::First {
+            handle: Some(handle),
+            cost,
+            timeout,
+        }
+    }
+}
+
+impl<H: Handle<Cost = C>, C: Copy> Acquire<H, C> {
+    /// Hands a request that must wait (`step`, holding `ticket`'s place) to a waiter.
+    #[inline(never)]
+    fn start_waiting(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        step: Step,
+        ticket: Option<u64>,
+    ) -> Poll<Result<Nanos, NotUntil>> {
+        let AcquireProj::First {
+            handle,
+            cost,
+            timeout,
+        } = self.as_mut().project()
+        else {
+            return Poll::Pending;
+        };
+        let (cost, timeout) = (*cost, *timeout);
+        let Some(handle) = handle.take() else {
+            return Poll::Pending;
+        };
+        self.set(Acquire::Waiting {
+            waiter: Waiter::queued(handle, ticket),
+            cost,
+            timeout,
+        });
+        let AcquireProj::Waiting { mut waiter, .. } = self.as_mut().project() else {
+            return Poll::Pending;
+        };
+        match step {
+            // Heading the queue: sleep until its time, then ask again.
+            Step::Wait(at) => {
+                ready!(waiter.as_mut().project().timer.poll_until(cx, at));
+            }
+            // Queued behind others: the lane wakes it when it heads the queue.
+            Step::Queued | Step::Granted(_) => return Poll::Pending,
+        }
+        self.poll_waiting(cx)
+    }
+
+    /// Polls the waiter of a request that had to wait.
+    #[inline(never)]
+    fn poll_waiting(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Nanos, NotUntil>> {
+        match self.project() {
+            AcquireProj::Waiting {
+                waiter,
+                cost,
+                timeout,
+            } => waiter.poll_acquire_at(cx, *cost, *timeout),
+            AcquireProj::First { .. } => Poll::Pending,
+        }
+    }
+}
+
+impl<H: Handle<Cost = C>, C: Copy> Future for Acquire<H, C> {
+    type Output = Result<Nanos, NotUntil>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let AcquireProj::First {
+            handle,
+            cost,
+            timeout,
+        } = self.as_mut().project()
+        else {
+            return self.poll_waiting(cx);
+        };
+        let Some(handle) = handle.as_ref() else {
+            // Never: the handle leaves `First` only as the request becomes `Waiting`.
+            return Poll::Pending;
+        };
+        let budget = ready!(poll_budget(cx));
+        let mut ticket = None;
+        let step = handle.poll(&mut ticket, *cost, cx.waker(), *timeout)?;
+        if let Step::Granted(at) = step {
+            budget.made_progress();
+            return Poll::Ready(Ok(at));
+        }
+        // The unit goes back: the waiter takes one again when it is granted.
+        drop(budget);
+        self.start_waiting(cx, step, ticket)
     }
 }
 

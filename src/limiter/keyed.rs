@@ -4,14 +4,12 @@
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::future::poll_fn;
 use std::hash::{BuildHasher, Hash};
-use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine;
 use crate::engine::keyed::{KeyHandle, KeyLimit, KeyRef, KeyedShared};
-use crate::engine::Waiter;
 use crate::error::{ConfigError, NotUntil};
 use crate::rate::Rate;
 use crate::stats::Stats;
@@ -296,9 +294,8 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let handle: KeyRef<'_, K, Q, S> = KeyHandle::new(&*self.shared, key);
-        let mut waiter = pin!(Waiter::new(handle));
         // Without a timeout a request is never refused.
-        let _ = poll_fn(|cx| waiter.as_mut().poll_acquire(cx, cost, None)).await;
+        let _ = engine::Acquire::new(handle, cost, None).await;
     }
 
     /// Takes `cost` tokens of `key` if they are there now and nobody waits for the key; never
@@ -364,8 +361,9 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let handle: KeyRef<'_, K, Q, S> = KeyHandle::new(&*self.shared, key);
-        let mut waiter = pin!(Waiter::new(handle));
-        poll_fn(|cx| waiter.as_mut().poll_acquire(cx, cost, Some(timeout))).await
+        engine::Acquire::new(handle, cost, Some(timeout))
+            .await
+            .map(|_| ())
     }
 
     /// The whole tokens of `key` that could be taken now, ignoring its waiters: its burst for a

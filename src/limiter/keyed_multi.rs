@@ -6,10 +6,8 @@
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::future::poll_fn;
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
-use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +16,7 @@ use tokio::time::Instant;
 use super::multi::{Limit, MultiRateLimiterBuilder};
 use crate::core::{Limits, Nanos};
 use crate::engine::keyed::{KeyHandle, KeyOwned, KeyRef, KeyedShared};
-use crate::engine::Waiter;
+use crate::engine::Acquire;
 use crate::error::{ConfigError, NotUntil};
 use crate::stats::Stats;
 
@@ -374,8 +372,7 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
     {
         let hash = self.shared.hash(key);
         let handle: KeyRef<'_, K, Q, S, Limits<N>> = KeyHandle::hashed(&*self.shared, key, hash);
-        let mut waiter = pin!(Waiter::new(handle));
-        let at = poll_fn(|cx| waiter.as_mut().poll_acquire_at(cx, cost, timeout)).await?;
+        let at = Acquire::new(handle, cost, timeout).await?;
         Ok(self.permit(key, hash, cost, at))
     }
 

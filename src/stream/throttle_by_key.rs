@@ -116,9 +116,9 @@ impl<Q: KeyedLimiter, T> Held<Q, T> {
         }
     }
 
-    /// A slot with no front.
+    /// A slot with no front, left in `free`: the caller takes it out once it holds a front.
     fn free_slot(&mut self) -> usize {
-        if let Some(slot) = self.free.pop() {
+        if let Some(&slot) = self.free.last() {
             return slot;
         }
         let slot = self.slots.len();
@@ -127,6 +127,7 @@ impl<Q: KeyedLimiter, T> Held<Q, T> {
             woken: self.woken.clone(),
         }));
         self.slots.push(Slot { waker, front: None });
+        self.free.push(slot);
         slot
     }
 
@@ -152,17 +153,16 @@ impl<Q: KeyedLimiter, T> Held<Q, T> {
                 return None;
             }
         }
+        // Granted at once (the common case), the slot stays free: only its waker was lent.
         let slot = self.free_slot();
         let (permit, ask) = match self
             .limiter
             .arrive(&key, hash, cost, &self.slots[slot].waker)
         {
-            Arrival::Granted => {
-                self.free.push(slot);
-                return Some(item);
-            }
+            Arrival::Granted => return Some(item),
             Arrival::Waiting { permit, ask } => (permit, ask),
         };
+        self.free.pop();
         let mut items = VecDeque::with_capacity(1);
         items.push_back((seq, item, cost));
         self.slots[slot].front = Some(Front {
@@ -179,7 +179,9 @@ impl<Q: KeyedLimiter, T> Held<Q, T> {
         None
     }
 
-    /// Files the fronts woken since the last look to be asked.
+    /// Files the fronts woken since the last look to be asked. (Out of `poll_next`'s frame, as
+    /// `release` is: an item granted on arrival does not pay for them.)
+    #[inline(never)]
     fn collect_woken(&mut self) {
         let woken = std::mem::take(&mut lock(&self.woken).slots);
         for slot in woken {
@@ -191,6 +193,7 @@ impl<Q: KeyedLimiter, T> Held<Q, T> {
     }
 
     /// Asks the fronts to be asked, oldest first; emits the first one granted.
+    #[inline(never)]
     fn release(&mut self) -> Option<T> {
         while let Some((seq, slot)) = self.to_ask.pop_first() {
             let Slot { waker, front } = &mut self.slots[slot];
