@@ -30,6 +30,24 @@
 //! acquisition in `tokio::task::unconstrained`, so that no task yields to tokio's cooperative
 //! budget (paced's grants spend it, governor's do not).
 //!
+//! Each CPU note also prints the one-way latency of a cache line between two threads, measured
+//! just before and after the note (`line`, the fastest of 40 batches of 100 round trips): the
+//! host places this VM's two vCPUs near each other (about 40 ns) or far apart (about 170 ns)
+//! and moves them now and then, and a contended acquisition that reads tokio's clock costs
+//! about 2.4 times as much in the far state (issue 23). A note whose line is at 90 ns or more
+//! is marked `far`: compare paced and governor within one state.
+//!
+//! `PACED_BENCH_INTERLEAVE=SECONDS` (a diagnostic) skips the rest and runs, round after round
+//! for that long, one contended never-binding run of each of these kinds, then prints each
+//! kind's CPU per acquisition split by the line latency measured in the same round (only the
+//! rounds where governor kept both workers busy): `paced`, `paced_unconstrained` (inside
+//! `tokio::task::unconstrained`), `paced_try` (a loop on `try_acquire`: no future, no budget),
+//! `governor`, `governor_coop` (inside `tokio::task::coop::cooperative`), `governor_tokio_clock`
+//! (a read of tokio's clock before each `until_ready`), and bare compare-and-swap loops on one
+//! padded word after a read of tokio's clock (`cas_tokio_clock`), quanta's (`cas_quanta`),
+//! quanta's behind an `lfence` (`cas_lfence_quanta`), `rdtscp` (`cas_rdtscp`) or nothing
+//! (`cas`). `PACED_BENCH_KINDS=a,b,...` picks some.
+//!
 //! A run that does not finish within `HANG` fails the benchmark, except for leaky-bucket, which
 //! now and then leaves its waiters asleep for good: that run is reported and retried.
 //!
@@ -39,7 +57,7 @@ use std::future::{poll_fn, Future};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -827,23 +845,330 @@ fn workers_cpu() -> Option<Duration> {
 /// second of wall time and the CPU time the other threads spent meanwhile.
 fn cpu_note<L: Limiter>(rt: &Runtime, group: &str, case: &Case<L>, at_least: Duration) {
     let (mut runs, mut wall, mut cpu) = (0u64, Duration::ZERO, Some(Duration::ZERO));
+    let line_before = line_latency();
     while wall < at_least {
         let (_, r) = guarded(rt, case, false, true);
         wall += r.wall;
         cpu = cpu.zip(r.cpu).map(|(a, b)| a + b);
         runs += 1;
     }
+    let line = describe_line(line_before, line_latency());
     let acquisitions = runs * case.total();
     let name = format!("{group}/{}", case.name);
     let per_s = acquisitions as f64 / wall.as_secs_f64();
     match cpu {
         Some(cpu) => println!(
             "cpu {name:<48} {per_s:>11.0} acq/s, {:>7.1} ns CPU per acquisition, \
-             {:.2} cores busy ({runs} runs: wall {wall:.2?}, CPU {cpu:.2?})",
+             {:.2} cores busy ({runs} runs: wall {wall:.2?}, CPU {cpu:.2?}; {line})",
             cpu.as_nanos() as f64 / acquisitions as f64,
             cpu.as_secs_f64() / wall.as_secs_f64(),
         ),
         None => println!("cpu {name:<48} {per_s:>11.0} acq/s, CPU time not available"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The line between the two cores, and the diagnostic kinds of issue 23
+
+/// A word on a 128-byte line of its own.
+#[repr(align(128))]
+struct Padded(AtomicU64);
+
+/// The one-way latency of a cache line between two threads, in ns: two threads hand a word
+/// back and forth (each waits, spinning, for the other's value and writes the next), 40
+/// batches of 100 round trips, and the fastest batch counts (a batch the scheduler interrupted
+/// is slower, not faster). `None` if the two threads did not run at once within 20 ms.
+fn line_latency() -> Option<f64> {
+    const BATCH: u64 = 100;
+    const ROUNDS: u64 = 2 * BATCH * 40;
+    let word = Padded(AtomicU64::new(0));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let w = &word.0;
+    let start = Instant::now();
+    let give_up = Duration::from_millis(20);
+    let mut best: Option<f64> = None;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut v = 1;
+            while v < ROUNDS {
+                while w.load(Ordering::Acquire) != v {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::hint::spin_loop();
+                }
+                w.store(v + 1, Ordering::Release);
+                v += 2;
+            }
+        });
+        let mut v = 0;
+        let mut batch = Instant::now();
+        while v < ROUNDS {
+            while w.load(Ordering::Acquire) != v {
+                if start.elapsed() > give_up {
+                    stop.store(true, Ordering::Relaxed);
+                    return;
+                }
+                std::hint::spin_loop();
+            }
+            w.store(v + 1, Ordering::Release);
+            v += 2;
+            if v % (2 * BATCH) == 0 {
+                let one_way = batch.elapsed().as_nanos() as f64 / (2 * BATCH) as f64;
+                best = Some(best.map_or(one_way, |b: f64| b.min(one_way)));
+                batch = Instant::now();
+            }
+        }
+    });
+    best
+}
+
+/// A line latency at or above this is the far placement of the two vCPUs (about 170 ns here,
+/// against about 40 ns near).
+const FAR_LINE: f64 = 90.0;
+
+fn describe_line(before: Option<f64>, after: Option<f64>) -> String {
+    let show = |l: Option<f64>| l.map_or("?".to_owned(), |l| format!("{l:.0}"));
+    let far = [before, after].iter().flatten().any(|&l| l >= FAR_LINE);
+    format!(
+        "line {}/{} ns one way before/after{}",
+        show(before),
+        show(after),
+        if far { ", far" } else { "" }
+    )
+}
+
+/// paced's `acquire` inside `tokio::task::unconstrained`: no yield to the budget.
+#[derive(Clone)]
+struct PacedUnconstrained(paced::RateLimiter);
+
+impl Limiter for PacedUnconstrained {
+    fn acquire_one(&self) -> impl Future<Output = ()> + Send + '_ {
+        tokio::task::unconstrained(self.0.acquire(1))
+    }
+    fn describe(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+/// paced's `try_acquire` in a loop: no future, no budget (the limit never binds).
+#[derive(Clone)]
+struct PacedTry(paced::RateLimiter);
+
+impl Limiter for PacedTry {
+    fn acquire_one(&self) -> impl Future<Output = ()> + Send + '_ {
+        while self.0.try_acquire(1).is_err() {}
+        std::future::ready(())
+    }
+    fn describe(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+/// governor's `until_ready` inside `tokio::task::coop::cooperative`: it spends the budget as
+/// paced's grants do.
+#[derive(Clone)]
+struct GovernorCoop(Governor);
+
+impl Limiter for GovernorCoop {
+    fn acquire_one(&self) -> impl Future<Output = ()> + Send + '_ {
+        tokio::task::coop::cooperative(self.0.until_ready())
+    }
+    fn describe(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+/// governor's `until_ready` after one read of tokio's clock, the clock paced reads.
+#[derive(Clone)]
+struct GovernorTokioClock(Governor);
+
+impl Limiter for GovernorTokioClock {
+    fn acquire_one(&self) -> impl Future<Output = ()> + Send + '_ {
+        black_box(tokio::time::Instant::now());
+        self.0.until_ready()
+    }
+    fn describe(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+/// What a bare compare-and-swap loop reads before it loads the word.
+#[derive(Clone, Copy)]
+enum Before {
+    Nothing,
+    TokioClock,
+    Quanta,
+    /// quanta's TSC read behind a load fence, as the vDSO's ordered TSC read is.
+    LfenceQuanta,
+    Rdtscp,
+}
+
+/// A bare "acquisition": read something, load one shared padded word, compare-and-swap it up
+/// by one.
+#[derive(Clone)]
+struct BareCas(Arc<Padded>, Before);
+
+impl Limiter for BareCas {
+    fn acquire_one(&self) -> impl Future<Output = ()> + Send + '_ {
+        match self.1 {
+            Before::Nothing => {}
+            Before::TokioClock => {
+                black_box(tokio::time::Instant::now());
+            }
+            Before::Quanta => {
+                black_box(quanta::Instant::now());
+            }
+            Before::LfenceQuanta => {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `lfence` is part of SSE2, which every x86_64 CPU has.
+                unsafe {
+                    std::arch::x86_64::_mm_lfence();
+                }
+                black_box(quanta::Instant::now());
+            }
+            Before::Rdtscp => {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    let mut aux = 0u32;
+                    // SAFETY: `rdtscp` is on every x86_64 CPU this benchmark runs on (the
+                    // kernel's vDSO uses it too).
+                    black_box(unsafe { std::arch::x86_64::__rdtscp(&mut aux) });
+                }
+            }
+        }
+        let word = &self.0 .0;
+        let mut seen = word.load(Ordering::Acquire);
+        while let Err(now) =
+            word.compare_exchange_weak(seen, seen + 1, Ordering::AcqRel, Ordering::Acquire)
+        {
+            seen = now;
+        }
+        std::future::ready(())
+    }
+    fn describe(&self) -> String {
+        format!("word {}", self.0 .0.load(Ordering::Relaxed))
+    }
+}
+
+/// One untimed never-binding run of `make`'s limiter: CPU ns per acquisition (NaN where CPU
+/// time is not available).
+fn cpu_per_acquisition<L: Limiter>(rt: &Runtime, make: fn() -> L) -> f64 {
+    let case = Case {
+        name: "diagnostic",
+        make,
+        per_task: PER_TASK_FREE,
+        bound: None,
+        may_hang: false,
+    };
+    let (_, r) = guarded(rt, &case, false, true);
+    r.cpu
+        .map_or(f64::NAN, |c| c.as_nanos() as f64 / case.total() as f64)
+}
+
+fn bare(before: Before) -> BareCas {
+    BareCas(Arc::new(Padded(AtomicU64::new(0))), before)
+}
+
+/// One round of [`interleave`]: the line's latency, and each kind's CPU per acquisition.
+type Round = (f64, Vec<f64>);
+
+/// `PACED_BENCH_INTERLEAVE`: every kind once per round, the line latency measured in the same
+/// round, for `total`; then each kind's CPU per acquisition where the line was near and where
+/// it was far (rounds where governor kept both workers busy), and the rounds as characters
+/// (`_` under 35 ns, `.` under 65, `m` under 90, `S` above; `?` not measured).
+fn interleave(rt: &Runtime, total: Duration) {
+    const ALL: &str = "paced,paced_unconstrained,paced_try,governor,governor_coop,\
+                       governor_tokio_clock,cas_tokio_clock,cas_quanta,cas_lfence_quanta,\
+                       cas_rdtscp,cas";
+    let kinds = std::env::var("PACED_BENCH_KINDS").unwrap_or_else(|_| ALL.to_owned());
+    let mut kinds: Vec<&str> = kinds.split(',').collect();
+    if !kinds.contains(&"governor") {
+        kinds.push("governor");
+    }
+    let mut rounds: Vec<Round> = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < total {
+        let costs = kinds
+            .iter()
+            .map(|kind| match *kind {
+                "paced" => cpu_per_acquisition(rt, paced_free),
+                "paced_unconstrained" => {
+                    cpu_per_acquisition(rt, || PacedUnconstrained(paced_free()))
+                }
+                "paced_try" => cpu_per_acquisition(rt, || PacedTry(paced_free())),
+                "governor" => cpu_per_acquisition(rt, governor_free),
+                "governor_coop" => cpu_per_acquisition(rt, || GovernorCoop(governor_free())),
+                "governor_tokio_clock" => {
+                    cpu_per_acquisition(rt, || GovernorTokioClock(governor_free()))
+                }
+                "cas_tokio_clock" => cpu_per_acquisition(rt, || bare(Before::TokioClock)),
+                "cas_quanta" => cpu_per_acquisition(rt, || bare(Before::Quanta)),
+                "cas_lfence_quanta" => cpu_per_acquisition(rt, || bare(Before::LfenceQuanta)),
+                "cas_rdtscp" => cpu_per_acquisition(rt, || bare(Before::Rdtscp)),
+                "cas" => cpu_per_acquisition(rt, || bare(Before::Nothing)),
+                other => panic!("PACED_BENCH_KINDS: no kind {other:?}; the kinds: {ALL}"),
+            })
+            .collect();
+        rounds.push((line_latency().unwrap_or(f64::NAN), costs));
+    }
+    let governor = kinds.iter().position(|k| *k == "governor").expect("added");
+    let both = |r: &&Round| r.1[governor] > 35.0;
+    let near: Vec<_> = rounds.iter().filter(both).filter(|r| r.0 < 60.0).collect();
+    let far: Vec<_> = rounds
+        .iter()
+        .filter(both)
+        .filter(|r| r.0 >= FAR_LINE)
+        .collect();
+    let median = |set: &[&Round], pick: &dyn Fn(&Round) -> f64| {
+        let mut v: Vec<f64> = set
+            .iter()
+            .map(|r| pick(r))
+            .filter(|x| x.is_finite())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    println!(
+        "{} rounds; governor on both workers in {}: line near (< 60 ns) in {}, far (>= {FAR_LINE} \
+         ns) in {}",
+        rounds.len(),
+        rounds.iter().filter(both).count(),
+        near.len(),
+        far.len()
+    );
+    println!(
+        "  {:<22} {:>8} {:>8}   (median ns CPU per acquisition)",
+        "kind", "near", "far"
+    );
+    println!(
+        "  {:<22} {:>8.1} {:>8.1}   (ns one way)",
+        "line",
+        median(&near, &|r| r.0),
+        median(&far, &|r| r.0)
+    );
+    for (i, kind) in kinds.iter().enumerate() {
+        println!(
+            "  {kind:<22} {:>8.1} {:>8.1}",
+            median(&near, &|r| r.1[i]),
+            median(&far, &|r| r.1[i])
+        );
+    }
+    let mark = |x: f64| match x {
+        x if !x.is_finite() => '?',
+        x if x < 35.0 => '_',
+        x if x < 65.0 => '.',
+        x if x < FAR_LINE => 'm',
+        _ => 'S',
+    };
+    for chunk in rounds.chunks(100) {
+        println!();
+        let row: String = chunk.iter().map(|r| mark(r.0)).collect();
+        println!("  {:<22} {row}", "line");
+        for (i, kind) in kinds.iter().enumerate() {
+            let row: String = chunk.iter().map(|r| mark(r.1[i])).collect();
+            println!("  {kind:<22} {row}");
+        }
     }
 }
 
@@ -853,6 +1178,11 @@ fn cpu_notes(_: &mut Criterion) {
     println!(
         "CPU beside wall time over the timed part of each run, {TASKS} tasks on 2 worker threads:"
     );
+    if let Ok(secs) = std::env::var("PACED_BENCH_INTERLEAVE") {
+        let secs = secs.parse().expect("PACED_BENCH_INTERLEAVE: whole seconds");
+        interleave(&rt, Duration::from_secs(secs));
+        return;
+    }
     if std::env::var_os("PACED_BENCH_CPU_ONLY").is_some() {
         let cases = Cases::nonbinding();
         let semaphore: Case<Arc<tokio::sync::Semaphore>> = Case {
