@@ -546,6 +546,65 @@ async fn leases_are_per_key_cut_round_trips_and_are_given_back_when_idle() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_never_passes_an_earlier_waiter_of_this_process() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    // 10/s (one every 100 ms), burst 10, leases of 5.
+    let quota: RedisKeyedRateLimiter<String> =
+        RedisKeyedRateLimiter::builder(server.url(), "fifo", Rate::per_second(10), 10)
+            .lease(5, Duration::from_secs(60))
+            .build()
+            .unwrap();
+    // The first try takes its cost only; the second, the key now in use, a lease of 5 (its
+    // cost and 4 more, held locally).
+    quota.try_acquire("k", 1).await.unwrap();
+    quota.try_acquire("k", 1).await.unwrap();
+    let l = level(&mut conn, "{fifo:k}");
+    assert!((l - 4.0).abs() < 0.05, "{l}");
+    // A waiter whose cost the lease cannot give (8 > 4) reserves in Redis: some 400 ms.
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let waiter = {
+        let (quota, order) = (quota.clone(), order.clone());
+        tokio::spawn(async move {
+            quota.acquire("k", 8).await.unwrap();
+            order.lock().unwrap().push("waiter");
+        })
+    };
+    // Queued: its reservation is in Redis (the level went below zero).
+    let started = Instant::now();
+    while level(&mut conn, "{fifo:k}") > 0.0 {
+        assert!(started.elapsed() < Duration::from_secs(5), "never reserved");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // The lease holds 4, enough for 1, but a waiter of this process is ahead: a try goes to
+    // Redis, which refuses it (the reservation is ahead there too)...
+    let before = quota.stats();
+    let tried = quota.try_acquire("k", 1).await;
+    assert!(
+        matches!(tried, Err(TryAcquireError::NotUntil(_))),
+        "{tried:?} {before:?}"
+    );
+    assert_eq!(quota.stats().from_lease, before.from_lease);
+    // ...and an acquire queues behind the waiter.
+    let later = {
+        let (quota, order) = (quota.clone(), order.clone());
+        tokio::spawn(async move {
+            quota.acquire("k", 1).await.unwrap();
+            order.lock().unwrap().push("later");
+        })
+    };
+    waiter.await.unwrap();
+    later.await.unwrap();
+    assert_eq!(*order.lock().unwrap(), ["waiter", "later"]);
+    // Nobody queued: the lease grants again, without a round trip.
+    let trips = quota.stats().round_trips;
+    let from_lease = quota.stats().from_lease;
+    quota.acquire("k", 1).await.unwrap();
+    assert_eq!(quota.stats().round_trips, trips);
+    assert_eq!(quota.stats().from_lease, from_lease + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cost_that_is_never_granted_holds_nobody_up() {
     let server = Server::start();
     let quota = limiter::<String>(&server, "never", Rate::per_minute(1), 2);

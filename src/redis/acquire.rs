@@ -220,9 +220,10 @@ where
         self.inner.counters.grant(0);
     }
 
-    /// Takes `cost` from `key`'s lease if it holds it, spending the task's cooperative budget
-    /// (a lease grants without a wait), and counts the grant.
-    async fn grant_from_lease<Q>(&self, key: &Q, cost: u64) -> bool
+    /// Takes `cost` from `key`'s lease if it holds it and no earlier request of this process
+    /// waits for the key (`head`: the caller holds the key's refill lock), spending the task's
+    /// cooperative budget (a lease grants without a wait), and counts the grant.
+    async fn grant_from_lease<Q>(&self, key: &Q, cost: u64, head: bool) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -231,7 +232,7 @@ where
             return false;
         }
         let budget = std::future::poll_fn(poll_budget).await;
-        if !self.spend_lease(key, cost) {
+        if !self.spend_lease(key, cost, head) {
             // Dropped unused: the unit goes back to the budget.
             return false;
         }
@@ -269,7 +270,7 @@ where
             _ => None,
         };
         loop {
-            if self.grant_from_lease(key, cost).await {
+            if self.grant_from_lease(key, cost, false).await {
                 return Ok(());
             }
             // With leases, one task at a time refills the key's lease; the others queue here
@@ -286,7 +287,7 @@ where
                     },
                     _ => lock.await,
                 };
-                if self.grant_from_lease(key, cost).await {
+                if self.grant_from_lease(key, cost, true).await {
                     return Ok(());
                 }
                 Some(guard)
@@ -418,7 +419,7 @@ where
             self.grant_nothing().await;
             return Ok(());
         }
-        if self.grant_from_lease(key, cost).await {
+        if self.grant_from_lease(key, cost, false).await {
             return Ok(());
         }
         let answer = if let Some(fallback) = self.fallback(key) {

@@ -140,6 +140,10 @@ impl<L> RedisLimiterBuilder<L> {
     /// next round trips within `max_age` take a lease (so a key not asked again within
     /// `max_age` never holds tokens it does not use, nor costs a round trip to give them back).
     ///
+    /// A lease never grants past an earlier request of this process for the same key (one the
+    /// lease could not serve, waiting for its round trip or its reservation): later requests,
+    /// `try_acquire` too, queue behind it or go to Redis, where its reservation is ahead.
+    ///
     /// # Examples
     ///
     /// ```

@@ -242,8 +242,12 @@ where
         }
     }
 
-    /// Takes `cost` from `key`'s local lease, if it holds enough and has not expired.
-    pub(super) fn spend_lease<Q>(&self, key: &Q, cost: u64) -> bool
+    /// Takes `cost` from `key`'s local lease, if it holds enough and has not expired, and
+    /// the lease would not pass an earlier request of this process for the key: one that
+    /// found the lease short (it holds or waits for the key's refill lock) or a reservation in
+    /// flight or waiting its turn. `head`: the caller holds the refill lock, so no earlier
+    /// request waits.
+    pub(super) fn spend_lease<Q>(&self, key: &Q, cost: u64, head: bool) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -266,6 +270,9 @@ where
             return false;
         }
         if lease.tokens < cost {
+            return false;
+        }
+        if !head && (local.refill.try_lock().is_err() || !local.turns.is_idle()) {
             return false;
         }
         lease.tokens -= cost;
