@@ -124,6 +124,10 @@ impl Hires {
             // and was re-armed before this read) reads nothing: clear it and poll again.
             match guard.try_io(|fd| read_expirations(fd.get_ref())) {
                 Ok(Ok(_)) => {
+                    // Emptied: it is not readable again before its next expiration, which
+                    // the IO driver reports anew. Without this, the next wait's first poll
+                    // would find this readiness and pay a read that finds nothing.
+                    guard.clear_ready();
                     self.armed = None;
                     return Poll::Ready(true);
                 }
