@@ -724,12 +724,16 @@ impl<K, S: BuildHasher, R: KeyRule> KeyedShared<K, S, R> {
         K: Borrow<Q> + Hash,
         Q: Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.with(hash, |shard, now, units, after| {
-            // A key with a waiter always has its lane; a request arriving with a ticket finds
-            // it there (were it not, the lane would take it as a new arrival).
-            let arriving = ticket.is_none();
+        // A key with a waiter always has its lane; a request arriving with a ticket finds it
+        // there (were it not, the lane would take it as a new arrival).
+        let arriving = ticket.is_none();
+        // What only the lane needs, behind one reference: the closures' captures are copied
+        // into place before the look-up, on the hot path too.
+        let mut request = (ticket, waker, timeout);
+        let request = &mut request;
+        self.with(hash, move |shard, now, units, after| {
             let op = Op {
-                fast: |packed: &Packed, word, tally: &mut Tally, after: &mut After| {
+                fast: move |packed: &Packed, word, tally: &mut Tally, after: &mut After| {
                     if !arriving {
                         return None;
                     }
@@ -739,7 +743,8 @@ impl<K, S: BuildHasher, R: KeyRule> KeyedShared<K, S, R> {
                     after.grant(cost, Nanos::ZERO);
                     Some((w, Ok(Step::Granted(now))))
                 },
-                slow: |lane: &mut Lane<R>, tally: &mut Tally, after: &mut After| {
+                slow: move |lane: &mut Lane<R>, tally: &mut Tally, after: &mut After| {
+                    let (ticket, waker, timeout) = request;
                     // Only here: the fast path has no use for it.
                     let limit = timeout.map(|t| now.saturating_add(Nanos::from_duration(t)));
                     lane.poll(tally, now, ticket, cost, waker, limit, after)

@@ -21,4 +21,4 @@ pub(crate) mod waiter;
 
 pub(crate) use lane::{After, Step};
 pub(crate) use single::Shared;
-pub(crate) use waiter::{Acquire, Waiter};
+pub(crate) use waiter::{Acquire, Answered, Granted, Waiter};

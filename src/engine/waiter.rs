@@ -240,6 +240,56 @@ impl<H: Handle<Cost = C>, C: Copy> Future for Acquire<H, C> {
     }
 }
 
+pin_project! {
+    /// An [`Acquire`] without a timeout, answering `()`: a limiter's `acquire` future, with no
+    /// `async fn` state machine around it.
+    #[must_use = "futures do nothing unless polled"]
+    pub(crate) struct Granted<F> {
+        #[pin]
+        inner: F,
+    }
+}
+
+impl<F> Granted<F> {
+    pub(crate) fn new(inner: F) -> Self {
+        Granted { inner }
+    }
+}
+
+impl<F: Future<Output = Result<Nanos, NotUntil>>> Future for Granted<F> {
+    type Output = ();
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // Without a timeout a request is never refused.
+        self.project().inner.poll(cx).map(|_| ())
+    }
+}
+
+pin_project! {
+    /// An [`Acquire`] answering whether it was granted: a limiter's `acquire_timeout` future.
+    #[must_use = "futures do nothing unless polled"]
+    pub(crate) struct Answered<F> {
+        #[pin]
+        inner: F,
+    }
+}
+
+impl<F> Answered<F> {
+    pub(crate) fn new(inner: F) -> Self {
+        Answered { inner }
+    }
+}
+
+impl<F: Future<Output = Result<Nanos, NotUntil>>> Future for Answered<F> {
+    type Output = Result<(), NotUntil>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), NotUntil>> {
+        self.project().inner.poll(cx).map(|r| r.map(|_| ()))
+    }
+}
+
 impl<H: Handle> std::fmt::Debug for Waiter<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Waiter")

@@ -4,6 +4,7 @@
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
+use std::future::Future;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::time::Duration;
@@ -288,14 +289,14 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// assert_eq!(start.elapsed().as_millis(), 100);
     /// # }
     /// ```
-    pub async fn acquire<Q>(&self, key: &Q, cost: u64)
+    pub fn acquire<'a, Q>(&'a self, key: &'a Q, cost: u64) -> impl Future<Output = ()> + 'a
     where
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        // The engine's future itself, no `async fn` around it: the key is hashed here.
         let handle: KeyRef<'_, K, Q, S> = KeyHandle::new(&*self.shared, key);
-        // Without a timeout a request is never refused.
-        let _ = engine::Acquire::new(handle, cost, None).await;
+        engine::Granted::new(engine::Acquire::new(handle, cost, None))
     }
 
     /// Takes `cost` tokens of `key` if they are there now and nobody waits for the key; never
@@ -350,20 +351,18 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// assert!(limiter.acquire_timeout(&1, 1, Duration::from_secs(1)).await.is_ok());
     /// # }
     /// ```
-    pub async fn acquire_timeout<Q>(
-        &self,
-        key: &Q,
+    pub fn acquire_timeout<'a, Q>(
+        &'a self,
+        key: &'a Q,
         cost: u64,
         timeout: Duration,
-    ) -> Result<(), NotUntil>
+    ) -> impl Future<Output = Result<(), NotUntil>> + 'a
     where
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let handle: KeyRef<'_, K, Q, S> = KeyHandle::new(&*self.shared, key);
-        engine::Acquire::new(handle, cost, Some(timeout))
-            .await
-            .map(|_| ())
+        engine::Answered::new(engine::Acquire::new(handle, cost, Some(timeout)))
     }
 
     /// The whole tokens of `key` that could be taken now, ignoring its waiters: its burst for a
