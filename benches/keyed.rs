@@ -37,6 +37,12 @@
 //!   grants of a task, 0.75 % of them here), checked not to be a wait on a key (paced's stats
 //!   record none); governor does not yield. It no longer fails the run.
 //!
+//!   After the group, the same runs outside criterion print CPU beside wall time (`cpu ...`
+//!   lines: the worker threads' CPU per acquisition, the cores busy, and the cache line's
+//!   latency between the two cores before and after: this VM's near or far state, which moves
+//!   both limiters' wall figures by two to four times, so compare within one state). Run only
+//!   those with a filter that matches no benchmark: `-- nomatch`.
+//!
 //! Memory is measured by the `keyed_memory` bench.
 //!
 //! Run: `cargo bench -p paced-benches --bench keyed -- --warm-up-time 1 --measurement-time 3`
@@ -56,6 +62,9 @@ use futures_util::{Stream, StreamExt};
 use governor::Quota;
 use paced::{KeyedRateLimiter, PaceExt, Rate, Shaping};
 use tokio::runtime::Runtime;
+
+#[path = "common/cpu.rs"]
+mod cpu;
 
 /// Tasks, acquisitions per task and keys of the contended benchmark.
 const TASKS: u64 = 64;
@@ -428,6 +437,82 @@ fn contended(c: &mut Criterion) {
     group.finish();
 }
 
+/// `keyed_contended`'s figures again outside criterion, with the CPU they cost: each key pattern
+/// and limiter runs `run_contended` for at least a second of wall time, and a line is printed
+/// with acquisitions per second of wall time, the worker threads' CPU time per acquisition,
+/// how many cores were busy, and the cache line's latency between the two cores before and
+/// after (this VM's near or far state, which moves both limiters' wall figures by two to four
+/// times; compare within one state).
+fn contended_cpu(_: &mut Criterion) {
+    let rt = two_workers();
+    println!(
+        "CPU beside wall time of keyed_contended, {TASKS} tasks on 2 worker threads, \
+         {CONTENDED_KEYS} keys:"
+    );
+    let (rate, burst) = Refill::Slow.paced();
+    for keys in [Keys::Lockstep, Keys::Spread] {
+        for _ in 0..2 {
+            let paced = Arc::new(rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) }));
+            cpu_note(&rt, "paced/acquire", keys, &paced, |l, key| async move {
+                l.acquire(&key, 1).await;
+            });
+            let governor = Arc::new(governor::RateLimiter::keyed(Refill::Slow.governor()));
+            cpu_note(
+                &rt,
+                "governor/until_key_ready",
+                keys,
+                &governor,
+                |l, key| async move {
+                    l.until_key_ready(&key).await;
+                },
+            );
+        }
+    }
+}
+
+/// Runs `acquire` through [`run_contended`] for at least a second and prints the figures of
+/// [`contended_cpu`].
+fn cpu_note<L, F, A>(rt: &Runtime, name: &str, keys: Keys, limiter: &Arc<L>, acquire: A)
+where
+    L: Send + Sync + 'static,
+    A: Fn(Arc<L>, u64) -> F + Send + Sync + Copy + 'static,
+    F: std::future::Future<Output = ()> + Send,
+{
+    let waited = AtomicU64::new(0);
+    // `wall`: the timed part of each run (from the tasks' release to the last one's end), as
+    // criterion times it; `whole`: the whole call, spawning included, over which the CPU time
+    // is read (for the cores busy).
+    let (mut runs, mut wall, mut whole) = (0u64, Duration::ZERO, Duration::ZERO);
+    let mut cpu = Some(Duration::ZERO);
+    let line_before = cpu::line_latency();
+    while wall < Duration::from_secs(1) {
+        let (before, started) = (cpu::workers_cpu(), Instant::now());
+        wall += run_contended(rt, limiter, keys, &waited, acquire);
+        whole += started.elapsed();
+        let spent = before
+            .zip(cpu::workers_cpu())
+            .map(|(b, a)| a.saturating_sub(b));
+        cpu = cpu.zip(spent).map(|(total, run)| total + run);
+        runs += 1;
+    }
+    let line = cpu::describe_line(line_before, cpu::line_latency());
+    let acquisitions = runs * TASKS * PER_TASK;
+    let name = format!(
+        "keyed_contended/{name}/{CONTENDED_KEYS}_keys{}",
+        keys.name()
+    );
+    let per_s = acquisitions as f64 / wall.as_secs_f64();
+    match cpu {
+        Some(cpu) => println!(
+            "cpu {name:<52} {per_s:>11.0} acq/s, {:>6.1} ns CPU per acquisition, {:.2} cores \
+             busy ({runs} runs: timed {wall:.2?} of {whole:.2?}, CPU {cpu:.2?}; {line})",
+            cpu.as_nanos() as f64 / acquisitions as f64,
+            cpu.as_secs_f64() / whole.as_secs_f64(),
+        ),
+        None => println!("cpu {name:<52} {per_s:>11.0} acq/s, CPU time not available ({line})"),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // throttle_by_key per item, nothing binding
 
@@ -490,5 +575,12 @@ fn overhead(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, clock, try_acquire, contended, overhead);
+criterion_group!(
+    benches,
+    clock,
+    try_acquire,
+    contended,
+    contended_cpu,
+    overhead
+);
 criterion_main!(benches);
