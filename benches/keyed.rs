@@ -379,27 +379,16 @@ fn contended(c: &mut Criterion) {
     for keys in [Keys::Lockstep, Keys::Spread] {
         let (rate, burst) = Refill::Slow.paced();
         let paced = Arc::new(rt.block_on(async { KeyedRateLimiter::<u64>::new(rate, burst) }));
-        let (waited, runs) = (AtomicU64::new(0), AtomicU64::new(0));
-        let name = format!("paced/acquire/{CONTENDED_KEYS}_keys{}", keys.name());
-        group.bench_function(&name, |b| {
-            b.iter_custom(|iters| {
-                runs.fetch_add(iters, Ordering::Relaxed);
-                (0..iters)
-                    .map(|_| {
-                        run_contended(
-                            &rt,
-                            &paced,
-                            keys,
-                            &waited,
-                            |l: Arc<KeyedRateLimiter<u64>>, key| async move {
-                                l.acquire(&key, 1).await;
-                            },
-                        )
-                    })
-                    .sum()
-            });
-        });
-        report_waits(&name, &waited, &runs);
+        bench_contended(
+            &mut group,
+            &rt,
+            "paced/acquire",
+            keys,
+            &paced,
+            |l, key| async move {
+                l.acquire(&key, 1).await;
+            },
+        );
         // The quota itself never binds: nothing is refused and nothing ever waited on a key (a
         // first poll answered `Pending` is tokio's cooperative budget, spent every 128 grants).
         let stats = paced.stats();
@@ -409,32 +398,46 @@ fn contended(c: &mut Criterion) {
             "keyed_contended: an acquisition waited on its key"
         );
         let governor = Arc::new(governor::RateLimiter::keyed(Refill::Slow.governor()));
-        let (waited, runs) = (AtomicU64::new(0), AtomicU64::new(0));
-        let name = format!(
-            "governor/until_key_ready/{CONTENDED_KEYS}_keys{}",
-            keys.name()
+        let name = "governor/until_key_ready";
+        bench_contended(
+            &mut group,
+            &rt,
+            name,
+            keys,
+            &governor,
+            |l, key| async move {
+                l.until_key_ready(&key).await;
+            },
         );
-        group.bench_function(&name, |b| {
-            b.iter_custom(|iters| {
-                runs.fetch_add(iters, Ordering::Relaxed);
-                (0..iters)
-                    .map(|_| {
-                        run_contended(
-                            &rt,
-                            &governor,
-                            keys,
-                            &waited,
-                            |l: Arc<governor::DefaultKeyedRateLimiter<u64>>, key| async move {
-                                l.until_key_ready(&key).await;
-                            },
-                        )
-                    })
-                    .sum()
-            });
-        });
-        report_waits(&name, &waited, &runs);
     }
     group.finish();
+}
+
+/// One row of `keyed_contended`: `acquire` through [`run_contended`], timed by criterion, then
+/// the count of first polls answered `Pending`.
+fn bench_contended<L, F, A>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    rt: &Runtime,
+    name: &str,
+    keys: Keys,
+    limiter: &Arc<L>,
+    acquire: A,
+) where
+    L: Send + Sync + 'static,
+    A: Fn(Arc<L>, u64) -> F + Send + Sync + Copy + 'static,
+    F: std::future::Future<Output = ()> + Send,
+{
+    let (waited, runs) = (AtomicU64::new(0), AtomicU64::new(0));
+    let name = format!("{name}/{CONTENDED_KEYS}_keys{}", keys.name());
+    group.bench_function(&name, |b| {
+        b.iter_custom(|iters| {
+            runs.fetch_add(iters, Ordering::Relaxed);
+            (0..iters)
+                .map(|_| run_contended(rt, limiter, keys, &waited, acquire))
+                .sum()
+        });
+    });
+    report_waits(&name, &waited, &runs);
 }
 
 /// `keyed_contended`'s figures again outside criterion, with the CPU they cost: each key pattern
