@@ -78,7 +78,8 @@ impl Hires {
     /// At 10,000/s, burst 1, on the quiet 2-core test machine, the 80th percentile kept 0.983
     /// to 0.995 of the rate at 20 to 24 µs of CPU per item, against governor's 25 to 29 µs in
     /// the same runs; the earlier one and a half times the average lateness (capped at the same
-    /// 30 µs) kept 0.983 to 0.995 at 25 to 28 µs (BENCHMARKS.md).
+    /// 30 µs) kept 0.980 to 0.995 at 25 to 28 µs, more than governor in half the runs
+    /// (BENCHMARKS.md).
     pub(crate) fn lead(&self) -> Nanos {
         Nanos(self.late.min(MAX_LEAD))
     }
