@@ -723,9 +723,25 @@
 //!   round trip, waiters are served in the order their requests reached Redis, and a large
 //!   request is not starved by small ones. A waiter dropped before its turn gives its tokens
 //!   back with the key's next round trip or, once nothing uses the key, in the background,
-//!   whichever comes first. A reservation sleeps out the wait Redis gave it on a tokio timer of
-//!   its own, then lets this process's reservations sent before it go first (Redis's order):
-//!   Redis waiters do not queue in the in-process waiter engine.
+//!   whichever comes first.
+//! - **Released at the instant Redis charged.** Each grant carries the Redis instant it was
+//!   charged for. A reservation sleeps out its wait on a tokio timer of its own, then lets this
+//!   process's grants of the key for earlier instants go first; it also waits for the answers
+//!   to requests sent before it, but no longer. So on every runtime flavor and worker count a
+//!   process releases its grants at the instants Redis charged them, in Redis's order: never
+//!   earlier, late by at most a round trip and tokio's tick. Tasks reach the connection and
+//!   read their replies in any order on a multi-thread runtime; the instant does not depend on
+//!   that. Redis waiters do not queue in the in-process waiter engine.
+//! - **Tokens given back while grants wait.** A grant charged for a later instant cannot move:
+//!   its process sleeps until then. Tokens given back meanwhile (a `settle` below the charge,
+//!   an unused lease, a waiter that went away) could let a new request go at that same instant
+//!   and break the bound. So they are held back: a bucket takes them back at the latest waiting
+//!   grant's instant, and only as many as it would hold beside the waiting grants (a burst
+//!   minus the most a waiting grant found in it). The rest is lost, as a full bucket loses its
+//!   refill. `RedisMultiRateLimiter` keeps that room in Redis; the one-limit script, which has
+//!   no room for it in its format, takes back nothing while grants wait, except the last
+//!   grant's own tokens, which come back whole. In process, tokens given back reach the
+//!   waiters at once instead: there the waiters' instants are not fixed yet.
 //! - **One limit for the fleet, changed at run time.** `set_limit(rate, burst)` stores a new
 //!   limit in Redis beside the bucket, so every process's next request obeys it (the level is
 //!   kept, in tokens); `clear_limit()` gives back the limit the quota was built with.
@@ -740,10 +756,23 @@
 //!   waits (nothing lost). The quota is never exceeded; the price is a stall.
 //!   `FailOpen { share }` keeps going: each process falls back to a local limiter at `share` of
 //!   the rate and burst and tries Redis again every second. Nothing stalls; the price is that
-//!   with `n` processes the total can reach `n × share` of the quota during the outage. The
+//!   with `n` processes the total can reach `n × share` of the quota during the outage. A
+//!   request waits on the fallback no longer than the fallback's second in charge, then asks
+//!   Redis again: once Redis is back, nobody is granted by a fallback any more. (A fallback is
+//!   in charge for a second after the last failed round trip; the connection is tried again
+//!   at a backoff of up to 500 ms, so it can stay in charge up to about 1.75 s after Redis is
+//!   back.) The
 //!   connection reconnects by itself, nothing panics, and no stream item is lost or
 //!   duplicated: the tests kill Redis mid-run and restart it a second later under both
-//!   policies.
+//!   policies, and a stress test (`tests/redis_fleet_stress.rs`: 4 processes of 8 workers and
+//!   64 tasks each on a two-limit quota, settling up and down) checks every bound on the
+//!   merged timeline across a `kill -9`.
+//! - **A Redis that loses its data** (no persistence, or a failover that loses the last
+//!   writes) forgets the reservations it had scheduled. Until they fall due, new grants come on
+//!   top of them: across such a loss the fleet may exceed the bound by what was reserved and
+//!   not yet due, plus a burst (the lost bucket comes back full). Run Redis with an
+//!   append-only file (`appendonly yes`, `appendfsync always` or `everysec`) where that
+//!   matters; the stress test keeps its bound across a `kill -9` with `appendfsync always`.
 //! - The feature needs Rust 1.88 (the `redis` crate's minimum); the default build needs 1.85.
 //!
 //! A [`RedisRateLimiter`] is a [`RedisKeyedRateLimiter`] with one key (whose Redis key is the
@@ -881,6 +910,12 @@
 //!   the same kind of error. 1.0 is the first format: builds before it stored other forms
 //!   (text, or doubles without a version), which 1.0 does not read; such a key answers the
 //!   error until it is deleted or expires.
+//! - **Several limits** (`RedisMultiRateLimiter`) keep version 1 too: one byte, the latest
+//!   grant's instant, then two doubles per limit (9 + 16 × M bytes; with limits set by
+//!   `set_limit`, four more doubles per limit). A bucket's second double is its room for tokens
+//!   given back while grants wait. Builds before it wrote 0 there and never read it, so the two
+//!   share a key: such a build leaves the room as it finds it, and this one reads its 0 as no
+//!   room, which only holds tokens back.
 //!
 //! A process fails on every key stored in a version it does not read, so a format 2 is rolled
 //! out readers first:
@@ -1376,7 +1411,7 @@
 //!   key), [`Adaptive`] (a controller that sets a `RateLimiter`'s rate). [`RedisRateLimiter`]
 //!   runs the same GCRA in a Lua script on Redis; its waiters do not go through the engine
 //!   (Redis keeps the queue): a reservation sleeps out the wait Redis gave it on a tokio timer
-//!   of its own, then waits its turn behind the reservations this process sent before it.
+//!   of its own, then waits behind this process's grants for earlier Redis instants.
 //! - **The entry points** are thin: a stream adapter, a Sink adapter, a tower layer or a task
 //!   asks a limiter through the same waiter, so every one of them has the same promises, and
 //!   refuses with the same [`NotUntil`]. Every configuration value that cannot be is a

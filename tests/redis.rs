@@ -12,6 +12,9 @@ use futures_util::StreamExt;
 use paced::redis::{FailurePolicy, RedisLimiterError, TryAcquireError};
 use paced::{PaceExt, Rate, RateLimiter, RedisRateLimiter, Shaping};
 
+#[macro_use]
+#[path = "common/flavors.rs"]
+mod flavors;
 #[path = "common/redis_server.rs"]
 mod redis_server;
 #[path = "common/redis_worker.rs"]
@@ -64,7 +67,6 @@ fn four_processes_share_one_quota() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_semantics_as_the_local_bucket() {
     let server = Server::start();
     let quota = RedisRateLimiter::builder(server.url(), "local", Rate::per_second(10), 5)
@@ -225,7 +227,6 @@ async fn thousand(quota: &RedisRateLimiter) -> Vec<(u128, u128)> {
     grants
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_cut_round_trips_tenfold_and_keep_the_bound() {
     let server = Server::start();
     let rate = Rate::per_second(20_000);
@@ -363,7 +364,6 @@ async fn try_acquire_with_leases_takes_what_is_there() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_requests_are_not_starved_and_waiters_cost_one_round_trip() {
     let server = Server::start();
     let quota = RedisRateLimiter::builder(server.url(), "fair", Rate::per_second(50), 5)
@@ -397,7 +397,6 @@ async fn large_requests_are_not_starved_and_waiters_cost_one_round_trip() {
     assert_eq!(stats.round_trips, stats.granted, "{stats:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_dropped_before_its_turn_gives_its_tokens_back() {
     let server = Server::start();
     let quota = RedisRateLimiter::builder(server.url(), "drop", Rate::per_second(10), 1)
@@ -934,7 +933,6 @@ async fn a_named_quota_records_to_the_metrics_facade() {
     assert!(stats.errors >= 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_served_in_the_order_they_asked() {
     use futures_util::stream::FuturesUnordered;
 
@@ -991,7 +989,6 @@ async fn the_last_metrics_name_given_wins() {
     assert!(limiters.iter().all(|l| l == "last"), "{limiters:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_timeout_waits_within_its_timeout_and_takes_nothing_beyond() {
     let server = Server::start();
     let quota = RedisRateLimiter::builder(server.url(), "timeout", Rate::per_second(10), 1)
@@ -1099,3 +1096,12 @@ fn a_task_looping_on_a_lease_does_not_starve_a_timer() {
         assert_eq!(quota.stats().round_trips, 1, "all from the lease");
     });
 }
+
+on_every_flavor!(
+    same_semantics_as_the_local_bucket,
+    leases_cut_round_trips_tenfold_and_keep_the_bound,
+    large_requests_are_not_starved_and_waiters_cost_one_round_trip,
+    waiters_are_served_in_the_order_they_asked,
+    acquire_timeout_waits_within_its_timeout_and_takes_nothing_beyond,
+    a_waiter_dropped_before_its_turn_gives_its_tokens_back,
+);

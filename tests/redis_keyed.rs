@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 use paced::redis::{FailurePolicy, RedisLimiterError, TryAcquireError};
 use paced::{Rate, RedisKeyedRateLimiter};
 
+#[macro_use]
+#[path = "common/flavors.rs"]
+mod flavors;
 #[path = "common/redis_server.rs"]
 mod redis_server;
 #[path = "common/redis_worker.rs"]
@@ -153,7 +156,6 @@ async fn idle_keys_vanish_from_redis_and_from_the_process() {
     assert_eq!(dbsize(&mut conn), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_is_a_reservation_and_a_timeout_takes_nothing() {
     let server = Server::start();
     let quota = limiter::<String>(&server, "wait", Rate::per_second(10), 1);
@@ -545,7 +547,6 @@ async fn leases_are_per_key_cut_round_trips_and_are_given_back_when_idle() {
     assert_eq!(slow.stats().round_trips, 5);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_never_passes_an_earlier_waiter_of_this_process() {
     let server = Server::start();
     let mut conn = admin(&server);
@@ -660,7 +661,6 @@ fn epoch_nanos() -> u128 {
         .as_nanos()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_with_leases_keep_each_keys_bound() {
     let server = Server::start();
     let make = || -> RedisKeyedRateLimiter<u64> {
@@ -706,7 +706,6 @@ async fn two_instances_with_leases_keep_each_keys_bound() {
     assert!(stats.from_lease > 0, "{stats:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn waiters_of_one_key_are_served_in_the_order_they_asked() {
     let server = Server::start();
     let quota = limiter::<String>(&server, "fifo", Rate::per_second(50), 1);
@@ -991,3 +990,10 @@ fn a_task_looping_on_a_keys_lease_does_not_starve_a_timer() {
         assert_eq!(quota.stats().round_trips, 2, "all from the lease");
     });
 }
+
+on_every_flavor!(
+    waiting_is_a_reservation_and_a_timeout_takes_nothing,
+    a_lease_never_passes_an_earlier_waiter_of_this_process,
+    two_instances_with_leases_keep_each_keys_bound,
+    waiters_of_one_key_are_served_in_the_order_they_asked,
+);

@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use paced::{KeyedLimiter, PaceExt, Rate, RedisKeyedRateLimiter};
 
+#[macro_use]
+#[path = "common/flavors.rs"]
+mod flavors;
 #[path = "common/redis_server.rs"]
 mod redis_server;
 use redis_server::{check_bound, Server};
@@ -55,7 +58,6 @@ fn interleaved(keys: &[&str], per_key: u32) -> Vec<(String, u32)> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_streams_on_two_instances_keep_each_keys_bound_and_order() {
     let server = Server::start();
     // Two processes' worth: two limiters, two connections, one Redis.
@@ -459,3 +461,5 @@ mod tower_layer {
         assert!(!refused.headers().contains_key("x-ratelimit-remaining"));
     }
 }
+
+on_every_flavor!(two_streams_on_two_instances_keep_each_keys_bound_and_order,);

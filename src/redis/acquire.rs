@@ -12,9 +12,10 @@ use tokio::time::Instant;
 
 use super::error::{RedisLimiterError, TryAcquireError};
 use super::keyed::RedisKeyedRateLimiter;
-use super::lease::Hold;
+use super::lease::{Hold, ToReturn};
 use super::policy::{self, FailurePolicy};
 use super::script::{wait_from_us, Answer, Call, Failure, Reply, REPLY_BACKOFF_MAX};
+use super::turns::Asking;
 use crate::core::Nanos;
 use crate::engine::coop::poll_budget;
 use crate::error::{ConfigError, NotUntil};
@@ -35,6 +36,8 @@ where
 {
     hold: &'a Hold<'h, K, Q>,
     tokens: u64,
+    /// The Redis instant it was charged for.
+    at_us: u64,
 }
 
 impl<K, Q> Drop for Reserved<'_, '_, K, Q>
@@ -43,7 +46,7 @@ where
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
     fn drop(&mut self) {
-        self.hold.give_back(self.tokens);
+        self.hold.give_back(self.tokens, self.at_us);
     }
 }
 
@@ -101,6 +104,32 @@ impl Outages {
                 Ok(None)
             }
             FailurePolicy::FailOpen { share } => Ok(Some(share)),
+        }
+    }
+}
+
+/// Waits on the fail-open fallback in charge until `until` with `acquire_timeout`, for no
+/// longer than its second in charge (nor than the caller's deadline, `left`): once Redis is
+/// back nobody is granted by a fallback any more. `Ok(None)`: its second ended first, and
+/// the caller asks Redis again.
+pub(super) async fn on_fallback<T, F>(
+    acquire_timeout: impl FnOnce(Duration) -> F,
+    until: Instant,
+    left: Option<Duration>,
+) -> Result<Option<T>, WaitError>
+where
+    F: std::future::Future<Output = Result<T, NotUntil>>,
+{
+    let in_charge = until.saturating_duration_since(Instant::now());
+    let timeout = left.map_or(in_charge, |left| left.min(in_charge));
+    match acquire_timeout(timeout).await {
+        Ok(granted) => Ok(Some(granted)),
+        Err(refused) if left.is_some_and(|left| left <= in_charge) => {
+            Err(WaitError::Refused(refused))
+        }
+        Err(_) => {
+            tokio::time::sleep_until(until).await;
+            Ok(None)
         }
     }
 }
@@ -222,8 +251,16 @@ where
 
     /// Takes `cost` from `key`'s lease if it holds it and no earlier request of this process
     /// waits for the key (`head`: the caller holds the key's refill lock), spending the task's
-    /// cooperative budget (a lease grants without a wait), and counts the grant.
-    async fn grant_from_lease<Q>(&self, key: &Q, cost: u64, head: bool) -> bool
+    /// cooperative budget (a lease grants without a wait), and counts the grant. Refused, a
+    /// request that `asks` (see [`spend_lease`](Self::spend_lease)) is counted as waiting for
+    /// the key until it drops what `asking` then holds.
+    async fn grant_from_lease<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        head: bool,
+        asking: Option<&mut Option<Asking>>,
+    ) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -232,13 +269,21 @@ where
             return false;
         }
         let budget = std::future::poll_fn(poll_budget).await;
-        if !self.spend_lease(key, cost, head) {
-            // Dropped unused: the unit goes back to the budget.
-            return false;
+        let asks = asking.as_ref().is_some_and(|a| a.is_none());
+        match self.spend_lease(key, cost, head, asks) {
+            Ok(()) => {
+                budget.made_progress();
+                self.inner.counters.grant(cost);
+                true
+            }
+            Err(marked) => {
+                // Dropped unused: the unit goes back to the budget.
+                if let (Some(slot), Some(marked)) = (asking, marked) {
+                    *slot = Some(marked);
+                }
+                false
+            }
         }
-        budget.made_progress();
-        self.inner.counters.grant(cost);
-        true
     }
 
     /// The one reservation path, of `acquire` (`deadline: None`) and `acquire_timeout`
@@ -269,8 +314,14 @@ where
             Some(Some(d)) => Some(d.saturating_duration_since(now)),
             _ => None,
         };
+        // Once the lease was found short, this request is counted as waiting for the key
+        // until it returns: no lease grant passes it.
+        let mut asking = None;
         loop {
-            if self.grant_from_lease(key, cost, false).await {
+            if self
+                .grant_from_lease(key, cost, false, Some(&mut asking))
+                .await
+            {
                 return Ok(());
             }
             // With leases, one task at a time refills the key's lease; the others queue here
@@ -287,24 +338,19 @@ where
                     },
                     _ => lock.await,
                 };
-                if self.grant_from_lease(key, cost, true).await {
+                if self.grant_from_lease(key, cost, true, None).await {
                     return Ok(());
                 }
                 Some(guard)
             } else {
                 None
             };
-            if let Some(fallback) = self.fallback(key) {
+            if let Some((fallback, until)) = self.fallback(key) {
                 drop(refilling);
-                match deadline {
-                    None => fallback.acquire(key, cost).await,
-                    Some(_) => {
-                        let timeout = left(Instant::now()).unwrap_or(Duration::MAX);
-                        fallback
-                            .acquire_timeout(key, cost, timeout)
-                            .await
-                            .map_err(WaitError::Refused)?;
-                    }
+                let left = deadline.and_then(|_| left(Instant::now()));
+                let timed = |timeout| fallback.acquire_timeout(key, cost, timeout);
+                if on_fallback(timed, until, left).await?.is_none() {
+                    continue;
                 }
                 counters.grant(cost);
                 counters.fall_back();
@@ -315,21 +361,31 @@ where
                 left(attempt).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
             let amounts = self.amounts(key, cost);
             let trip = self.round_trip(keys, amounts, true, max_wait_us);
-            let (turn, answer) = hold.turns.send(trip).await;
-            // Anything but a reservation gives its place up at once.
-            let mut turn = matches!(answer, Ok(Answer::Granted { .. })).then_some(turn);
+            // A grant takes its place among this process's grants of the key by the instant
+            // Redis charged it for; anything else takes none.
+            let (mut turn, answer) = hold
+                .turns
+                .send(trip, |answer| match answer {
+                    Ok(Answer::Granted { wait, at_us, .. }) if *wait != Nanos::MAX => Some(*at_us),
+                    _ => None,
+                })
+                .await;
             match answer {
-                Ok(Answer::Granted { surplus, wait }) => {
+                Ok(Answer::Granted {
+                    surplus,
+                    wait,
+                    at_us,
+                }) => {
                     self.recovered();
                     let mut reserved = Reserved {
                         hold: &hold,
                         tokens: cost.saturating_add(surplus),
+                        at_us,
                     };
                     if wait == Nanos::MAX {
                         // Never: it holds nobody up, here or in Redis. The script charges
                         // nothing for it, so there is nothing to give back either.
                         reserved.tokens = 0;
-                        drop(turn.take());
                         if deadline.is_some() {
                             return Err(WaitError::Refused(NotUntil::NEVER));
                         }
@@ -341,9 +397,9 @@ where
                         // time, as on a tokio `Semaphore`.
                         spend_budget().await;
                     }
-                    // After the key's reservations sent before it, however late their replies
-                    // were read.
-                    if let Some(turn) = &turn {
+                    // After this process's grants of the key for earlier instants, however
+                    // late their replies were read.
+                    if let Some(turn) = turn.take() {
                         turn.come().await;
                     }
                     std::mem::forget(reserved);
@@ -419,10 +475,10 @@ where
             self.grant_nothing().await;
             return Ok(());
         }
-        if self.grant_from_lease(key, cost, false).await {
+        if self.grant_from_lease(key, cost, false, None).await {
             return Ok(());
         }
-        let answer = if let Some(fallback) = self.fallback(key) {
+        let answer = if let Some((fallback, _)) = self.fallback(key) {
             let answer = fallback.try_acquire(key, cost);
             if answer.is_ok() {
                 counters.fall_back();
@@ -499,6 +555,7 @@ where
                 amounts: (0, 0, 0),
                 mode: if limit.is_some() { "limit" } else { "clear" },
                 max_wait_us: None,
+                back_at_us: None,
                 new_limit: limit.map(|(rate, burst)| (policy::interval_us(rate), burst)),
             })
             .await;
@@ -531,7 +588,7 @@ where
     pub(super) async fn round_trip(
         &self,
         keys: &str,
-        (cost, want, back): (u64, u64, u64),
+        (cost, want, back): (u64, u64, ToReturn),
         reserve: bool,
         max_wait_us: Option<u64>,
     ) -> Result<Answer, Failure> {
@@ -540,20 +597,22 @@ where
                 key: keys,
                 interval_us: self.inner.interval_us,
                 burst: self.inner.burst,
-                amounts: (cost, want, back),
+                amounts: (cost, want, back.tokens),
                 mode: if reserve { "reserve" } else { "try" },
                 max_wait_us,
+                back_at_us: back.at_us,
                 new_limit: None,
             })
             .await?;
         Ok(match reply {
-            (0, _, wait_us) => Answer::Refused {
+            (0, _, wait_us, _) => Answer::Refused {
                 wait: wait_from_us(wait_us),
             },
-            (_, surplus, wait_us) => Answer::Granted {
+            (_, surplus, wait_us, at_us) => Answer::Granted {
                 // Never more than was asked for, whatever the script's rounding.
                 surplus: surplus.min(want - cost),
                 wait: wait_from_us(wait_us),
+                at_us,
             },
         })
     }

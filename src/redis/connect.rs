@@ -7,6 +7,10 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use super::error::RedisLimiterError;
 use super::script::Conn;
 
+/// How many requests the connection queues before a sender must wait (the client's default
+/// is 50).
+const PIPELINE_BUFFER: usize = 4_096;
+
 /// The one connection of a limiter (shared by its clones): lazy, so building succeeds while
 /// Redis is down; it reconnects by itself.
 pub(crate) fn connect(
@@ -19,7 +23,10 @@ pub(crate) fn connect(
         .set_response_timeout(Some(response_timeout))
         .set_number_of_retries(1)
         .set_min_delay(Duration::from_millis(10))
-        .set_max_delay(Duration::from_millis(500));
+        .set_max_delay(Duration::from_millis(500))
+        // Requests wait in the client's bounded queue once it is full, and are then sent in an
+        // order of their own: room for this many keeps the order in which they were asked.
+        .set_pipeline_buffer_size(PIPELINE_BUFFER);
     client
         .get_connection_manager_lazy(config)
         .map_err(RedisLimiterError::Client)

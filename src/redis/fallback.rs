@@ -34,8 +34,14 @@ impl<F: Clone> Fallback<F> {
     /// The fallback, while it is in charge; after its second, `None` (time to try Redis
     /// again), keeping its state in case Redis still fails.
     pub(super) fn current(&mut self) -> Option<F> {
+        self.current_until().map(|(limiter, _)| limiter)
+    }
+
+    /// [`current`](Self::current), with the instant its second ends: a waiter on it waits no
+    /// longer, so that once Redis is back nobody is granted by the fallback any more.
+    pub(super) fn current_until(&mut self) -> Option<(F, Instant)> {
         match self.until {
-            Some(until) if Instant::now() < until => self.limiter.clone(),
+            Some(until) if Instant::now() < until => Some((self.limiter.clone()?, until)),
             Some(_) => {
                 self.until = None;
                 None
@@ -86,17 +92,6 @@ pub(super) enum StandIn<K> {
 }
 
 impl<K: Hash + Eq> StandIn<K> {
-    pub(super) async fn acquire<Q>(&self, key: &Q, cost: u64)
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        match self {
-            StandIn::Default(keyed) => keyed.acquire(key, cost).await,
-            StandIn::Own(own) => own.acquire(cost).await,
-        }
-    }
-
     pub(super) async fn acquire_timeout<Q>(
         &self,
         key: &Q,
@@ -131,26 +126,28 @@ where
 {
     /// The local limiter in charge of `key` while the fail-open fallback is: `share` of the
     /// limit this process set for the key, else of the default limit.
-    pub(super) fn fallback<Q>(&self, key: &Q) -> Option<StandIn<K>>
+    ///
+    /// With the instant until which it stays in charge.
+    pub(super) fn fallback<Q>(&self, key: &Q) -> Option<(StandIn<K>, Instant)>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let fallback = lock(&self.inner.fallback).current()?;
+        let (fallback, until) = lock(&self.inner.fallback).current_until()?;
         let (FailurePolicy::FailOpen { share }, Some((rate, burst))) = (
             self.inner.policy,
             lock(&self.inner.limits).get(key).copied(),
         ) else {
-            return Some(StandIn::Default(fallback.default));
+            return Some((StandIn::Default(fallback.default), until));
         };
         let mut own = lock(&fallback.own);
         if let Some(limiter) = own.get(key) {
-            return Some(StandIn::Own(limiter.clone()));
+            return Some((StandIn::Own(limiter.clone()), until));
         }
         let (rate, burst) = policy::share_of(rate, burst, share);
         let limiter = RateLimiter::new(rate, burst);
         own.insert(key.to_owned(), limiter.clone());
-        Some(StandIn::Own(limiter))
+        Some((StandIn::Own(limiter), until))
     }
 
     /// Puts the fallback in charge for a second: `share` of the default limit, and of the

@@ -22,6 +22,9 @@
 --          want      the most to take (a lease), at least `cost`; a lease is granted only whole
 --                    (or the whole burst, if smaller)
 --          back      tokens to give back first (an unused lease, a cancelled reservation)
+--          and optionally a sixth (48 bytes):
+--          back_at   the Redis instant, in microseconds, the tokens given back were charged
+--                    for, when they are one reservation's alone
 -- ARGV[3]  ("reserve" only, optional) a double: the longest wait, in microseconds, to grant
 --          with: a reservation that would wait longer is refused, taking nothing, as a "try" is;
 --          ("limit" only) two doubles: the key's microseconds per token and burst
@@ -40,11 +43,22 @@
 -- A refusal writes nothing (unless it gives tokens back): asking a key that is out of tokens
 -- costs Redis no write, and leaves its expiry as it was.
 --
--- Returns { granted, surplus, wait_us }:
+-- Tokens given back while grants wait. A level below zero means grants charged for later
+-- instants wait (the last of them when the level is back at zero); their processes sleep until
+-- those instants, which cannot move. Tokens given back then (an unused lease, a reservation
+-- whose waiter went away) would let a later request go at the same instant as a waiting grant
+-- and break the bound there, so they are not taken back: lost, as a full bucket loses its
+-- refill. Two cases count in full (up to the burst): tokens given back while no grant waits,
+-- and those of the last grant charged, given back with its instant (ARGV[2]'s back_at): no
+-- grant was charged after it, so taking it back is exact.
+--
+-- Returns { granted, surplus, wait_us, at }:
 --   granted = 1  granted `cost` and `surplus` tokens more (a lease), usable after wait_us (0: at
---                once). A reservation that must wait takes the whole lease (or the cost) and
+--                once), at Redis time <at> (now + wait_us, whole microseconds): the instant
+--                the grant is charged for, by which a process orders its own grants of the
+--                key. A reservation that must wait takes the whole lease (or the cost) and
 --                leaves the level negative: its debt, which later requests wait behind.
---   granted = 0  ("try" only) refused; `cost` will be there in wait_us.
+--   granted = 0  ("try" only) refused; `cost` will be there in wait_us; <at> is 0.
 --   wait_us is at most NEVER_US, which stands for "never" (see below).
 --
 -- The level is kept rather than an absolute "full at" time: times near Redis's clock (about
@@ -79,6 +93,7 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local mode = ARGV[1]
 local interval, burst, cost, want, back = struct.unpack('<ddddd', ARGV[2])
+local back_at = #ARGV[2] == 48 and struct.unpack('<d', ARGV[2], 41)
 -- The key's own limit as stored after its level and time (16 bytes), or '' for none.
 local own = ''
 
@@ -121,7 +136,11 @@ if state then
   end
 end
 if back > 0 then
-  level = math.min(burst, level + back)
+  -- See "Tokens given back while grants wait": the last grant (back at zero), given back, is
+  -- as if never charged.
+  if level >= 0 or (back_at and back_at + 1 >= now - level * interval) then
+    level = math.min(burst, level + back)
+  end
 end
 -- The level to store, if this request changes it.
 local held
@@ -140,7 +159,7 @@ if mode == 'limit' or mode == 'clear' then
     level = burst
   end
   held = math.min(level, burst)
-  reply = { 1, 0, 0 }
+  reply = { 1, 0, 0, now }
 else
   local reserve = mode == 'reserve'
   -- A reservation with a lease waits for the whole lease (or the whole burst, if smaller), so
@@ -150,22 +169,22 @@ else
     need = math.max(cost, math.min(want, burst))
   end
   if want == 0 then
-    reply = { 0, 0, 0 }
+    reply = { 0, 0, 0, 0 }
   elseif level >= need then
     local take = math.max(need, math.min(want, math.floor(level)))
     held = level - take
-    reply = { 1, math.min(math.max(0, math.floor(take - cost)), EXACT), 0 }
+    reply = { 1, math.min(math.max(0, math.floor(take - cost)), EXACT), 0, now }
   elseif not reserve or (cost - burst) * interval >= NEVER_US then
     -- A refusal (or, for a reservation whose debt alone beyond a full bucket takes 2^64 ns or
     -- more, never granted, as in process; it is not charged, so it holds nobody up): nothing to
     -- write unless tokens were given back.
     if reserve then
-      reply = { 1, 0, NEVER_US }
+      reply = { 1, 0, NEVER_US, 0 }
     elseif cost > burst then
       -- Never without waiting (a limit set for the key may be below the client's burst).
-      reply = { 0, 0, NEVER_US }
+      reply = { 0, 0, NEVER_US, 0 }
     else
-      reply = { 0, 0, math.min(math.ceil((cost - level) * interval), NEVER_US) }
+      reply = { 0, 0, math.min(math.ceil((cost - level) * interval), NEVER_US), 0 }
     end
   else
     -- Reserve: charge now, use once the level would have reached what is taken. For a cost
@@ -178,11 +197,14 @@ else
       take = cost
       wait = math.min(math.ceil(math.max(0, cost - level) * interval), NEVER_US)
     end
-    if max_wait and wait > max_wait then
-      reply = { 0, 0, wait }
+    if max_wait and cost > burst then
+      -- With a longest wait (`acquire_timeout`), a cost above the burst is never, as a try's.
+      reply = { 0, 0, NEVER_US, 0 }
+    elseif max_wait and wait > max_wait then
+      reply = { 0, 0, wait, 0 }
     else
       held = level - take
-      reply = { 1, math.min(math.max(0, math.floor(take - cost)), EXACT), wait }
+      reply = { 1, math.min(math.max(0, math.floor(take - cost)), EXACT), wait, now + wait }
     end
   end
 end

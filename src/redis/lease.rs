@@ -11,8 +11,41 @@ use tokio::time::Instant;
 
 use super::keyed::{Inner, RedisKeyedRateLimiter};
 use super::script::{bump, Call};
-use super::turns::Turns;
+use super::turns::{Asking, Turns};
 use crate::sync::lock;
+
+/// Tokens to give back and, while they are one reservation's alone, the Redis instant it was
+/// charged for: Redis takes the last grant's tokens back in full even while grants wait (see
+/// the script's "Tokens given back while grants wait").
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct ToReturn {
+    pub(super) tokens: u64,
+    pub(super) at_us: Option<u64>,
+}
+
+impl ToReturn {
+    /// Nothing to give back.
+    pub(super) const NOTHING: ToReturn = ToReturn {
+        tokens: 0,
+        at_us: None,
+    };
+
+    /// Adds tokens of no one reservation (a lease).
+    fn add(&mut self, tokens: u64) {
+        if tokens > 0 {
+            self.tokens = self.tokens.saturating_add(tokens);
+            self.at_us = None;
+        }
+    }
+
+    /// Adds a reservation's tokens, charged for Redis instant `at_us`.
+    fn add_reserved(&mut self, tokens: u64, at_us: u64) {
+        if tokens > 0 {
+            self.at_us = (self.tokens == 0).then_some(at_us);
+            self.tokens = self.tokens.saturating_add(tokens);
+        }
+    }
+}
 
 /// What this process keeps for one key while it is in use: while an acquisition is in
 /// flight, or a lease is held.
@@ -21,8 +54,9 @@ pub(super) struct KeyLocal {
     users: usize,
     redis: Arc<str>,
     lease: Option<Lease>,
-    /// Tokens to give back with the key's next round trip: an expired or replaced lease.
-    to_return: u64,
+    /// Tokens to give back with the key's next round trip: an expired or replaced lease, a
+    /// reservation whose waiter went away.
+    to_return: ToReturn,
     /// With leases, one task at a time refills the key's lease; the others wait for it rather
     /// than each asking Redis for a whole lease of its own.
     refill: Arc<tokio::sync::Mutex<()>>,
@@ -54,8 +88,8 @@ pub(super) struct Lease {
 
 /// Gives `back` tokens of a key back to Redis, in the background (if there is a runtime; if
 /// not, or if it fails, they stay taken: on the quota's side).
-pub(super) fn give_back<K>(inner: &Inner<K>, keys: Arc<str>, back: u64) {
-    if back == 0 {
+pub(super) fn give_back<K>(inner: &Inner<K>, keys: Arc<str>, back: ToReturn) {
+    if back.tokens == 0 {
         return;
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -69,9 +103,10 @@ pub(super) fn give_back<K>(inner: &Inner<K>, keys: Arc<str>, back: u64) {
             key: &keys,
             interval_us,
             burst,
-            amounts: (0, 0, back),
+            amounts: (0, 0, back.tokens),
             mode: "try",
             max_wait_us: None,
+            back_at_us: back.at_us,
             new_limit: None,
         };
         let _ = call.run(&script, conn).await;
@@ -82,14 +117,14 @@ impl<K> Inner<K> {
     /// Moves expired leases to be given back, drops the local state of keys nobody uses, and
     /// returns what to give back for them and whether a lease or a key in use remains (to be
     /// swept later).
-    fn sweep(&self) -> (Vec<(Arc<str>, u64)>, bool) {
+    fn sweep(&self) -> (Vec<(Arc<str>, ToReturn)>, bool) {
         let now = Instant::now();
         let mut gone = Vec::new();
         let mut later = false;
         lock(&self.keys).retain(|_, local| {
             if local.lease.as_ref().is_some_and(|l| l.expires <= now) {
                 let unused = local.lease.take().map_or(0, |l| l.tokens);
-                local.to_return = local.to_return.saturating_add(unused);
+                local.to_return.add(unused);
             }
             if local.idle(now, self.lease_age) {
                 gone.push((local.redis.clone(), local.to_return));
@@ -106,8 +141,9 @@ impl<K> Drop for Inner<K> {
     fn drop(&mut self) {
         let keys = std::mem::take(&mut *lock(&self.keys));
         for (_, local) in keys {
-            let unused = local.lease.map_or(0, |l| l.tokens);
-            give_back(self, local.redis, unused.saturating_add(local.to_return));
+            let mut back = local.to_return;
+            back.add(local.lease.map_or(0, |l| l.tokens));
+            give_back(self, local.redis, back);
         }
     }
 }
@@ -130,15 +166,13 @@ where
     K: Borrow<Q> + Hash + Eq + Send + Sync + 'static,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
-    /// Tokens charged for the key but not used (a reservation whose waiter went away): given
-    /// back with the key's next round trip or, once nothing uses the key, in the background,
-    /// whichever comes first.
-    pub(super) fn give_back(&self, tokens: u64) {
-        if tokens == 0 {
-            return;
-        }
+    /// Tokens charged for the key, for the Redis instant `at_us`, but not used (a reservation
+    /// whose waiter went away): given back with the key's next round trip or, once nothing
+    /// uses the key, in the background, whichever comes first; with that instant while they
+    /// are all there is to give back.
+    pub(super) fn give_back(&self, tokens: u64, at_us: u64) {
         if let Some(local) = lock(&self.inner.keys).get_mut(self.key) {
-            local.to_return = local.to_return.saturating_add(tokens);
+            local.to_return.add_reserved(tokens, at_us);
         }
     }
 }
@@ -157,7 +191,7 @@ where
         if !local.idle(Instant::now(), self.inner.lease_age) {
             return;
         }
-        if local.to_return == 0 {
+        if local.to_return.tokens == 0 {
             keys.remove(self.key);
             return;
         }
@@ -219,7 +253,7 @@ where
                     users: 1,
                     redis: Arc::from(self.inner.naming.redis_key(key)),
                     lease: None,
-                    to_return: 0,
+                    to_return: ToReturn::NOTHING,
                     refill: Arc::new(tokio::sync::Mutex::new(())),
                     turns: Arc::default(),
                     granted_at: None,
@@ -247,38 +281,47 @@ where
     /// found the lease short (it holds or waits for the key's refill lock) or a reservation in
     /// flight or waiting its turn. `head`: the caller holds the refill lock, so no earlier
     /// request waits.
-    pub(super) fn spend_lease<Q>(&self, key: &Q, cost: u64, head: bool) -> bool
+    ///
+    /// Refused, a request that `asks` (one that will wait for the key, not a try) is counted
+    /// as found short, in the same step, until it drops the returned [`Asking`].
+    pub(super) fn spend_lease<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        head: bool,
+        asks: bool,
+    ) -> Result<(), Option<Asking>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         if self.inner.lease_tokens == 0 {
-            return false;
+            return Err(None);
         }
         let mut keys = lock(&self.inner.keys);
         let Some(local) = keys.get_mut(key) else {
-            return false;
+            return Err(None);
         };
+        let asking = |local: &KeyLocal| Err(asks.then(|| local.turns.ask()));
         let Some(lease) = local.lease.as_mut() else {
-            return false;
+            return asking(local);
         };
         let now = Instant::now();
         if lease.expires <= now {
             let unused = lease.tokens;
             local.lease = None;
-            local.to_return = local.to_return.saturating_add(unused);
-            return false;
+            local.to_return.add(unused);
+            return asking(local);
         }
-        if lease.tokens < cost {
-            return false;
-        }
-        if !head && (local.refill.try_lock().is_err() || !local.turns.is_idle()) {
-            return false;
+        if lease.tokens < cost
+            || (!head && (local.refill.try_lock().is_err() || !local.turns.is_idle()))
+        {
+            return asking(local);
         }
         lease.tokens -= cost;
         local.granted_at = Some(now);
         bump(&self.inner.counters.from_lease);
-        true
+        Ok(())
     }
 
     /// What `key`'s next round trip asks for: at least `cost`, at most `cost` or, with leases
@@ -289,7 +332,7 @@ where
     /// not asked again within the age cost no lease and no round trip to give it back. A busy
     /// key stays in use, and the unspent tokens of its expired lease go back with its next
     /// round trip.
-    pub(super) fn amounts<Q>(&self, key: &Q, cost: u64) -> (u64, u64, u64)
+    pub(super) fn amounts<Q>(&self, key: &Q, cost: u64) -> (u64, u64, ToReturn)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -298,7 +341,7 @@ where
         let now = Instant::now();
         let mut keys = lock(&self.inner.keys);
         let Some(local) = keys.get_mut(key) else {
-            return (cost, cost, 0);
+            return (cost, cost, ToReturn::NOTHING);
         };
         let leases = lease_tokens > 0;
         let want = if leases && (self.inner.eager_lease || local.in_use(now, self.inner.lease_age))
@@ -338,7 +381,7 @@ where
                     expires,
                 };
                 if let Some(old) = local.lease.replace(lease) {
-                    local.to_return = local.to_return.saturating_add(old.tokens);
+                    local.to_return.add(old.tokens);
                 }
             }
         }
@@ -397,11 +440,11 @@ where
             let Some(local) = keys.get_mut(key) else {
                 return;
             };
-            let unused = local.lease.take().map_or(0, |l| l.tokens);
-            let back = std::mem::take(&mut local.to_return).saturating_add(unused);
+            let mut back = std::mem::take(&mut local.to_return);
+            back.add(local.lease.take().map_or(0, |l| l.tokens));
             (local.redis.clone(), back)
         };
-        if back > 0 {
+        if back.tokens > 0 {
             // It may have run even if it failed: not offering the tokens again errs on the
             // quota's side.
             let _ = self.round_trip(&redis_key, (0, 0, back), false, None).await;

@@ -13,8 +13,9 @@
 //!
 //! `RedisRateLimiter` is a `RedisKeyedRateLimiter` with one key: both acquire, lease, fall
 //! back, back off and take turns through one implementation. A reservation waits out the wait
-//! Redis gave it on a tokio timer of its own, then its turn among the reservations this
-//! process sent before it for the same key (Redis's order); Redis waiters do not queue in the
+//! Redis gave it on a tokio timer of its own, then for this process's grants of the key charged
+//! for earlier Redis instants: a process releases its grants at the instants Redis charged
+//! them, in Redis's order, on every runtime flavor. Redis waiters do not queue in the
 //! in-process limiters' waiter engine.
 //!
 //! ```no_run

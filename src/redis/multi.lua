@@ -6,7 +6,9 @@
 --          <at, a_1, b_1, ..., a_M, b_M>: the Redis time <at> (whole microseconds; in the
 --          future while grants are queued: the instant of the latest grant), then two doubles
 --          per limit: a bucket's level at <at> (tokens, a fraction; negative while a debt is
---          paid) and 0; a fixed window's number <index> (windows counted from the origin) and
+--          paid) and its <room> (see "Tokens given back while grants wait"; 0 as written by
+--          builds before it, which read it as nothing and leave it as it is); a fixed window's
+--          number <index> (windows counted from the origin) and
 --          what was used in it <used> (above the quota: carried into the next windows).
 --          9 + 16 * M bytes; then, once a limit was set (mode "limit"), every limit as the
 --          quota holds it, four doubles each (kind, x, y, z as in ARGV[2]), which override
@@ -44,6 +46,15 @@
 --          dimension asked for has room (otherwise none: a lease that cannot cover a cost
 --          would only hold tokens back).
 --
+-- Tokens given back while grants wait. A grant charged for a later instant than now cannot be
+-- moved: its process sleeps until that instant. Tokens given back now (a settle below the
+-- charge, a lease or a reservation given back) would let a later request go at the same
+-- instant as such a grant, and break the bound there. So while grants wait, a bucket takes back
+-- at most its <room>: a burst minus the most any waiting grant found in the bucket when it was
+-- charged, less what was already given back meanwhile. That is what the bucket would hold
+-- after those grants had the tokens never been taken; the rest is lost, as a full bucket loses
+-- its refill. Once no grant waits, the room is the whole burst again.
+--
 -- Format versions: as gcra.lua. A state whose first byte is another version, or whose length
 -- is not this limiter's number of limits, is answered with an error and left as it is.
 --
@@ -68,7 +79,7 @@ for i = 1, m do
   kind[i], x[i], y[i], z[i], amount[i] = struct.unpack('<ddddd', spec, (i - 1) * 40 + 1)
   given[i] = { kind[i], x[i], y[i], z[i] }
   if kind[i] == 0 then
-    a[i], b[i] = y[i], 0
+    a[i], b[i] = y[i], y[i]
   else
     a[i], b[i] = 0, 0
   end
@@ -118,6 +129,10 @@ if state then
         u = u + (now - at) / x[i]
       end
       u = math.min(u, y[i])
+      if at <= now then
+        -- No grant waits: the whole burst may come back.
+        v = y[i]
+      end
     end
     a[i], b[i] = u, v
   end
@@ -222,7 +237,9 @@ if mode == 'settle' then
     local c = amount[i]
     if kind[i] == 0 then
       if c < 0 then
-        a[i] = math.min(y[i], a[i] - c)
+        local back = math.max(0, math.min(-c, b[i]))
+        a[i] = math.min(y[i], a[i] + back)
+        b[i] = b[i] - back
       elseif c > 0 then
         a[i] = a[i] - c
       end
@@ -239,11 +256,19 @@ if mode == 'settle' then
   return { 1, 0, t0 }
 end
 
+-- A "try", or a reservation with a longest wait (`acquire_timeout`), can never have a cost
+-- above a bucket's burst without waiting: never, as in process. (A reservation without one
+-- waits for the bucket to fill and the rest to flow in.)
+local max_wait = mode == 'reserve' and ARGV[3] and struct.unpack('<d', ARGV[3])
+local timed = mode == 'try' or (max_wait and max_wait < NEVER_US)
 -- The earliest instant at which every limit has room: the latest of the limits' own.
 local ready = t0
 for i = 1, m do
   local c = amount[i]
   if c > 0 then
+    if kind[i] == 0 and c > y[i] and timed then
+      return { 0, NEVER_US, 0 }
+    end
     if kind[i] == 0 then
       if a[i] < c then
         -- For a cost above the burst: full, then the rest (its debt paid before it passes).
@@ -270,7 +295,6 @@ end
 if mode == 'try' and wait > 0 then
   return { 0, wait, 0 }
 end
-local max_wait = mode == 'reserve' and ARGV[3] and struct.unpack('<d', ARGV[3])
 if max_wait and wait > max_wait then
   return { 0, wait, 0 }
 end
@@ -320,6 +344,10 @@ for i = 1, m do
     local l = a[i]
     if ready > t0 then
       l = math.min(y[i], l + (ready - t0) / x[i])
+    end
+    if ready > now and c > 0 then
+      -- A grant that waits: tokens given back before its instant must leave room for it.
+      b[i] = math.min(b[i], y[i] - l)
     end
     if c > y[i] then
       -- It waited for the whole of it to flow in: it leaves an empty bucket.

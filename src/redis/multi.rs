@@ -8,14 +8,14 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::acquire::{pause_after, spend_budget, Outages, WaitError};
+use super::acquire::{on_fallback, pause_after, spend_budget, Outages, WaitError};
 use super::connect::Target;
 use super::error::{RedisLimiterError, TryAcquireError};
 use super::fallback::Fallback;
 use super::policy::{self, FailurePolicy};
 use super::script::{bump, evalsha, round_down, round_up, wait_from_us, Conn, Counters, Failure};
 use super::stats::RedisStats;
-use super::turns::Turns;
+use super::turns::{Asking, Turns};
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
 use crate::limiter::{Limit, MultiRateLimiter, Permit};
@@ -503,7 +503,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                 Charged::Local(local)
             })
         } else {
-            if let Some(at_us) = self.take_from_lease(cost) {
+            if let Ok(at_us) = self.take_from_lease(cost, false) {
                 spend_budget().await;
                 bump(&counters.from_lease);
                 counters.grant(sum(cost));
@@ -791,28 +791,36 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     /// reservation of this process for the quota is queued (a lease grant never passes an
     /// earlier waiter of this process): the Redis instant the lease was charged at. An expired
     /// lease is given back.
-    fn take_from_lease(&self, cost: [u64; N]) -> Option<u64> {
-        self.inner.lease?;
-        let mut leased = lock(&self.quota.lease);
-        let lease = leased.held.as_mut()?;
-        if Instant::now() >= lease.until {
-            let expired = leased.held.take()?;
-            drop(leased);
-            self.give_back(expired);
-            return None;
+    ///
+    /// Refused, a request that `asks` (one that will wait, not a try) is counted as waiting
+    /// for the quota, in the same step, until it drops the returned [`Asking`].
+    fn take_from_lease(&self, cost: [u64; N], asks: bool) -> Result<u64, Option<Asking>> {
+        if self.inner.lease.is_none() {
+            return Err(None);
         }
-        if !self.quota.turns.is_idle() {
-            return None;
+        let mut leased = lock(&self.quota.lease);
+        let asking = || Err(asks.then(|| self.quota.turns.ask()));
+        let Some(lease) = leased.held.as_mut() else {
+            return asking();
+        };
+        if Instant::now() >= lease.until {
+            let refused = asking();
+            let expired = leased.held.take();
+            drop(leased);
+            if let Some(expired) = expired {
+                self.give_back(expired);
+            }
+            return refused;
         }
         // A dimension without a limit needs no lease.
         let limited = |d: usize| self.inner.limits.iter().any(|l| l.dim == d);
-        if (0..N).any(|d| limited(d) && lease.left[d] < cost[d]) {
-            return None;
+        if !self.quota.turns.is_idle() || (0..N).any(|d| limited(d) && lease.left[d] < cost[d]) {
+            return asking();
         }
         for (left, c) in lease.left.iter_mut().zip(cost) {
             *left = left.saturating_sub(c);
         }
-        Some(lease.at_us)
+        Ok(lease.at_us)
     }
 
     /// Holds what a grant leased (one amount per limit, the same for every limit of a
@@ -898,6 +906,11 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         lock(&self.quota.fallback).current()
     }
 
+    /// The fail-open fallback while it is in charge, and until when.
+    fn fallback_until(&self) -> Option<(MultiRateLimiter<N>, Instant)> {
+        lock(&self.quota.fallback).current_until()
+    }
+
     /// Puts a local limiter at `share` of every limit in charge for a second: of the limit
     /// this process set, else of the builder's.
     fn open_fallback(&self, share: f64) {
@@ -947,12 +960,18 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             counters.grant(0);
             return Ok(self.permit(cost, Charged::Nothing));
         }
+        // Once the lease was found short, this request is counted as waiting for the quota
+        // until it returns: no lease grant passes it.
+        let mut _asking = None;
         if self.fallback().is_none() {
-            if let Some(at_us) = self.take_from_lease(cost) {
-                spend_budget().await;
-                bump(&counters.from_lease);
-                counters.grant(sum(cost));
-                return Ok(self.permit(cost, Charged::Redis(at_us)));
+            match self.take_from_lease(cost, true) {
+                Ok(at_us) => {
+                    spend_budget().await;
+                    bump(&counters.from_lease);
+                    counters.grant(sum(cost));
+                    return Ok(self.permit(cost, Charged::Redis(at_us)));
+                }
+                Err(asking) => _asking = asking,
             }
         }
         let mut outages = Outages::new();
@@ -961,16 +980,11 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             _ => None,
         };
         loop {
-            if let Some(fallback) = self.fallback() {
-                let local = match deadline {
-                    None => fallback.acquire(cost).await,
-                    Some(_) => {
-                        let timeout = left(Instant::now()).unwrap_or(Duration::MAX);
-                        fallback
-                            .acquire_timeout(cost, timeout)
-                            .await
-                            .map_err(WaitError::Refused)?
-                    }
+            if let Some((fallback, until)) = self.fallback_until() {
+                let left = deadline.and_then(|_| left(Instant::now()));
+                let timed = |timeout| fallback.acquire_timeout(cost, timeout);
+                let Some(local) = on_fallback(timed, until, left).await? else {
+                    continue;
                 };
                 counters.grant(sum(cost));
                 counters.fall_back();
@@ -980,7 +994,16 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             let max_wait_us =
                 left(attempt).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
             let trip = self.reserve_trip(self.amounts(cost), max_wait_us);
-            let (turn, answer) = self.quota.turns.send(trip).await;
+            // A grant takes its place among this process's grants of the quota by the instant
+            // Redis charged it for; anything else takes none.
+            let (turn, answer) = self
+                .quota
+                .turns
+                .send(trip, |answer| match answer {
+                    Ok(Answer::Granted(_, at_us, _)) => Some(*at_us),
+                    _ => None,
+                })
+                .await;
             match answer {
                 Ok(Answer::Granted(wait, at_us, leased)) => {
                     self.recovered();
@@ -997,8 +1020,9 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                     } else {
                         spend_budget().await;
                     }
-                    turn.come().await;
-                    drop(turn);
+                    if let Some(turn) = turn {
+                        turn.come().await;
+                    }
                     let mut permit = reserved.0.take().expect("the reservation, until granted");
                     permit.cost = cost;
                     // The lease is this process's from its grant's instant on.
@@ -1009,7 +1033,6 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                     return Ok(permit);
                 }
                 Ok(Answer::Refused(wait)) => {
-                    drop(turn);
                     self.recovered();
                     if deadline.is_some() {
                         return Err(WaitError::Refused(NotUntil::new(wait)));
@@ -1025,7 +1048,6 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                     return Err(WaitError::Limiter(RedisLimiterError::Reply(e)));
                 }
                 Err(Failure::Outage(e)) => {
-                    drop(turn);
                     let (policy, left) = (self.inner.policy, left(Instant::now()));
                     let gives_up = deadline.is_none();
                     if let Some(share) =
@@ -1094,6 +1116,11 @@ impl<const N: usize> RedisMultiPermit<N> {
     /// per dimension, a smaller actual gives the difference back to each of its limits (a
     /// bucket's level never above its burst), a larger one is charged as debt (later grants
     /// wait for it). A grant of the fail-open fallback is settled there.
+    ///
+    /// While grants of the quota wait for later instants (theirs are fixed: their processes
+    /// sleep until then), a bucket takes back at most what it would hold beside them, at the
+    /// latest one's instant: a later request never goes at the same instant as a waiting
+    /// grant beyond the burst. The rest is lost, as a full bucket loses its refill.
     ///
     /// # Errors
     ///

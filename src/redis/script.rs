@@ -178,14 +178,20 @@ pub(crate) enum Conn {
 pub(crate) enum Answer {
     /// The cost and `surplus` tokens more (a lease) granted, usable after `wait`: a reservation
     /// queued behind earlier ones, or a cost above the burst paying its debt. `Nanos::MAX`:
-    /// never (the debts ahead of it take 584 years or more).
-    Granted { surplus: u64, wait: Nanos },
+    /// never (the debts ahead of it take 584 years or more). `at_us`: the Redis instant it is
+    /// charged for, which orders this process's grants of the key.
+    Granted {
+        surplus: u64,
+        wait: Nanos,
+        at_us: u64,
+    },
     /// Refused; ask again in `wait` (never, for `Nanos::MAX`).
     Refused { wait: Nanos },
 }
 
-/// The script's reply: granted (0 or 1), surplus tokens, wait in microseconds.
-pub(crate) type Reply = (u64, u64, u64);
+/// The script's reply: granted (0 or 1), surplus tokens, wait in microseconds, the Redis
+/// instant (microseconds) the grant is charged for.
+pub(crate) type Reply = (u64, u64, u64, u64);
 
 /// A wait in whole microseconds as the script returns it, in nanoseconds; the script's
 /// "never" (2^64 ns or more) saturates to `Nanos::MAX`, the in-process bucket's.
@@ -227,6 +233,9 @@ pub(crate) struct Call<'a> {
     pub(crate) mode: &'a str,
     /// "reserve" only: refuse (taking nothing) rather than grant with a longer wait.
     pub(crate) max_wait_us: Option<u64>,
+    /// The Redis instant the tokens given back were charged for, while they are one
+    /// reservation's alone, so that the last grant given back counts in full.
+    pub(crate) back_at_us: Option<u64>,
     /// "limit" only: the key's new interval (microseconds per token) and burst.
     pub(crate) new_limit: Option<(f64, u64)>,
 }
@@ -243,18 +252,22 @@ impl Call<'_> {
         conn: Conn,
     ) -> redis::RedisResult<Reply> {
         let (cost, want, back) = self.amounts;
+        let mut amounts = doubles([
+            self.interval_us,
+            round_down(self.burst),
+            round_up(cost),
+            round_down(want),
+            round_down(back),
+        ]);
+        if let Some(at_us) = self.back_at_us {
+            amounts.extend(doubles([round_down(at_us)]));
+        }
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.get_hash())
             .arg(1)
             .arg(self.key)
             .arg(self.mode)
-            .arg(doubles([
-                self.interval_us,
-                round_down(self.burst),
-                round_up(cost),
-                round_down(want),
-                round_down(back),
-            ]));
+            .arg(amounts);
         if let Some(max_wait_us) = self.max_wait_us {
             cmd.arg(doubles([round_down(max_wait_us)]));
         }

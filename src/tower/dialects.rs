@@ -297,9 +297,10 @@ fn x_ratelimit(headers: &HeaderMap, now: SystemTime) -> Option<AnnouncedLimit> {
     Some(AnnouncedLimit::new(name, dimension, announced))
 }
 
-/// OpenAI's `x-ratelimit-{limit,remaining,reset}-{suffix}`.
+/// OpenAI's `x-ratelimit-{limit,remaining,reset}-{suffix}`. Read as UTF-8: a reset below a
+/// millisecond is a Go duration in microseconds, which Go writes with the micro sign (`150µs`).
 fn openai(headers: &HeaderMap, suffix: &str, dimension: Dimension) -> Option<AnnouncedLimit> {
-    let field = |what: &str| get(headers, &format!("x-ratelimit-{what}-{suffix}"));
+    let field = |what: &str| get_utf8(headers, &format!("x-ratelimit-{what}-{suffix}"));
     let remaining = integer(field("remaining")?)?;
     let reset = go_duration(field("reset")?)?.min(MAX_DELAY);
     let mut announced = Announced::new(remaining, reset);
@@ -325,6 +326,16 @@ fn anthropic(
 /// The header's first value, trimmed, if it is visible ASCII.
 fn get<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     Some(headers.get(name)?.to_str().ok()?.trim())
+}
+
+/// The header's first value, trimmed, if it is valid UTF-8: for a grammar that allows more than
+/// ASCII. Its parser still rejects what it does not read.
+fn get_utf8<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    Some(
+        std::str::from_utf8(headers.get(name)?.as_bytes())
+            .ok()?
+            .trim(),
+    )
 }
 
 /// A count: digits only, no sign, within a `u64`.
@@ -522,6 +533,41 @@ mod tests {
             "1h\u{0}",
         ] {
             assert_eq!(d(bad), None, "{bad:?}");
+        }
+    }
+
+    /// Go writes a duration below a millisecond with the micro sign (U+00B5), and reads the
+    /// Greek mu (U+03BC) too: both arrive as UTF-8 bytes and read as microseconds. Bytes that
+    /// are not UTF-8, or a unit that is not Go's, read as absent.
+    #[test]
+    fn openai_resets_below_a_millisecond_in_micro_signs() {
+        let with_reset = |reset: &[u8]| {
+            let mut map = headers(&[
+                ("x-ratelimit-limit-tokens", "2000000"),
+                ("x-ratelimit-remaining-tokens", "1999619"),
+            ]);
+            map.insert(
+                "x-ratelimit-reset-tokens",
+                HeaderValue::from_bytes(reset).unwrap(),
+            );
+            limits_from_headers(&map, noon())
+        };
+        for reset in ["150µs", "150μs", " 150µs ", "150us"] {
+            let got = with_reset(reset.as_bytes());
+            assert_eq!(got.len(), 1, "{reset}");
+            assert_eq!(
+                got[0].announced.reset,
+                Duration::from_micros(150),
+                "{reset}"
+            );
+        }
+        assert_eq!(
+            with_reset("1ms500µs".as_bytes())[0].announced.reset,
+            Duration::from_micros(1_500)
+        );
+        // Latin-1's micro sign alone (0xB5) is not UTF-8; "150ŝ" is not a unit.
+        for reset in [&b"150\xb5s"[..], "150ŝ".as_bytes()] {
+            assert!(with_reset(reset).is_empty(), "{reset:?}");
         }
     }
 

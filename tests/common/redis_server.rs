@@ -10,15 +10,41 @@ use std::time::{Duration, Instant};
 pub struct Server {
     port: u16,
     child: Option<Child>,
+    /// With persistence: the directory of its append-only file, written and synced before
+    /// every reply, so that a `kill -9` loses nothing it answered.
+    dir: Option<std::path::PathBuf>,
 }
 
 impl Server {
     pub fn start() -> Server {
+        Server::start_with(None)
+    }
+
+    /// A server that keeps its data across a `kill -9` and a restart.
+    #[allow(dead_code)]
+    pub fn start_persistent() -> Server {
+        let dir = std::env::temp_dir().join(format!(
+            "paced-redis-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory for the append-only file");
+        Server::start_with(Some(dir))
+    }
+
+    fn start_with(dir: Option<std::path::PathBuf>) -> Server {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let mut server = Server { port, child: None };
+        let mut server = Server {
+            port,
+            child: None,
+            dir,
+        };
         server.restart();
         server
     }
@@ -29,9 +55,17 @@ impl Server {
 
     /// Starts (again) on the same port, and waits until it answers.
     pub fn restart(&mut self) {
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
+            .args(["--save", ""]);
+        match &self.dir {
+            Some(dir) => command
+                .args(["--appendonly", "yes", "--appendfsync", "always", "--dir"])
+                .arg(dir),
+            None => command.args(["--appendonly", "no"]),
+        };
+        let child = command
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server must be installed for `cargo test --features redis`");
@@ -60,6 +94,9 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
