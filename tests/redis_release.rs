@@ -88,6 +88,7 @@ where
     for workers in [0, 2, 8] {
         for round in 0..3 {
             let released = runtime(workers).block_on(scenario(server.url(), round));
+            println!("{what}, {workers} workers: released at {released:?}");
             assert_at_charges(what, workers, &released);
         }
     }
@@ -235,6 +236,7 @@ fn a_refund_while_a_reservation_waits_does_not_bunch_requests() {
             quota.acquire([1_000]).await.unwrap();
             let c = start.elapsed();
             let b = b.await.unwrap();
+            println!("{workers} workers: b at {b:?}, c at {c:?}");
             let ms = |d: Duration| d.as_secs_f64() * 1e3;
             assert!(
                 (250.0..290.0).contains(&ms(b)),
@@ -285,6 +287,7 @@ fn a_dropped_reservation_before_another_does_not_bunch_requests() {
             quota.acquire(1_000).await.unwrap();
             let c = start.elapsed();
             let d = d.await.unwrap();
+            println!("{workers} workers: d at {d:?}, c at {c:?}");
             let gap = c.abs_diff(d);
             assert!(
                 gap >= Duration::from_millis(123),
