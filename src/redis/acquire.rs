@@ -187,7 +187,8 @@ where
     /// # Errors
     ///
     /// [`TryAcquireError::NotUntil`] when the cost cannot be had within `timeout`, with how
-    /// long until it could be (also while Redis is unreachable past `timeout` under
+    /// long until it could be ([`NotUntil::is_never`] for a cost above the key's burst, which
+    /// only `acquire` waits for; also while Redis is unreachable past `timeout` under
     /// `FailClosed`); [`TryAcquireError::Reply`] when Redis answers with an error.
     ///
     /// # Examples

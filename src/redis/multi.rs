@@ -455,7 +455,8 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     /// # Errors
     ///
     /// [`TryAcquireError::NotUntil`] when the cost cannot be had within `timeout` (the latest
-    /// of the limits' waits); [`TryAcquireError::Reply`] when Redis answers with an error.
+    /// of the limits' waits; [`NotUntil::is_never`] for a cost above a bucket's burst, which
+    /// only `acquire` waits for); [`TryAcquireError::Reply`] when Redis answers with an error.
     pub async fn acquire_timeout(
         &self,
         cost: [u64; N],
@@ -483,8 +484,8 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     ///
     /// # Errors
     ///
-    /// [`TryAcquireError::NotUntil`], a refusal, with the latest of the limits' waits; while
-    /// Redis is unreachable, under `FailClosed` a refusal with the retry backoff, under
+    /// [`TryAcquireError::NotUntil`], a refusal, with the latest of the limits' waits
+    /// ([`NotUntil::is_never`] for a cost above a bucket's burst); while Redis is unreachable, under `FailClosed` a refusal with the retry backoff, under
     /// `FailOpen` the fallback's answer. [`TryAcquireError::Reply`] when Redis answers with an
     /// error.
     pub async fn try_acquire(
