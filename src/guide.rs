@@ -757,11 +757,12 @@
 //!   `FailOpen { share }` keeps going: each process falls back to a local limiter at `share` of
 //!   the rate and burst and tries Redis again every second. Nothing stalls; the price is that
 //!   with `n` processes the total can reach `n × share` of the quota during the outage. A
-//!   request waits on the fallback no longer than the fallback's second in charge, then asks
-//!   Redis again: once Redis is back, nobody is granted by a fallback any more. (A fallback is
-//!   in charge for a second after the last failed round trip; the connection is tried again
-//!   at a backoff of up to 500 ms, so it can stay in charge up to about 1.75 s after Redis is
-//!   back.) The
+//!   request waiting on the fallback asks Redis again each time the fallback's second in
+//!   charge ends, keeping its place on the fallback (a cost dearer than a second of the
+//!   fallback's refill is granted as debt, as in process), and leaves it once Redis answers:
+//!   nobody is granted by a fallback long after Redis is back. (A fallback is in charge for a
+//!   second after the last failed round trip; the connection is tried again at a backoff of
+//!   up to 500 ms, so it can stay in charge up to about 1.75 s after Redis is back.) The
 //!   connection reconnects by itself, nothing panics, and no stream item is lost or
 //!   duplicated: the tests kill Redis mid-run and restart it a second later under both
 //!   policies, and a stress test (`tests/redis_fleet_stress.rs`: 4 processes of 8 workers and

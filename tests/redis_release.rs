@@ -355,3 +355,54 @@ fn a_cost_above_a_burst_is_never_on_every_redis_limiter() {
         ));
     });
 }
+
+/// A loopback address where nothing listens: every round trip fails at once.
+fn nowhere() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    format!("redis://127.0.0.1:{port}/")
+}
+
+/// Fail-open, a waiter whose cost the fallback takes longer than its second in charge to
+/// refill keeps its place on the fallback and is granted as debt, as in process: at 100/s,
+/// burst 10, share 0.5 the fallback holds 5 and refills at 50/s, so 100 tokens take 1.9 s.
+#[test]
+fn fail_open_grants_a_cost_dearer_than_a_second_of_the_fallback() {
+    use paced::redis::FailurePolicy;
+    let open = FailurePolicy::FailOpen { share: 0.5 };
+    for workers in [0, 2] {
+        runtime(workers).block_on(async {
+            let one = RedisRateLimiter::builder(nowhere(), "dear", Rate::per_second(100), 10)
+                .failure_policy(open)
+                .build()
+                .unwrap();
+            let start = Instant::now();
+            tokio::time::timeout(Duration::from_secs(5), one.acquire(100))
+                .await
+                .expect("granted by the fallback within 5 s")
+                .unwrap();
+            let took = start.elapsed();
+            assert!(
+                took >= Duration::from_millis(1_850) && took < Duration::from_millis(3_000),
+                "{workers} workers: {took:?}"
+            );
+            let multi = RedisMultiRateLimiter::builder(&nowhere(), "dear", ["tokens"])
+                .limit("tokens", Limit::bucket(Rate::per_second(100), 10))
+                .failure_policy(open)
+                .build()
+                .unwrap();
+            let start = Instant::now();
+            tokio::time::timeout(Duration::from_secs(5), multi.acquire([100]))
+                .await
+                .expect("granted by the fallback within 5 s")
+                .unwrap();
+            let took = start.elapsed();
+            assert!(
+                took >= Duration::from_millis(1_850) && took < Duration::from_millis(3_000),
+                "{workers} workers: {took:?}"
+            );
+        });
+    }
+}

@@ -5,7 +5,9 @@
 
 use std::borrow::Borrow;
 use std::fmt::Display;
+use std::future::Future;
 use std::hash::Hash;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -108,30 +110,56 @@ impl Outages {
     }
 }
 
-/// Waits on the fail-open fallback in charge until `until` with `acquire_timeout`, for no
-/// longer than its second in charge (nor than the caller's deadline, `left`): once Redis is
-/// back nobody is granted by a fallback any more. `Ok(None)`: its second ended first, and
-/// the caller asks Redis again.
-pub(super) async fn on_fallback<T, F>(
-    acquire_timeout: impl FnOnce(Duration) -> F,
-    until: Instant,
-    left: Option<Duration>,
+/// Waits on the fail-open fallback in charge until `until`: `grant` is its acquisition (with
+/// the caller's deadline, if any). Each time the fallback's second in charge ends, it asks
+/// whether Redis answers (`probe`: `None` if it does, else the end of the fallback's next
+/// second), keeping its place on the fallback meanwhile: a cost the fallback takes more than a
+/// second to refill is granted as debt, as in process, while the outage lasts. Once Redis
+/// answers it leaves the fallback (`Ok(None)`: the caller asks Redis), so that nobody is
+/// granted by a fallback long after Redis is back.
+pub(super) async fn on_fallback<T, G, P>(
+    grant: G,
+    mut until: Instant,
+    mut probe: impl FnMut() -> P,
 ) -> Result<Option<T>, WaitError>
 where
-    F: std::future::Future<Output = Result<T, NotUntil>>,
+    G: Future<Output = Result<T, NotUntil>>,
+    P: Future<Output = Option<Instant>>,
 {
-    let in_charge = until.saturating_duration_since(Instant::now());
-    let timeout = left.map_or(in_charge, |left| left.min(in_charge));
-    match acquire_timeout(timeout).await {
-        Ok(granted) => Ok(Some(granted)),
-        Err(refused) if left.is_some_and(|left| left <= in_charge) => {
-            Err(WaitError::Refused(refused))
+    let mut grant = std::pin::pin!(grant);
+    loop {
+        let second = tokio::time::sleep_until(until);
+        if let First::Granted(granted) = first_of(grant.as_mut(), second).await {
+            return granted.map(Some).map_err(WaitError::Refused);
         }
-        Err(_) => {
-            tokio::time::sleep_until(until).await;
-            Ok(None)
+        match first_of(grant.as_mut(), probe()).await {
+            First::Granted(granted) => return granted.map(Some).map_err(WaitError::Refused),
+            First::Other(None) => return Ok(None),
+            First::Other(Some(next)) => until = next,
         }
     }
+}
+
+/// Which of two futures completed first.
+enum First<G, O> {
+    Granted(G),
+    Other(O),
+}
+
+/// Polls `grant`, then `other`, until one completes; `grant` stays where it is (its place in
+/// a queue) if `other` completes first.
+async fn first_of<G: Future, O: Future>(
+    mut grant: std::pin::Pin<&mut G>,
+    other: O,
+) -> First<G::Output, O::Output> {
+    let mut other = std::pin::pin!(other);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(granted) = grant.as_mut().poll(cx) {
+            return Poll::Ready(First::Granted(granted));
+        }
+        other.as_mut().poll(cx).map(First::Other)
+    })
+    .await
 }
 
 /// `acquire`'s pause before asking again after a refusal (only a wait with a deadline is
@@ -244,6 +272,25 @@ where
         let _ = self.reserve(key, cost, None, true).await;
     }
 
+    /// Whether Redis answers again, for a waiter on the fail-open fallback: `None` if it does
+    /// (the outage is over), else the end of the fallback's next second in charge.
+    async fn probe<Q>(&self, key: &Q) -> Option<Instant>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
+    {
+        self.inner.counters.round_trip();
+        if self.inner.conn.answers().await {
+            self.recovered();
+            return None;
+        }
+        if let FailurePolicy::FailOpen { share } = self.inner.policy {
+            self.open_fallback(share);
+        }
+        let second = Instant::now() + Duration::from_secs(1);
+        Some(self.fallback(key).map_or(second, |(_, until)| until))
+    }
+
     /// A cost of 0: granted at once, spending the task's cooperative budget.
     async fn grant_nothing(&self) {
         spend_budget().await;
@@ -348,9 +395,22 @@ where
             };
             if let Some((fallback, until)) = self.fallback(key) {
                 drop(refilling);
-                let left = deadline.and_then(|_| left(Instant::now()));
-                let timed = |timeout| fallback.acquire_timeout(key, cost, timeout);
-                if on_fallback(timed, until, left).await?.is_none() {
+                let grant = async {
+                    match deadline {
+                        None => {
+                            fallback.acquire(key, cost).await;
+                            Ok(())
+                        }
+                        Some(_) => {
+                            let timeout = left(Instant::now()).unwrap_or(Duration::MAX);
+                            fallback.acquire_timeout(key, cost, timeout).await
+                        }
+                    }
+                };
+                if on_fallback(grant, until, || self.probe(key))
+                    .await?
+                    .is_none()
+                {
                     continue;
                 }
                 counters.grant(cost);
@@ -360,8 +420,12 @@ where
             let attempt = Instant::now();
             let max_wait_us =
                 left(attempt).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-            let amounts = self.amounts(key, cost);
-            let trip = self.round_trip(keys, amounts, true, max_wait_us);
+            // What to give back is taken when the request is sent, not before it queues: a
+            // request dropped meanwhile leaves it for the next one.
+            let trip = async {
+                let amounts = self.amounts(key, cost);
+                self.round_trip(keys, amounts, true, max_wait_us).await
+            };
             // A grant takes its place among this process's grants of the key by the instant
             // Redis charged it for; anything else takes none.
             let (mut turn, answer) = hold
@@ -390,7 +454,10 @@ where
                         if deadline.is_some() {
                             return Err(WaitError::Refused(NotUntil::NEVER));
                         }
-                        std::future::pending::<()>().await;
+                        // Waiting for nothing, it holds no lock and no place.
+                        drop(refilling);
+                        drop(asking);
+                        match std::future::pending::<std::convert::Infallible>().await {}
                     } else if wait > Nanos::ZERO {
                         tokio::time::sleep(wait.to_duration()).await;
                     } else {

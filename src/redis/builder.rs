@@ -311,6 +311,7 @@ impl Options {
         let conn = self.target.connect(self.response_timeout)?;
         Ok(Inner {
             conn,
+            warmth: Arc::default(),
             script: redis::Script::new(SCRIPT),
             naming,
             rate: self.rate,

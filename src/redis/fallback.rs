@@ -92,6 +92,17 @@ pub(super) enum StandIn<K> {
 }
 
 impl<K: Hash + Eq> StandIn<K> {
+    pub(super) async fn acquire<Q>(&self, key: &Q, cost: u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        match self {
+            StandIn::Default(keyed) => keyed.acquire(key, cost).await,
+            StandIn::Own(own) => own.acquire(cost).await,
+        }
+    }
+
     pub(super) async fn acquire_timeout<Q>(
         &self,
         key: &Q,

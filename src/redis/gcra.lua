@@ -197,11 +197,16 @@ else
       take = cost
       wait = math.min(math.ceil(math.max(0, cost - level) * interval), NEVER_US)
     end
-    if max_wait and cost > burst then
+    local timed = max_wait and max_wait < NEVER_US
+    if timed and cost > burst then
       -- With a longest wait (`acquire_timeout`), a cost above the burst is never, as a try's.
       reply = { 0, 0, NEVER_US, 0 }
     elseif max_wait and wait > max_wait then
       reply = { 0, 0, wait, 0 }
+    elseif wait >= NEVER_US then
+      -- Never (the debts ahead of it take 584 years or more): not charged, so it holds nobody
+      -- up, as the client takes it.
+      reply = { 1, 0, NEVER_US, 0 }
     else
       held = level - take
       reply = { 1, math.min(math.max(0, math.floor(take - cost)), EXACT), wait, now + wait }

@@ -18,6 +18,7 @@ use super::lease::KeyLocal;
 use super::policy::FailurePolicy;
 use super::script::{Conn, Counters};
 use super::stats::RedisStats;
+use super::turns::Warmth;
 #[allow(unused_imports)] // the docs' links
 use crate::error::NotUntil;
 #[allow(unused_imports)] // the docs' links
@@ -102,6 +103,8 @@ pub struct RedisKeyedRateLimiter<K> {
 /// What the handles of one limiter share.
 pub(super) struct Inner<K> {
     pub(super) conn: Conn,
+    /// Whether a round trip on `conn` has come back (see [`Warmth`]).
+    pub(super) warmth: Arc<Warmth>,
     pub(super) script: redis::Script,
     /// How keys become Redis keys.
     pub(super) naming: Naming,

@@ -181,7 +181,8 @@ where
                     // lease) and no limit set by this process (its fallback's).
                     quotas.retain(|_, q| Arc::strong_count(q) > 1 || q.has_own_limits());
                 }
-                let quota = Arc::new(Quota::new(self.naming.redis_key(key)));
+                let warmth = self.inner.warmth.clone();
+                let quota = Arc::new(Quota::new(self.naming.redis_key(key), warmth));
                 quotas.insert(key.to_owned(), quota.clone());
                 quota
             }

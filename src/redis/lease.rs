@@ -255,7 +255,7 @@ where
                     lease: None,
                     to_return: ToReturn::NOTHING,
                     refill: Arc::new(tokio::sync::Mutex::new(())),
-                    turns: Arc::default(),
+                    turns: Arc::new(Turns::new(self.inner.warmth.clone())),
                     granted_at: None,
                 };
                 let held = (

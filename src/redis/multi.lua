@@ -257,8 +257,8 @@ if mode == 'settle' then
 end
 
 -- A "try", or a reservation with a longest wait (`acquire_timeout`), can never have a cost
--- above a bucket's burst without waiting: never, as in process. (A reservation without one
--- waits for the bucket to fill and the rest to flow in.)
+-- above a bucket's burst without waiting: never. (A reservation without one waits for the
+-- bucket to fill and the rest to flow in.)
 local max_wait = mode == 'reserve' and ARGV[3] and struct.unpack('<d', ARGV[3])
 local timed = mode == 'try' or (max_wait and max_wait < NEVER_US)
 -- The earliest instant at which every limit has room: the latest of the limits' own.

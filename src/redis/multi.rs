@@ -15,7 +15,7 @@ use super::fallback::Fallback;
 use super::policy::{self, FailurePolicy};
 use super::script::{bump, evalsha, round_down, round_up, wait_from_us, Conn, Counters, Failure};
 use super::stats::RedisStats;
-use super::turns::{Asking, Turns};
+use super::turns::{Asking, Turns, Warmth};
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
 use crate::limiter::{Limit, MultiRateLimiter, Permit};
@@ -171,10 +171,12 @@ impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
         key.push('{');
         key.push_str(&name);
         key.push('}');
+        let warmth = Arc::new(Warmth::default());
         Ok(RedisMultiRateLimiter {
-            quota: Arc::new(Quota::new(key)),
+            quota: Arc::new(Quota::new(key, warmth.clone())),
             inner: Arc::new(Inner {
                 conn,
+                warmth,
                 script: redis::Script::new(SCRIPT),
                 name,
                 names: self.names,
@@ -266,6 +268,8 @@ impl Kind {
 /// the counters.
 pub(super) struct Inner<const N: usize> {
     conn: Conn,
+    /// Whether a round trip on `conn` has come back (see [`Warmth`]).
+    pub(super) warmth: Arc<Warmth>,
     script: redis::Script,
     /// The limiter's name, escaped as in every Redis key.
     pub(super) name: String,
@@ -306,10 +310,10 @@ pub(super) struct Quota<const N: usize> {
 }
 
 impl<const N: usize> Quota<N> {
-    pub(super) fn new(key: String) -> Quota<N> {
+    pub(super) fn new(key: String, warmth: Arc<Warmth>) -> Quota<N> {
         Quota {
             key,
-            turns: Arc::new(Turns::default()),
+            turns: Arc::new(Turns::new(warmth)),
             fallback: Mutex::new(Fallback::default()),
             lease: Mutex::new(Leased {
                 held: None,
@@ -949,6 +953,21 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         lock(&self.quota.fallback).recovered();
     }
 
+    /// Whether Redis answers again, for a waiter on the fail-open fallback: `None` if it does
+    /// (the outage is over), else the end of the fallback's next second in charge.
+    async fn probe(&self) -> Option<Instant> {
+        self.inner.counters.round_trip();
+        if self.inner.conn.answers().await {
+            self.recovered();
+            return None;
+        }
+        if let FailurePolicy::FailOpen { share } = self.inner.policy {
+            self.open_fallback(share);
+        }
+        let second = Instant::now() + Duration::from_secs(1);
+        Some(self.fallback_until().map_or(second, |(_, until)| until))
+    }
+
     /// The one reservation path of `acquire` (`deadline: None`) and `acquire_timeout`.
     async fn reserve(
         &self,
@@ -963,7 +982,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         }
         // Once the lease was found short, this request is counted as waiting for the quota
         // until it returns: no lease grant passes it.
-        let mut _asking = None;
+        let mut asking = None;
         if self.fallback().is_none() {
             match self.take_from_lease(cost, true) {
                 Ok(at_us) => {
@@ -972,7 +991,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                     counters.grant(sum(cost));
                     return Ok(self.permit(cost, Charged::Redis(at_us)));
                 }
-                Err(asking) => _asking = asking,
+                Err(found_short) => asking = found_short,
             }
         }
         let mut outages = Outages::new();
@@ -982,9 +1001,16 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         };
         loop {
             if let Some((fallback, until)) = self.fallback_until() {
-                let left = deadline.and_then(|_| left(Instant::now()));
-                let timed = |timeout| fallback.acquire_timeout(cost, timeout);
-                let Some(local) = on_fallback(timed, until, left).await? else {
+                let grant = async {
+                    match deadline {
+                        None => Ok(fallback.acquire(cost).await),
+                        Some(_) => {
+                            let timeout = left(Instant::now()).unwrap_or(Duration::MAX);
+                            fallback.acquire_timeout(cost, timeout).await
+                        }
+                    }
+                };
+                let Some(local) = on_fallback(grant, until, || self.probe()).await? else {
                     continue;
                 };
                 counters.grant(sum(cost));
@@ -1039,8 +1065,9 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                         return Err(WaitError::Refused(NotUntil::new(wait)));
                     }
                     if wait == Nanos::MAX {
-                        // Never, as in process.
-                        std::future::pending::<()>().await;
+                        // Never, as in process: waiting for nothing, it holds no place.
+                        drop(asking);
+                        match std::future::pending::<std::convert::Infallible>().await {}
                     }
                     let wait = wait.to_duration().min(Duration::from_secs(1));
                     tokio::time::sleep(wait.max(Duration::from_millis(1))).await;

@@ -174,6 +174,17 @@ pub(crate) enum Conn {
     Cluster(ClusterConnection),
 }
 
+impl Conn {
+    /// Whether Redis answers a `PING` now (the client reconnects first if it must).
+    pub(crate) async fn answers(&self) -> bool {
+        let ping = redis::cmd("PING");
+        match self.clone() {
+            Conn::Single(mut conn) => ping.query_async::<()>(&mut conn).await.is_ok(),
+            Conn::Cluster(mut conn) => ping.query_async::<()>(&mut conn).await.is_ok(),
+        }
+    }
+}
+
 /// What one round trip answered.
 pub(crate) enum Answer {
     /// The cost and `surplus` tokens more (a lease) granted, usable after `wait`: a reservation

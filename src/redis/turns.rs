@@ -24,10 +24,16 @@ pub(crate) struct Turns {
     /// Held while a reservation takes its ticket and hands its request to the connection, so
     /// that tickets follow the order of sending as closely as the client allows.
     sending: Mutex<()>,
-    /// Whether a round trip of the quota has come back. Until then the connection may not be
-    /// made yet, and requests waiting for it would be sent in an order of the client's: so
-    /// the first round trip goes alone, and the others queue (in the order they asked) on
-    /// `first`.
+    /// The connection's, shared by every quota of the limiter.
+    warmth: Arc<Warmth>,
+}
+
+/// Whether a round trip on a limiter's connection has come back. Until then the connection
+/// may not be made yet, and requests waiting for it would be sent in an order of the client's:
+/// so the first round trip goes alone, and the others queue (in the order they asked) on
+/// `first`.
+#[derive(Debug, Default)]
+pub(crate) struct Warmth {
     warm: AtomicBool,
     first: tokio::sync::Mutex<()>,
     /// How many queue on `first` or hold it: while any do, those who come later queue too.
@@ -113,6 +119,15 @@ impl Drop for InFlight<'_> {
 }
 
 impl Turns {
+    /// The turns of one quota on a connection whose warmth is `warmth`.
+    pub(crate) fn new(warmth: Arc<Warmth>) -> Turns {
+        Turns {
+            state: Mutex::default(),
+            sending: Mutex::default(),
+            warmth,
+        }
+    }
+
     /// Runs `trip`, a reservation's round trip, with a ticket taken as it is sent (with the
     /// call's first poll, which hands the request to the connection); an answer for which
     /// `granted_at` gives a Redis instant (in microseconds) takes its place among the quota's
@@ -127,13 +142,14 @@ impl Turns {
         let mut trip = std::pin::pin!(tokio::task::unconstrained(trip));
         // Those that queued while the connection was cold are sent in their order, one by
         // one: each holds the gate until its request is handed over.
+        let warmth = &*self.warmth;
         let mut gate = None;
-        if !self.warm.load(Ordering::Acquire) || self.queued.load(Ordering::Acquire) > 0 {
-            let queued = Queued::new(&self.queued);
-            let lock = tokio::task::unconstrained(self.first.lock()).await;
+        if !warmth.warm.load(Ordering::Acquire) || warmth.queued.load(Ordering::Acquire) > 0 {
+            let queued = Queued::new(&warmth.queued);
+            let lock = tokio::task::unconstrained(warmth.first.lock()).await;
             gate = Some((lock, queued));
         }
-        let first_trip = gate.is_some() && !self.warm.load(Ordering::Acquire);
+        let first_trip = gate.is_some() && !warmth.warm.load(Ordering::Acquire);
         let (in_flight, first) = std::future::poll_fn(|cx| {
             let _sending = lock(&self.sending);
             let first = trip.as_mut().poll(cx);
@@ -158,7 +174,7 @@ impl Turns {
             Poll::Pending => trip.await,
         };
         if first_trip {
-            self.warm.store(true, Ordering::Release);
+            warmth.warm.store(true, Ordering::Release);
             drop(gate);
         }
         let turn = granted_at(&answer).map(|at| {
