@@ -125,8 +125,9 @@ pub use stats::Stats;
 pub use stream::PaceExt;
 
 /// The README's code blocks, compiled as doctests so they cannot rot. They are whole programs,
-/// as pasted (no hidden lines), and some need the `tower` and `redis` features: they are tested
-/// by `cargo test --all-features`.
+/// as pasted (no hidden lines), and one needs the `redis` feature: they are tested by
+/// `cargo test --all-features`. `.ci/readme-snippets` also builds and runs each with exactly
+/// the README's dependencies.
 #[doc = include_str!("../README.md")]
-#[cfg(all(doctest, feature = "tower", feature = "redis"))]
+#[cfg(all(doctest, feature = "redis"))]
 pub struct ReadmeDoctests;
