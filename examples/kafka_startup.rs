@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use paced::Stagger;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 /// Prints a line prefixed with the time elapsed since `start`.
 macro_rules! log {
@@ -49,7 +49,8 @@ type Starts = Arc<Mutex<Vec<Granted>>>;
 async fn main() {
     let start = Instant::now();
     let stagger = Stagger::new(PER_PERIOD, PERIOD);
-    let shutdown = CancellationToken::new();
+    // Sending on `stop` tells every consumer to stop.
+    let (stop, shutdown) = watch::channel(());
     let started: Starts = Arc::new(Mutex::new(Vec::with_capacity(CONSUMERS)));
 
     log!(
@@ -95,7 +96,7 @@ async fn main() {
     }
 
     log!(start, "all {CONSUMERS} consumers started; shutting down");
-    shutdown.cancel();
+    stop.send(()).expect("the consumers are listening");
     let mut stopped = 0;
     while let Some(result) = consumers.join_next().await {
         result.expect("a consumer panicked");
@@ -144,7 +145,7 @@ async fn main() {
 async fn consume(
     id: usize,
     stagger: Stagger,
-    shutdown: CancellationToken,
+    mut shutdown: watch::Receiver<()>,
     start: Instant,
     started: Starts,
 ) {
@@ -158,11 +159,11 @@ async fn consume(
             let not_after = start.elapsed();
             started.push(Granted { not_before, not_after });
         }
-        () = shutdown.cancelled() => return,
+        _ = shutdown.changed() => return,
     }
     connect(id).await;
     // A real consumer would poll its partitions here; this one just waits to be stopped.
-    shutdown.cancelled().await;
+    let _ = shutdown.changed().await;
 }
 
 /// `stagger.acquire()`, returning the time just before the poll that was granted.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use paced::{KeyedLimiter, PaceExt, Rate, RedisKeyedRateLimiter};
 
-#[path = "common/redis_server.rs"]
+#[path = "../../tests/common/redis_server.rs"]
 mod redis_server;
 use redis_server::{check_bound, Server};
 

@@ -9,10 +9,10 @@
 //! time, so 80 s of traffic take a moment; the output is the rate over time, as a text plot:
 //!
 //! ```text
-//! cargo run --example adaptive_partner
+//! cargo run -p paced-integration --example adaptive_partner
 //! ```
 
-#[path = "../tests/common/provider.rs"]
+#[path = "../../tests/common/provider.rs"]
 mod provider;
 
 use std::sync::{Arc, Mutex};

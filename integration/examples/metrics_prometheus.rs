@@ -8,7 +8,7 @@
 //! refusal, the cancellation and the wait histogram, each labelled `limiter="partner-api"`.
 //!
 //! ```text
-//! cargo run --example metrics_prometheus --features metrics
+//! cargo run -p paced-integration --features metrics --example metrics_prometheus
 //! ```
 
 use std::time::Duration;
