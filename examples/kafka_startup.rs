@@ -130,11 +130,12 @@ async fn main() {
         busiest = busiest.max(within);
     }
     let blur = starts.iter().map(|g| g.not_after - g.not_before).max();
+    println!("most starts in any sliding {PERIOD:?}: {busiest} (limit {PER_PERIOD})");
     println!(
-        "grant instants known to within {:.1?}",
+        "  (a start is timed by the poll that granted it, which took at most {:.1?}; a start",
         blur.unwrap_or_default()
     );
-    println!("most starts in any sliding {PERIOD:?}: {busiest} (limit {PER_PERIOD})");
+    println!("  counts in a window only if that whole poll lies inside the window)");
     assert!(
         busiest <= PER_PERIOD,
         "{busiest} starts within one {PERIOD:?} window, limit {PER_PERIOD}"

@@ -79,7 +79,8 @@ async fn main() {
         let per_partition: Vec<String> = counts.iter().map(|n| format!("{n:>3}")).collect();
         log!(
             start,
-            "second {second}: {total:>3} sent (quota {quota:>3}/s) | per partition {}",
+            "second {second}: {total:>3} sent (at most {:>3}: the quota and the burst) | per partition {}",
+            quota + BURST,
             per_partition.join(" ")
         );
         // The bucket's bound over one second: the quota plus what the bucket held.
