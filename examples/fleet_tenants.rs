@@ -184,7 +184,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         round_trips += stats.round_trips;
         granted += stats.granted;
     }
-    println!("\n{granted} grants in {round_trips} Redis round trips across the fleet.");
+    println!("\nbound: the most the quota allows in the run, burst + rate × elapsed.");
+    println!(
+        "{granted} grants in {round_trips} Redis round trips across the fleet: one per grant;"
+    );
+    println!("the rest set two plans, or reserved for deliveries still waiting at the end, then");
+    println!("gave those tokens back.");
     drop(server);
     if over {
         return Err("a tenant got more than its quota".into());
