@@ -15,11 +15,11 @@
 //! cargo run --example enforcing
 //! ```
 
-use futures_util::StreamExt;
 use paced::{Enforcing, PaceExt, Rate};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::StreamExt;
 
 /// Prints a line prefixed with the time elapsed since `start`.
 macro_rules! log {
@@ -48,9 +48,15 @@ async fn main() {
     }
     log!(start, "{REQUESTS} requests arrive at once");
 
-    // 5 requests per second, at most 3 at once.
-    let requests =
-        UnboundedReceiverStream::new(rx).throttle(Rate::per_second(5), |_| 1, 3, Enforcing);
+    // 5 requests per second, at most 3 at once. tokio-stream's `StreamExt` has a `throttle` of
+    // its own, so paced's is called by its trait's name.
+    let requests = PaceExt::throttle(
+        UnboundedReceiverStream::new(rx),
+        Rate::per_second(5),
+        |_| 1,
+        3,
+        Enforcing,
+    );
     let mut requests = std::pin::pin!(requests);
 
     let mut handled = [0u32; REQUESTS + 1]; // times each request id was handled

@@ -11,11 +11,11 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use paced::{PaceExt, Rate, Shaping};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
 
 /// Prints a line prefixed with the time elapsed since `start`.
 macro_rules! log {
@@ -63,15 +63,16 @@ async fn main() {
         }
     });
 
-    // Transform + load: cap the bytes, then write in batches.
-    let pipeline = ReceiverStream::new(rx)
-        .throttle(
-            Rate::new(BYTES_PER_SEC, Duration::from_secs(1)),
-            |rec: &Record| rec.len() as u64,
-            BURST,
-            Shaping,
-        )
-        .batched_interval(MAX_BATCH, WRITE_EVERY);
+    // Transform + load: cap the bytes, then write in batches. tokio-stream's `StreamExt` has a
+    // `throttle` of its own, so paced's is called by its trait's name.
+    let pipeline = PaceExt::throttle(
+        ReceiverStream::new(rx),
+        Rate::new(BYTES_PER_SEC, Duration::from_secs(1)),
+        |rec: &Record| rec.len() as u64,
+        BURST,
+        Shaping,
+    )
+    .batched_interval(MAX_BATCH, WRITE_EVERY);
     let mut pipeline = std::pin::pin!(pipeline);
 
     let mut total_bytes = 0;

@@ -22,9 +22,9 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use futures_util::{stream, StreamExt};
 use paced::{PaceExt, Rate, RedisKeyedRateLimiter};
 use tokio::time::Instant;
+use tokio_stream::{self as stream, StreamExt};
 
 /// The tenants: name, quota per second, burst, and events per second arriving for it across
 /// the fleet (each above its quota).
@@ -85,7 +85,7 @@ fn start_redis() -> Result<Option<RedisServer>, Box<dyn std::error::Error>> {
 
 /// One worker's share of the topic: events for each tenant at a third of the fleet's
 /// arrival rate, each ready at its arrival time.
-fn topic(start: Instant) -> impl futures_util::Stream<Item = &'static str> {
+fn topic(start: Instant) -> impl tokio_stream::Stream<Item = &'static str> {
     let mut events: Vec<(Duration, &'static str)> = Vec::new();
     for (tenant, _, _, per_second) in TENANTS {
         let every = Duration::from_secs(1) * WORKERS as u32 / per_second as u32;
@@ -184,7 +184,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         round_trips += stats.round_trips;
         granted += stats.granted;
     }
-    println!("\n{granted} grants in {round_trips} Redis round trips across the fleet.");
+    println!("\nbound: the most the quota allows in the run, burst + rate × elapsed.");
+    println!(
+        "{granted} grants in {round_trips} Redis round trips across the fleet: one per grant;"
+    );
+    println!("the rest set two plans, or reserved for deliveries still waiting at the end, then");
+    println!("gave those tokens back.");
     drop(server);
     if over {
         return Err("a tenant got more than its quota".into());

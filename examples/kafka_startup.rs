@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use paced::Stagger;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 /// Prints a line prefixed with the time elapsed since `start`.
 macro_rules! log {
@@ -49,7 +49,8 @@ type Starts = Arc<Mutex<Vec<Granted>>>;
 async fn main() {
     let start = Instant::now();
     let stagger = Stagger::new(PER_PERIOD, PERIOD);
-    let shutdown = CancellationToken::new();
+    // Sending on `stop` tells every consumer to stop.
+    let (stop, shutdown) = watch::channel(());
     let started: Starts = Arc::new(Mutex::new(Vec::with_capacity(CONSUMERS)));
 
     log!(
@@ -95,7 +96,7 @@ async fn main() {
     }
 
     log!(start, "all {CONSUMERS} consumers started; shutting down");
-    shutdown.cancel();
+    stop.send(()).expect("the consumers are listening");
     let mut stopped = 0;
     while let Some(result) = consumers.join_next().await {
         result.expect("a consumer panicked");
@@ -129,11 +130,12 @@ async fn main() {
         busiest = busiest.max(within);
     }
     let blur = starts.iter().map(|g| g.not_after - g.not_before).max();
+    println!("most starts in any sliding {PERIOD:?}: {busiest} (limit {PER_PERIOD})");
     println!(
-        "grant instants known to within {:.1?}",
+        "  (a start is timed by the poll that granted it, which took at most {:.1?}; a start",
         blur.unwrap_or_default()
     );
-    println!("most starts in any sliding {PERIOD:?}: {busiest} (limit {PER_PERIOD})");
+    println!("  counts in a window only if that whole poll lies inside the window)");
     assert!(
         busiest <= PER_PERIOD,
         "{busiest} starts within one {PERIOD:?} window, limit {PER_PERIOD}"
@@ -144,7 +146,7 @@ async fn main() {
 async fn consume(
     id: usize,
     stagger: Stagger,
-    shutdown: CancellationToken,
+    mut shutdown: watch::Receiver<()>,
     start: Instant,
     started: Starts,
 ) {
@@ -158,11 +160,11 @@ async fn consume(
             let not_after = start.elapsed();
             started.push(Granted { not_before, not_after });
         }
-        () = shutdown.cancelled() => return,
+        _ = shutdown.changed() => return,
     }
     connect(id).await;
     // A real consumer would poll its partitions here; this one just waits to be stopped.
-    shutdown.cancelled().await;
+    let _ = shutdown.changed().await;
 }
 
 /// `stagger.acquire()`, returning the time just before the poll that was granted.

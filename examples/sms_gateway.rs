@@ -14,9 +14,9 @@
 
 use std::time::Duration;
 
-use futures_util::{stream, StreamExt};
 use paced::PaceExt;
 use tokio::time::Instant;
+use tokio_stream::{self as stream, StreamExt};
 
 /// Prints a line prefixed with the time elapsed since `start`.
 macro_rules! log {

@@ -18,13 +18,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use paced::{PaceExt, Rate, RateLimiter, Shaping};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
-use tokio_util::sync::CancellationToken;
+use tokio_stream::{Stream, StreamExt};
 
 /// Prints a line prefixed with the time elapsed since `start`.
 macro_rules! log {
@@ -51,7 +50,8 @@ type Sent = Arc<Mutex<Vec<[u64; PARTITIONS]>>>;
 async fn main() {
     let start = Instant::now();
     let provider = RateLimiter::new(Rate::per_second(QUOTA), BURST);
-    let shutdown = CancellationToken::new();
+    // Sending on `stop` tells every producer and consumer to stop.
+    let (stop, shutdown) = watch::channel(());
     let sent: Sent = Arc::new(Mutex::new(vec![[0; PARTITIONS]; RUN_SECS + 1]));
 
     let mut producers = JoinSet::new();
@@ -60,11 +60,8 @@ async fn main() {
         // The partition's log: a producer appends at its own pace, the consumer reads it.
         let (tx, rx) = mpsc::unbounded_channel();
         producers.spawn(produce(p, tx, shutdown.clone()));
-        let messages = UnboundedReceiverStream::new(rx)
-            .throttle_with(&provider, |_| 1, Shaping)
-            // Stop at shutdown, leaving the lag behind.
-            .take_until(shutdown.clone().cancelled_owned());
-        consumers.spawn(consume(p, messages, start, sent.clone()));
+        let messages = UnboundedReceiverStream::new(rx).throttle_with(&provider, |_| 1, Shaping);
+        consumers.spawn(consume(p, messages, shutdown.clone(), start, sent.clone()));
     }
 
     log!(
@@ -82,7 +79,8 @@ async fn main() {
         let per_partition: Vec<String> = counts.iter().map(|n| format!("{n:>3}")).collect();
         log!(
             start,
-            "second {second}: {total:>3} sent (quota {quota:>3}/s) | per partition {}",
+            "second {second}: {total:>3} sent (at most {:>3}: the quota and the burst) | per partition {}",
+            quota + BURST,
             per_partition.join(" ")
         );
         // The bucket's bound over one second: the quota plus what the bucket held.
@@ -102,7 +100,7 @@ async fn main() {
         }
     }
 
-    shutdown.cancel();
+    stop.send(()).expect("the tasks are listening");
     let mut produced = [0u64; PARTITIONS];
     let mut delivered = [0u64; PARTITIONS];
     while let Some(result) = producers.join_next().await {
@@ -136,7 +134,7 @@ async fn main() {
 async fn produce(
     p: usize,
     tx: mpsc::UnboundedSender<u64>,
-    shutdown: CancellationToken,
+    mut shutdown: watch::Receiver<()>,
 ) -> (usize, u64) {
     let mean = Duration::from_secs(1) / PRODUCED_PER_SEC[p] as u32;
     // A tiny xorshift, so each partition has its own reproducible jitter without a `rand`
@@ -149,7 +147,7 @@ async fn produce(
         seed ^= seed << 17;
         let gap = mean.mul_f64(0.5 + (seed % 1000) as f64 / 1000.0);
         tokio::select! {
-            () = shutdown.cancelled() => return (p, n),
+            _ = shutdown.changed() => return (p, n),
             () = tokio::time::sleep(gap) => {}
         }
         n += 1;
@@ -158,17 +156,22 @@ async fn produce(
     }
 }
 
-/// Sends partition `p`'s throttled messages until the stream ends; returns
+/// Sends partition `p`'s throttled messages until `shutdown`, leaving the lag behind; returns
 /// `(p, messages sent)`.
 async fn consume(
     p: usize,
-    messages: impl futures_util::Stream<Item = u64>,
+    messages: impl Stream<Item = u64>,
+    mut shutdown: watch::Receiver<()>,
     start: Instant,
     sent: Sent,
 ) -> (usize, u64) {
     let mut messages = std::pin::pin!(messages);
     let mut total = 0;
-    while let Some(n) = messages.next().await {
+    // A message still waiting for its turn is dropped with the stream, having taken nothing.
+    while let Some(n) = tokio::select! {
+        n = messages.next() => n,
+        _ = shutdown.changed() => None,
+    } {
         {
             // Count the message in the second it was granted. The clock is read under the
             // lock, so a report that has closed a second never misses a message of it.

@@ -17,9 +17,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures_util::{stream, StreamExt};
 use paced::{KeyedRateLimiter, PaceExt, Rate};
 use tokio::time::Instant;
+use tokio_stream::{self as stream, StreamExt};
 
 #[derive(Debug)]
 struct Sms {

@@ -10,11 +10,11 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use paced::PaceExt;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_stream::StreamExt;
 
 /// Prints a line prefixed with the time elapsed since `start`.
 macro_rules! log {
@@ -26,14 +26,14 @@ macro_rules! log {
 #[tokio::main]
 async fn main() {
     let start = Instant::now();
-    let shutdown = CancellationToken::new();
+    // Sending on `stop` tells every consumer to stop.
+    let (stop, shutdown) = watch::channel(());
     let mut consumers = JoinSet::new();
 
     // Each id leaves the stream when its consumer may start: 1 and 2 at once, 3 and 4 a
     // second later, 5 a second after that.
-    let mut ids = std::pin::pin!(
-        futures_util::stream::iter(1..=5).staggered_start(2, Duration::from_secs(1))
-    );
+    let mut ids =
+        std::pin::pin!(tokio_stream::iter(1..=5).staggered_start(2, Duration::from_secs(1)));
     while let Some(id) = ids.next().await {
         log!(start, "consumer {id} started");
         consumers.spawn(consume(id, start, shutdown.clone()));
@@ -42,7 +42,7 @@ async fn main() {
     // Let the last one run a moment, then ask every consumer to stop.
     tokio::time::sleep(Duration::from_millis(500)).await;
     log!(start, "shutting down");
-    shutdown.cancel();
+    stop.send(()).expect("the consumers are listening");
 
     while let Some(result) = consumers.join_next().await {
         result.expect("a consumer panicked");
@@ -50,13 +50,13 @@ async fn main() {
     log!(start, "all consumers stopped");
 }
 
-/// A consumer that polls its partition every 300 ms, forever, until `shutdown` is cancelled.
-async fn consume(id: u32, start: Instant, shutdown: CancellationToken) {
+/// A consumer that polls its partition every 300 ms, forever, until told to stop.
+async fn consume(id: u32, start: Instant, mut shutdown: watch::Receiver<()>) {
     let mut poll = tokio::time::interval(Duration::from_millis(300));
     let mut polls = 0u32;
     loop {
         tokio::select! {
-            () = shutdown.cancelled() => {
+            _ = shutdown.changed() => {
                 log!(start, "consumer {id} cancelled after {polls} polls");
                 return;
             }

@@ -416,9 +416,9 @@
 //!
 //! Overlapping the calls (`buffer_unordered(n)` over a stream of prompts, or tasks) changes
 //! nothing above: the limiter is shared by handle, and every clone draws on the same limits in
-//! the same queue. `cargo run --example llm_pipeline` runs such a stage against a local
-//! OpenAI-style server that enforces four limits exactly (requests and tokens, per minute and
-//! per day) and refuses with 429: none is refused.
+//! the same queue. `cargo run -p paced-integration --example llm_pipeline` runs such a stage
+//! against a local OpenAI-style server that enforces four limits exactly (requests and tokens,
+//! per minute and per day) and refuses with 429: none is refused.
 //!
 //! **Two kinds of limit**, for the two ways providers count:
 //!
@@ -1065,54 +1065,14 @@
 //! [`retry_after_secs()`](crate::NotUntil::retry_after_secs) (rounded up, so a client that
 //! waits that long conforms):
 //!
-//! ```
-//! # #[cfg(feature = "tower")]
-//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
-//! # async fn main() {
-//! use axum::{body::Body, error_handling::HandleErrorLayer, extract::Request, routing::get, Router};
-//! use axum::{http::{header, StatusCode}, response::IntoResponse};
-//! use paced::tower::{BoxError, RateLimitLayer};
-//! use paced::{KeyedRateLimiter, NotUntil, Rate};
-//! use tower::{ServiceBuilder, ServiceExt};
+#![cfg_attr(not(doctest), doc = include_str!("guide/axum_server.md"))]
 //!
-//! // Per API key: 2 at once, then 1 per second; a refusal is a 429 with Retry-After.
-//! let per_key = KeyedRateLimiter::new(Rate::per_second(1), 2);
-//! let api_key = |req: &Request| req.headers().get("x-api-key").cloned();
-//! let app = Router::new().route("/", get(|| async { "ok" })).layer(
-//!     ServiceBuilder::new()
-//!         .layer(HandleErrorLayer::new(|err: BoxError| async move {
-//!             match err.downcast_ref::<NotUntil>() {
-//!                 Some(refused) => {
-//!                     let secs = refused.retry_after_secs().to_string();
-//!                     (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, secs)]).into_response()
-//!                 }
-//!                 None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-//!             }
-//!         }))
-//!         .layer(RateLimitLayer::keyed(&per_key, api_key).enforcing()),
-//! );
-//! let request = |key: &str| {
-//!     axum::http::Request::get("/").header("x-api-key", key).body(Body::empty()).unwrap()
-//! };
-//! for _ in 0..2 {
-//!     assert_eq!(app.clone().oneshot(request("k1")).await.unwrap().status(), StatusCode::OK);
-//! }
-//! let refused = app.clone().oneshot(request("k1")).await.unwrap();
-//! assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-//! assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
-//! // Another key has its own bucket.
-//! assert_eq!(app.oneshot(request("k2")).await.unwrap().status(), StatusCode::OK);
-//! # }
-//! # #[cfg(not(feature = "tower"))]
-//! # fn main() {}
-//! ```
-//!
-//! **Proved over real HTTP** on 127.0.0.1 (`tests/tower_http.rs`): 1,500 requests from 30
-//! tasks through the layer at an axum server's limit of 1,000/s got zero 429s and used
+//! **Proved over real HTTP** on 127.0.0.1 (`integration/tests/tower_http.rs`): 1,500 requests
+//! from 30 tasks through the layer at an axum server's limit of 1,000/s got zero 429s and used
 //! 93–97 % of the limit; 64 services built from tower's `RateLimitLayer` sent 192 requests in
 //! 0.15–0.3 s against a limit of 200/s, while the same from paced's layer kept it (0.91 s, the
 //! least the limit allows); an axum app keyed by client IP answers 429 with a `Retry-After`
-//! that is enough. `cargo run --example http_client --features tower` and
+//! that is enough. `cargo run -p paced-integration --features tower --example http_client` and
 //! `--example http_server` show both sides.
 //!
 //! **Finding the limit over HTTP.** [`AdaptiveLayer`] reports every response to an
@@ -1122,44 +1082,7 @@
 //! is yours; a [`RateLimitLayer`] over `adaptive.limiter()` below it paces the requests at the
 //! rate found:
 //!
-//! ```
-//! # #[cfg(feature = "tower")]
-//! # fn main() {
-//! use std::time::Duration;
-//! use http::{header::RETRY_AFTER, Response};
-//! use http_body_util::Empty;
-//! use hyper::body::{Bytes, Incoming};
-//! use hyper_util::client::legacy::{Client, Error};
-//! use hyper_util::rt::TokioExecutor;
-//! use paced::tower::{AdaptiveLayer, Outcome, RateLimitLayer};
-//! use paced::{Adaptive, Rate, RateLimiter};
-//! use tower::ServiceBuilder;
-//!
-//! // 429 and 503 are refusals, with `Retry-After` in seconds; other server errors and
-//! // transport errors say nothing about the rate; anything else went through.
-//! fn classify<B, E>(result: &Result<Response<B>, E>) -> Outcome {
-//!     match result {
-//!         Ok(r) if matches!(r.status().as_u16(), 429 | 503) => Outcome::Throttled {
-//!             retry_after: r.headers().get(RETRY_AFTER)
-//!                 .and_then(|v| v.to_str().ok()?.trim().parse().ok())
-//!                 .map(Duration::from_secs),
-//!         },
-//!         Ok(r) if r.status().is_server_error() => Outcome::Ignore,
-//!         Ok(_) => Outcome::Success,
-//!         Err(_) => Outcome::Ignore,
-//!     }
-//! }
-//!
-//! let limiter = RateLimiter::new(Rate::per_second(1000), 10);
-//! let partner = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(1000));
-//! let _client = ServiceBuilder::new()
-//!     .layer(AdaptiveLayer::new(&partner, classify::<Incoming, Error>))
-//!     .layer(RateLimitLayer::new(partner.limiter()))
-//!     .service(Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>());
-//! # }
-//! # #[cfg(not(feature = "tower"))]
-//! # fn main() {}
-//! ```
+#![cfg_attr(not(doctest), doc = include_str!("guide/hyper_client.md"))]
 //!
 //! - A response is reported when its future completes, and returned unchanged; a future
 //!   dropped before (a timeout, a cancelled task) reports nothing, nor does `Outcome::Ignore`.
@@ -1265,8 +1188,8 @@
 //! neither as probing time nor as sending time. The controller sets the rate only; the
 //! limiter's burst stays yours (give it at least 2, and at least `max × 1 ms`). Everything
 //! reads tokio's clock: under paused time it is exact and repeatable.
-//! `cargo run --example adaptive_partner` plots the rate finding a partner's 200/s and
-//! following it down to 100/s.
+//! `cargo run -p paced-integration --example adaptive_partner` plots the rate finding a
+//! partner's 200/s and following it down to 100/s.
 //!
 //! On a simulated provider (a hidden token bucket of rate `L`, from 5/s to 5,000/s) the default
 //! law kept 0.97–0.99 of `L` with 0.01–2 % of the calls refused; it settled within 10 s after
@@ -1312,28 +1235,10 @@
 //!   of 0): BENCHMARKS.md has the figures. A limiter named a second time reads its handles
 //!   under a read lock from then on, about 10 ns more per event.
 //!
-//! ```
-//! # #[cfg(feature = "metrics")] {
-//! use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-//! use paced::{Rate, RateLimiter};
+#![cfg_attr(not(doctest), doc = include_str!("guide/metrics_recorder.md"))]
 //!
-//! let recorder = DebuggingRecorder::new();
-//! let snapshotter = recorder.snapshotter();
-//! // Here a recorder for this thread only; an application installs its recorder globally.
-//! let limiter = metrics::with_local_recorder(&recorder, || {
-//!     RateLimiter::new(Rate::per_second(10), 2).with_metrics("partner-api")
-//! });
-//! limiter.try_acquire(2).unwrap();
-//! limiter.try_acquire(1).unwrap_err();
-//! let grants = snapshotter.snapshot().into_vec().into_iter().find_map(|(key, _, _, value)| {
-//!     (key.key().name() == "paced_grants_total").then_some(value)
-//! });
-//! assert_eq!(grants, Some(DebugValue::Counter(1)));
-//! # }
-//! ```
-//!
-//! `cargo run --example metrics_prometheus --features metrics` runs a paced workload under
-//! `metrics-exporter-prometheus` and prints the scrape.
+//! `cargo run -p paced-integration --features metrics --example metrics_prometheus` runs a paced
+//! workload under `metrics-exporter-prometheus` and prints the scrape.
 //!
 //! # Limits, honestly
 //!

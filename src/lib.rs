@@ -1,46 +1,10 @@
-//! Pacing operators for async streams, on tokio's timer.
+//! Pacing for async Rust, on tokio's timer: hold a stream, a Sink, many tasks or a whole fleet
+//! to a rate limit.
 //!
-//! `paced` adds four operators to every [`Stream`](futures_core::Stream) through [`PaceExt`]:
-//!
-//! | operator | promise |
-//! |---|---|
-//! | [`throttle(rate, cost, burst, mode)`](PaceExt::throttle) | token bucket: the cost emitted in any window `[t, t+w]` is at most `burst + w * rate`; [`Shaping`] delays, [`Enforcing`] hands back what does not conform |
-//! | [`min_interval(d)`](PaceExt::min_interval) | consecutive items at least `d` apart, counted from the previous emission |
-//! | [`batched_interval(n, d)`](PaceExt::batched_interval) | batches of `1..=n` items, consecutive batches at least `d` apart |
-//! | [`staggered_start(k, period)`](PaceExt::staggered_start) | at most `k` items in any window of `period` |
-//!
-//! Every operator keeps order, loses and duplicates nothing, lets an item wait no longer than
-//! its bound requires (plus tokio's 1 ms timer tick), and after upstream ends still delivers
-//! what it holds, at its time, before `None`.
-//!
-//! Time is [`tokio::time::Instant`], so everything works under paused time: test your own
-//! code with `#[tokio::test(start_paused = true)]` and the schedule is exact and instant.
-//!
-//! # Entry points
-//!
-//! Every entry point is a thin layer over one token-bucket core and one waiter engine: the
-//! same arithmetic and the same fair (FIFO) queue, wherever the items come from.
-//!
-//! | where the items are | use | |
-//! |---|---|---|
-//! | a stream | [`PaceExt`] | adapters in [`stream`] |
-//! | a Sink | [`PaceSinkExt`] | adapters in [`sink`] |
-//! | tasks sharing a limit | [`RateLimiter`] (optionally with Guava's warm-up), [`Stagger`] | streams draw on them with [`throttle_with`](PaceExt::throttle_with) |
-//! | several limits at once (requests AND tokens, per minute AND per day) | [`MultiRateLimiter`] | a cost per dimension, token buckets and fixed windows, one FIFO queue; [`Permit::settle`] corrects an estimate |
-//! | one limit per destination | [`KeyedRateLimiter`] | [`throttle_by_key`](PaceExt::throttle_by_key) |
-//! | several limits per destination or tenant | [`KeyedMultiRateLimiter`] | [`throttle_by_key`](PaceExt::throttle_by_key); [`KeyedPermit::settle`] per key |
-//! | a limit learned from `429`s | [`Adaptive`], [`AdaptiveMulti`] (each limit of a [`MultiRateLimiter`] on its own) | |
-//! | a tower `Service` | `paced::tower` (feature `tower`) | shaping clients, enforcing servers |
-//! | one limit across machines | `RedisRateLimiter` (feature `redis`) | details in `paced::redis` |
-//! | several limits at once across machines | `RedisMultiRateLimiter`, `RedisKeyedMultiRateLimiter` (feature `redis`) | the fleet's [`MultiRateLimiter`] (per key): every limit checked and charged by one script call; `settle` corrects in Redis |
-//! | one limit per key across machines | `RedisKeyedRateLimiter` (feature `redis`) | per-key limits for the whole fleet; [`throttle_by_key`](PaceExt::throttle_by_key) and the keyed tower layer take it ([`KeyedLimiter`]) |
-//!
-//! Every refusal is a [`NotUntil`]; every configuration value that cannot be is a
-//! [`ConfigError`], and every setter that takes one has a `try_` form. The [`guide`] explains
-//! each entry point at length, with its promises and its limits.
+//! Time is [`tokio::time::Instant`], so paced works under paused time. Test your own code with
+//! `#[tokio::test(start_paused = true)]`: the schedule is exact, and the test ends at once.
 //!
 //! ```
-//! use std::time::Duration;
 //! use futures_util::StreamExt;
 //! use paced::{PaceExt, Rate, Shaping};
 //! use tokio::time::Instant;
@@ -57,26 +21,124 @@
 //! # }
 //! ```
 //!
+//! # Seven operators on every stream
+//!
+//! [`PaceExt`] adds them to every [`Stream`](futures_core::Stream):
+//!
+//! | operator | what it promises |
+//! |---|---|
+//! | [`throttle(rate, cost, burst, mode)`](PaceExt::throttle) | a token bucket: the cost let through in any window `[t, t+w]` is at most `burst + w × rate`. [`Shaping`] delays an item until its tokens are there; [`Enforcing`] hands it back at once |
+//! | [`min_interval(d)`](PaceExt::min_interval) | items at least `d` apart |
+//! | [`batched_interval(n, d)`](PaceExt::batched_interval) | batches of up to `n` items, at least `d` apart |
+//! | [`staggered_start(k, period)`](PaceExt::staggered_start) | at most `k` items in any window of `period` |
+//! | [`throttle_with(&limiter, cost, mode)`](PaceExt::throttle_with) | the limit of a [`Limiter`] shared with other streams and tasks |
+//! | [`staggered_start_with(&stagger)`](PaceExt::staggered_start_with) | the window of a [`Stagger`] shared with other streams and tasks |
+//! | [`throttle_by_key(&keyed, key, cost, capacity)`](PaceExt::throttle_by_key) | a limit per key, from a [`KeyedLimiter`]; no key waits for another |
+//!
+//! Every operator keeps the order of items, and loses or repeats none. An item waits no longer
+//! than its limit requires, plus tokio's 1 ms timer tick. When the upstream ends, what is held
+//! still comes out, on time, before `None`. Each operator that checks its arguments has a
+//! `try_` form that returns a [`ConfigError`] instead of panicking.
+//!
+//! [`PaceSinkExt`] gives every Sink `throttle`, `throttle_with` and `min_interval`. The types
+//! the operators return are in [`stream`] and [`sink`].
+//!
+//! # Limiters shared by handle
+//!
+//! Clone a limiter to share it: every clone draws on the same limit. Waiters are served first
+//! come, first served, and a waiter that gives up takes nothing. The limiters share their verbs
+//! (`acquire`, `try_acquire`, `acquire_timeout`, `stats`, ...): the [`guide`] opens with the
+//! table of every limiter by every verb.
+//!
+//! | limiter | what it limits |
+//! |---|---|
+//! | [`RateLimiter`] | many tasks, with one token bucket (it can also warm up slowly, as Guava's does) |
+//! | [`Stagger`] | many tasks, to at most `k` starts in any window |
+//! | [`MultiRateLimiter`] | several limits at once, such as requests and tokens per minute and per day. [`Permit::settle`] corrects the charge once the answer gives the real cost |
+//! | [`KeyedRateLimiter`] | one bucket per key (a destination, a tenant). A key is forgotten once its bucket is full again |
+//! | [`KeyedMultiRateLimiter`] | several limits per key; [`KeyedPermit::settle`] corrects a key's charge |
+//! | [`Adaptive`] | a [`RateLimiter`] whose rate follows what the destination says: `429`s, `Retry-After`, an announced quota |
+//! | [`AdaptiveMulti`] | the same for each limit of a [`MultiRateLimiter`] |
+//! | [`RedisRateLimiter`] (feature `redis`) | one limit for many processes and machines, kept in Redis |
+//! | [`RedisKeyedRateLimiter`] (feature `redis`) | one limit per key, for the fleet |
+//! | [`RedisMultiRateLimiter`] (feature `redis`) | several limits at once, for the fleet |
+//! | [`RedisKeyedMultiRateLimiter`] (feature `redis`) | several limits per key, for the fleet |
+//!
+//! The tower layers (feature `tower`) put any of them in front of a `Service`: see [tower].
+//!
+//! # The other names at the root
+//!
+//! - [`Rate`]: a refill rate, `tokens` every `per`, kept as an exact fraction.
+//! - [`Limit`]: one limit of a [`MultiRateLimiter`]: a token bucket or a fixed window.
+//! - [`Shaping`] and [`Enforcing`]: the two modes of `throttle` and `throttle_with`: wait, or
+//!   refuse at once.
+//! - [`NotUntil`]: the one refusal of every limiter, stream, Sink and layer. It says when to
+//!   retry.
+//! - [`RateExceeded`]: an item an [`Enforcing`] stream refused, handed back with its
+//!   [`NotUntil`].
+//! - [`ConfigError`]: a value that describes no usable limit, such as a burst of 0.
+//! - [`Stats`] and [`AdaptiveStats`]: a limiter's counters, and an [`Adaptive`]'s.
+//! - [`Permit`] and [`KeyedPermit`]: what a grant charged, to settle once the real cost is
+//!   known.
+//! - [`MultiRateLimiterBuilder`], [`KeyedMultiRateLimiterBuilder`] and
+//!   [`AdaptiveMultiBuilder`]: the builders of the limiters with several limits.
+//! - [`Announced`]: one limit a response announced in its headers, for
+//!   [`Adaptive::on_quota`].
+//! - [`Limiter`] and [`KeyedLimiter`]: what `throttle_with`, `throttle_by_key` and the tower
+//!   layers accept: any shared limiter, any keyed one.
+//! - `Quota` and `KeyedQuota`: the former names of [`Limiter`] and [`KeyedLimiter`],
+//!   deprecated.
+//! - `AdaptiveLaw` (feature `unstable-laws`): the control laws an [`Adaptive`] can follow,
+//!   outside semver.
+//!
+//! The [`guide`] explains each entry point at length, with its promises and its limits.
+//!
 //! # Cargo features
 //!
-//! None is on by default; the default build depends on tokio, futures-core, futures-sink,
+//! None is on by default. The default build depends on tokio, futures-core, futures-sink,
 //! pin-project-lite and hashbrown only.
 //!
-//! - `tracing`: debug-level events when a shared limiter delays or refuses a request.
-//! - `redis`: `RedisRateLimiter`, one limit across processes and machines, kept in Redis, and
-//!   `RedisKeyedRateLimiter`, one such limit per key.
-//! - `tower`: `paced::tower`, a tower layer over a shared limiter (shaping or enforcing, a cost
-//!   per request, keyed by client), and one that reports each response to an [`Adaptive`];
-//!   adds `tower-service` and `tower-layer`.
-//! - `http`: `paced::tower::classify_http` and `AdaptiveLayer::http`: an [`Adaptive`] fed by
-//!   `429`/`503`, `Retry-After` and the quota headers (`RateLimit`, `X-RateLimit-*`) of an
-//!   `http::Response`; implies `tower`, adds `http` and `httpdate`.
-//! - `hires-timer`: on Linux, [`precise()`](crate::stream::Throttle::precise) sleeps the part of
-//!   a wait below tokio's 1 ms tick on a `timerfd` instead of yielding through it, so sub-
-//!   millisecond pacing no longer keeps a core busy; adds `rustix` (Linux only) and tokio's
-//!   `net`. Needs the runtime's IO driver. Elsewhere, and under paused time, it changes nothing.
-//! - `unstable-laws`: `AdaptiveLaw` and `Adaptive::try_with_law`, the control laws the
-//!   adaptive benchmark compares. Outside semver: they may change or go in any release.
+//! - `tracing`: a debug event when a shared limiter delays or refuses a request.
+//! - `redis`: the four Redis limiters above, on one Redis server or a Redis Cluster, and the
+//!   [redis] module (their builder, errors and failure policy). Adds the `redis` crate; needs
+//!   Rust 1.88.
+//! - `tower`: the [tower] module: `RateLimitLayer` paces the requests of a client, or refuses
+//!   them at a server, on any shared limiter; `AdaptiveLayer` reports each response to an
+//!   [`Adaptive`]. Adds `tower-service` and `tower-layer`.
+//! - `http`: quota headers, both ways. A refusing layer can announce its quota on every response
+//!   (`RateLimit-Policy` and `RateLimit`, or `X-RateLimit-*`). A client reads the limits a
+//!   response announces (the IETF draft, GitHub's, OpenAI's and Anthropic's headers) and
+//!   `429`/`503` with `Retry-After`. Implies `tower`; adds `http`, `httpdate` and `jiff`.
+//! - `metrics`: counters, a histogram and gauges on the `metrics` facade, for every limiter
+//!   given a name with `with_metrics`. The application installs the recorder. Adds `metrics`.
+//! - `hires-timer`: on Linux, [`precise()`](crate::stream::Throttle::precise) sleeps the last
+//!   part of a wait below tokio's 1 ms tick on a `timerfd`, instead of keeping a core busy.
+//!   Needs the runtime's IO driver. Elsewhere, and under paused time, it changes nothing. Adds
+//!   `rustix` (Linux only) and tokio's `net`.
+//! - `unstable-laws`: `AdaptiveLaw` and `Adaptive::try_with_law`, the control laws the adaptive
+//!   benchmark compares. Outside semver: they may change or go in any release.
+//!
+#![cfg_attr(
+    feature = "redis",
+    doc = "[`RedisRateLimiter`]: crate::RedisRateLimiter\n\n\
+           [`RedisKeyedRateLimiter`]: crate::RedisKeyedRateLimiter\n\n\
+           [`RedisMultiRateLimiter`]: crate::RedisMultiRateLimiter\n\n\
+           [`RedisKeyedMultiRateLimiter`]: crate::RedisKeyedMultiRateLimiter\n\n\
+           [redis]: crate::redis"
+)]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "[`RedisRateLimiter`]: https://docs.rs/paced/latest/paced/struct.RedisRateLimiter.html\n\n\
+           [`RedisKeyedRateLimiter`]: https://docs.rs/paced/latest/paced/struct.RedisKeyedRateLimiter.html\n\n\
+           [`RedisMultiRateLimiter`]: https://docs.rs/paced/latest/paced/struct.RedisMultiRateLimiter.html\n\n\
+           [`RedisKeyedMultiRateLimiter`]: https://docs.rs/paced/latest/paced/struct.RedisKeyedMultiRateLimiter.html\n\n\
+           [redis]: https://docs.rs/paced/latest/paced/redis/"
+)]
+#![cfg_attr(feature = "tower", doc = "[tower]: crate::tower")]
+#![cfg_attr(
+    not(feature = "tower"),
+    doc = "[tower]: https://docs.rs/paced/latest/paced/tower/"
+)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
@@ -125,8 +187,9 @@ pub use stats::Stats;
 pub use stream::PaceExt;
 
 /// The README's code blocks, compiled as doctests so they cannot rot. They are whole programs,
-/// as pasted (no hidden lines), and some need the `tower` and `redis` features: they are tested
-/// by `cargo test --all-features`.
+/// as pasted (no hidden lines), and one needs the `redis` feature: they are tested by
+/// `cargo test --all-features`. `.ci/readme-snippets` also builds and runs each with exactly
+/// the README's dependencies.
 #[doc = include_str!("../README.md")]
-#[cfg(all(doctest, feature = "tower", feature = "redis"))]
+#[cfg(all(doctest, feature = "redis"))]
 pub struct ReadmeDoctests;

@@ -862,77 +862,6 @@ async fn fail_open_starts_each_outage_with_a_full_share_of_the_burst() {
     }
 }
 
-/// The `metrics` feature: a named quota's counters on the facade match its `stats()`.
-#[cfg(feature = "metrics")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_named_quota_records_to_the_metrics_facade() {
-    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let server = Server::start();
-    let (up, down) = metrics::with_local_recorder(&recorder, || {
-        let up = RedisRateLimiter::builder(server.url(), "named", Rate::per_hour(1), 3)
-            .with_metrics("up")
-            .build()
-            .unwrap();
-        let down = RedisRateLimiter::builder(nowhere(), "named", Rate::per_second(100), 10)
-            .failure_policy(FailurePolicy::FailOpen { share: 1.0 })
-            .with_metrics("down")
-            .build()
-            .unwrap();
-        (up, down)
-    });
-    up.try_acquire(2).await.unwrap();
-    for _ in 0..5 {
-        let _ = up.try_acquire(2).await.unwrap_err();
-    }
-    for _ in 0..3 {
-        up.acquire(0).await.unwrap();
-    }
-    down.try_acquire(1).await.unwrap();
-    let snapshot = snapshotter.snapshot().into_vec();
-    let counter = |limiter: &str, name: &str, kind: Option<&str>| {
-        snapshot
-            .iter()
-            .find(|(key, ..)| {
-                let key = key.key();
-                key.name() == name
-                    && key
-                        .labels()
-                        .any(|l| l.key() == "limiter" && l.value() == limiter)
-                    && kind.is_none_or(|kind| {
-                        key.labels().any(|l| l.key() == "kind" && l.value() == kind)
-                    })
-            })
-            .map(|(.., value)| match value {
-                DebugValue::Counter(n) => *n,
-                other => panic!("{name} is not a counter: {other:?}"),
-            })
-            .unwrap_or_else(|| panic!("no {name} for {limiter}"))
-    };
-    // Burst 3 at one per hour: one try of 2 granted, then refusals; cost 0 always passes.
-    let stats = up.stats();
-    assert_eq!((stats.granted, stats.rejected), (4, 5));
-    assert_eq!(counter("up", "paced_grants_total", None), 4);
-    assert_eq!(counter("up", "paced_tokens_granted_total", None), 2);
-    assert_eq!(counter("up", "paced_refusals_total", None), 5);
-    assert_eq!(
-        counter("up", "paced_redis_round_trips_total", None),
-        stats.round_trips
-    );
-    assert_eq!(counter("up", "paced_redis_errors_total", Some("outage")), 0);
-    // Redis down, failing open: the fallback grants.
-    let stats = down.stats();
-    assert_eq!(counter("down", "paced_redis_fallbacks_total", None), 1);
-    assert_eq!(counter("down", "paced_grants_total", None), 1);
-    assert_eq!(
-        counter("down", "paced_redis_errors_total", Some("outage")),
-        stats.errors
-    );
-    assert!(stats.errors >= 1);
-}
-
 async fn waiters_are_served_in_the_order_they_asked() {
     use futures_util::stream::FuturesUnordered;
 
@@ -954,39 +883,6 @@ async fn waiters_are_served_in_the_order_they_asked() {
     // Polled in the order they were pushed: each sends its reservation with its first poll.
     let served: Vec<u32> = waiters.collect().await;
     assert_eq!(served, (0..200).collect::<Vec<_>>());
-}
-
-/// The metrics name given last wins: one set of handles, under the last name.
-#[cfg(feature = "metrics")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_last_metrics_name_given_wins() {
-    use metrics_util::debugging::DebuggingRecorder;
-
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let server = Server::start();
-    let quota = metrics::with_local_recorder(&recorder, || {
-        RedisRateLimiter::builder(server.url(), "renamed", Rate::per_hour(1), 3)
-            .with_metrics("first")
-            .with_metrics("last")
-            .build()
-            .unwrap()
-    });
-    quota.try_acquire(1).await.unwrap();
-    let limiters: Vec<String> = snapshotter
-        .snapshot()
-        .into_vec()
-        .iter()
-        .flat_map(|(key, ..)| {
-            key.key()
-                .labels()
-                .filter(|l| l.key() == "limiter")
-                .map(|l| l.value().to_owned())
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    assert!(!limiters.is_empty());
-    assert!(limiters.iter().all(|l| l == "last"), "{limiters:?}");
 }
 
 async fn acquire_timeout_waits_within_its_timeout_and_takes_nothing_beyond() {

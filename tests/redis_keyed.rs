@@ -730,51 +730,6 @@ async fn waiters_of_one_key_are_served_in_the_order_they_asked() {
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
 }
 
-/// The `metrics` feature: a named keyed quota's counters on the facade match its `stats()`.
-#[cfg(feature = "metrics")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_named_keyed_quota_records_to_the_metrics_facade() {
-    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let server = Server::start();
-    let tenants = metrics::with_local_recorder(&recorder, || {
-        RedisKeyedRateLimiter::<String>::builder(server.url(), "named", Rate::per_hour(1), 2)
-            .with_metrics("tenants")
-            .build()
-            .unwrap()
-    });
-    for tenant in ["a", "b"] {
-        tenants.try_acquire(tenant, 2).await.unwrap();
-        let _ = tenants.try_acquire(tenant, 1).await.unwrap_err();
-    }
-    tenants.acquire("c", 1).await.unwrap();
-    let stats = tenants.stats();
-    assert_eq!((stats.granted, stats.rejected), (3, 2));
-    let snapshot = snapshotter.snapshot().into_vec();
-    let counter = |name: &str| {
-        snapshot
-            .iter()
-            .find(|(key, ..)| {
-                let key = key.key();
-                key.name() == name
-                    && key
-                        .labels()
-                        .any(|l| l.key() == "limiter" && l.value() == "tenants")
-            })
-            .map(|(.., value)| match value {
-                DebugValue::Counter(n) => *n,
-                other => panic!("{name} is not a counter: {other:?}"),
-            })
-            .unwrap_or_else(|| panic!("no {name}"))
-    };
-    assert_eq!(counter("paced_grants_total"), 3);
-    assert_eq!(counter("paced_tokens_granted_total"), 5);
-    assert_eq!(counter("paced_refusals_total"), 2);
-    assert_eq!(counter("paced_redis_round_trips_total"), stats.round_trips);
-}
-
 /// Grants of `cost` 1 on `key` until the first refusal (at most 100).
 async fn grants_until_refused(quota: &RedisKeyedRateLimiter<String>, key: &str) -> u64 {
     let mut granted = 0;

@@ -1,6 +1,6 @@
-//! Pacing for Sinks: [`PaceSinkExt`], the operators as methods on every `futures::Sink`, and
-//! the adapter types they return, one per file, over the core's rules (the same ones the
-//! stream adapters follow) and the engine's waiters.
+//! Pacing for Sinks: [`PaceSinkExt`] gives every `futures::Sink` the operators `throttle`,
+//! `throttle_with` and `min_interval`, and this module holds the types they return. They keep
+//! the promises of the stream operators of the same names.
 
 use std::time::Duration;
 

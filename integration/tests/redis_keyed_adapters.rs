@@ -11,9 +11,9 @@ use futures_util::StreamExt;
 use paced::{KeyedLimiter, PaceExt, Rate, RedisKeyedRateLimiter};
 
 #[macro_use]
-#[path = "common/flavors.rs"]
+#[path = "../../tests/common/flavors.rs"]
 mod flavors;
-#[path = "common/redis_server.rs"]
+#[path = "../../tests/common/redis_server.rs"]
 mod redis_server;
 use redis_server::{check_bound, Server};
 

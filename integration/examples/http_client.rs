@@ -11,7 +11,7 @@
 //! served, in about two seconds.
 //!
 //! ```text
-//! cargo run --example http_client --features tower
+//! cargo run -p paced-integration --features tower --example http_client
 //! ```
 
 use std::net::SocketAddr;

@@ -3,9 +3,9 @@
 //! each call paced by the client under test, all under paused time and exactly
 //! (`common/llm_http.rs` explains how, and checks it on every call).
 //!
-//! The table prints with `cargo test --test llm_http -- --nocapture table`.
+//! The table prints with `cargo test -p paced-integration --test llm_http -- --nocapture table`.
 
-#[path = "common/llm.rs"]
+#[path = "../../tests/common/llm.rs"]
 mod llm;
 #[path = "common/llm_http.rs"]
 mod llm_http;

@@ -9,7 +9,7 @@
 //! key by `req.extensions().get::<ConnectInfo<SocketAddr>>()` (see `tests/tower_http.rs`).
 //!
 //! ```text
-//! cargo run --example http_server --features tower
+//! cargo run -p paced-integration --features tower --example http_server
 //! ```
 
 use std::time::{Duration, Instant};

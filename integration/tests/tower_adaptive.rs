@@ -4,8 +4,9 @@
 //! 127.0.0.1.
 #![cfg(feature = "tower")]
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
-#[path = "common/provider.rs"]
+#[path = "../../tests/common/provider.rs"]
 mod provider;
 
 use std::convert::Infallible;
@@ -362,7 +363,8 @@ proptest! {
 }
 
 /// The figures in the README: what honouring a whole-second `Retry-After` costs. Run with
-/// `cargo test --release --features tower --test tower_adaptive -- --ignored --nocapture`.
+/// `cargo test -p paced-integration --release --features tower --test tower_adaptive -- --ignored
+/// --nocapture`.
 #[test]
 #[ignore = "prints figures; asserts nothing"]
 fn figures_with_and_without_retry_after() {

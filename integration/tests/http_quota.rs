@@ -4,6 +4,7 @@
 //! through `AdaptiveLayer::http`.
 #![cfg(feature = "http")]
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::time::Duration;

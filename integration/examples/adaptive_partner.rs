@@ -9,10 +9,10 @@
 //! time, so 80 s of traffic take a moment; the output is the rate over time, as a text plot:
 //!
 //! ```text
-//! cargo run --example adaptive_partner
+//! cargo run -p paced-integration --example adaptive_partner
 //! ```
 
-#[path = "../tests/common/provider.rs"]
+#[path = "../../tests/common/provider.rs"]
 mod provider;
 
 use std::sync::{Arc, Mutex};
@@ -34,8 +34,8 @@ async fn main() {
 
     let start = Instant::now();
     let end = start + Duration::from_secs(SECONDS);
-    // Successful calls, per second.
-    let ok = Arc::new(Mutex::new(vec![0u64; SECONDS as usize]));
+    // When each successful call came back.
+    let ok = Arc::new(Mutex::new(Vec::new()));
 
     let client = {
         let (partner, adaptive, ok) = (partner.clone(), adaptive.clone(), ok.clone());
@@ -52,10 +52,7 @@ async fn main() {
                     match answer {
                         Answer::Ok => {
                             adaptive.on_success();
-                            let s = start.elapsed().as_secs() as usize;
-                            if let Some(n) = ok.lock().unwrap().get_mut(s) {
-                                *n += 1;
-                            }
+                            ok.lock().unwrap().push(start.elapsed());
                         }
                         // A refused call would be retried: it goes back through the limiter.
                         Answer::Refused(retry_after) => adaptive.on_throttled(retry_after),
@@ -84,7 +81,8 @@ async fn main() {
     }
     client.await.unwrap();
 
-    println!("the controller's rate (█, 10/s per character) and the partner's limit (│)");
+    println!("the controller's rate (█, 10/s per character), the partner's limit (│),");
+    println!("and how many calls succeeded in the second before each time");
     let ok = ok.lock().unwrap();
     for (&ms, &rate) in times.iter().zip(&rates) {
         let limit = if ms < 40_000 { 200.0 } else { 100.0 };
@@ -96,11 +94,15 @@ async fn main() {
         }
         line[(limit / 10.0) as usize] = '│';
         let line: String = line.into_iter().collect();
-        let second = (ms / 1000) as usize;
+        // Successes in (at - 1 s, at]: fewer than the rate in the first second.
+        let at = Duration::from_millis(ms);
+        let last_second = ok
+            .iter()
+            .filter(|&&t| t <= at && t + Duration::from_secs(1) > at)
+            .count();
         println!(
-            "{:>6.2} s {line} {rate:>6.1}/s  (ok {:>3} in second {second})",
+            "{:>6.2} s {line} {rate:>6.1}/s  {last_second:>3} ok",
             ms as f64 / 1000.0,
-            ok[second]
         );
     }
     let stats = adaptive.stats();

@@ -1,6 +1,6 @@
 //! The simulated provider of `llm.rs` behind a real axum server on 127.0.0.1, and the worker
 //! pool of `llm::run` driving a client against it over real HTTP (hyper, one keep-alive
-//! connection per worker), exactly, under paused time (`tests/llm_http.rs`, by `#[path]`).
+//! connection per worker), exactly, under paused time (`integration/tests/llm_http.rs`, by `#[path]`).
 //!
 //! # Why paused time stays exact over a socket
 //!

@@ -1,14 +1,19 @@
 //! A paced workload recorded to Prometheus through the `metrics` facade, served on a scrape
 //! endpoint, and scraped once.
 //!
-//! The application installs a recorder (here `metrics-exporter-prometheus`'s), then names its
+//! The application installs a recorder (here `metrics-exporter-prometheus`'s), names its
 //! limiters with `with_metrics`, and serves `handle.render()` on `/metrics` (an axum server on
-//! 127.0.0.1, as a service would); the example then scrapes it over HTTP and prints the scrape. Twenty calls at 20 per second with a burst of 5, one refused
-//! `try_acquire`, and one caller that gives up waiting: the scrape shows the grants, the
-//! refusal, the cancellation and the wait histogram, each labelled `limiter="partner-api"`.
+//! 127.0.0.1, as a service would). The example then scrapes it over HTTP and prints the scrape.
+//! Two limiters are named:
+//!
+//! - `partner-api`, a `RateLimiter`: twenty calls at 20 per second with a burst of 5, one
+//!   refused `try_acquire`, and one caller that gives up waiting. Its rows show the grants, the
+//!   refusal, the cancellation and the wait histogram.
+//! - `search-api`, an `Adaptive`: it makes no call, but is told of one `429`, and lowers its
+//!   rate from 50/s to 40/s. Its rows show the decrease and the rate; its other counters stay 0.
 //!
 //! ```text
-//! cargo run --example metrics_prometheus --features metrics
+//! cargo run -p paced-integration --features metrics --example metrics_prometheus
 //! ```
 
 use std::time::Duration;
@@ -54,11 +59,16 @@ async fn main() {
 
     let stats = limiter.stats();
     println!(
-        "{} calls in {:.2}s ({} refused); the scrape:\n",
+        "partner-api: {} calls in {:.2}s, {} refused, 1 caller gave up waiting",
         stats.granted,
         start.elapsed().as_secs_f64(),
         stats.rejected
     );
+    println!(
+        "search-api: no call, one 429 reported, rate now {}",
+        adaptive.rate()
+    );
+    println!("the scrape:\n");
     let scrape = scrape_over_http(handle).await;
     print!("{scrape}");
     assert!(scrape.contains("paced_grants_total{limiter=\"partner-api\"} 20"));

@@ -34,7 +34,7 @@
 //! call is granted before it and counted after it.
 //!
 //! ```text
-//! cargo run --example llm_pipeline
+//! cargo run -p paced-integration --example llm_pipeline
 //! ```
 
 use std::sync::{Arc, Mutex};
