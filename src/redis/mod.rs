@@ -1,11 +1,13 @@
-//! One quota across processes and machines, kept in Redis (feature `redis`):
-//! [`RedisRateLimiter`] (also at the crate root) and [`RedisKeyedRateLimiter`] (also at the
-//! crate root), one such quota per key; their one builder, failure policy, errors and
-//! counters. [`RedisMultiRateLimiter`] (also at the crate root) keeps a quota of several
-//! limits (requests AND tokens, per minute AND per day) in one key ([`RedisKeyedMultiRateLimiter`]:
-//! one such quota per key), checked and charged by
-//! one script call of its own (`multi.lua`), through the same connection, failure policy,
-//! outage handling, turns and counters.
+//! One quota shared by many processes and machines, kept in Redis (feature `redis`).
+//!
+//! - [`RedisRateLimiter`]: one limit for the whole fleet. [`RedisKeyedRateLimiter`]: one
+//!   such limit per key.
+//! - [`RedisMultiRateLimiter`]: several limits at once (requests and tokens, per minute and
+//!   per day), each grant corrected once its real cost is known.
+//!   [`RedisKeyedMultiRateLimiter`]: one such quota per key.
+//!
+//! All of them share the failure policy, the errors and the counters in this module. Each
+//! decision is one atomic script call, on Redis's clock.
 //!
 //! The bucket is paced's GCRA, evaluated by one Lua script on Redis's own clock, so the
 //! clocks of the client machines do not matter and every decision is atomic. Streams draw on
