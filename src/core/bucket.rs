@@ -227,6 +227,22 @@ impl Bucket {
         }
     }
 
+    /// Whether an item of `cost` emitted up to `late` after [`Bucket::earliest`] allowed it
+    /// leaves every later item's time where it was: the bucket, holding `cost` tokens at that
+    /// time, does not fill up meanwhile (its spare tokens, `burst - cost`, take at least `late`
+    /// to flow in), so the charge moves `tat` from where it was. At burst 1 (or a cost equal
+    /// to the burst, or above it) any lateness moves the next item's time.
+    #[inline]
+    pub(crate) fn absorbs(&self, cost: u64, late: Nanos) -> bool {
+        let Some(spare) = self.burst.checked_sub(cost) else {
+            return false;
+        };
+        // Beyond 128 bits the spare tokens cover any `late` (below 2^128 units).
+        u128::from(spare)
+            .checked_mul(self.token())
+            .is_none_or(|room| room >= self.units(late))
+    }
+
     /// Charges an item of `cost` emitted at `now`, which must be no earlier than
     /// [`Bucket::earliest`] allowed. An item dearer than the bucket has paid the excess while
     /// it waited, so it leaves the bucket empty rather than in debt.
