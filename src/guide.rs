@@ -218,7 +218,7 @@
 //! wake-up would cost rate (burst 1, `min_interval`, the head of a shared limiter at burst 1)
 //! ends on time instead: on Linux, on a `timerfd` (the kernel's high-resolution timer, one per
 //! thread and runtime, read on the runtime's IO driver), then yielding for the last stretch,
-//! as long as the timerfd's recent wake-ups were late (at most 30 µs). So
+//! as long as the timerfd's recent wake-ups were late (at most 100 µs). So
 //! `throttle(Rate::per_second(500), |_| 1, 1, Shaping)` delivers 500 a second, and
 //! `throttle(10,000/s, burst 1)` 10,000, at less CPU per item than governor's timer thread
 //! (figures in BENCHMARKS.md). An idle adapter holds nothing of it: the thread opens its
@@ -1317,7 +1317,7 @@
 //!
 //! - **The 1 ms tick.** A `Sleep` wakes up to two ticks after its time (plus the scheduler's
 //!   latency in real time), never before it. A wait that this would cost rate ends on time on
-//!   Linux (see [the operators](#the-operators-in-depth)); a wake-up later than its last 30 µs
+//!   Linux (see [the operators](#the-operators-in-depth)); a wake-up later than its last 100 µs
 //!   of yielding still costs rate at burst 1, as on any timer. Where there is no
 //!   high-resolution timer, tokens that flow into a full bucket while the timer is late are
 //!   lost, so for `throttle` at several hundred items/s and more give
@@ -1332,7 +1332,7 @@
 //!   long-run rate falls below `rate` (0.65 of it at 500/s). A larger burst absorbs it, and so
 //!   does `precise()`, at a busy core.
 //! - **The high-resolution timer's cost.** Each wait that ends on it costs one wake-up of the
-//!   runtime's thread and up to 30 µs of yielding: 20 to 60 µs of CPU per item on the test
+//!   runtime's thread and up to 100 µs of yielding: 30 to 60 µs of CPU per item on the test
 //!   machine, less than governor's timer thread. One descriptor per thread that has waited,
 //!   at most 256 such waits at once per thread (more sleep on the tick).
 //! - **Clock reads.** An item that need not wait costs one clock read (an exact schedule needs

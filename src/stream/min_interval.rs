@@ -58,7 +58,7 @@ impl<S: Stream> MinInterval<S> {
     /// tokio's timer fires on 1 ms ticks, so a `Sleep` wakes up to two ticks late, and every
     /// gap counts from the previous item: any lateness is lost. So on Linux a `min_interval`
     /// wait ends on time by default: on the thread's `timerfd`, then yielding for the last few
-    /// microseconds (as late as the timerfd's recent wake-ups were, at most 30 µs), and
+    /// microseconds (as late as the timerfd's recent wake-ups were, at most 100 µs), and
     /// `precise` changes nothing there.
     ///
     /// Where there is no such timer (other systems, a runtime without an IO driver, a build

@@ -72,7 +72,7 @@ impl<S: Stream, F> Throttle<S, F, Shaping> {
     /// tokio's timer fires on 1 ms ticks, so a `Sleep` wakes up to two ticks late. A wait for
     /// which that would cost rate (burst 1, or spare tokens for less than 3 ms) already ends
     /// on time by default on Linux: on the thread's `timerfd`, then yielding for the last few
-    /// microseconds (as late as the timerfd's recent wake-ups were, at most 30 µs). With
+    /// microseconds (as late as the timerfd's recent wake-ups were, at most 100 µs). With
     /// `precise` every wait does, so each item leaves within microseconds of its time.
     ///
     /// Where there is no such timer (other systems, a runtime without an IO driver, a build
