@@ -213,16 +213,19 @@ impl Hires {
             let mut due: [Option<Waker>; 8] = Default::default();
             let more = {
                 let mut state = self.lock();
+                let now = Instant::now();
                 if !drained {
                     drained = true;
-                    if self.drain().is_err() {
-                        state.broken = true;
+                    match self.drain() {
+                        // It expired, so it is disarmed (whatever the clock says).
+                        Ok(true) => {
+                            if let Some(expires) = state.expires.take() {
+                                state.record(now.saturating_duration_since(expires));
+                            }
+                        }
+                        Ok(false) => {}
+                        Err(_) => state.broken = true,
                     }
-                }
-                let now = Instant::now();
-                if let Some(expires) = state.expires.filter(|&e| e <= now) {
-                    state.record(now.saturating_duration_since(expires));
-                    state.expires = None;
                 }
                 let lead = state.lead();
                 let broken = state.broken;
@@ -256,24 +259,26 @@ impl Hires {
         }
     }
 
-    /// Reads the timerfd's expirations, if any, and registers the dispatcher for its next
-    /// readiness. Outside the task's budget: run inside a task's poll, a spent budget would
-    /// answer `Pending` and wake the dispatcher at once.
-    fn drain(&self) -> io::Result<()> {
+    /// Reads the timerfd's expirations, if any (`true`: it expired), and registers the
+    /// dispatcher for its next readiness. Outside the task's budget: run inside a task's poll,
+    /// a spent budget would answer `Pending` and wake the dispatcher at once.
+    fn drain(&self) -> io::Result<bool> {
+        let mut expired = false;
         let readable = poll_fn(|cx| loop {
             let mut guard = ready!(self.fd.poll_read_ready(cx))?;
             // Reading the expiration count empties it; a stale readiness (expired and armed
             // again before this read) reads nothing, and `try_io` clears it.
             if let Ok(read) = guard.try_io(|fd| read_expirations(fd.get_ref())) {
-                read?;
+                expired |= read? > 0;
                 guard.clear_ready();
             }
         });
         let mut readable = pin!(tokio::task::coop::unconstrained(readable));
         let mut cx = Context::from_waker(&self.dispatcher);
         match readable.as_mut().poll(&mut cx) {
-            Poll::Pending => Ok(()),
-            Poll::Ready(result) => result,
+            Poll::Pending => Ok(expired),
+            Poll::Ready(Err(e)) => Err(e),
+            Poll::Ready(Ok(())) => Ok(expired),
         }
     }
 }
