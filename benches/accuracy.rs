@@ -35,7 +35,16 @@
 //! `PACED_BENCH_VERBOSE=1` adds a table of timer wake-ups: emissions more than 200 µs after
 //! the previous one start a new wake-up; percentiles of the intervals between wake-ups.
 //!
-//! Run: `cargo bench -p paced-benches --bench accuracy` (about 29 × `PACED_BENCH_SECS` seconds).
+//! **Burst 1** (`PACED_BENCH_ONLY=burst-1` runs only this): every entry point one item at a
+//! time at 100, 250, 400, 500, 700 and 1,000/s (`throttle` and `min_interval`, plain and
+//! `precise()`, `RateLimiter::acquire(1)`, `KeyedRateLimiter::acquire` and `throttle_by_key` on
+//! one key, `MultiRateLimiter::acquire` with a burst-1 limit), beside governor's `until_ready`
+//! (`Quota::per_second(rate).allow_burst(1)`) and tokio-stream's `throttle(1 s / rate)`; then
+//! `precise()` at 1,500 to 10,000/s beside governor. Reported: `(count - 1) / (last - first)`
+//! over the rate asked, and the CPU time of every thread of the process (`schedstat`, in
+//! nanoseconds; governor's timer thread included) per item.
+//!
+//! Run: `cargo bench -p paced-benches --bench accuracy` (about 109 × `PACED_BENCH_SECS` seconds).
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -104,15 +113,20 @@ fn cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) as f64 / 100.0
 }
 
+/// A fresh current-thread runtime with IO and time, as `#[tokio::main]` builds.
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("current-thread runtime")
+}
+
 /// Runs one limiter on a fresh current-thread runtime and records its row.
 fn run<F>(limiter: &'static str, rate: u64, burst: u64, drive: F) -> Row
 where
     F: Future<Output = (Vec<u64>, bool)>,
 {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("current-thread runtime");
+    let rt = current_thread();
     let cpu = cpu_seconds();
     let wall = Instant::now();
     let (times, timed_out) = rt.block_on(drive);
@@ -169,7 +183,12 @@ fn main() {
         .map(|&rate| (rate, (rate * 2 / 1_000).max(1), false))
         .chain([(1_000, 3, true)]);
     // `PACED_BENCH_ONLY=sub-ms` runs only the sub-millisecond rows below.
-    let only_sub_ms = std::env::var("PACED_BENCH_ONLY").is_ok_and(|v| v == "sub-ms");
+    let only = std::env::var("PACED_BENCH_ONLY").unwrap_or_default();
+    if only == "burst-1" {
+        burst_one(secs);
+        return;
+    }
+    let only_sub_ms = only == "sub-ms";
     let configs = configs.filter(|_| !only_sub_ms);
     for (rate, burst, paced_only) in configs {
         let capacity = (rate as f64 * secs.as_secs_f64() * 1.25) as usize + burst as usize + 4096;
@@ -261,6 +280,246 @@ fn main() {
     if std::env::var_os("PACED_BENCH_VERBOSE").is_some() {
         print_wake_ups(&rows, secs);
     }
+    if !only_sub_ms {
+        burst_one(secs);
+    }
+}
+
+/// The rates of the burst-1 table: whole milliseconds and not (2.5 ms, 1.43 ms).
+const BURST_ONE_RATES: [u64; 6] = [100, 250, 400, 500, 700, 1_000];
+/// The rates of the `precise()` table, above 1,000/s: intervals of 667, 400, 250, 143 and
+/// 100 µs.
+const PRECISE_RATES: [u64; 5] = [1_500, 2_500, 4_000, 7_000, 10_000];
+
+/// One burst-1 run: items per second over the rate asked, and CPU per item.
+struct Kept {
+    entry: &'static str,
+    rate: u64,
+    ratio: Option<f64>,
+    cpu_us: f64,
+    stalled: bool,
+}
+
+/// CPU time so far of every thread of the process (the runtime's, futures-timer's), in
+/// nanoseconds, from `/proc/self/task/*/schedstat`; 0 where that is not available.
+fn process_cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|task| {
+            let text = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+            text.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// Runs `f` on a fresh current-thread runtime (IO and time enabled, as `#[tokio::main]`) and
+/// measures the rate it kept against `rate`, at burst 1: `(count - 1) / (last - first)`.
+fn keep<F>(entry: &'static str, rate: u64, interval: Duration, f: F) -> Kept
+where
+    F: Future<Output = (Vec<u64>, bool)>,
+{
+    let rt = current_thread();
+    let cpu = process_cpu_ns();
+    let (times, stalled) = rt.block_on(f);
+    let cpu = process_cpu_ns().saturating_sub(cpu);
+    let ratio = match (times.first(), times.last()) {
+        (Some(&first), Some(&last)) if last > first && times.len() > 1 => {
+            let kept = (times.len() - 1) as f64 / ((last - first) as f64 / 1e9);
+            Some(kept * interval.as_secs_f64())
+        }
+        _ => None,
+    };
+    Kept {
+        entry,
+        rate,
+        ratio,
+        cpu_us: cpu as f64 / 1e3 / times.len().max(1) as f64,
+        stalled,
+    }
+}
+
+/// Calls `next` for `secs` of wall time, one call at a time, recording the time each call
+/// returned.
+async fn drive_calls<F, Fut>(next: F, secs: Duration, capacity: usize) -> (Vec<u64>, bool)
+where
+    F: FnMut(()) -> Fut,
+    Fut: Future,
+{
+    drive(futures_util::stream::repeat(()).then(next), secs, capacity).await
+}
+
+/// The entry points of the burst-1 tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Entry {
+    Throttle,
+    ThrottlePrecise,
+    MinInterval,
+    MinIntervalPrecise,
+    Acquire,
+    KeyedAcquire,
+    ThrottleByKey,
+    MultiAcquire,
+    Governor,
+    TokioStream,
+}
+
+impl Entry {
+    const EVERY: [Entry; 10] = [
+        Entry::Throttle,
+        Entry::ThrottlePrecise,
+        Entry::MinInterval,
+        Entry::MinIntervalPrecise,
+        Entry::Acquire,
+        Entry::KeyedAcquire,
+        Entry::ThrottleByKey,
+        Entry::MultiAcquire,
+        Entry::Governor,
+        Entry::TokioStream,
+    ];
+    /// Above 1,000/s: what `precise()` is for, the default beside it, and governor.
+    const SUB_MS: [Entry; 4] = [
+        Entry::Throttle,
+        Entry::ThrottlePrecise,
+        Entry::MinIntervalPrecise,
+        Entry::Governor,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Entry::Throttle => "paced throttle",
+            Entry::ThrottlePrecise => "paced throttle .precise()",
+            Entry::MinInterval => "paced min_interval",
+            Entry::MinIntervalPrecise => "paced min_interval .precise()",
+            Entry::Acquire => "paced RateLimiter::acquire",
+            Entry::KeyedAcquire => "paced KeyedRateLimiter::acquire",
+            Entry::ThrottleByKey => "paced throttle_by_key",
+            Entry::MultiAcquire => "paced MultiRateLimiter::acquire",
+            Entry::Governor => "governor until_ready",
+            Entry::TokioStream => "tokio-stream throttle",
+        }
+    }
+
+    /// One run at `rate`, burst 1.
+    fn run(self, rate: u64, secs: Duration) -> Kept {
+        use paced::{KeyedRateLimiter, Limit, MultiRateLimiter};
+
+        let repeat = futures_util::stream::repeat;
+        let capacity = (rate as f64 * secs.as_secs_f64() * 1.25) as usize + 64;
+        let paced_rate = Rate::per_second(rate);
+        // `min_interval` and tokio-stream take a whole number of nanoseconds.
+        let gap = Duration::from_nanos(1_000_000_000 / rate);
+        let per_item = match self {
+            Entry::MinInterval | Entry::MinIntervalPrecise | Entry::TokioStream => gap,
+            _ => Duration::from_secs(1) / u32::try_from(rate).expect("fits"),
+        };
+        let throttle = || PaceExt::throttle(repeat(()), paced_rate, |_| 1, 1, Shaping);
+        let keyed = || KeyedRateLimiter::<u32>::new(paced_rate, 1);
+        keep(self.name(), rate, per_item, async {
+            match self {
+                Entry::Throttle => drive(throttle(), secs, capacity).await,
+                Entry::ThrottlePrecise => drive(throttle().precise(), secs, capacity).await,
+                Entry::MinInterval => drive(repeat(()).min_interval(gap), secs, capacity).await,
+                Entry::MinIntervalPrecise => {
+                    drive(repeat(()).min_interval(gap).precise(), secs, capacity).await
+                }
+                Entry::Acquire => {
+                    let limiter = paced::RateLimiter::new(paced_rate, 1);
+                    drive_calls(|()| limiter.acquire(1), secs, capacity).await
+                }
+                Entry::KeyedAcquire => {
+                    let limiter = keyed();
+                    drive_calls(|()| limiter.acquire(&7, 1), secs, capacity).await
+                }
+                Entry::ThrottleByKey => {
+                    let limiter = keyed();
+                    let s = repeat(()).throttle_by_key(&limiter, |_| 7, |_| 1, 64);
+                    drive(s, secs, capacity).await
+                }
+                Entry::MultiAcquire => {
+                    // Requests at burst 1 bind; tokens (100 a request, plenty) do not.
+                    let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+                        .limit("requests", Limit::bucket(paced_rate, 1))
+                        .limit(
+                            "tokens",
+                            Limit::bucket(Rate::per_second(rate * 1_000), rate * 100),
+                        )
+                        .build()
+                        .expect("limits");
+                    drive_calls(|()| limiter.acquire([1, 100]), secs, capacity).await
+                }
+                Entry::Governor => {
+                    let rate = NonZeroU32::new(u32::try_from(rate).expect("fits")).expect("> 0");
+                    let quota = Quota::per_second(rate).allow_burst(NonZeroU32::MIN);
+                    let limiter = RateLimiter::direct(quota);
+                    drive_calls(|()| limiter.until_ready(), secs, capacity).await
+                }
+                Entry::TokioStream => {
+                    let s = tokio_stream::StreamExt::throttle(repeat(()), gap);
+                    drive(s, secs, capacity).await
+                }
+            }
+        })
+    }
+}
+
+/// Every entry point at burst 1, one item at a time, beside governor's `until_ready` and
+/// tokio-stream's `throttle`, at everyday rates; then `precise()` above 1,000/s.
+fn burst_one(secs: Duration) {
+    let mut kept = Vec::new();
+    for &rate in &BURST_ONE_RATES {
+        kept.extend(Entry::EVERY.iter().map(|entry| entry.run(rate, secs)));
+    }
+    for &rate in &PRECISE_RATES {
+        kept.extend(Entry::SUB_MS.iter().map(|entry| entry.run(rate, secs)));
+    }
+    print_kept(&kept, secs);
+}
+
+/// The burst-1 runs as two tables, an entry point a row and a rate a column: the rate kept,
+/// then CPU per item.
+fn print_kept(kept: &[Kept], secs: Duration) {
+    println!(
+        "Burst 1: items per second kept over the rate asked ({:.2} s per run, real time, a \
+         current-thread runtime per run); then CPU per item (us, every thread of the process).",
+        secs.as_secs_f64()
+    );
+    for rates in [&BURST_ONE_RATES[..], &PRECISE_RATES[..]] {
+        let mut entries: Vec<&'static str> = Vec::new();
+        for k in kept.iter().filter(|k| rates.contains(&k.rate)) {
+            if !entries.contains(&k.entry) {
+                entries.push(k.entry);
+            }
+        }
+        for cpu in [false, true] {
+            println!();
+            let head: Vec<String> = rates.iter().map(|r| format!("{r}/s")).collect();
+            let what = if cpu { "CPU us/item" } else { "kept / asked" };
+            println!("| {what} | {} |", head.join(" | "));
+            println!("|---|{}", "---:|".repeat(rates.len()));
+            for entry in &entries {
+                let cells: Vec<String> = rates
+                    .iter()
+                    .map(|&rate| {
+                        let Some(k) = kept.iter().find(|k| k.entry == *entry && k.rate == rate)
+                        else {
+                            return "-".to_string();
+                        };
+                        let stalled = if k.stalled { " (stalled)" } else { "" };
+                        if cpu {
+                            format!("{:.1}{stalled}", k.cpu_us)
+                        } else {
+                            k.ratio
+                                .map_or("-".to_string(), |r| format!("{r:.3}{stalled}"))
+                        }
+                    })
+                    .collect();
+                println!("| {entry} | {} |", cells.join(" | "));
+            }
+        }
+    }
+    println!();
 }
 
 /// Even pacing below tokio's 1 ms tick: 10,000/s and 100,000/s with a burst of 1 (every item

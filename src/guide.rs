@@ -213,26 +213,35 @@
 //! # }
 //! ```
 //!
-//! **Below a millisecond.** `throttle(..)` with [`Shaping`] and `min_interval(d)` accept
-//! [`.precise()`](crate::stream::Throttle::precise): the timer then sleeps only until one tick
-//! before an item's time, and the rest of the wait is spent yielding to the scheduler and
-//! reading the clock again, so an item leaves within microseconds of its time and
-//! `throttle(10,000/s, burst 1)` or `min_interval(100 µs)` keep their rate. While an item is
-//! less than a tick from its time the task stays busy: at such rates that is most of a core.
-//! It is opt-in because of that. Under paused time the clock does not move across a yield, so
-//! the wait falls back to the timer and the schedule is exactly that of the plain operator.
+//! **On time, by default.** tokio's `Sleep` wakes up to two ticks after its deadline. A bucket
+//! with spare tokens for 3 ms absorbs that, and its waits sleep on the tick. A wait that a late
+//! wake-up would cost rate (burst 1, `min_interval`, the head of a shared limiter at burst 1)
+//! ends on time instead: on Linux, on a `timerfd` (the kernel's high-resolution timer, one per
+//! thread and runtime, read on the runtime's IO driver), then yielding for the last stretch,
+//! as long as the timerfd's recent wake-ups were late (at most 100 µs). So
+//! `throttle(Rate::per_second(500), |_| 1, 1, Shaping)` delivers 500 a second, and
+//! `throttle(10,000/s, burst 1)` 10,000, at less CPU per item than governor's timer thread
+//! (figures in BENCHMARKS.md). An idle adapter holds nothing of it: the thread opens its
+//! timerfd on the first wait that needs it. An item never leaves early: the timerfd only wakes
+//! the task, and a read of tokio's clock lets the item go. Under paused time nothing changes
+//! (the timerfd counts real time, which a paused test does not move): every wait is a `Sleep`
+//! and the schedule is exact.
 //!
-//! With the cargo feature `hires-timer` (Linux), the part of the wait below a tick sleeps on a
-//! `timerfd` (the kernel's high-resolution timer, read through tokio's `AsyncFd`) instead of
-//! yielding, and only the last stretch, as long as the timerfd's recent wake-ups were late (at
-//! most 30 µs), is spent yielding: `throttle(10,000/s, burst 1).precise()` then costs about
-//! what governor's timer thread costs per item instead of a core (figures in BENCHMARKS.md).
-//! Each adapter opens one timerfd on its first wait below a tick and closes it when dropped, so
-//! idle adapters hold none; it uses the runtime's IO driver (`enable_all`, as `#[tokio::main]`
-//! and `#[tokio::test]` have; on a runtime without one it yields, as without the feature). An item never leaves early: the timerfd only wakes the task,
-//! and a read of tokio's clock lets the item go. Under paused time the feature changes nothing
-//! (the timerfd counts real time, which a paused test does not move), and when no timerfd can
-//! be had (no descriptor left) the wait yields as without it.
+//! Where there is no such timer the waits sleep on the tick, as tokio-stream's do: on other
+//! systems; on a runtime without an IO driver (`Builder::enable_time` alone: tokio's `AsyncFd`
+//! panics there, the panic is caught, its message printed once, and the process sleeps on the
+//! tick from then on); in a build with `panic = "abort"`, which cannot catch that panic, unless
+//! the feature `hires-timer` says every runtime has its IO driver; and when no descriptor is
+//! left.
+//!
+//! **`precise()`.** `throttle(..)` with [`Shaping`] and `min_interval(d)` accept
+//! [`.precise()`](crate::stream::Throttle::precise): every wait then ends on time, whatever the
+//! bucket absorbs, and where there is no high-resolution timer the timer sleeps only until two
+//! ticks before an item's time and the rest of the wait is spent yielding to the scheduler and
+//! reading the clock again, so an item leaves within microseconds of its time there too. While
+//! an item is that close to its time the task stays busy: at sub-millisecond rates that is most
+//! of a core. Under paused time the clock does not move across a yield, so the wait falls back
+//! to the timer and the schedule is exactly that of the plain operator.
 //!
 //! The adapter types are in [`paced::stream`](crate::stream), with the [`ThrottleMode`] trait
 //! that [`Shaping`] and [`Enforcing`] implement.
@@ -1247,23 +1256,26 @@
 //! paused time. What it does not promise is waking on time in real time; these are the costs
 //! and edges:
 //!
-//! - **The 1 ms tick.** A waiting item leaves up to 1 ms after its exact time (plus the
-//!   scheduler's latency in real time), never before it. Tokens that flow into a full bucket
-//!   while the timer is late are lost, so for `throttle` at several hundred items/s and more
-//!   give `burst ≥ rate × 2 ms + 1` (more on a loaded machine), or use `batched_interval`. At
-//!   exactly 1,000/s, burst 2 (= rate × 2 ms) reaches only 0.94 of the rate in real time: a
-//!   wake-up about 0.1 ms after a tick empties the bucket, the next token is due 1 ms later,
-//!   just past a tick, so the timer fires 2.1 ms later, when the bucket of 2 has been full for
-//!   a while. Burst 3 reaches 0.99.
-//! - **A bucket of one loses lateness.** With `burst = 1` a full bucket cannot store the refill
-//!   of the time an item spent waiting for the tick, so each gap counts from the actual
-//!   emission (like `min_interval`) and the long-run rate falls below `rate` when the interval
-//!   is not a whole number of milliseconds. A larger burst absorbs it.
-//! - **Even pacing below a millisecond: `precise()`, at a price in CPU.** See
-//!   [the operators](#the-operators-in-depth): within 1 % of 10,000/s at burst 1, for most of
-//!   a core, as governor's timer thread costs. Without it nothing spins. With the feature
-//!   `hires-timer` (Linux) the wait sleeps on a timerfd and the core is free, but a wake-up
-//!   late by more than its last 30 µs of yielding is lost at burst 1, as on any timer.
+//! - **The 1 ms tick.** A `Sleep` wakes up to two ticks after its time (plus the scheduler's
+//!   latency in real time), never before it. A wait that this would cost rate ends on time on
+//!   Linux (see [the operators](#the-operators-in-depth)); a wake-up later than its last 100 µs
+//!   of yielding still costs rate at burst 1, as on any timer. Where there is no
+//!   high-resolution timer, tokens that flow into a full bucket while the timer is late are
+//!   lost, so for `throttle` at several hundred items/s and more give
+//!   `burst ≥ rate × 2 ms + 1` (more on a loaded machine), or use `batched_interval`. At
+//!   exactly 1,000/s, burst 2 (= rate × 2 ms) reaches only 0.94 of the rate there: a wake-up
+//!   about 0.1 ms after a tick empties the bucket, the next token is due 1 ms later, just past
+//!   a tick, so the timer fires 2.1 ms later, when the bucket of 2 has been full for a while.
+//!   Burst 3 reaches 0.99.
+//! - **Where there is no high-resolution timer, a bucket of one loses lateness.** With
+//!   `burst = 1` a full bucket cannot store the refill of the time an item spent waiting for
+//!   the tick, so each gap counts from the actual emission (like `min_interval`) and the
+//!   long-run rate falls below `rate` (0.65 of it at 500/s). A larger burst absorbs it, and so
+//!   does `precise()`, at a busy core.
+//! - **The high-resolution timer's cost.** Each wait that ends on it costs one wake-up of the
+//!   runtime's thread and up to 100 µs of yielding: 30 to 60 µs of CPU per item on the test
+//!   machine, less than governor's timer thread. One descriptor per thread that has waited,
+//!   at most 256 such waits at once per thread (more sleep on the tick).
 //! - **Clock reads.** An item that need not wait costs one clock read (an exact schedule needs
 //!   its emission time); one that waits costs two or three more around its timer.
 //!   `min_interval(0)`, `staggered_start(_, 0)` and `batched_interval(_, 0)` read none, and

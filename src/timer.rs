@@ -1,4 +1,5 @@
-//! The one place that reads tokio's clock and turns a deadline into a `Sleep`.
+//! The one place that reads tokio's clock and turns a deadline into a wait: a `Sleep` on tokio's
+//! 1 ms wheel, or, for a wait that must end on time, a wake-up below the tick.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -8,55 +9,60 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
-use crate::core::Nanos;
+use crate::core::{Nanos, Pace};
 
-#[cfg(all(feature = "hires-timer", target_os = "linux"))]
+#[cfg(all(target_os = "linux", any(panic = "unwind", feature = "hires-timer")))]
 mod hires;
+#[cfg(not(all(target_os = "linux", any(panic = "unwind", feature = "hires-timer"))))]
+mod hires {
+    //! No high-resolution timer here: every wait that must end on time says so, and the timer
+    //! sleeps on tokio's wheel (or yields, for `precise()`).
+    use std::task::Waker;
+    use tokio::time::Instant;
 
-/// The timer of the adapters that offer `precise()`: with the feature `hires-timer` on Linux it
-/// carries the timerfd that ends precise waits below a tick; elsewhere it is a plain [`Timer`].
-/// The other timers (sinks, shared limiters' waiters, `batched_interval`) never wait precisely
-/// and carry nothing.
-#[cfg(all(feature = "hires-timer", target_os = "linux"))]
-pub(crate) type PreciseTimer = Timer<Option<Box<hires::Hires>>>;
-#[cfg(not(all(feature = "hires-timer", target_os = "linux")))]
-pub(crate) type PreciseTimer = Timer;
+    pub(crate) use super::SubTick;
 
-/// What a timer uses for the part of a precise wait below a tick, before yielding: nothing
-/// (`()`), or a timerfd created on the first such wait (feature `hires-timer`, Linux; boxed,
-/// so a timer that never makes one pays a pointer).
-pub(crate) trait SubTick {
-    /// Nothing created yet.
-    const NONE: Self;
-    /// Waits for a wake-up armed for `deadline` (at once if none is); `origin` is the timer's.
-    fn poll_armed(
-        &mut self,
-        cx: &mut Context<'_>,
-        deadline: Nanos,
-        origin: Option<Instant>,
-    ) -> Poll<()>;
-    /// Arms a wake-up for a wait from `now` until `deadline`, below a tick: `false` if it
-    /// cannot serve, and the wait yields.
-    fn arm(&mut self, now: Nanos, deadline: Nanos) -> bool;
-    /// Stops an armed wake-up.
-    fn disarm(&mut self);
+    pub(crate) fn wait(_: Instant, _: Instant, _: &Waker) -> SubTick {
+        SubTick::Unavailable
+    }
 }
 
-impl SubTick for () {
-    const NONE: () = ();
+/// What the thread's high-resolution timer answers for a wait below the tick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(
+    not(all(target_os = "linux", any(panic = "unwind", feature = "hires-timer"))),
+    allow(dead_code)
+)]
+pub(crate) enum SubTick {
+    /// The deadline is nearer than the timer's wake-ups are late: yield until it.
+    Yield,
+    /// Armed: the task is woken shortly before the deadline.
+    Armed,
+    /// None here (another platform, paused time, a runtime without an IO driver, no file
+    /// descriptor left, or too many waits at once): sleep on tokio's wheel.
+    Unavailable,
+}
 
+/// What a late wake-up costs a wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lateness {
+    /// Nothing: the rule absorbs a `Sleep`'s lateness ([`TICK_LATENESS`]), so the wait sleeps
+    /// on tokio's wheel.
+    Absorbed,
+    /// Rate: every later request would move with it, so the wait ends on time.
+    Costly,
+}
+
+impl Lateness {
+    /// What lateness costs a request of `cost` under `pace`.
     #[inline]
-    fn poll_armed(&mut self, _: &mut Context<'_>, _: Nanos, _: Option<Instant>) -> Poll<()> {
-        Poll::Ready(())
+    pub(crate) fn of<P: Pace>(pace: &P, cost: P::Cost) -> Lateness {
+        if pace.absorbs(cost, TICK_LATENESS) {
+            Lateness::Absorbed
+        } else {
+            Lateness::Costly
+        }
     }
-
-    #[inline]
-    fn arm(&mut self, _: Nanos, _: Nanos) -> bool {
-        false
-    }
-
-    #[inline]
-    fn disarm(&mut self) {}
 }
 
 /// How far ahead "never" is armed: the horizon tokio itself uses for a far-future deadline.
@@ -66,78 +72,107 @@ const FAR_FUTURE: Nanos = Nanos::from_duration(Duration::from_secs(86_400 * 365 
 /// tokio's timer tick: a `Sleep` fires on the first tick at or after its deadline.
 const TICK: Nanos = Nanos::from_duration(Duration::from_millis(1));
 
+/// How late a `Sleep` may wake in real time: tokio rounds its deadline up to the next tick,
+/// and its driver parks for whole milliseconds counted from the tick it parks in, so the
+/// wake-up comes up to two ticks after the deadline; one more for the system's own lateness.
+/// A wait that may end this late without cost (its rule absorbs it, see `poll_until`) sleeps
+/// on the wheel; one that may not sleeps until this long before its deadline at the latest.
+const TICK_LATENESS: Nanos = Nanos::from_duration(Duration::from_millis(3));
+
+/// The longest wait handed whole to the high-resolution timer: one wake-up instead of a
+/// `Sleep`'s and then the timer's. A longer one sleeps on the wheel first.
+const SUB_TICK_SPAN: Nanos = Nanos::from_duration(Duration::from_millis(16));
+
+/// Where the wait under way stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// No wait under way.
+    Idle,
+    /// The wait has not been armed yet.
+    Starting,
+    /// The `Sleep` is armed for the deadline or some time before it.
+    Sleeping,
+    /// Armed on the thread's high-resolution timer (real time).
+    SubTick,
+    /// Yielding until the deadline, in real time.
+    Yielding,
+    /// `precise()` under paused time: yielded once, at the clock in `spun`.
+    YieldedPaused,
+}
+
+/// Whether tokio's clock runs in real time, as far as the wait under way has asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Clock {
+    Unknown,
+    Real,
+    Paused,
+}
+
 pin_project! {
     /// A clock and a lazily created, reusable `Sleep`.
     ///
     /// Times are [`Nanos`] since the first clock read, so building an adapter needs no runtime
     /// and the `Sleep` (which does) is created on the first wait, then only reset. The timer is
-    /// armed only while an item waits: an idle adapter registers nothing with the driver.
+    /// armed only while an item waits: an idle adapter registers nothing with the driver, and
+    /// holds nothing of the high-resolution timer, which is the thread's.
     #[derive(Debug)]
-    pub(crate) struct Timer<H = ()> {
+    pub(crate) struct Timer {
         origin: Option<Instant>,
-        // The deadline of the wait under way, if `armed`. (Flags beside a plain `Nanos`
-        // rather than options: the fields pack into 16 bytes, which keeps a waiting adapter
-        // inside tokio's 256-byte task step.)
+        // The deadline of the wait under way, unless `stage` is `Idle`. (Small enums beside
+        // a plain `Nanos` rather than options: the fields pack into 16 bytes, which keeps a
+        // waiting adapter inside tokio's 256-byte task step.)
         deadline: Nanos,
-        armed: bool,
-        // Precise waiting (see `set_precise`): whether the wait under way has yielded, and
-        // the low 32 bits of the clock when it last did.
+        stage: Stage,
+        clock: Clock,
+        // Every wait ends on time (see `set_precise`).
         precise: bool,
-        spinning: bool,
+        // The low 32 bits of the clock when a precise wait under paused time last yielded.
         spun: u32,
         #[pin]
         sleep: Option<Sleep>,
-        // What ends precise waits below a tick before yielding (see `SubTick`).
-        hires: H,
     }
 }
 
-impl<H: SubTick> Timer<H> {
-    pub(crate) const fn new() -> Timer<H> {
-        Timer {
-            origin: None,
-            deadline: Nanos::ZERO,
-            armed: false,
-            precise: false,
-            spinning: false,
-            spun: 0,
-            sleep: None,
-            hires: H::NONE,
-        }
+/// The timer of the adapters that offer `precise()`.
+pub(crate) type PreciseTimer = Timer;
+
+impl Timer {
+    pub(crate) const fn new() -> Timer {
+        Timer::starting_at(None)
     }
 
     /// A timer whose times count from `origin`, shared with a limiter's state.
-    pub(crate) const fn with_origin(origin: Instant) -> Timer<H> {
+    pub(crate) const fn with_origin(origin: Instant) -> Timer {
+        Timer::starting_at(Some(origin))
+    }
+
+    const fn starting_at(origin: Option<Instant>) -> Timer {
         Timer {
-            origin: Some(origin),
+            origin,
             deadline: Nanos::ZERO,
-            armed: false,
+            stage: Stage::Idle,
+            clock: Clock::Unknown,
             precise: false,
-            spinning: false,
             spun: 0,
             sleep: None,
-            hires: H::NONE,
         }
     }
 
-    /// Precise waiting: the part of a wait shorter than tokio's 1 ms tick is finished by
-    /// yielding to the scheduler and reading the clock again, instead of sleeping to the next
-    /// tick. The `Sleep` covers the wait up to one tick before the deadline.
+    /// Precise waiting: every wait ends on time, whatever its rule absorbs (see `poll_until`).
     ///
-    /// It keeps a core busy while an item is less than a tick from its time. Under paused time
-    /// the clock does not move across a yield, and a wait that finds the clock where it left
-    /// it goes back to the `Sleep`, so paused schedules are exactly those of a plain timer.
-    ///
-    /// With the feature `hires-timer` on Linux, the part below a tick is slept on a timerfd
-    /// instead (see `SubTick`) while tokio's clock runs in real time; under paused time, or
-    /// if the timerfd cannot be had, the wait yields as above.
+    /// Where the thread has a high-resolution timer (Linux), that is the default path of a
+    /// wait that must end on time; elsewhere the `Sleep` covers the wait up to two ticks
+    /// before the deadline and the rest is spent yielding to the scheduler and reading the
+    /// clock again, which keeps a core busy meanwhile. Under paused time the clock does not
+    /// move across a yield, and a wait that finds the clock where it left it goes back to
+    /// the `Sleep`, so paused schedules are exactly those of a plain timer.
     pub(crate) fn set_precise(&mut self, precise: bool) {
         self.precise = precise;
     }
 
-    /// The deadline the timer is armed for, while a wait is under way.
+    /// The deadline of the wait under way, if any.
     pub(crate) fn armed(&self) -> Option<Nanos> {
-        self.armed.then_some(self.deadline)
+        (self.stage != Stage::Idle).then_some(self.deadline)
     }
 
     /// The current time; the first call fixes the origin.
@@ -150,69 +185,143 @@ impl<H: SubTick> Timer<H> {
 
     /// Waits until `deadline` and returns the time read after it passed, which is at or after
     /// `deadline`. Returns at once, without touching the timer, if it has passed already.
+    ///
+    /// `lateness` says what ending late would cost: a wait whose rule absorbs a `Sleep`'s
+    /// lateness (a bucket with spare tokens for [`TICK_LATENESS`]) sleeps on tokio's wheel.
+    /// Any other wait (burst 1), in real time, ends on time: on the thread's
+    /// high-resolution timer and a few microseconds of yielding where there is one (Linux),
+    /// otherwise on the wheel (or by yielding, if `precise`). Under paused time every wait is
+    /// what it always was: a `Sleep` until the deadline, or the yielding of `precise()`.
     pub(crate) fn poll_until(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         deadline: Nanos,
+        lateness: Lateness,
     ) -> Poll<Nanos> {
+        {
+            let me = self.as_mut().project();
+            if *me.stage == Stage::Idle || *me.deadline != deadline {
+                *me.deadline = deadline;
+                *me.stage = Stage::Starting;
+                *me.clock = Clock::Unknown;
+            }
+        }
         loop {
-            if self.armed && self.deadline == deadline {
-                if let Some(sleep) = self.as_mut().project().sleep.as_pin_mut() {
+            let me = self.as_mut().project();
+            if *me.stage == Stage::Sleeping {
+                if let Some(sleep) = me.sleep.as_pin_mut() {
                     ready!(sleep.poll(cx));
                 }
             }
-            let me = self.as_mut().project();
-            ready!(me.hires.poll_armed(cx, deadline, *me.origin));
             let now = self.as_mut().now();
+            let me = self.as_mut().project();
             if now >= deadline {
-                let me = self.as_mut().project();
-                *me.armed = false;
-                *me.spinning = false;
-                // A timerfd still armed (the task woke for another reason first) would only
-                // wake it for nothing.
-                me.hires.disarm();
+                *me.stage = Stage::Idle;
                 return Poll::Ready(now);
             }
-            if !self.precise {
-                self.as_mut().arm(now, deadline, deadline);
+            if !*me.precise && lateness == Lateness::Absorbed {
+                self.as_mut().arm(now, deadline);
                 continue;
             }
-            let early = deadline.saturating_sub(TICK);
-            if now < early {
-                // Sleep up to a tick before the deadline (the tick rounds it up to at most
-                // the deadline), then finish below the tick.
-                self.as_mut().arm(now, deadline, early);
+            if *me.clock == Clock::Unknown {
+                *me.clock = if clock_runs() {
+                    Clock::Real
+                } else {
+                    Clock::Paused
+                };
+            }
+            if *me.clock == Clock::Paused {
+                if !*me.precise {
+                    self.as_mut().arm(now, deadline);
+                    continue;
+                }
+                ready!(self.as_mut().poll_paused_precise(cx, now, deadline));
                 continue;
             }
-            let me = self.as_mut().project();
-            if me.hires.arm(now, deadline) {
-                *me.spinning = false;
-                // The loop polls it next, which registers the waker.
-                continue;
-            }
-            // Truncated: a clock that moved by an exact multiple of 2^32 ns between two polls
-            // only sends this wait back to the `Sleep`.
-            let low = now.0 as u32;
-            if !*me.spinning || *me.spun != low {
-                // Real time: the clock moved since the last yield, so yield again.
-                *me.spinning = true;
-                *me.spun = low;
+            if *me.stage == Stage::Yielding {
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
-            // The clock stood still across a yield (paused time): sleep to the deadline, as
-            // a plain timer would. Its `Sleep` is pending until then.
-            self.as_mut().arm(now, deadline, deadline);
+            let left = deadline.saturating_sub(now);
+            if left > SUB_TICK_SPAN {
+                // Sleep until a `Sleep`'s lateness before the deadline, then the rest.
+                self.as_mut()
+                    .arm(now, deadline.saturating_sub(TICK_LATENESS));
+                continue;
+            }
+            let origin = me.origin.unwrap_or_else(Instant::now);
+            let at = origin + deadline.to_duration();
+            match hires::wait(at, origin + now.to_duration(), cx.waker()) {
+                SubTick::Armed => {
+                    *me.stage = Stage::SubTick;
+                    return Poll::Pending;
+                }
+                SubTick::Yield => {
+                    *me.stage = Stage::Yielding;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                SubTick::Unavailable if !*me.precise => {
+                    self.as_mut().arm(now, deadline);
+                }
+                SubTick::Unavailable => {
+                    // Yield only below two ticks: a `Sleep` for an earlier time may wake up
+                    // to two ticks late, and would then make the item late.
+                    let early = deadline.saturating_sub(TICK).saturating_sub(TICK);
+                    if now < early {
+                        self.as_mut().arm(now, early);
+                        continue;
+                    }
+                    *me.stage = Stage::Yielding;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+            }
         }
     }
 
+    /// `precise()` under paused time, exactly as it always was: sleep until a tick before the
+    /// deadline, then yield while the test moves the clock; a clock that stood still across a
+    /// yield sends the wait back to the `Sleep`, until the deadline. `Ready` once the timer is
+    /// armed again (the caller polls it).
+    fn poll_paused_precise(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        now: Nanos,
+        deadline: Nanos,
+    ) -> Poll<()> {
+        let early = deadline.saturating_sub(TICK);
+        if now < early {
+            // The tick rounds it up to at most the deadline.
+            self.as_mut().arm(now, early);
+            return Poll::Ready(());
+        }
+        let me = self.as_mut().project();
+        // Truncated: a clock that moved by an exact multiple of 2^32 ns between two polls
+        // only sends this wait back to the `Sleep`.
+        let low = now.0 as u32;
+        if *me.stage != Stage::YieldedPaused || *me.spun != low {
+            // The clock moved since the last yield (the test moved it), so yield again.
+            *me.stage = Stage::YieldedPaused;
+            *me.spun = low;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        // The clock stood still across a yield: sleep to the deadline, as a plain timer
+        // would. Its `Sleep` is pending until then.
+        self.arm(now, deadline);
+        Poll::Ready(())
+    }
+
     /// Stops a wait under way, so that its deadline no longer wakes the task: for an adapter
-    /// whose reason to wait went away before the deadline (an item that left early).
+    /// whose reason to wait went away before the deadline (an item that left early). A wake-up
+    /// armed on the high-resolution timer still comes, at most [`SUB_TICK_SPAN`] later, and
+    /// finds nothing to do.
     pub(crate) fn disarm(self: Pin<&mut Self>) {
         let mut me = self.project();
-        *me.spinning = false;
-        me.hires.disarm();
-        if !std::mem::take(me.armed) {
+        let sleeping = *me.stage == Stage::Sleeping;
+        *me.stage = Stage::Idle;
+        if !sleeping {
             return;
         }
         if let (Some(sleep), Some(origin)) = (me.sleep.as_mut().as_pin_mut(), *me.origin) {
@@ -222,8 +331,8 @@ impl<H: SubTick> Timer<H> {
         }
     }
 
-    /// Arms the `Sleep` for `target` (at most `deadline`), for a wait until `deadline`.
-    fn arm(self: Pin<&mut Self>, now: Nanos, deadline: Nanos, target: Nanos) {
+    /// Arms the `Sleep` for `target` (at most the deadline).
+    fn arm(self: Pin<&mut Self>, now: Nanos, target: Nanos) {
         let mut me = self.project();
         // `now` was read after `origin` was set, so the origin is there.
         let origin = *me.origin.get_or_insert_with(Instant::now);
@@ -233,9 +342,26 @@ impl<H: SubTick> Timer<H> {
             Some(sleep) => sleep.reset(at),
             None => me.sleep.set(Some(tokio::time::sleep_until(at))),
         }
-        *me.deadline = deadline;
-        *me.armed = true;
+        *me.stage = Stage::Sleeping;
     }
+}
+
+/// Whether tokio's clock moves with real time, as it does unless it is paused (`test-util`).
+///
+/// The real clock is read until it moves; a tokio clock that runs (it reads the same monotonic
+/// clock, plus a constant after a `resume`) must then have moved too, and a paused one has not.
+/// A real clock that does not move within a few reads (a coarse clock source) answers "no":
+/// the caller then waits as under paused time.
+pub(crate) fn clock_runs() -> bool {
+    let before = Instant::now();
+    let real = std::time::Instant::now();
+    for _ in 0..64 {
+        if std::time::Instant::now() > real {
+            return Instant::now() > before;
+        }
+        std::hint::spin_loop();
+    }
+    false
 }
 
 /// The time from `origin` to `now` in nanoseconds; zero if `now` is earlier.

@@ -1,13 +1,14 @@
-//! Feature `hires-timer`: `precise()` waits below a tick on a timerfd, in real time.
+//! Linux: waits that must end on time (burst 1, `precise()`) end on the thread's timerfd, in
+//! real time.
 //!
 //! The one place where tests run in real time: the timerfd counts the kernel's clock, which
 //! paused time cannot move. Nothing here asserts how fast or how late: the tests assert that
 //! a timerfd was really used (it shows in `/proc/self/fd`), that every item comes out once
 //! and in order, and that no item leaves before the pacing bound allows, with the bound
-//! checked on the real clock. Under paused time the feature must change nothing: no timerfd
-//! is opened and the schedule is the plain timer's (tests/precise.rs runs the same checks
-//! with every feature on).
-#![cfg(all(feature = "hires-timer", target_os = "linux"))]
+//! checked on the real clock, for every entry point. Under paused time nothing changes: no
+//! timerfd is opened and the schedule is the plain timer's (tests/precise.rs runs the same
+//! checks).
+#![cfg(target_os = "linux")]
 // Each test has a runtime of its own and holds `serial()` for its whole run, awaits included:
 // the lock orders tests on different threads, not tasks on one runtime.
 #![allow(clippy::await_holding_lock)]
@@ -25,10 +26,17 @@ use futures_util::{stream, Stream, StreamExt};
 use paced::{PaceExt, Rate, Shaping};
 use proptest::prelude::*;
 
-/// The tests count the process's timerfds, so they run one at a time.
+/// The tests count the process's timerfds, so they run one at a time, each once the thread of
+/// the one before has ended and closed its timerfd (a thread's timerfd lives as long as the
+/// thread; libtest runs each test on a thread of its own).
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    let guard = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let start = Instant::now();
+    while timerfds() > 0 && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    guard
 }
 
 /// How many timerfds the process holds open.
@@ -107,9 +115,96 @@ async fn throttle_at_10_000_per_second_burst_1_sleeps_on_a_timerfd() {
         .throttle(Rate::per_second(10_000), |_| 1, 1, Shaping)
         .precise();
     let (out, open) = drain(paced).await;
-    assert_eq!(open, before + 1, "one timerfd while the stream lives");
-    assert_eq!(timerfds(), before, "closed with the stream");
+    assert_eq!(open, before + 1, "the thread's timerfd");
     assert_paced(&out, n, Duration::from_micros(100));
+}
+
+/// Burst 1 by default, no `precise()`: every entry point ends its waits on the timerfd at an
+/// everyday rate (400/s, 2.5 ms: not a whole number of ticks), and no item is early.
+#[tokio::test]
+async fn burst_1_waits_end_on_the_timerfd_by_default_and_never_early() {
+    use paced::{KeyedRateLimiter, Limit, MultiRateLimiter, RateLimiter};
+
+    let _serial = serial();
+    let before = timerfds();
+    let n = 60;
+    let rate = Rate::per_second(400);
+    let gap = Duration::from_micros(2_500);
+    let (out, open) = drain(stream::iter(0..n).throttle(rate, |_| 1, 1, Shaping)).await;
+    assert_eq!(open, before + 1, "the thread's timerfd");
+    assert_paced(&out, n, gap);
+    let (out, _) = drain(stream::iter(0..n).min_interval(gap)).await;
+    assert_paced(&out, n, gap);
+    let keyed = KeyedRateLimiter::<u32>::new(rate, 1);
+    let (out, _) = drain(stream::iter(0..n).throttle_by_key(&keyed, |_| 7, |_| 1, 8)).await;
+    assert_paced(&out, n, gap);
+
+    // The shared limiters, one request at a time.
+    let limiter = RateLimiter::new(rate, 1);
+    let (out, _) = drain(stream::iter(0..n).then(|i| {
+        let limiter = limiter.clone();
+        async move {
+            limiter.acquire(1).await;
+            i
+        }
+    }))
+    .await;
+    assert_paced(&out, n, gap);
+    let keyed = KeyedRateLimiter::<u32>::new(rate, 1);
+    let keyed = &keyed;
+    let (out, _) = drain(stream::iter(0..n).then(|i| async move {
+        keyed.acquire(&3, 1).await;
+        i
+    }))
+    .await;
+    assert_paced(&out, n, gap);
+    let multi = MultiRateLimiter::builder(["requests", "tokens"])
+        .limit("requests", Limit::bucket(rate, 1))
+        .limit("tokens", Limit::bucket(Rate::per_second(400_000), 40_000))
+        .build()
+        .expect("limits");
+    let multi = &multi;
+    let (out, _) = drain(stream::iter(0..n).then(|i| async move {
+        drop(multi.acquire([1, 100]).await);
+        i
+    }))
+    .await;
+    assert_paced(&out, n, gap);
+    assert!(
+        timerfds() <= before + 1,
+        "one timerfd for the thread, whatever waits"
+    );
+}
+
+/// A thousand streams waiting at once, on one thread, share its one timerfd; and every one of
+/// them keeps its gap.
+#[tokio::test]
+async fn a_thousand_waiting_streams_share_one_timerfd() {
+    let _serial = serial();
+    let before = timerfds();
+    let streams = (0..1_000u64).map(|k| {
+        stream::iter(0..3u64)
+            .min_interval(Duration::from_micros(1_500 + k))
+            .map(move |i| (k, i, Instant::now()))
+    });
+    let mut all = stream::select_all(streams.map(Box::pin));
+    let mut seen: Vec<Vec<Instant>> = vec![Vec::new(); 1_000];
+    let wait = async {
+        while let Some((k, _, at)) = all.next().await {
+            seen[usize::try_from(k).expect("small")].push(at);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), wait)
+        .await
+        .expect("no stall");
+    assert!(timerfds() <= before + 1, "one timerfd for the thread");
+    for (k, times) in seen.iter().enumerate() {
+        assert_eq!(times.len(), 3);
+        let gap = Duration::from_micros(1_500 + k as u64);
+        // Each item's instant is read after it left, so only the first pair's gap can look
+        // short by the time the first read waited; the two gaps together cannot.
+        assert!(times[2].duration_since(times[0]) + Duration::from_millis(1) >= gap * 2);
+    }
 }
 
 #[tokio::test]
@@ -138,7 +233,7 @@ async fn min_interval_above_a_tick_sleeps_then_waits_on_the_timerfd() {
             .precise(),
     )
     .await;
-    assert_eq!(open, before + 1);
+    assert_eq!(open, before + 1, "the thread's timerfd");
     assert_paced(&out, n, Duration::from_micros(2_300));
 }
 
@@ -171,7 +266,7 @@ async fn throttle_with_a_burst_never_exceeds_the_bucket() {
     }
 }
 
-/// An adapter opens its timerfd on its first wait below a tick, not before: a thousand
+/// The thread's timerfd is opened on the first wait that needs it, not before: a thousand
 /// precise streams with nothing to wait for hold none.
 #[tokio::test]
 async fn idle_precise_streams_hold_no_timerfd() {
@@ -218,8 +313,8 @@ async fn a_multi_thread_runtime_is_woken_by_the_timerfd() {
     assert_paced(&out, n, Duration::from_micros(100));
 }
 
-/// Under paused time the timerfd is never opened: the clock stands still across a yield, so
-/// the wait goes back to tokio's timer exactly as without the feature.
+/// Under paused time the timerfd is never opened: the schedule is tokio's timer's, exactly as
+/// it always was.
 #[tokio::test(start_paused = true)]
 async fn paused_time_opens_no_timerfd_and_keeps_the_plain_schedule() {
     let _serial = serial();
@@ -243,8 +338,8 @@ async fn paused_time_opens_no_timerfd_and_keeps_the_plain_schedule() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// With the feature on and time paused, `precise()` emits exactly when the plain operator
-    /// does, and opens no timerfd, for schedules of arrivals at rates above and below a tick.
+    /// With time paused, `precise()` emits exactly when the plain operator does, and opens no
+    /// timerfd, for schedules of arrivals at rates above and below a tick.
     #[test]
     fn paused_schedules_are_those_of_the_plain_timer(
         arrivals in prop::collection::vec((0u64..4, 1u64..3), 1..30),

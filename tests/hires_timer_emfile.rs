@@ -1,8 +1,9 @@
-//! Feature `hires-timer`: with no file descriptor left, `precise()` falls back to yielding.
+//! Linux: with no file descriptor left for the thread's timerfd, `precise()` falls back to
+//! yielding.
 //!
 //! A binary of its own: it lowers the process's descriptor limit and fills the table, which
 //! would starve any test running beside it.
-#![cfg(all(feature = "hires-timer", target_os = "linux"))]
+#![cfg(target_os = "linux")]
 
 use std::fs::File;
 use std::pin::pin;

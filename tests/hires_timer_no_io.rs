@@ -1,7 +1,8 @@
-//! Feature `hires-timer` on a runtime without its IO driver: tokio's `AsyncFd` would panic
-//! there, so `precise()` must fall back to yielding, deliver every item in order, and keep
-//! the pacing bound. Its own test binary: the fallback is remembered for the whole process.
-#![cfg(all(feature = "hires-timer", target_os = "linux"))]
+//! Linux, a runtime without its IO driver: tokio's `AsyncFd` would panic there, so the
+//! thread's timerfd cannot be had and `precise()` must fall back to yielding, deliver every
+//! item in order, and keep the pacing bound. Its own test binary: the fallback is remembered
+//! for the whole process.
+#![cfg(target_os = "linux")]
 
 use std::time::{Duration, Instant};
 

@@ -227,6 +227,24 @@ impl Bucket {
         }
     }
 
+    /// Whether an item of `cost` that waited, emitted up to `late` after [`Bucket::earliest`]
+    /// allowed it, leaves every later item's time where it was: the bucket, holding `cost` tokens at that
+    /// time, does not fill up meanwhile (its spare tokens, `burst - cost`, take at least `late`
+    /// to flow in), so the charge moves `tat` from where it was. At burst 1 (or a cost equal
+    /// to the burst, or above it) any lateness moves the next item's time.
+    #[inline]
+    pub(crate) fn absorbs(&self, cost: u64, late: Nanos) -> bool {
+        let Some(spare) = self.burst.checked_sub(cost) else {
+            return false;
+        };
+        // Beyond 128 bits the spare tokens cover any `late` (below 2^128 units).
+        // A nanosecond more: `earliest` rounds up to the next nanosecond, which the spare
+        // tokens must cover too.
+        u128::from(spare)
+            .checked_mul(self.token())
+            .is_none_or(|room| room >= self.units(late.saturating_add(Nanos(1))))
+    }
+
     /// Charges an item of `cost` emitted at `now`, which must be no earlier than
     /// [`Bucket::earliest`] allowed. An item dearer than the bucket has paid the excess while
     /// it waited, so it leaves the bucket empty rather than in debt.
@@ -1065,8 +1083,67 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_bucket_of_one_absorbs_no_lateness_and_spare_tokens_absorb_theirs() {
+        let ms = Nanos(MS);
+        // Burst 1, 500/s: not a nanosecond.
+        assert!(!Bucket::new(500, SEC, 1).absorbs(1, Nanos::ZERO));
+        // Burst 3, 500/s: two spare tokens, 4 ms.
+        let b = Bucket::new(500, SEC, 3);
+        assert!(b.absorbs(1, Nanos(3 * MS)));
+        assert!(!b.absorbs(1, Nanos(4 * MS)));
+        assert!(
+            !b.absorbs(3, ms),
+            "a cost of the whole burst has none to spare"
+        );
+        assert!(!b.absorbs(4, ms), "nor has a cost above it");
+        // A spare beyond 128 bits covers anything.
+        assert!(Bucket::new(1, TOKEN_MASK, u64::MAX).absorbs(1, Nanos::MAX));
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// `absorbs` says exactly whether an item that leaves late moves any later item: if
+        /// it absorbs `late`, leaving that late leaves the bucket (its `tat`, from which every
+        /// later time is counted) where leaving on time does; if not, leaving a nanosecond
+        /// later than that moves it.
+        #[test]
+        fn absorbs_is_whether_a_late_item_moves_the_next(
+            tokens in 1u64..1_000,
+            per in 1u128..10_000_000_000,
+            burst in 1u64..20,
+            warm in prop::collection::vec((1u64..20, 0u64..5_000_000), 0..8),
+            cost in 1u64..20,
+            late in 0u64..50_000_000,
+        ) {
+            let mut b = Bucket::new(tokens, per, burst);
+            let mut now = Nanos::ZERO;
+            for &(c, gap) in &warm {
+                let c = c.min(burst);
+                now = b.earliest(now.saturating_add(Nanos(gap)), c).max(now);
+                b.commit(now, c);
+            }
+            // Emptied, so that the item waits: `absorbs` is asked of a wait, which ends when
+            // the bucket holds the item's cost.
+            now = b.earliest(now, burst).max(now);
+            b.commit(now, burst);
+            let cost = cost.min(burst);
+            let due = b.earliest(now, cost);
+            prop_assert!(due > now);
+            let mut on_time = b.clone();
+            on_time.commit(due, cost);
+            let late = Nanos(late);
+            if b.absorbs(cost, late) {
+                let mut lagging = b.clone();
+                lagging.commit(due.saturating_add(late), cost);
+                prop_assert!(lagging == on_time);
+            } else {
+                let mut lagging = b.clone();
+                lagging.commit(due.saturating_add(late).saturating_add(Nanos(1)), cost);
+                prop_assert!(lagging.tat() > on_time.tat());
+            }
+        }
 
         /// The level is kept across any change of rate and burst, over the whole range of
         /// rates, bursts and times: after every step the bucket holds what an exact model

@@ -211,6 +211,14 @@ impl<const N: usize> Pace for Limits<N> {
             .any(|l| matches!(&l.rule, Rule::Bucket(b) if cost[l.dim] > b.burst()))
     }
 
+    /// Every bucket that is charged absorbs it (a fixed window's boundaries do not move).
+    fn absorbs(&self, cost: [u64; N], late: Nanos) -> bool {
+        self.limits.iter().all(|l| match &l.rule {
+            Rule::Bucket(b) => cost[l.dim] == 0 || b.absorbs(cost[l.dim], late),
+            Rule::Window(_) => true,
+        })
+    }
+
     fn same(&self, other: &Self) -> bool {
         self == other
     }

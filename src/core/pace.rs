@@ -36,6 +36,12 @@ pub(crate) trait Pace: Clone {
     fn is_unlimited(&self) -> bool {
         false
     }
+    /// Whether a request of `cost` granted up to `late` after [`Pace::earliest`] allowed it
+    /// moves no later request's time: the lateness of a wake-up costs no rate. `false` is
+    /// always safe: the wait then ends on time, at some CPU.
+    fn absorbs(&self, _cost: Self::Cost, _late: Nanos) -> bool {
+        false
+    }
     /// Charges a request of `cost` arriving at `now` if it may go now; otherwise says when.
     #[inline]
     fn offer(&mut self, now: Nanos, cost: Self::Cost) -> Decision {
@@ -80,6 +86,10 @@ impl Pace for Bucket {
         Bucket::is_unlimited(self)
     }
     #[inline]
+    fn absorbs(&self, cost: u64, late: Nanos) -> bool {
+        Bucket::absorbs(self, cost, late)
+    }
+    #[inline]
     fn offer(&mut self, now: Nanos, cost: u64) -> Decision {
         Bucket::offer(self, now, cost)
     }
@@ -107,6 +117,10 @@ impl Pace for WarmingUp {
     }
     fn same(&self, other: &Self) -> bool {
         WarmingUp::same(self, other)
+    }
+    /// Charged as of its turn, whenever it leaves.
+    fn absorbs(&self, _: u64, _: Nanos) -> bool {
+        true
     }
 }
 

@@ -12,6 +12,7 @@ use std::task::Waker;
 use crate::core::{Amount, Nanos, Pace};
 use crate::error::NotUntil;
 use crate::stats::Stats;
+use crate::timer::Lateness;
 
 /// The counters of one limiter, and the numbers its waiters are known by.
 #[derive(Debug, Default)]
@@ -50,8 +51,9 @@ impl Tally {
 pub(crate) enum Step {
     /// The request is granted and charged, at this time.
     Granted(Nanos),
-    /// The request heads the queue and may go at this time: sleep until then.
-    Wait(Nanos),
+    /// The request heads the queue and may go at this time: sleep until then, on time unless
+    /// the rule absorbs a late wake-up.
+    Wait(Nanos, Lateness),
     /// Others are ahead: wait to be woken.
     Queued,
 }
@@ -320,7 +322,7 @@ impl<R: Pace> Lane<R> {
         let at = self.rule.earliest(since, cost);
         if at > now {
             set_waker(&mut head.waker, waker);
-            return Step::Wait(at);
+            return Step::Wait(at, Lateness::of(&self.rule, cost));
         }
         let enqueued = head.enqueued;
         self.pop_head();
@@ -359,13 +361,13 @@ impl<R: Pace> Lane<R> {
                 after.grant(cost.total(), Nanos::ZERO);
                 return Ok(Step::Granted(now));
             }
-            Step::Wait(at)
+            Step::Wait(at, Lateness::of(&self.rule, cost))
         } else {
             Step::Queued
         };
         if let Some(limit) = limit {
             let at = match step {
-                Step::Wait(at) => at,
+                Step::Wait(at, _) => at,
                 _ => self.projected(now, cost),
             };
             if at > limit {
@@ -654,7 +656,7 @@ pub(crate) mod testing {
                     let mut ticket = Some(tickets[0]);
                     let mut step =
                         lane.poll(&mut tally, now, &mut ticket, cost, waker, None, &mut after);
-                    if let Ok(Step::Wait(at)) = step {
+                    if let Ok(Step::Wait(at, _)) = step {
                         if at < Nanos::MAX {
                             now = now.max(at).saturating_add(Nanos(late));
                             step = lane.poll(
@@ -736,6 +738,9 @@ mod tests {
         fn same(&self, other: &Self) -> bool {
             self.rule.same(&other.rule)
         }
+        fn absorbs(&self, cost: R::Cost, late: Nanos) -> bool {
+            self.rule.absorbs(cost, late)
+        }
     }
 
     fn counting<R: Pace>(rule: R) -> (Lane<Counting<R>>, Rc<Cell<u64>>) {
@@ -759,7 +764,10 @@ mod tests {
                 let mut ticket = None;
                 let mut after = After::default();
                 let step = lane.poll(tally, now, &mut ticket, 1, Waker::noop(), None, &mut after);
-                assert!(matches!(step, Ok(Step::Wait(_) | Step::Queued)), "{step:?}");
+                assert!(
+                    matches!(step, Ok(Step::Wait(..) | Step::Queued)),
+                    "{step:?}"
+                );
                 ticket.expect("queued")
             })
             .collect()

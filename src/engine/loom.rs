@@ -11,6 +11,7 @@ use loom::thread;
 
 use super::{Shared, Step};
 use crate::core::{Bucket, Limits, Nanos, Rule, Tagged, Window};
+use crate::timer::Lateness;
 
 const AT_ONCE: Nanos = Nanos(0);
 const LATER: Nanos = Nanos(1_000_000);
@@ -101,7 +102,7 @@ fn a_cancelled_head_hands_over_to_the_next() {
         assert_eq!(shared.stats().waiting, 0);
         assert_eq!(
             shared.poll_at(Some(LATER), &mut None, 1, Waker::noop(), None),
-            Ok(Step::Wait(Nanos(2 * LATER.0)))
+            Ok(Step::Wait(Nanos(2 * LATER.0), Lateness::Costly))
         );
     });
 }

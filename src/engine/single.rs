@@ -472,6 +472,7 @@ impl<R: Pace, P: Deref<Target = Shared<R>>> Handle for P {
 mod tests {
     use super::*;
     use crate::core::Bucket;
+    use crate::timer::Lateness;
 
     fn is_lock_free<R: Pace>(shared: &Shared<R>) -> bool {
         shared.fast.word.load(Ordering::Relaxed) & HELD == 0
@@ -506,7 +507,7 @@ mod tests {
         let mut ticket = None;
         let waker = Waker::noop();
         let step = shared.poll_at(Some(Nanos::ZERO), &mut ticket, 1, waker, None);
-        assert_eq!(step, Ok(Step::Wait(Nanos(1_000))));
+        assert_eq!(step, Ok(Step::Wait(Nanos(1_000), Lateness::Costly)));
         assert!(!is_lock_free(&shared));
         let step = shared.poll_at(Some(Nanos(1_000)), &mut ticket, 1, waker, None);
         assert_eq!(step, Ok(Step::Granted(Nanos(1_000))));

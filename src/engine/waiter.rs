@@ -113,8 +113,8 @@ impl<H: Handle> Waiter<H> {
                     return Poll::Ready(Ok(at));
                 }
                 Step::Queued => return Poll::Pending,
-                Step::Wait(at) => {
-                    ready!(me.timer.as_mut().poll_until(cx, at));
+                Step::Wait(at, lateness) => {
+                    ready!(me.timer.as_mut().poll_until(cx, at, lateness));
                 }
             }
         }
@@ -188,8 +188,8 @@ impl<H: Handle<Cost = C>, C: Copy> Acquire<H, C> {
         };
         match step {
             // Heading the queue: sleep until its time, then ask again.
-            Step::Wait(at) => {
-                ready!(waiter.as_mut().project().timer.poll_until(cx, at));
+            Step::Wait(at, lateness) => {
+                ready!(waiter.as_mut().project().timer.poll_until(cx, at, lateness));
             }
             // Queued behind others: the lane wakes it when it heads the queue.
             Step::Queued | Step::Granted(_) => return Poll::Pending,

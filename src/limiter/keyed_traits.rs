@@ -234,7 +234,7 @@ where
             Arrival::Waiting {
                 permit: wrap(Waiter::queued(handle, ticket)),
                 // Heading the key's queue, its waiter arms its timer when asked.
-                ask: matches!(step, Step::Wait(_)),
+                ask: matches!(step, Step::Wait(..)),
             }
         }
     }

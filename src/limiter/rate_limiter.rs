@@ -62,6 +62,12 @@ impl Pace for Limit {
             Curve::WarmingUp(w) => Pace::needs_wait(w, cost),
         }
     }
+    fn absorbs(&self, cost: u64, late: Nanos) -> bool {
+        match &self.curve {
+            Curve::Bucket(b) => Pace::absorbs(b, cost, late),
+            Curve::WarmingUp(w) => Pace::absorbs(w, cost, late),
+        }
+    }
     fn same(&self, other: &Self) -> bool {
         let curve = match (&self.curve, &other.curve) {
             (Curve::Bucket(a), Curve::Bucket(b)) => Pace::same(a, b),

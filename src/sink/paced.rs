@@ -16,7 +16,7 @@ use pin_project_lite::pin_project;
 
 use crate::core::{Cost, Decision, Nanos, One, Pace};
 use crate::limiter::Limiter;
-use crate::timer::Timer;
+use crate::timer::{Lateness, Timer};
 
 /// When a held item may go, charging it as it does; `C` is what an item costs (one number,
 /// or one amount per dimension for a `MultiRateLimiter`).
@@ -89,7 +89,8 @@ impl<T, P: Pace<Cost = u64>, C: Cost<T>> Gate<T> for Local<P, C> {
 
     fn poll_grant(self: Pin<&mut Self>, cx: &mut Context<'_>, cost: u64) -> Poll<()> {
         let me = self.project();
-        let now = ready!(me.timer.poll_until(cx, *me.deadline));
+        let lateness = Lateness::of(&*me.pace, cost);
+        let now = ready!(me.timer.poll_until(cx, *me.deadline, lateness));
         me.pace.commit(now, *me.since, cost);
         Poll::Ready(())
     }

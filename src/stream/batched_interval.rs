@@ -13,7 +13,7 @@ use pin_project_lite::pin_project;
 use super::upstream::Source;
 use crate::core::{Bucket, Decision, Nanos};
 use crate::error::ConfigError;
-use crate::timer::Timer;
+use crate::timer::{Lateness, Timer};
 
 pin_project! {
     /// Stream for [`batched_interval`](crate::PaceExt::batched_interval): batches of
@@ -95,13 +95,15 @@ impl<S: Stream> Stream for BatchedInterval<S> {
         }
         if !me.gate.is_unlimited() {
             // The timer is armed exactly while a batch waits for its interval.
+            // One batch per interval: a late one moves the next.
+            let lateness = Lateness::of(&*me.gate, 1);
             if let Some(deadline) = me.timer.armed() {
-                let now = ready!(me.timer.as_mut().poll_until(cx, deadline));
+                let now = ready!(me.timer.as_mut().poll_until(cx, deadline, lateness));
                 me.gate.commit(now, 1);
             } else {
                 let now = me.timer.as_mut().now();
                 if let Decision::NotUntil(deadline) = me.gate.offer(now, 1) {
-                    let now = ready!(me.timer.as_mut().poll_until(cx, deadline));
+                    let now = ready!(me.timer.as_mut().poll_until(cx, deadline, lateness));
                     me.gate.commit(now, 1);
                 }
             }

@@ -115,9 +115,14 @@ pub use throttle_with::ThrottleWith;
 /// adapter holds at most one upstream item (`batched_interval`: one batch) and arms its timer
 /// only while an item waits, so an idle adapter costs no wake-ups.
 ///
-/// **Timer granularity.** tokio's timer fires on 1 ms ticks and rounds deadlines up, so an item
-/// that has to wait may leave up to one tick after its exact time, never before it. An item that
-/// need not wait leaves at once, without the timer.
+/// **Timer granularity.** tokio's timer fires on 1 ms ticks and rounds deadlines up, so a
+/// `Sleep` wakes up to two ticks after its deadline. A wait whose rule absorbs that (a bucket
+/// with spare tokens for 3 ms) sleeps on the tick and loses nothing. A wait whose lateness would
+/// move every later item (burst 1, `min_interval`) ends on time instead: on Linux on the
+/// thread's high-resolution timer (one `timerfd` per thread, read on the runtime's IO driver),
+/// so burst 1 keeps its rate; elsewhere it sleeps on the tick (see [`throttle`](PaceExt::throttle),
+/// "Exactness"). An item never leaves before its time; one that need not wait leaves at once,
+/// without the timer.
 ///
 /// **Name clash.** `tokio_stream::StreamExt` also has a `throttle` method (one item per
 /// period, on the timer). With both traits in scope, name the trait:
@@ -181,12 +186,16 @@ pub trait PaceExt: Stream {
     /// item every `1 / rate`.
     ///
     /// **Exactness.** The rate is kept as an exact fraction and deadlines are computed in
-    /// integer nanoseconds, rounded up. tokio's timer wakes up to 1 ms late (its tick) plus
-    /// the scheduler's latency, and tokens that flow into a full bucket meanwhile are lost.
-    /// For rates of several hundred items/s and more, give a `burst` of at least
-    /// `rate * 2 ms + 1`, and more on a loaded machine, so that one wake-up can release
-    /// everything that flowed in since the last; then the long-run rate is `rate` (within
-    /// 1 % in the benchmarks, from 1,000 to 1,000,000 items/s).
+    /// integer nanoseconds, rounded up. tokio's timer wakes up to two ticks late, and tokens
+    /// that flow into a full bucket meanwhile are lost. A bucket with spare tokens for 3 ms
+    /// absorbs that and sleeps on the tick; a smaller one (burst 1) ends its waits on time on
+    /// Linux (one `timerfd` per thread, on the runtime's IO driver), and keeps the rate asked
+    /// with the burst asked (0.98 and more at 1 to 1,000/s in the benchmarks). Where there is
+    /// no such timer (other systems, a runtime without an IO driver, a `panic = "abort"` build
+    /// without the feature `hires-timer`), give a `burst` of at least `rate * 2 ms + 1`, and
+    /// more on a loaded machine, so that one wake-up can release everything that flowed in
+    /// since the last; then the long-run rate is `rate` (within 1 % in the benchmarks, from
+    /// 1,000 to 1,000,000 items/s).
     ///
     /// # Panics
     ///

@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 
 use super::upstream::Upstream;
 use crate::core::{Cost, Decision, Nanos, One, Pace};
-use crate::timer::PreciseTimer;
+use crate::timer::{Lateness, PreciseTimer};
 
 /// An item let through, or refused with how long until it would have conformed.
 pub(crate) type Checked<T> = Result<T, (T, Nanos)>;
@@ -96,8 +96,9 @@ impl<S: Stream, P, C> Paced<S, P, C> {
         loop {
             let mut me = self.as_mut().project();
             let held = me.upstream.as_mut().held();
-            if let Some(deadline) = held.as_ref().map(|held| held.deadline) {
-                let now = ready!(me.timer.as_mut().poll_until(cx, deadline));
+            if let Some((deadline, cost)) = held.as_ref().map(|held| (held.deadline, held.cost)) {
+                let lateness = Lateness::of(&*me.pace, cost);
+                let now = ready!(me.timer.as_mut().poll_until(cx, deadline, lateness));
                 if let Some(held) = me.upstream.as_mut().held().take() {
                     me.pace.commit(now, held.since, held.cost);
                     return Poll::Ready(Some(held.item));

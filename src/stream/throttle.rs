@@ -66,27 +66,23 @@ impl<S: Stream, F, M> Throttle<S, F, M> {
 }
 
 impl<S: Stream, F> Throttle<S, F, Shaping> {
-    /// Waits below tokio's 1 ms tick precisely, at the price of CPU time while waiting.
+    /// Ends every wait on time, even where the bucket would absorb a late wake-up; at the
+    /// price of CPU time while waiting where the system has no high-resolution timer.
     ///
-    /// tokio's timer fires on 1 ms ticks, so an item that waits leaves up to a tick late, and
-    /// a stream that waits before every item tops out near 1,000 items per second. With
-    /// `precise`, the timer sleeps only until one tick before an item's time and the rest of
-    /// the wait is spent yielding to the scheduler and reading the clock again, so the item
-    /// leaves within microseconds of its time and sub-millisecond pacing keeps its rate.
+    /// tokio's timer fires on 1 ms ticks, so a `Sleep` wakes up to two ticks late. A wait for
+    /// which that would cost rate (burst 1, or spare tokens for less than 3 ms) already ends
+    /// on time by default on Linux: on the thread's `timerfd`, then yielding for the last few
+    /// microseconds (as late as the timerfd's recent wake-ups were, at most 100 µs). With
+    /// `precise` every wait does, so each item leaves within microseconds of its time.
     ///
-    /// **This costs CPU**: while an item is less than a tick from its time, the task stays
-    /// busy (it yields, so other tasks on the runtime still run). At high rates with short
-    /// waits that is most of a core, as governor's timer thread costs. Without `precise`
-    /// nothing ever spins. Under paused time the clock does not move across a yield, so the
-    /// wait falls back to the timer and the schedule is exactly that of the plain operator.
-    ///
-    /// With the feature `hires-timer` on Linux, the part of the wait below a tick sleeps on a
-    /// `timerfd` instead, and only its last few microseconds (as late as the timerfd's recent
-    /// wake-ups were, at most 30 µs) are spent yielding: sub-millisecond pacing without a busy
-    /// core. The adapter opens its timerfd on its first wait below a tick and closes it when
-    /// dropped; it uses the runtime's IO driver (`enable_all`, `#[tokio::main]`). Under paused
-    /// time, on a runtime without an IO driver, or when no timerfd can be had, it waits as
-    /// described above.
+    /// Where there is no such timer (other systems, a runtime without an IO driver, a build
+    /// with `panic = "abort"` without the feature `hires-timer`, no descriptor left),
+    /// `precise` sleeps until two ticks before an item's time and spends the rest yielding
+    /// to the scheduler and reading the clock again. **That costs CPU**: the task stays busy
+    /// for up to two ticks per wait (it yields, so other tasks on the runtime still run);
+    /// without `precise` nothing there ever spins. Under paused time the clock does not move
+    /// across a yield, so the wait falls back to the timer and the schedule is exactly that of
+    /// the plain operator.
     ///
     /// # Examples
     ///
