@@ -231,16 +231,10 @@ fn idle_adapters_stay_small() {
     use std::mem::{align_of, size_of};
     // Thousands of idle streams should cost what tokio-stream's `throttle` costs: a task that
     // holds one and waits fits tokio's 256-byte allocation step when the adapter takes at most
-    // 136 bytes beside tokio's `Sleep` over an 8-byte stream (8 more for `hires-timer`'s
-    // timerfd handle), and is 8-byte aligned (an adapter aligned to 16 would be padded to a
+    // 136 bytes beside tokio's `Sleep` over an 8-byte stream (the timerfd is the thread's, not
+    // the adapter's), and is 8-byte aligned (an adapter aligned to 16 would be padded to a
     // multiple of 16 and its task moved to the 384-byte step; see BENCHMARKS.md, memory).
-    let room = size_of::<tokio::time::Sleep>()
-        + 136
-        + if cfg!(all(feature = "hires-timer", target_os = "linux")) {
-            8
-        } else {
-            0
-        };
+    let room = size_of::<tokio::time::Sleep>() + 136;
     let sizes = [
         (
             "min_interval",
