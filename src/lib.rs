@@ -111,10 +111,10 @@
 //!   `429`/`503` with `Retry-After`. Implies `tower`; adds `http`, `httpdate` and `jiff`.
 //! - `metrics`: counters, a histogram and gauges on the `metrics` facade, for every limiter
 //!   given a name with `with_metrics`. The application installs the recorder. Adds `metrics`.
-//! - `hires-timer`: on Linux, [`precise()`](crate::stream::Throttle::precise) sleeps the last
-//!   part of a wait below tokio's 1 ms tick on a `timerfd`, instead of keeping a core busy.
-//!   Needs the runtime's IO driver. Elsewhere, and under paused time, it changes nothing. Adds
-//!   `rustix` (Linux only) and tokio's `net`.
+//! - `hires-timer`: for `panic = "abort"` builds on Linux only. Every other Linux build ends a
+//!   wait that tokio's 1 ms tick would make late (burst 1, [`precise()`](crate::stream::Throttle::precise))
+//!   on a `timerfd`, by default. An aborting build opens it only with this feature, which
+//!   promises that every runtime has its IO driver. Adds nothing.
 //! - `unstable-laws`: `AdaptiveLaw` and `Adaptive::try_with_law`, the control laws the adaptive
 //!   benchmark compares. Outside semver: they may change or go in any release.
 //!
