@@ -120,9 +120,9 @@ pub use throttle_with::ThrottleWith;
 /// with spare tokens for 3 ms) sleeps on the tick and loses nothing. A wait whose lateness would
 /// move every later item (burst 1, `min_interval`) ends on time instead: on Linux on the
 /// thread's high-resolution timer (one `timerfd` per thread, read on the runtime's IO driver),
-/// so burst 1 keeps its rate; elsewhere it sleeps on the tick (see [`throttle`](PaceExt::throttle),
-/// "Exactness"). An item never leaves before its time; one that need not wait leaves at once,
-/// without the timer.
+/// so burst 1 keeps its rate; elsewhere it sleeps on the tick (see
+/// [`throttle`](PaceExt::throttle), "Exactness"). An item never leaves before its time; one that
+/// need not wait leaves at once, without the timer.
 ///
 /// **Name clash.** `tokio_stream::StreamExt` also has a `throttle` method (one item per
 /// period, on the timer). With both traits in scope, name the trait:
