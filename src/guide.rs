@@ -219,13 +219,13 @@
 //! ends on time instead: on Linux, on a `timerfd` (the kernel's high-resolution timer, one per
 //! thread and runtime, read on the runtime's IO driver), then yielding for the last stretch,
 //! as long as the timerfd's recent wake-ups were late (at most 100 µs). So
-//! `throttle(Rate::per_second(500), |_| 1, 1, Shaping)` delivers 500 a second, and
-//! `throttle(10,000/s, burst 1)` 10,000, at less CPU per item than governor's timer thread
-//! (figures in BENCHMARKS.md). An idle adapter holds nothing of it: the thread opens its
-//! timerfd on the first wait that needs it. An item never leaves early: the timerfd only wakes
-//! the task, and a read of tokio's clock lets the item go. Under paused time nothing changes
-//! (the timerfd counts real time, which a paused test does not move): every wait is a `Sleep`
-//! and the schedule is exact.
+//! `throttle(Rate::per_second(500), |_| 1, 1, Shaping)` delivers about 500 a second (0.95 to
+//! 0.99 of it on the test VM, against 0.65 on the tick), at less CPU per item than governor's
+//! timer thread on average (figures in BENCHMARKS.md). An idle adapter holds nothing of it:
+//! the thread opens its timerfd on the first wait that needs it. An item never leaves early:
+//! the timerfd only wakes the task, and a read of tokio's clock lets the item go. Under paused
+//! time nothing changes (the timerfd counts real time, which a paused test does not move):
+//! every wait is a `Sleep` and the schedule is exact.
 //!
 //! Where there is no such timer the waits sleep on the tick, as tokio-stream's do: on other
 //! systems; on a runtime without an IO driver (`Builder::enable_time` alone: tokio's `AsyncFd`
@@ -1273,9 +1273,9 @@
 //!   long-run rate falls below `rate` (0.65 of it at 500/s). A larger burst absorbs it, and so
 //!   does `precise()`, at a busy core.
 //! - **The high-resolution timer's cost.** Each wait that ends on it costs one wake-up of the
-//!   runtime's thread and up to 100 µs of yielding: 30 to 60 µs of CPU per item on the test
-//!   machine, less than governor's timer thread. One descriptor per thread that has waited,
-//!   at most 256 such waits at once per thread (more sleep on the tick).
+//!   runtime's thread and up to 100 µs of yielding: 45 to 110 µs of CPU per item on the test
+//!   machine, 0.8 of governor's in the same runs on average. One descriptor per thread that
+//!   has waited, at most 256 such waits at once per thread (more sleep on the tick).
 //! - **Clock reads.** An item that need not wait costs one clock read (an exact schedule needs
 //!   its emission time); one that waits costs two or three more around its timer.
 //!   `min_interval(0)`, `staggered_start(_, 0)` and `batched_interval(_, 0)` read none, and

@@ -228,10 +228,10 @@ impl Bucket {
     }
 
     /// Whether an item of `cost` that waited, emitted up to `late` after [`Bucket::earliest`]
-    /// allowed it, leaves every later item's time where it was: the bucket, holding `cost` tokens at that
-    /// time, does not fill up meanwhile (its spare tokens, `burst - cost`, take at least `late`
-    /// to flow in), so the charge moves `tat` from where it was. At burst 1 (or a cost equal
-    /// to the burst, or above it) any lateness moves the next item's time.
+    /// allowed it, leaves every later item's time where it was: the bucket, holding `cost`
+    /// tokens at that time, does not fill up meanwhile (its spare tokens, `burst - cost`, take
+    /// at least `late` to flow in), so the charge moves `tat` from where it was. At burst 1 (or
+    /// a cost equal to the burst, or above it) any lateness moves the next item's time.
     #[inline]
     pub(crate) fn absorbs(&self, cost: u64, late: Nanos) -> bool {
         let Some(spare) = self.burst.checked_sub(cost) else {

@@ -40,7 +40,7 @@ const MAX_WAITS: usize = 256;
 /// than this (a loaded one), the wait costs rate rather than a busy core. 100 µs: the 2-core
 /// test VM's timerfd wake-ups come 35 to 70 µs late (10th to 80th percentile) on some hosts,
 /// and a cap of 30 µs (enough on a quiet host) left burst 1 at 0.94 to 0.97 of 1,000/s there;
-/// at 100 µs it kept 0.98 and more at 5 to 15 µs more CPU per item (BENCHMARKS.md).
+/// at 100 µs it kept 0.98 to 0.998 at 5 to 15 µs more CPU per item.
 const MAX_LEAD: u64 = 100_000;
 
 /// How the lateness estimate moves: down one step for an expiration read no later than the
