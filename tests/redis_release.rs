@@ -205,7 +205,7 @@ fn keyed_several_limits_release_at_the_charged_instants() {
     });
 }
 
-/// The scenario: a takes 1,500 at 0; b reserves 1,000 (due at 250 ms); at 100 ms a
+/// A refund while a reservation waits: a takes 1,500 at 0; b reserves 1,000 (due at 250 ms); at 100 ms a
 /// settles to 500; c then asks for 1,000. c must not go at b's instant: b's 1,000 and c's
 /// together would be 2,000 at once on a burst of 1,500. With the refund held back to b's
 /// instant and capped at what the bucket holds beside b (500), c goes at 375 ms.
