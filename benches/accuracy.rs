@@ -28,9 +28,8 @@
 //!
 //! Sub-millisecond rows: 10,000/s and 100,000/s with a burst of 1, `throttle` and
 //! `min_interval(100 µs / 10 µs)`, plain and with `precise()`, beside governor and leaky-bucket
-//! with a burst of 1 (`PACED_BENCH_ONLY=sub-ms` runs only these). `precise()` yields through
-//! its waits in the default build and sleeps on a timerfd with `--features hires-timer`; the
-//! rows name which. The table's last column is the process's CPU time per item emitted.
+//! with a burst of 1 (`PACED_BENCH_ONLY=sub-ms` runs only these). On Linux both are woken by
+//! paced's timer thread; elsewhere `precise()` yields through its waits. The table's last column is the process's CPU time per item emitted.
 //!
 //! `PACED_BENCH_VERBOSE=1` adds a table of timer wake-ups: emissions more than 200 µs after
 //! the previous one start a new wake-up; percentiles of the intervals between wake-ups.
@@ -524,14 +523,10 @@ fn print_kept(kept: &[Kept], secs: Duration) {
 
 /// Even pacing below tokio's 1 ms tick: 10,000/s and 100,000/s with a burst of 1 (every item
 /// 100 µs or 10 µs after the previous one), `throttle` and `min_interval`, plain and
-/// `precise()`, beside governor and leaky-bucket with a burst of 1. Built with the feature
-/// `hires-timer`, `precise()` sleeps on a timerfd (the rows say so); without it, it yields.
+/// `precise()`, beside governor and leaky-bucket with a burst of 1. On Linux both wait on paced's
+/// timer thread; elsewhere `precise()` yields.
 fn sub_millisecond(rows: &mut Vec<Row>, secs: Duration) {
-    let precise = if cfg!(feature = "hires-timer") {
-        "precise() (hires-timer)"
-    } else {
-        "precise() (yielding)"
-    };
+    let precise = "precise()";
     let name = |what: &str| -> &'static str { Box::leak(what.to_string().into_boxed_str()) };
     for rate in [10_000u64, 100_000] {
         let capacity = (rate as f64 * secs.as_secs_f64() * 1.25) as usize + 4096;

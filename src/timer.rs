@@ -11,9 +11,9 @@ use tokio::time::{Instant, Sleep};
 
 use crate::core::{Nanos, Pace};
 
-#[cfg(all(target_os = "linux", any(panic = "unwind", feature = "hires-timer")))]
+#[cfg(target_os = "linux")]
 mod hires;
-#[cfg(not(all(target_os = "linux", any(panic = "unwind", feature = "hires-timer"))))]
+#[cfg(not(target_os = "linux"))]
 mod hires {
     //! No high-resolution timer here: every wait that must end on time says so, and the timer
     //! sleeps on tokio's wheel (or yields, for `precise()`).
@@ -25,21 +25,20 @@ mod hires {
     pub(crate) fn wait(_: Instant, _: Instant, _: &Waker) -> SubTick {
         SubTick::Unavailable
     }
+
+    pub(crate) fn woke(_: Instant, _: Instant) {}
 }
 
 /// What the thread's high-resolution timer answers for a wait below the tick.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(
-    not(all(target_os = "linux", any(panic = "unwind", feature = "hires-timer"))),
-    allow(dead_code)
-)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) enum SubTick {
     /// The deadline is nearer than the timer's wake-ups are late: yield until it.
     Yield,
     /// Armed: the task is woken shortly before the deadline.
     Armed,
-    /// None here (another platform, paused time, a runtime without an IO driver, no file
-    /// descriptor left, or too many waits at once): sleep on tokio's wheel.
+    /// None here (another platform, paused time, no timer thread, or too many waits at once):
+    /// sleep on tokio's wheel.
     Unavailable,
 }
 
@@ -215,6 +214,13 @@ impl Timer {
             }
             let now = self.as_mut().now();
             let me = self.as_mut().project();
+            if *me.stage == Stage::SubTick {
+                // Woken by the timer thread (or for another reason): how late, sets its lead.
+                if let Some(origin) = *me.origin {
+                    hires::woke(origin + deadline.to_duration(), origin + now.to_duration());
+                }
+                *me.stage = Stage::Starting;
+            }
             if now >= deadline {
                 *me.stage = Stage::Idle;
                 return Poll::Ready(now);

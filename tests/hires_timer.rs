@@ -1,13 +1,13 @@
-//! Linux: waits that must end on time (burst 1, `precise()`) end on the thread's timerfd, in
-//! real time.
+//! Linux: waits that must end on time (burst 1, `precise()`) are woken by the process's timer
+//! thread, in real time.
 //!
-//! The one place where tests run in real time: the timerfd counts the kernel's clock, which
-//! paused time cannot move. Nothing here asserts how fast or how late: the tests assert that
-//! a timerfd was really used (it shows in `/proc/self/fd`), that every item comes out once
-//! and in order, and that no item leaves before the pacing bound allows, with the bound
-//! checked on the real clock, for every entry point. Under paused time nothing changes: no
-//! timerfd is opened and the schedule is the plain timer's (tests/precise.rs runs the same
-//! checks).
+//! The one place where tests run in real time: the timer thread sleeps on the kernel's clock,
+//! which paused time cannot move. Nothing here asserts how fast or how late: the tests assert
+//! that the timer thread really woke (its wake-ups show in `/proc/self/task`), that every item
+//! comes out once and in order, and that no item leaves before the pacing bound allows, with
+//! the bound checked on the real clock, for every entry point. Under paused time nothing
+//! changes: the timer thread is not woken and the schedule is the plain timer's
+//! (tests/precise.rs runs the same checks).
 #![cfg(target_os = "linux")]
 // Each test has a runtime of its own and holds `serial()` for its whole run, awaits included:
 // the lock orders tests on different threads, not tasks on one runtime.
@@ -26,30 +26,45 @@ use futures_util::{stream, Stream, StreamExt};
 use paced::{PaceExt, Rate, Shaping};
 use proptest::prelude::*;
 
-/// The tests count the process's timerfds, so they run one at a time, each once the thread of
-/// the one before has ended and closed its timerfd (a thread's timerfd lives as long as the
-/// thread; libtest runs each test on a thread of its own).
+/// The tests watch the process's timer thread, so they run one at a time, each once the thread
+/// has gone quiet (a wait of the test before may still be registered, for at most 16 ms).
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     let guard = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let start = Instant::now();
-    while timerfds() > 0 && start.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(1));
+    loop {
+        let before = timer_wakeups();
+        std::thread::sleep(Duration::from_millis(30));
+        if timer_wakeups() == before || start.elapsed() > Duration::from_secs(5) {
+            break;
+        }
     }
     guard
 }
 
-/// How many timerfds the process holds open.
-fn timerfds() -> usize {
-    std::fs::read_dir("/proc/self/fd")
-        .expect("/proc/self/fd")
-        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
-        .filter(|target| target.to_string_lossy().contains("timerfd"))
-        .count()
+/// The threads named `paced-timer` in this process, by their ids.
+fn timer_threads() -> Vec<std::path::PathBuf> {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|entry| Some(entry.ok()?.path()))
+        .filter(|task| {
+            std::fs::read_to_string(task.join("comm"))
+                .is_ok_and(|comm| comm.trim() == "paced-timer")
+        })
+        .collect()
 }
 
-/// One emission: the real clock read just before the poll that returned it and just after.
-/// The limiter's own clock read, at which the item left, lies between the two.
+/// How many times the timer thread has slept and woken so far (its voluntary context
+/// switches, from `/proc`); `None` before it is started.
+fn timer_wakeups() -> Option<u64> {
+    let thread = timer_threads().into_iter().next()?;
+    let status = std::fs::read_to_string(thread.join("status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|count| count.trim().parse().ok())
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Emission {
     item: u64,
@@ -57,9 +72,9 @@ struct Emission {
     after: Instant,
 }
 
-/// Drains `s` in real time, bracketing each emission's poll with clock reads, and reports how
-/// many timerfds were open at the end of the drain (while `s` still lives).
-async fn drain<S: Stream<Item = u64>>(s: S) -> (Vec<Emission>, usize) {
+/// Drains `s` in real time, bracketing each emission's poll with clock reads, and reports the
+/// timer thread's wake-ups at the end of the drain.
+async fn drain<S: Stream<Item = u64>>(s: S) -> (Vec<Emission>, Option<u64>) {
     let mut s = pin!(s);
     let mut out = Vec::new();
     loop {
@@ -81,7 +96,7 @@ async fn drain<S: Stream<Item = u64>>(s: S) -> (Vec<Emission>, usize) {
             Err(_) => panic!("stalled after {} items", out.len()),
         }
     }
-    (out, timerfds())
+    (out, timer_wakeups())
 }
 
 /// Every item once, in order, and the `k`-th item after any item no earlier than `k` gaps
@@ -106,32 +121,46 @@ fn assert_paced(out: &[Emission], n: u64, gap: Duration) {
     }
 }
 
+/// 2,000/s: every gap (500 µs) is longer than the most a wait spends yielding after its wake-up,
+/// so every wait is the timer thread's.
 #[tokio::test]
-async fn throttle_at_10_000_per_second_burst_1_sleeps_on_a_timerfd() {
+async fn throttle_at_2_000_per_second_burst_1_is_woken_by_the_timer_thread() {
     let _serial = serial();
-    let before = timerfds();
+    let before = timer_wakeups();
+    let n = 1_000;
+    let paced = stream::iter(0..n)
+        .throttle(Rate::per_second(2_000), |_| 1, 1, Shaping)
+        .precise();
+    let (out, open) = drain(paced).await;
+    assert!(open > before, "woken by the timer thread");
+    assert_paced(&out, n, Duration::from_micros(500));
+}
+
+/// 10,000/s: every item once, in order, never early.
+#[tokio::test]
+async fn throttle_at_10_000_per_second_burst_1_is_never_early() {
+    let _serial = serial();
     let n = 2_000;
     let paced = stream::iter(0..n)
         .throttle(Rate::per_second(10_000), |_| 1, 1, Shaping)
         .precise();
-    let (out, open) = drain(paced).await;
-    assert_eq!(open, before + 1, "the thread's timerfd");
+    let (out, _) = drain(paced).await;
     assert_paced(&out, n, Duration::from_micros(100));
 }
 
-/// Burst 1 by default, no `precise()`: every entry point ends its waits on the timerfd at an
+/// Burst 1 by default, no `precise()`: every entry point ends its waits on the timer thread at an
 /// everyday rate (400/s, 2.5 ms: not a whole number of ticks), and no item is early.
 #[tokio::test]
-async fn burst_1_waits_end_on_the_timerfd_by_default_and_never_early() {
+async fn burst_1_waits_end_on_the_timer_thread_by_default_and_never_early() {
     use paced::{KeyedRateLimiter, Limit, MultiRateLimiter, RateLimiter};
 
     let _serial = serial();
-    let before = timerfds();
+    let before = timer_wakeups();
     let n = 60;
     let rate = Rate::per_second(400);
     let gap = Duration::from_micros(2_500);
     let (out, open) = drain(stream::iter(0..n).throttle(rate, |_| 1, 1, Shaping)).await;
-    assert_eq!(open, before + 1, "the thread's timerfd");
+    assert!(open > before, "woken by the timer thread");
     assert_paced(&out, n, gap);
     let (out, _) = drain(stream::iter(0..n).min_interval(gap)).await;
     assert_paced(&out, n, gap);
@@ -170,18 +199,15 @@ async fn burst_1_waits_end_on_the_timerfd_by_default_and_never_early() {
     }))
     .await;
     assert_paced(&out, n, gap);
-    assert!(
-        timerfds() <= before + 1,
-        "one timerfd for the thread, whatever waits"
-    );
+    assert_eq!(timer_threads().len(), 1, "one timer thread, whatever waits");
 }
 
-/// A thousand streams waiting at once, on one thread, share its one timerfd; and every one of
+/// A thousand streams waiting at once share the one timer thread; and every one of
 /// them keeps its gap.
 #[tokio::test]
-async fn a_thousand_waiting_streams_share_one_timerfd() {
+async fn a_thousand_waiting_streams_share_one_timer_thread() {
     let _serial = serial();
-    let before = timerfds();
+    let before = timer_wakeups();
     let streams = (0..1_000u64).map(|k| {
         stream::iter(0..3u64)
             .min_interval(Duration::from_micros(1_500 + k))
@@ -197,7 +223,8 @@ async fn a_thousand_waiting_streams_share_one_timerfd() {
     tokio::time::timeout(Duration::from_secs(60), wait)
         .await
         .expect("no stall");
-    assert!(timerfds() <= before + 1, "one timerfd for the thread");
+    assert!(timer_wakeups() > before, "woken by the timer thread");
+    assert_eq!(timer_threads().len(), 1, "one timer thread for them all");
     for (k, times) in seen.iter().enumerate() {
         assert_eq!(times.len(), 3);
         let gap = Duration::from_micros(1_500 + k as u64);
@@ -221,11 +248,11 @@ async fn min_interval_10_us_keeps_its_gap_exactly() {
 }
 
 /// A gap longer than a tick: the `Sleep` takes the wait to a tick before the item's time and
-/// the timerfd the rest.
+/// the timer thread the rest.
 #[tokio::test]
-async fn min_interval_above_a_tick_sleeps_then_waits_on_the_timerfd() {
+async fn min_interval_above_a_tick_sleeps_then_waits_on_the_timer_thread() {
     let _serial = serial();
-    let before = timerfds();
+    let before = timer_wakeups();
     let n = 40;
     let (out, open) = drain(
         stream::iter(0..n)
@@ -233,7 +260,7 @@ async fn min_interval_above_a_tick_sleeps_then_waits_on_the_timerfd() {
             .precise(),
     )
     .await;
-    assert_eq!(open, before + 1, "the thread's timerfd");
+    assert!(open > before, "woken by the timer thread");
     assert_paced(&out, n, Duration::from_micros(2_300));
 }
 
@@ -266,12 +293,12 @@ async fn throttle_with_a_burst_never_exceeds_the_bucket() {
     }
 }
 
-/// The thread's timerfd is opened on the first wait that needs it, not before: a thousand
-/// precise streams with nothing to wait for hold none.
+/// The timer thread is woken only for a wait that needs it: a thousand precise streams with
+/// nothing to wait for never wake it.
 #[tokio::test]
-async fn idle_precise_streams_hold_no_timerfd() {
+async fn idle_precise_streams_wake_no_timer_thread() {
     let _serial = serial();
-    let before = timerfds();
+    let before = timer_wakeups();
     let mut senders = Vec::new();
     let mut streams = Vec::new();
     for _ in 0..1_000 {
@@ -289,7 +316,7 @@ async fn idle_precise_streams_hold_no_timerfd() {
         // Nothing more to send: pending, not waiting.
         assert!(poll_fn(|cx| Poll::Ready(s.as_mut().poll_next(cx).is_pending())).await);
     }
-    assert_eq!(timerfds(), before);
+    assert_eq!(timer_wakeups(), before);
     // Burst 100 over 50 items: nothing ever waits.
     let (out, open) = drain(
         stream::iter(0..50)
@@ -301,9 +328,9 @@ async fn idle_precise_streams_hold_no_timerfd() {
     assert_eq!(open, before);
 }
 
-/// A multi-thread runtime runs in real time too: the timerfd wakes the task wherever it is.
+/// A multi-thread runtime runs in real time too: the timer thread wakes the task wherever it is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_multi_thread_runtime_is_woken_by_the_timerfd() {
+async fn a_multi_thread_runtime_is_woken_by_the_timer_thread() {
     let _serial = serial();
     let n = 1_000;
     let paced = stream::iter(0..n)
@@ -313,12 +340,12 @@ async fn a_multi_thread_runtime_is_woken_by_the_timerfd() {
     assert_paced(&out, n, Duration::from_micros(100));
 }
 
-/// Under paused time the timerfd is never opened: the schedule is tokio's timer's, exactly as
+/// Under paused time the timer thread is never woken: the schedule is tokio's timer's, exactly as
 /// it always was.
 #[tokio::test(start_paused = true)]
-async fn paused_time_opens_no_timerfd_and_keeps_the_plain_schedule() {
+async fn paused_time_wakes_no_timer_thread_and_keeps_the_plain_schedule() {
     let _serial = serial();
-    let before = timerfds();
+    let before = timer_wakeups();
     let start = tokio::time::Instant::now();
     let precise = collect_timed(
         start,
@@ -327,7 +354,7 @@ async fn paused_time_opens_no_timerfd_and_keeps_the_plain_schedule() {
             .precise(),
     )
     .await;
-    assert_eq!(timerfds(), before);
+    assert_eq!(timer_wakeups(), before);
     // One item per tick, as the plain timer: item i at i ms.
     for (i, &(item, at)) in precise.iter().enumerate() {
         assert_eq!(item, i as u64);
@@ -338,8 +365,8 @@ async fn paused_time_opens_no_timerfd_and_keeps_the_plain_schedule() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// With time paused, `precise()` emits exactly when the plain operator does, and opens no
-    /// timerfd, for schedules of arrivals at rates above and below a tick.
+    /// With time paused, `precise()` emits exactly when the plain operator does, and wakes no
+    /// timer thread, for schedules of arrivals at rates above and below a tick.
     #[test]
     fn paused_schedules_are_those_of_the_plain_timer(
         arrivals in prop::collection::vec((0u64..4, 1u64..3), 1..30),
@@ -347,7 +374,7 @@ proptest! {
         burst in 1u64..3,
     ) {
         let _serial = serial();
-        let before = timerfds();
+        let before = timer_wakeups();
         let mut at = 0;
         let timed: Vec<(u64, (usize, u64))> = arrivals
             .iter()
@@ -370,6 +397,6 @@ proptest! {
             })
         };
         prop_assert_eq!(run(false), run(true));
-        prop_assert_eq!(timerfds(), before);
+        prop_assert_eq!(timer_wakeups(), before);
     }
 }
