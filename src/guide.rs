@@ -216,23 +216,20 @@
 //! **On time, by default.** tokio's `Sleep` wakes up to two ticks after its deadline. A bucket
 //! with spare tokens for 3 ms absorbs that, and its waits sleep on the tick. A wait that a late
 //! wake-up would cost rate (burst 1, `min_interval`, the head of a shared limiter at burst 1)
-//! ends on time instead: on Linux, on a `timerfd` (the kernel's high-resolution timer, one per
-//! thread and runtime, read on the runtime's IO driver), then yielding for the last stretch,
-//! as long as the timerfd's recent wake-ups were late (at most 100 µs). So
+//! ends on time instead: on Linux, paced's timer thread (one per process, started on the first
+//! such wait) wakes the task shortly before its time, and the task yields for the last stretch,
+//! as long as recent wake-ups were late (at most 200 µs). So
 //! `throttle(Rate::per_second(500), |_| 1, 1, Shaping)` delivers about 500 a second (0.95 to
 //! 0.99 of it on the test VM, against 0.65 on the tick), at less CPU per item than governor's
-//! timer thread on average (figures in BENCHMARKS.md). An idle adapter holds nothing of it:
-//! the thread opens its timerfd on the first wait that needs it. An item never leaves early:
-//! the timerfd only wakes the task, and a read of tokio's clock lets the item go. Under paused
-//! time nothing changes (the timerfd counts real time, which a paused test does not move):
-//! every wait is a `Sleep` and the schedule is exact.
+//! timer thread on average (figures in BENCHMARKS.md). An idle adapter holds nothing of it,
+//! and the thread sleeps while no wait needs it. An item never leaves early: the thread only
+//! wakes the task, and a read of tokio's clock lets the item go. Under paused time nothing
+//! changes (the thread counts real time, which a paused test does not move): every wait is a
+//! `Sleep` and the schedule is exact. It needs nothing of the runtime (no IO driver) and
+//! nothing but the standard library.
 //!
 //! Where there is no such timer the waits sleep on the tick, as tokio-stream's do: on other
-//! systems; on a runtime without an IO driver (`Builder::enable_time` alone: tokio's `AsyncFd`
-//! panics there, the panic is caught, its message printed once, and the process sleeps on the
-//! tick from then on); in a build with `panic = "abort"`, which cannot catch that panic, unless
-//! the feature `hires-timer` says every runtime has its IO driver; and when no descriptor is
-//! left.
+//! systems, and if the thread cannot be started.
 //!
 //! **`precise()`.** `throttle(..)` with [`Shaping`] and `min_interval(d)` accept
 //! [`.precise()`](crate::stream::Throttle::precise): every wait then ends on time, whatever the
@@ -1346,8 +1343,8 @@
 //! names `pacer_*` become `paced_*`). The adapter types live in [`paced::stream`](crate::stream)
 //! and [`paced::sink`](crate::sink), the Redis types other than the two limiters in
 //! `paced::redis`, and [`NotUntil`] is the one refusal. The handles share one vocabulary (the
-//! table above): where a name changed, the old one mostly stays as a deprecated alias, so the
-//! compiler points at each place to change.
+//! table above). The first release has no deprecated items: where a name changed, the old one
+//! is gone, and the CHANGELOG's migration table gives the new one.
 //!
 //! The [CHANGELOG](https://docs.rs/crate/paced/latest/source/CHANGELOG.md) lists every
 //! change, with a migration table from each old name or signature to the new one.

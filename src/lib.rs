@@ -86,8 +86,6 @@
 //!   [`Adaptive::on_quota`].
 //! - [`Limiter`] and [`KeyedLimiter`]: what `throttle_with`, `throttle_by_key` and the tower
 //!   layers accept: any shared limiter, any keyed one.
-//! - `Quota` and `KeyedQuota`: the former names of [`Limiter`] and [`KeyedLimiter`],
-//!   deprecated.
 //! - `AdaptiveLaw` (feature `unstable-laws`): the control laws an [`Adaptive`] can follow,
 //!   outside semver.
 //!
@@ -111,10 +109,6 @@
 //!   `429`/`503` with `Retry-After`. Implies `tower`; adds `http`, `httpdate` and `jiff`.
 //! - `metrics`: counters, a histogram and gauges on the `metrics` facade, for every limiter
 //!   given a name with `with_metrics`. The application installs the recorder. Adds `metrics`.
-//! - `hires-timer`: for `panic = "abort"` builds on Linux only. Every other Linux build ends a
-//!   wait that tokio's 1 ms tick would make late (burst 1, [`precise()`](crate::stream::Throttle::precise))
-//!   on a `timerfd`, by default. An aborting build opens it only with this feature, which
-//!   promises that every runtime has its IO driver. Adds nothing.
 //! - `unstable-laws`: `AdaptiveLaw` and `Adaptive::try_with_law`, the control laws the adaptive
 //!   benchmark compares. Outside semver: they may change or go in any release.
 //!
@@ -173,8 +167,6 @@ pub use limiter::{
     KeyedMultiRateLimiter, KeyedMultiRateLimiterBuilder, KeyedPermit, KeyedRateLimiter, Limit,
     Limiter, MultiRateLimiter, MultiRateLimiterBuilder, Permit, RateLimiter, Stagger,
 };
-#[allow(deprecated)]
-pub use limiter::{KeyedQuota, Quota};
 pub use mode::{Enforcing, Shaping};
 pub use rate::Rate;
 #[cfg(feature = "redis")]

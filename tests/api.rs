@@ -525,22 +525,3 @@ async fn the_shared_verbs_on_every_in_process_handle() {
     adaptive.on_throttled(None);
     assert_eq!(adaptive.stats().throttled, 1);
 }
-
-/// The names 1.0 replaced still compile, deprecated.
-#[test]
-#[allow(deprecated)]
-fn the_former_names_still_work() {
-    fn takes_quota<Q: paced::Quota>(_: &Q) {}
-    fn takes_keyed_quota<Q: paced::KeyedQuota<Key = String>>(_: &Q) {}
-    takes_quota(&RateLimiter::new(Rate::per_second(1), 1));
-    takes_quota(&Stagger::new(1, Duration::from_secs(1)));
-    takes_keyed_quota(&KeyedRateLimiter::<String>::new(Rate::per_second(1), 1));
-    #[cfg(feature = "tower")]
-    {
-        fn takes_request_quota<Req, Q: paced::tower::RequestQuota<Req>>(_: &Q) {}
-        takes_request_quota::<u8, _>(&RateLimiter::new(Rate::per_second(1), 1));
-    }
-    let stagger = Stagger::new(3, Duration::from_secs(1));
-    let tokens: usize = stagger.available_tokens();
-    assert_eq!(tokens, 3);
-}

@@ -134,6 +134,18 @@ async fn throttle_at_2_000_per_second_burst_1_is_woken_by_the_timer_thread() {
     let (out, open) = drain(paced).await;
     assert!(open > before, "woken by the timer thread");
     assert_paced(&out, n, Duration::from_micros(500));
+    // Its sleeps end on time: the kernel's timer slack (50 µs by default) is set to 1 ns.
+    let thread = timer_threads()
+        .into_iter()
+        .next()
+        .expect("the timer thread");
+    let tid = thread.file_name().expect("a thread id");
+    let slack = std::fs::read_to_string(
+        std::path::Path::new("/proc")
+            .join(tid)
+            .join("timerslack_ns"),
+    );
+    assert_eq!(slack.expect("timerslack_ns").trim(), "1");
 }
 
 /// 10,000/s: every item once, in order, never early.

@@ -129,10 +129,9 @@ async fn set_limit_applies_at_once_and_keeps_past_grants() {
     assert_eq!(start.elapsed(), Duration::from_secs(3));
 }
 
-/// Deprecated in 1.0.0, still working.
+/// `acquire` then the work (what `run_when_token_available` did): each task's work runs in turn.
 #[tokio::test(start_paused = true)]
-#[allow(deprecated)]
-async fn run_when_token_available_runs_in_turn() {
+async fn acquire_then_work_runs_in_turn() {
     let stagger = Stagger::new(1, Duration::from_millis(100));
     let start = Instant::now();
     let order = Arc::new(Mutex::new(Vec::new()));
@@ -141,12 +140,9 @@ async fn run_when_token_available_runs_in_turn() {
             let stagger = stagger.clone();
             let order = order.clone();
             tokio::spawn(async move {
-                stagger
-                    .run_when_token_available(async move {
-                        order.lock().unwrap().push((i, start.elapsed().as_millis()));
-                        i * 10
-                    })
-                    .await
+                stagger.acquire().await;
+                order.lock().unwrap().push((i, start.elapsed().as_millis()));
+                i * 10
             })
         })
         .collect();

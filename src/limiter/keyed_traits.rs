@@ -168,23 +168,6 @@ pub trait KeyedLimiter: KeyedSealed + Clone {}
 
 impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLimiter for KeyedRateLimiter<K, S> {}
 
-/// The former name of [`KeyedLimiter`]: every keyed limiter is one.
-///
-/// # Examples
-///
-/// ```
-/// # #![allow(deprecated)]
-/// use paced::{KeyedQuota, KeyedRateLimiter, Rate};
-///
-/// fn takes<Q: KeyedQuota<Key = String>>(_: &Q) {} // write `Q: paced::KeyedLimiter<Key = String>`
-/// takes(&KeyedRateLimiter::<String>::new(Rate::per_second(1), 1));
-/// ```
-#[deprecated(since = "1.0.0", note = "renamed `KeyedLimiter`")]
-pub trait KeyedQuota: KeyedLimiter {}
-
-#[allow(deprecated)]
-impl<T: KeyedLimiter> KeyedQuota for T {}
-
 pin_project! {
     /// A stream's item or a request in one key's queue of a [`KeyedRateLimiter`] (not
     /// nameable outside the crate).

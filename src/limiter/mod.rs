@@ -23,11 +23,7 @@ pub use announced::{AnnouncedLimit, Dimension};
 pub use keyed::KeyedRateLimiter;
 pub use keyed_multi::{KeyedMultiRateLimiter, KeyedMultiRateLimiterBuilder, KeyedPermit};
 pub use keyed_traits::KeyedLimiter;
-#[allow(deprecated)]
-pub use keyed_traits::KeyedQuota;
 pub use multi::{Limit, MultiRateLimiter, MultiRateLimiterBuilder, Permit};
 pub use rate_limiter::RateLimiter;
 pub use stagger::Stagger;
 pub use traits::Limiter;
-#[allow(deprecated)]
-pub use traits::Quota;

@@ -1,6 +1,6 @@
 //! `Stagger`: the sliding window of `staggered_start`, shared by handle.
 
-use std::future::{poll_fn, Future};
+use std::future::poll_fn;
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -191,48 +191,6 @@ impl Stagger {
     pub fn available(&self) -> u64 {
         let free = self.shared.read(|window, now| window.available(now));
         u64::try_from(free).unwrap_or(u64::MAX)
-    }
-
-    /// How many tokens could be taken now, as a `usize`: the former name of
-    /// [`available`](Stagger::available).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # #![allow(deprecated)]
-    /// use std::time::Duration;
-    ///
-    /// let stagger = paced::Stagger::new(3, Duration::from_secs(60));
-    /// assert_eq!(stagger.available_tokens(), 3);
-    /// ```
-    #[deprecated(since = "1.0.0", note = "use `available`, which returns a `u64`")]
-    #[must_use]
-    pub fn available_tokens(&self) -> usize {
-        self.shared.read(|window, now| window.available(now))
-    }
-
-    /// Waits for a token, then runs `future` and returns its output.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # #![allow(deprecated)]
-    /// use std::time::Duration;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let stagger = paced::Stagger::new(1, Duration::from_secs(1));
-    /// let answer = stagger.run_when_token_available(async { 6 * 7 }).await;
-    /// assert_eq!(answer, 42);
-    /// # }
-    /// ```
-    #[deprecated(
-        since = "1.0.0",
-        note = "write `stagger.acquire().await; future.await`"
-    )]
-    pub async fn run_when_token_available<F: Future>(&self, future: F) -> F::Output {
-        self.acquire().await;
-        future.await
     }
 
     /// At most `k` per `period` from now on. Past acquisitions still count against the new

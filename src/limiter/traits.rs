@@ -193,23 +193,6 @@ pub trait Limiter: Draw + Clone + Send + Sync + 'static {}
 impl Limiter for RateLimiter {}
 impl Limiter for Stagger {}
 
-/// The former name of [`Limiter`]: every limiter is one.
-///
-/// # Examples
-///
-/// ```
-/// # #![allow(deprecated)]
-/// use paced::{Quota, Rate, RateLimiter};
-///
-/// fn takes<Q: Quota>(_: &Q) {} // write `Q: paced::Limiter`
-/// takes(&RateLimiter::new(Rate::per_second(1), 1));
-/// ```
-#[deprecated(since = "1.0.0", note = "renamed `Limiter`")]
-pub trait Quota: Limiter {}
-
-#[allow(deprecated)]
-impl<T: Limiter> Quota for T {}
-
 pin_project! {
     /// A stream's place in a [`RateLimiter`]'s queue.
     #[derive(Debug)]

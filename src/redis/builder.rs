@@ -251,28 +251,6 @@ impl<L> RedisLimiterBuilder<L> {
         self.options.metrics_name = Some(name.as_ref().to_owned());
         self
     }
-
-    /// The former name of [`with_metrics`](RedisLimiterBuilder::with_metrics).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # #![allow(deprecated)]
-    /// use paced::{Rate, RedisRateLimiter};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// let builder = RedisRateLimiter::builder("redis://127.0.0.1/", "api", Rate::per_second(5), 5)
-    ///     .metrics_name("partner-api");
-    /// # let _ = builder;
-    /// # }
-    /// ```
-    #[cfg(feature = "metrics")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-    #[deprecated(since = "1.0.0", note = "use with_metrics")]
-    pub fn metrics_name(self, name: impl Into<String>) -> Self {
-        self.with_metrics(name.into())
-    }
 }
 
 impl<L: sealed::Build> RedisLimiterBuilder<L> {

@@ -41,20 +41,6 @@ pub enum RedisLimiterError {
     Reply(redis::RedisError),
 }
 
-/// The former name of [`RedisLimiterError`].
-///
-/// # Examples
-///
-/// ```
-/// # #![allow(deprecated)]
-/// fn old(e: paced::redis::RedisQuotaError) -> paced::redis::RedisLimiterError {
-///     e
-/// }
-/// # let _ = old;
-/// ```
-#[deprecated(since = "1.0.0", note = "use RedisLimiterError")]
-pub type RedisQuotaError = RedisLimiterError;
-
 impl fmt::Display for RedisLimiterError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -51,14 +51,10 @@ mod stats;
 mod turns;
 
 pub use builder::{RedisKeyedRateLimiterBuilder, RedisLimiterBuilder, RedisRateLimiterBuilder};
-#[allow(deprecated)]
-pub use error::RedisQuotaError;
 pub use error::{RedisLimiterError, TryAcquireError};
 pub use keyed::RedisKeyedRateLimiter;
 pub use keyed_multi::{RedisKeyedMultiRateLimiter, RedisKeyedMultiRateLimiterBuilder};
 pub use limiter::RedisRateLimiter;
 pub use multi::{RedisMultiPermit, RedisMultiRateLimiter, RedisMultiRateLimiterBuilder};
 pub use policy::FailurePolicy;
-#[allow(deprecated)]
-pub use stats::RedisKeyedStats;
 pub use stats::RedisStats;

@@ -40,18 +40,6 @@ pub struct RedisStats {
     pub keys: usize,
 }
 
-/// The former name of [`RedisStats`], the keyed limiter's counters.
-///
-/// # Examples
-///
-/// ```
-/// # #![allow(deprecated)]
-/// let stats: paced::redis::RedisKeyedStats = paced::redis::RedisStats::default();
-/// assert_eq!(stats.keys, 0);
-/// ```
-#[deprecated(since = "1.0.0", note = "use RedisStats")]
-pub type RedisKeyedStats = RedisStats;
-
 impl RedisStats {
     /// The counters as they are now, with `keys` keys held.
     pub(super) fn read(c: &Counters, keys: usize) -> RedisStats {

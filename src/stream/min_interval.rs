@@ -57,12 +57,11 @@ impl<S: Stream> MinInterval<S> {
     ///
     /// tokio's timer fires on 1 ms ticks, so a `Sleep` wakes up to two ticks late, and every
     /// gap counts from the previous item: any lateness is lost. So on Linux a `min_interval`
-    /// wait ends on time by default: on the thread's `timerfd`, then yielding for the last few
-    /// microseconds (as late as the timerfd's recent wake-ups were, at most 100 µs), and
-    /// `precise` changes nothing there.
+    /// wait ends on time by default: paced's timer thread wakes the task shortly before its
+    /// time, and the task yields for the last few microseconds (as late as recent wake-ups
+    /// were, at most 200 µs), so `precise` changes nothing there.
     ///
-    /// Where there is no such timer (other systems, a runtime without an IO driver, a build
-    /// with `panic = "abort"` without the feature `hires-timer`, no descriptor left),
+    /// Where there is no such timer (other systems, or the thread could not be started),
     /// `precise` sleeps until two ticks before an item's time and spends the rest yielding
     /// to the scheduler and reading the clock again. **That costs CPU**: the task stays busy
     /// for up to two ticks per wait (it yields, so other tasks on the runtime still run);

@@ -119,8 +119,7 @@ pub use throttle_with::ThrottleWith;
 /// `Sleep` wakes up to two ticks after its deadline. A wait whose rule absorbs that (a bucket
 /// with spare tokens for 3 ms) sleeps on the tick and loses nothing. A wait whose lateness would
 /// move every later item (burst 1, `min_interval`) ends on time instead: on Linux on the
-/// thread's high-resolution timer (one `timerfd` per thread, read on the runtime's IO driver),
-/// so burst 1 keeps its rate; elsewhere it sleeps on the tick (see
+/// process's timer thread (started on the first such wait), so burst 1 keeps its rate; elsewhere it sleeps on the tick (see
 /// [`throttle`](PaceExt::throttle), "Exactness"). An item never leaves before its time; one that
 /// need not wait leaves at once, without the timer.
 ///
@@ -189,11 +188,10 @@ pub trait PaceExt: Stream {
     /// integer nanoseconds, rounded up. tokio's timer wakes up to two ticks late, and tokens
     /// that flow into a full bucket meanwhile are lost. A bucket with spare tokens for 3 ms
     /// absorbs that and sleeps on the tick; a smaller one (burst 1) ends its waits on time on
-    /// Linux (one `timerfd` per thread, on the runtime's IO driver), and keeps the rate asked
+    /// Linux (on paced's timer thread, one per process), and keeps the rate asked
     /// with the burst asked (0.91 to 0.996 of 100 to 1,000/s on the test VM, most runs 0.98 and
     /// more; 0.44 to 0.90 on the tick). Where there is
-    /// no such timer (other systems, a runtime without an IO driver, a `panic = "abort"` build
-    /// without the feature `hires-timer`), give a `burst` of at least `rate * 2 ms + 1`, and
+    /// no such timer (other systems), give a `burst` of at least `rate * 2 ms + 1`, and
     /// more on a loaded machine, so that one wake-up can release everything that flowed in
     /// since the last; then the long-run rate is `rate` (within 1 % in the benchmarks, from
     /// 1,000 to 1,000,000 items/s).

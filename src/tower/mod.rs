@@ -80,8 +80,6 @@ pub use headers::{quota_from_headers, retry_after};
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use rate_limit::{Announcing, AnnouncingFuture, QuotaHeaders};
 pub use rate_limit::{RateLimit, RateLimitLayer, ResponseFuture};
-#[allow(deprecated)]
-pub use request::RequestQuota;
 pub use request::{ByKey, Cost, KeepCharge, OnePerRequest, RequestLimiter, SettleFrom};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]

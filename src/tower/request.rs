@@ -105,24 +105,6 @@ where
 {
 }
 
-/// The former name of [`RequestLimiter`]: every request limiter is one.
-///
-/// # Examples
-///
-/// ```
-/// # #![allow(deprecated)]
-/// use paced::tower::RequestQuota;
-/// use paced::{Rate, RateLimiter};
-///
-/// fn takes<Req, Q: RequestQuota<Req>>(_: &Q) {} // write `Q: paced::tower::RequestLimiter<Req>`
-/// takes::<u32, _>(&RateLimiter::new(Rate::per_second(1), 1));
-/// ```
-#[deprecated(since = "1.0.0", note = "renamed `RequestLimiter`")]
-pub trait RequestQuota<Req>: RequestLimiter<Req> {}
-
-#[allow(deprecated)]
-impl<Req, T: RequestLimiter<Req>> RequestQuota<Req> for T {}
-
 pin_project! {
     /// A request's place in a [`Limiter`]'s queue (not nameable outside the crate).
     pub struct LimiterPermit<Q: Limiter> {
