@@ -215,9 +215,8 @@ impl Timer {
             let now = self.as_mut().now();
             let me = self.as_mut().project();
             if *me.stage == Stage::SubTick {
-                // Woken by the timer thread (or for another reason): how late, sets its lead
-                // (a precise wait was woken the most lead early, which says nothing of it).
-                if let (Some(origin), false) = (*me.origin, *me.precise) {
+                // Woken by the timer thread (or for another reason): how late, sets its lead.
+                if let Some(origin) = *me.origin {
                     hires::woke(origin + deadline.to_duration(), origin + now.to_duration());
                 }
                 *me.stage = Stage::Starting;
@@ -258,7 +257,7 @@ impl Timer {
             }
             let origin = me.origin.unwrap_or_else(Instant::now);
             let at = origin + deadline.to_duration();
-            match hires::wait(at, origin + now.to_duration(), cx.waker(), *me.precise) {
+            match hires::wait(at, origin + now.to_duration(), cx.waker()) {
                 SubTick::Armed => {
                     *me.stage = Stage::SubTick;
                     return Poll::Pending;

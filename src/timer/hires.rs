@@ -39,11 +39,10 @@ const STEP: u64 = 250;
 const UP_STEPS: u64 = 9;
 
 /// Asks the timer thread to wake the task of `waker` shortly before `at` (`now` is tokio's
-/// clock just read, running in real time): the lead before it, or [`MAX_LEAD`] for a
-/// `precise` wait, which trades that much yielding for a wake-up that is never late.
-pub(crate) fn wait(at: Instant, now: Instant, waker: &Waker, precise: bool) -> SubTick {
+/// clock just read, running in real time), the lead before it.
+pub(crate) fn wait(at: Instant, now: Instant, waker: &Waker) -> SubTick {
     match timer() {
-        Some(timer) => timer.wait(at, at.saturating_duration_since(now), waker, precise),
+        Some(timer) => timer.wait(at, at.saturating_duration_since(now), waker),
         None => SubTick::Unavailable,
     }
 }
@@ -119,13 +118,9 @@ impl Timer {
     }
 
     /// Registers a wait for `deadline` (tokio's clock), due `left` from now.
-    fn wait(&self, deadline: Instant, left: Duration, waker: &Waker, precise: bool) -> SubTick {
+    fn wait(&self, deadline: Instant, left: Duration, waker: &Waker) -> SubTick {
         let mut state = self.lock();
-        let lead = if precise {
-            Duration::from_nanos(MAX_LEAD)
-        } else {
-            state.lead()
-        };
+        let lead = state.lead();
         if left <= lead {
             return SubTick::Yield;
         }
@@ -317,19 +312,16 @@ mod tests {
         let waker = &Waker::from(Arc::new(Task));
         let deadline = Instant::now() + Duration::from_millis(1);
         let us = Duration::from_micros;
-        assert_eq!(timer.wait(deadline, us(50), waker, false), SubTick::Yield);
+        assert_eq!(timer.wait(deadline, us(50), waker), SubTick::Yield);
         let armed_at = std::time::Instant::now();
-        assert_eq!(timer.wait(deadline, us(51), waker, false), SubTick::Armed);
+        assert_eq!(timer.wait(deadline, us(51), waker), SubTick::Armed);
         // Polled again for the same deadline: the same registration.
-        assert_eq!(
-            timer.wait(deadline, us(40 + 10), waker, false),
-            SubTick::Yield
-        );
-        assert_eq!(timer.wait(deadline, us(60), waker, false), SubTick::Armed);
+        assert_eq!(timer.wait(deadline, us(40 + 10), waker), SubTick::Yield);
+        assert_eq!(timer.wait(deadline, us(60), waker), SubTick::Armed);
         assert_eq!(timer.lock().waits.len(), 1);
         // Another deadline of the same task (two timers in one task): a registration of its own.
         assert_eq!(
-            timer.wait(deadline + us(300), us(400), waker, false),
+            timer.wait(deadline + us(300), us(400), waker),
             SubTick::Armed
         );
         {
@@ -342,12 +334,5 @@ mod tests {
             let first = soonest.expect("registered").duration_since(armed_at);
             assert!(first >= us(1) && first < us(1_000), "{first:?}");
         }
-        // A precise wait is woken the most lead early, whatever the estimate: 200 µs and less
-        // away, it yields.
-        assert_eq!(timer.wait(deadline, us(200), waker, true), SubTick::Yield);
-        assert_eq!(
-            timer.wait(deadline + us(1), us(201), waker, true),
-            SubTick::Armed
-        );
     }
 }
