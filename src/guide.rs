@@ -1255,7 +1255,7 @@
 //!
 //! - **The 1 ms tick.** A `Sleep` wakes up to two ticks after its time (plus the scheduler's
 //!   latency in real time), never before it. A wait that this would cost rate ends on time on
-//!   Linux (see [the operators](#the-operators-in-depth)); a wake-up later than its last 100 µs
+//!   Linux (see [the operators](#the-operators-in-depth)); a wake-up later than its last 200 µs
 //!   of yielding still costs rate at burst 1, as on any timer. Where there is no
 //!   high-resolution timer, tokens that flow into a full bucket while the timer is late are
 //!   lost, so for `throttle` at several hundred items/s and more give
@@ -1269,10 +1269,12 @@
 //!   the tick, so each gap counts from the actual emission (like `min_interval`) and the
 //!   long-run rate falls below `rate` (0.65 of it at 500/s). A larger burst absorbs it, and so
 //!   does `precise()`, at a busy core.
-//! - **The high-resolution timer's cost.** Each wait that ends on it costs one wake-up of the
-//!   runtime's thread and up to 100 µs of yielding: 45 to 110 µs of CPU per item on the test
-//!   machine, 0.8 of governor's in the same runs on average. One descriptor per thread that
-//!   has waited, at most 256 such waits at once per thread (more sleep on the tick).
+//! - **The timer thread's cost.** Each wait that ends on it costs two thread wake-ups (the
+//!   timer thread's, then the runtime's) and up to 200 µs of yielding, about what governor's
+//!   timer thread costs in the same runs (BENCHMARKS.md, "Burst 1"). One thread per process,
+//!   started on the first such wait and asleep while none waits; at most 1,024 such waits at
+//!   once (more sleep on the tick). On a loaded machine its wake-ups come later and burst 1
+//!   loses more rate; a burst of `rate × 2 ms + 1` does not depend on them.
 //! - **Clock reads.** An item that need not wait costs one clock read (an exact schedule needs
 //!   its emission time); one that waits costs two or three more around its timer.
 //!   `min_interval(0)`, `staggered_start(_, 0)` and `batched_interval(_, 0)` read none, and
