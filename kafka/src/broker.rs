@@ -54,7 +54,13 @@ impl Broker {
             .port();
         let url = format!("tcp://127.0.0.1:{port}");
         let child = Command::new(&tansu)
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+            ])
             .args(["--storage-engine", "memory://tansu/"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

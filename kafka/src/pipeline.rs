@@ -8,15 +8,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures_util::StreamExt;
 use futures_util::future::join_all;
+use futures_util::StreamExt;
 use paced::{KeyedLimiter, PaceExt, RateLimiter, Shaping};
-use rdkafka::ClientConfig;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::ClientConfig;
 use rdkafka::{ClientContext, TopicPartitionList};
 
 /// The consumer's settings for pacing, on top of the address and the group:

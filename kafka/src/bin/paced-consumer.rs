@@ -11,8 +11,8 @@
 use std::path::Path;
 
 use paced::{KeyedRateLimiter, Rate, RateLimiter, RedisKeyedRateLimiter};
-use paced_kafka::pipeline::{FileSink, Limits, consume, subscribe};
-use tokio::signal::unix::{SignalKind, signal};
+use paced_kafka::pipeline::{consume, subscribe, FileSink, Limits};
+use tokio::signal::unix::{signal, SignalKind};
 
 #[tokio::main]
 async fn main() {
@@ -55,5 +55,9 @@ async fn main() {
             consume(consumer, topic, partitions, &limits, &sink, stop).await;
         }
     }
-    eprintln!("{} pid {} stopped", paced_kafka::pipeline::now_micros(), std::process::id());
+    eprintln!(
+        "{} pid {} stopped",
+        paced_kafka::pipeline::now_micros(),
+        std::process::id()
+    );
 }
