@@ -4,6 +4,7 @@
 
 mod common;
 #[path = "../../tests/common/redis_server.rs"]
+#[allow(dead_code)] // `check_bound` times grants; this test times arrivals (`common::check_bound`)
 mod redis_server;
 
 use std::collections::{BTreeMap, BTreeSet};

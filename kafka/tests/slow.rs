@@ -86,7 +86,6 @@ async fn pacing_the_consumer_stream_itself_gets_the_member_evicted() {
         }
     });
     let _ = run.await;
-    drop(stream);
     let revoked = consumer.context().revoked.load(Ordering::SeqCst);
     eprintln!("trap: {delivered} delivered, {exceeded} poll errors, {revoked} revoked");
     assert!(
@@ -124,7 +123,6 @@ async fn pacing_a_partition_queue_keeps_the_member() {
         offsets.push(m.offset());
         consumer.store_offset_from_message(&m).unwrap();
     }
-    drop(stream);
     main.abort();
     let revoked = consumer.context().revoked.load(Ordering::SeqCst);
     eprintln!(
