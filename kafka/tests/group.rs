@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common::{check_bound, of_partition, temp_path, wait_for, TICK_US};
+use common::{check_bound, needed_slack_us, of_partition, temp_path, wait_for, TICK_US};
 use paced_kafka::pipeline::{produce, read_sink, Arrival};
 use paced_kafka::Broker;
 
@@ -20,6 +20,10 @@ const PER_PARTITION: usize = 250;
 const PARTITIONS: i32 = 4;
 const RATE: u64 = 20;
 const BURST: u64 = 2;
+/// Redis charges a message on its own clock; the process emits it after the reply came back
+/// (a loopback round trip, budgeted 1 ms) and its wait ended on tokio's timer (up to two ticks
+/// late). A stamp can trail its charge by that much, so windows of stamps get that slack.
+const SLACK_US: u64 = 2 * TICK_US + 1_000;
 
 /// A `paced-consumer` process: RATE per partition (bucket BURST) on Redis, 100/s in all
 /// (bucket 10) in the process.
@@ -96,7 +100,7 @@ fn each_partition_keeps_its_bound_across_the_group() {
         let of = of_partition(&arrivals, p);
         let micros: Vec<u64> = of.iter().map(|a| a.micros).collect();
         // One bound for the partition, whichever process delivered.
-        check_bound(&micros, RATE as f64, BURST as f64, TICK_US)
+        check_bound(&micros, RATE as f64, BURST as f64, SLACK_US)
             .unwrap_or_else(|e| panic!("partition {p}: {e}"));
         let mut by: BTreeMap<&str, usize> = BTreeMap::new();
         for a in &of {
@@ -105,10 +109,11 @@ fn each_partition_keeps_its_bound_across_the_group() {
         let span = (micros[micros.len() - 1] - micros[0]) as f64 / 1e6;
         eprintln!(
             "partition {p}: {} deliveries ({} duplicates) in {span:.2} s, {:.1}/s \
-             (bound {RATE}/s), by {by:?}",
+             (bound {RATE}/s), tightest window needs {} µs of slack, by {by:?}",
             of.len(),
             of.len() - PER_PARTITION,
             (of.len() - 1) as f64 / span,
+            needed_slack_us(&micros, RATE as f64, BURST as f64),
         );
         if by.len() > 1 {
             moved += 1;

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{check_bound, of_partition, temp_path, wait_for, TICK_US};
+use common::{check_bound, needed_slack_us, of_partition, temp_path, wait_for, TICK_US};
 use paced::{KeyedRateLimiter, Rate, RateLimiter};
 use paced_kafka::pipeline::{consume, now_micros, produce, read_sink, subscribe, FileSink, Limits};
 use paced_kafka::Broker;
@@ -84,6 +84,10 @@ async fn a_backlog_holds_up_no_other_partition() {
         let micros: Vec<u64> = of.iter().map(|a| a.micros).collect();
         check_bound(&micros, RATE as f64, BURST as f64, TICK_US)
             .unwrap_or_else(|e| panic!("partition {partition}: {e}"));
+        eprintln!(
+            "partition {partition}: tightest window needs {} µs of slack",
+            needed_slack_us(&micros, RATE as f64, BURST as f64)
+        );
         let offsets: Vec<i64> = of.iter().map(|a| a.offset).collect();
         assert_eq!(
             offsets,

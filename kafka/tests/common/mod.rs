@@ -66,3 +66,19 @@ pub fn of_partition(arrivals: &[Arrival], partition: i32) -> Vec<Arrival> {
     of.sort_by_key(|a| a.micros);
     of
 }
+
+/// The least slack (µs) with which `check_bound` would pass: how far the tightest window of
+/// arrivals comes to the bound (negative: that much to spare).
+pub fn needed_slack_us(micros: &[u64], rate: f64, burst: f64) -> i64 {
+    let mut sorted = micros.to_vec();
+    sorted.sort_unstable();
+    let mut needed = i64::MIN;
+    for i in 0..sorted.len() {
+        for j in i..sorted.len() {
+            let count = (j - i + 1) as f64;
+            let span_us = (sorted[j] - sorted[i]) as f64;
+            needed = needed.max(((count - burst) / rate * 1e6 - span_us).ceil() as i64);
+        }
+    }
+    needed
+}
