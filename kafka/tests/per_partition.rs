@@ -104,6 +104,12 @@ async fn a_backlog_holds_up_no_other_partition() {
         TICK_US,
     )
     .unwrap_or_else(|e| panic!("global: {e}"));
+    eprintln!(
+        "global: tightest window needs {} µs of slack (with the bucket alone, without the \
+         items held after their grant: {} µs)",
+        needed_slack_us(&micros, GLOBAL_RATE as f64, (GLOBAL_BURST + 4) as f64),
+        needed_slack_us(&micros, GLOBAL_RATE as f64, GLOBAL_BURST as f64),
+    );
 
     // The fresh partitions left at their share of the global rate, not behind the backlog.
     let backlog = of_partition(&arrivals, 0).len();
