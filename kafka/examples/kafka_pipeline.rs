@@ -99,6 +99,12 @@ async fn main() {
         GLOBAL.1
     );
     println!("over {seconds:.2} s; offsets stored for every delivery, committed on exit");
+    println!(
+        "The partitions ask for {} a second in all, above the global {}: the global limiter \
+         serves the four streams in turn, and partition 0 gets what the others leave.",
+        BUSY.0 + 3 * DEFAULT.0,
+        GLOBAL.0
+    );
 }
 
 /// Creates the topic; one that exists already is kept.
