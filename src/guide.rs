@@ -11,6 +11,7 @@
 //! - [Per-key limits](#per-key-limits)
 //! - [Several limits at once](#several-limits-at-once)
 //! - [Across machines (Redis)](#across-machines-redis)
+//! - [Pacing a Kafka consumer](#pacing-a-kafka-consumer)
 //! - [Pacing a Sink](#pacing-a-sink)
 //! - [tower and HTTP](#tower-and-http)
 //! - [Finding the limit (Adaptive)](#finding-the-limit-adaptive)
@@ -950,6 +951,70 @@
 //! coexist in Redis), write 1 until told otherwise, keep the version in the first byte, and
 //! name in its error the versions it reads. `tests/redis_format.rs` has worker processes read
 //! each other's states and `redis-cli` write a version 2 under them.
+//!
+//! # Pacing a Kafka consumer
+//!
+//! paced knows no Kafka client: its operators take any stream. The workspace member `kafka/`
+//! (`paced-kafka`, unpublished) runs what follows with rdkafka against a real broker (tansu),
+//! and its tests check each claim here: `cargo test -p paced-kafka`.
+//!
+//! **Offsets.** By default rdkafka stores a message's offset when it hands the message to the
+//! application, and commits the stored offsets every few seconds. A pacing stage holds
+//! messages. If the process dies, the committed offset may be past messages the stage held,
+//! and they are never delivered. So set `enable.auto.offset.store=false`, and store each
+//! offset yourself with `store_offset_from_message`, after the sink accepted the message.
+//! `enable.auto.commit=true` still commits what was stored. After a crash, the messages
+//! delivered since the last commit are delivered again: at least once, none lost. In
+//! `kafka/tests/kill.rs` a consumer process is killed with SIGKILL after 201 of 600
+//! messages; the next one in the group delivers the rest. The committed offsets were never past
+//! what the sink had, and the duplicates (3, with commits every 200 ms) were exactly the
+//! messages delivered after the last commit.
+//!
+//! **A stream per partition.** One stream for the whole consumer lets one partition's backlog
+//! hold up the others. rdkafka's `split_partition_queue` gives a stream per partition; pace
+//! each on its own. For one limit per partition, `throttle_by_key` on a
+//! [`KeyedRateLimiter`] keyed by the partition (`set_limit` gives a partition a rate of its
+//! own). For one limit over the whole topic, `throttle_with` on one [`RateLimiter`] shared by
+//! every partition's stream. Put the partition's stage last: it is the stage nearest the sink,
+//! so its bound holds exactly there. The global bound holds where the global limiter grants;
+//! at the sink it may be exceeded by the one item each partition's stage holds after its
+//! grant. Split the queues before the first poll, and keep a task polling the consumer's main
+//! queue: the rebalances arrive there.
+//!
+#![cfg_attr(not(doctest), doc = include_str!("guide/kafka_consumer.md"))]
+//!
+//! In `kafka/tests/per_partition.rs`, one partition has a backlog of 10,000 and three others
+//! get 30 fresh messages each; each partition is paced to 50/s (bucket 5), all to 80/s
+//! (bucket 8). In two runs the fresh messages were all delivered within 1.2 to 1.7 s of being
+//! produced; behind the backlog they would have waited about two minutes. Each partition kept its bound
+//! in every window of its arrivals.
+//!
+//! **A consumer group across machines.** A rebalance moves a partition to another process.
+//! With a limiter in each process, the new owner starts with a full bucket, and the
+//! partition's rate is not held across the move. Keep the partition's bucket in Redis: a
+//! [`RedisKeyedRateLimiter`] keyed by partition (feature `redis`), named after the topic. In
+//! `kafka/tests/group.rs` three consumer processes share it; one joins and another leaves
+//! mid-run; on the merged timeline of arrivals each partition kept its bound, and no message
+//! was lost. A message that a process held when its partition was taken away is still
+//! delivered, but its offset can no longer be stored (rdkafka says `Erroneous state`): the new
+//! owner delivers it again.
+//!
+//! **Pacing slowly: `max.poll.interval.ms`.** librdkafka takes a member out of its group when
+//! the application has not polled the consumer for `max.poll.interval.ms` (default 5 minutes).
+//! rdkafka's `StreamConsumer` wakes its main queue's streams at half that interval, but a paced stream
+//! that holds a message does not poll its upstream until the message leaves. So pacing
+//! `consumer.stream()` itself slower than the interval gets the member evicted:
+//! `kafka/tests/slow.rs` sets the interval to 1 s and paces one message every 2.5 s; the
+//! stream yields `PollExceeded` and the partition is revoked. Two ways out:
+//!
+//! - Split the partition queues, pace those, and keep a task polling the main queue, as above.
+//!   The same test, paced the same way, kept its partition through all four messages (8.6 s).
+//! - Or raise `max.poll.interval.ms` above the longest wait of the paced stage. It may not be
+//!   below `session.timeout.ms` (librdkafka refuses to create the client).
+//!
+//! The example `kafka_pipeline` (`cargo run -p paced-kafka --example kafka_pipeline`) runs
+//! all of this against a broker of its own, and prints each partition's delivered rate beside
+//! its bound.
 //!
 //! # Pacing a Sink
 //!

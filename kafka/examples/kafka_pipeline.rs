@@ -1,0 +1,127 @@
+//! A Kafka consumer in a group, paced: each partition to its own rate, the whole topic to a
+//! global rate, delivered to a sink (a file), and an offset stored only once the sink accepted
+//! its message. Prints each partition's delivered rate beside its bound.
+//!
+//!     KAFKA_BROKERS=127.0.0.1:9092 cargo run -p paced-kafka --example kafka_pipeline
+//!
+//! Without `KAFKA_BROKERS` it starts a tansu broker of its own (`$TANSU`, `tansu` on the PATH,
+//! or the one `.ci/tansu-requirements.txt` installs). It creates the topic `paced-orders`
+//! (4 partitions), produces 850 messages, consumes for 6 seconds and exits.
+
+use std::time::Duration;
+
+use paced::{KeyedRateLimiter, Rate, RateLimiter};
+use paced_kafka::pipeline::{consume, produce, read_sink, subscribe, FileSink, Limits};
+use paced_kafka::Broker;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::ClientConfig;
+
+const TOPIC: &str = "paced-orders";
+const PARTITIONS: i32 = 4;
+/// Messages produced to each partition: partition 0 has a backlog.
+const PRODUCED: [usize; 4] = [400, 150, 150, 150];
+/// Partition 0's own limit; the others have the default.
+const BUSY: (u64, u64) = (60, 6);
+const DEFAULT: (u64, u64) = (20, 2);
+const GLOBAL: (u64, u64) = (100, 10);
+const RUN: Duration = Duration::from_secs(6);
+
+#[tokio::main]
+async fn main() {
+    let (_broker, brokers) = match std::env::var("KAFKA_BROKERS") {
+        Ok(brokers) => (None, brokers),
+        Err(_) => match Broker::start() {
+            Ok(broker) => {
+                let address = broker.address();
+                println!("started tansu on {address}");
+                (Some(broker), address)
+            }
+            Err(reason) => {
+                eprintln!("set KAFKA_BROKERS, or install tansu: {reason}");
+                std::process::exit(1);
+            }
+        },
+    };
+    create_topic(&brokers).await;
+    let b = brokers.clone();
+    tokio::task::spawn_blocking(move || {
+        for (partition, count) in PRODUCED.iter().enumerate() {
+            produce(&b, TOPIC, partition as i32, *count);
+        }
+    })
+    .await
+    .expect("produced");
+    println!("produced {PRODUCED:?} messages to the partitions of {TOPIC}");
+
+    let per_partition = KeyedRateLimiter::new(Rate::per_second(DEFAULT.0), DEFAULT.1);
+    per_partition.set_limit(&0, Rate::per_second(BUSY.0), BUSY.1);
+    let limits = Limits {
+        per_partition,
+        global: RateLimiter::new(Rate::per_second(GLOBAL.0), GLOBAL.1),
+    };
+    let path = std::env::temp_dir().join(format!("kafka_pipeline-{}", std::process::id()));
+    let sink = FileSink::open(&path, "example").expect("the sink file");
+    // A group of its own each run, so that it starts at the beginning of the topic.
+    let group = format!("kafka_pipeline-{}", std::process::id());
+    let consumer = subscribe(&brokers, &group, TOPIC);
+    let stop = {
+        let path = path.clone();
+        async move {
+            // Joining the group takes a few seconds: the run counts from the first delivery.
+            while read_sink(&path).is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(RUN).await;
+        }
+    };
+    consume(consumer, TOPIC, PARTITIONS, &limits, &sink, stop).await;
+
+    let arrivals = read_sink(&path);
+    let _ = std::fs::remove_file(&path);
+    let first = arrivals.iter().map(|a| a.micros).min().unwrap_or(0);
+    let last = arrivals.iter().map(|a| a.micros).max().unwrap_or(0);
+    let seconds = (last - first) as f64 / 1e6;
+    println!("\npartition  delivered  rate/s  bound/s (burst)");
+    for partition in 0..PARTITIONS {
+        let delivered = arrivals.iter().filter(|a| a.partition == partition).count();
+        let (rate, burst) = if partition == 0 { BUSY } else { DEFAULT };
+        println!(
+            "{partition:>9}  {delivered:>9}  {:>6.1}  {rate:>7} ({burst})",
+            delivered as f64 / seconds
+        );
+    }
+    println!(
+        "      all  {:>9}  {:>6.1}  {:>7} ({})",
+        arrivals.len(),
+        arrivals.len() as f64 / seconds,
+        GLOBAL.0,
+        GLOBAL.1
+    );
+    println!("over {seconds:.2} s; offsets stored for every delivery, committed on exit");
+    println!(
+        "The partitions ask for {} a second in all, above the global {}: the global limiter \
+         serves the four streams in turn, and partition 0 gets what the others leave.",
+        BUSY.0 + 3 * DEFAULT.0,
+        GLOBAL.0
+    );
+}
+
+/// Creates the topic; one that exists already is kept.
+async fn create_topic(brokers: &str) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("an admin client");
+    let topic = NewTopic::new(TOPIC, PARTITIONS, TopicReplication::Fixed(1));
+    match admin.create_topics([&topic], &AdminOptions::new()).await {
+        Ok(results) => {
+            for result in results {
+                if let Err((name, e)) = result {
+                    println!("topic {name}: {e}");
+                }
+            }
+        }
+        Err(e) => panic!("create topic {TOPIC}: {e}"),
+    }
+}
