@@ -33,10 +33,11 @@ const MAX_LEAD: u64 = 200_000;
 
 /// How the lateness estimate moves: down one step for a wake-up no later than the estimate, up
 /// [`UP_STEPS`] steps for one later, so it settles where one in `UP_STEPS + 1` is later (the
-/// 90th percentile), and a single long preemption moves it by a few microseconds, not by the
-/// preemption.
+/// 80th percentile), and a single long preemption moves it by a microsecond, not by the
+/// preemption. (The 90th percentile kept no more rate on the test VM and cost up to twice the
+/// CPU under load: BENCHMARKS.md, "Burst 1".)
 const STEP: u64 = 250;
-const UP_STEPS: u64 = 9;
+const UP_STEPS: u64 = 4;
 
 /// Asks the timer thread to wake the task of `waker` shortly before `at` (`now` is tokio's
 /// clock just read, running in real time), the lead before it.
@@ -80,7 +81,7 @@ struct State {
     /// When the thread wakes next: `None` while it sleeps with no wait to wake, `Some` of a
     /// time in the past while it is awake and will look at the waits again before sleeping.
     wakes_at: Option<std::time::Instant>,
-    /// How late the wake-ups reached their tasks, in nanoseconds: an estimate of the 90th
+    /// How late the wake-ups reached their tasks, in nanoseconds: an estimate of the 80th
     /// percentile of the recent ones (see [`State::record`]), at most [`MAX_LEAD`].
     late: u64,
 }
@@ -219,7 +220,7 @@ fn exact_sleeps() {
 
 impl State {
     /// How long before a deadline the task should be woken: what wake-ups were late by lately
-    /// (the 90th percentile, at most [`MAX_LEAD`]), so that the wait can end by yielding for
+    /// (the 80th percentile, at most [`MAX_LEAD`]), so that the wait can end by yielding for
     /// that last stretch and the item leave on time rather than a wake-up late.
     ///
     /// The percentile trades CPU for rate: the stretch spent yielding is the lead less the
@@ -260,7 +261,7 @@ mod tests {
     #[test]
     fn the_estimate_moves_a_step_at_a_time() {
         let mut state = late(0);
-        // Later than the estimate: up nine steps, whatever the lateness (a preemption of a
+        // Later than the estimate: up four steps, whatever the lateness (a preemption of a
         // second counts as much as a microsecond).
         state.record(Duration::from_secs(1));
         assert_eq!(state.late, UP_STEPS * STEP);
@@ -279,9 +280,9 @@ mod tests {
     }
 
     #[test]
-    fn the_estimate_settles_at_the_90th_percentile() {
-        // Lateness spread evenly over 1..=25 µs, in a scrambled but fixed order: its 90th
-        // percentile is 22.5 µs.
+    fn the_estimate_settles_at_the_80th_percentile() {
+        // Lateness spread evenly over 1..=25 µs, in a scrambled but fixed order: its 80th
+        // percentile is 20 µs.
         let mut state = late(0);
         let mut x = 7u64;
         let mut seen = Vec::new();
@@ -293,8 +294,8 @@ mod tests {
             }
         }
         let mean = seen.iter().sum::<u64>() / seen.len() as u64;
-        assert!((21_500..=23_500).contains(&mean), "{mean}");
-        // And it follows a machine that gets slower: lateness of 28 µs, 90th percentile 28.
+        assert!((19_000..=21_000).contains(&mean), "{mean}");
+        // And it follows a machine that gets slower: lateness of 28 µs, 80th percentile 28.
         for _ in 0..200 {
             state.record(Duration::from_nanos(28_000));
         }
