@@ -101,8 +101,9 @@ async fn main() {
     );
     println!("over {seconds:.2} s; offsets stored for every delivery, committed on exit");
     println!(
-        "The partitions ask for {} a second in all, above the global {}: the global limiter \
-         serves the four streams in turn, and partition 0 gets what the others leave.",
+        "The partitions ask for {} a second in all, above the global {}: the topic's bucket \
+         serves the partitions whose own bucket has room in turn, and partition 0 gets what \
+         the others leave.",
         BUSY.0 + 3 * DEFAULT.0,
         GLOBAL.0
     );
