@@ -181,8 +181,8 @@ pub fn produce(brokers: &str, topic: &str, partition: i32, count: usize) {
 /// A message is charged on both at one instant, the instant it is delivered. Two chained
 /// stages (`throttle_with` on a global limiter, then `throttle_by_key` on a keyed one) would
 /// not do: each stage charges its limiter when it emits into the next, and the next can hold
-/// the item. Only the stage nearest the sink keeps its bound exactly at the sink; the global
-/// one was exceeded there by up to one held item per partition.
+/// the item. Only the stage nearest the sink keeps its bound exactly at the sink; the other's
+/// is exceeded there by up to one held item per partition.
 #[derive(Clone, Debug)]
 pub struct Limits<const N: usize> {
     limiter: MultiRateLimiter<N>,
@@ -240,7 +240,7 @@ impl<const N: usize> Limits<N> {
     /// charged at the instant of the grant.
     ///
     /// A message whose partition's bucket has room joins the limiter's queue (first come, first
-    /// served), where it waits only for the topic's bucket: only this partition's lane charges
+    /// served), where it waits only for the topic's bucket: only this partition's stream charges
     /// its bucket, so the room stays. A message whose bucket is empty stays out of the queue
     /// and sleeps until it could be granted: it never holds up another partition.
     async fn grant(&self, partition: usize) {
