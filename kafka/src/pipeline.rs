@@ -1,20 +1,24 @@
-//! The paced consumer: its settings, a stream per partition paced by a keyed limiter and a
-//! global one, a sink that appends to a file, and offsets stored only for what it accepted.
+//! The paced consumer: its settings, a stream per partition paced on its partition's bucket
+//! and the topic's at once, a sink that appends to a file, and offsets stored only for what it
+//! accepted.
 
 use std::fs::{File, OpenOptions};
 use std::future::Future;
 use std::io::Write;
 use std::path::Path;
+use std::pin::pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::join_all;
 use futures_util::StreamExt;
-use paced::{KeyedLimiter, PaceExt, RateLimiter, Shaping};
+use paced::{KeyedLimiter, Limit, MultiRateLimiter, PaceExt};
+use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
-use rdkafka::message::Message;
+use rdkafka::error::KafkaResult;
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::ClientConfig;
 use rdkafka::{ClientContext, TopicPartitionList};
@@ -170,44 +174,198 @@ pub fn produce(brokers: &str, topic: &str, partition: i32, count: usize) {
         .expect("the broker took every message");
 }
 
-/// The limits of one consumer: `per_partition`, a keyed limiter keyed by partition (in this
-/// process, or in Redis for a group across machines), and `global`, one bucket for all.
-#[derive(Debug)]
-pub struct Limits<K> {
-    /// One bucket per partition.
-    pub per_partition: K,
-    /// One bucket for the whole topic.
-    pub global: RateLimiter,
+/// The limits of one consumer over `N - 1` partitions: a bucket per partition and one for the
+/// whole topic, as the dimensions of one [`MultiRateLimiter`]. Partition `p` is dimension `p`;
+/// the topic is the last.
+///
+/// A message is charged on both at one instant, the instant it is delivered. Two chained
+/// stages (`throttle_with` on a global limiter, then `throttle_by_key` on a keyed one) would
+/// not do: each stage charges its limiter when it emits into the next, and the next can hold
+/// the item. Only the stage nearest the sink keeps its bound exactly at the sink; the other's
+/// is exceeded there by up to one held item per partition.
+#[derive(Clone, Debug)]
+pub struct Limits<const N: usize> {
+    limiter: MultiRateLimiter<N>,
 }
 
-/// Consumes `partitions` partitions of `topic` until `stop` resolves: a stream per partition
-/// (`split_partition_queue`), paced by the global limiter, then by its partition's, delivered
-/// to `sink`; each offset is stored only once the sink accepted its message. Then commits what
-/// was stored.
+impl<const N: usize> Limits<N> {
+    /// Every partition to `per_partition`, all of them together to `global`.
+    ///
+    /// # Panics
+    ///
+    /// If `N` is below 2 (no partition), or a limit cannot be (a burst of 0).
+    #[track_caller]
+    pub fn new(per_partition: Limit, global: Limit) -> Limits<N> {
+        assert!(N >= 2, "Limits::new: N counts the partitions and the topic");
+        let names: [String; N] = std::array::from_fn(|d| {
+            if d == N - 1 {
+                "topic".to_owned()
+            } else {
+                format!("partition {d}")
+            }
+        });
+        let mut builder = MultiRateLimiter::builder(std::array::from_fn(|d| names[d].as_str()));
+        for name in &names[..N - 1] {
+            builder = builder.limit(name, per_partition);
+        }
+        let limiter = builder
+            .limit(&names[N - 1], global)
+            .build()
+            .unwrap_or_else(|e| panic!("Limits::new: {e}"));
+        Limits { limiter }
+    }
+
+    /// Gives `partition` a limit of its own.
+    ///
+    /// # Panics
+    ///
+    /// If there is no such partition, or the limit cannot be.
+    #[track_caller]
+    pub fn set_partition_limit(&self, partition: i32, limit: Limit) {
+        let index = usize::try_from(partition).expect("a partition");
+        assert!(
+            index < N - 1,
+            "Limits::set_partition_limit: no partition {partition}"
+        );
+        // The limits were added in the order of the dimensions: partition p's is limit p.
+        self.limiter.set_limit(index, limit);
+    }
+
+    /// The number of partitions.
+    pub const fn partitions(&self) -> i32 {
+        N as i32 - 1
+    }
+
+    /// Waits until one message of `partition` is granted on its bucket and the topic's, both
+    /// charged at the instant of the grant.
+    ///
+    /// A message whose partition's bucket has room joins the limiter's queue (first come, first
+    /// served), where it waits only for the topic's bucket: only this partition's stream charges
+    /// its bucket, so the room stays. A message whose bucket is empty stays out of the queue
+    /// and sleeps until it could be granted: it never holds up another partition.
+    async fn grant(&self, partition: usize) {
+        let mut cost = [0; N];
+        cost[partition] = 1;
+        cost[N - 1] = 1;
+        loop {
+            if self.limiter.available()[partition] >= 1 {
+                self.limiter.acquire(cost).await;
+                return;
+            }
+            match self.limiter.try_acquire(cost) {
+                Ok(_) => return,
+                Err(refused) if refused.is_never() => {
+                    self.limiter.acquire(cost).await;
+                    return;
+                }
+                Err(refused) => tokio::time::sleep(refused.retry_after()).await,
+            }
+        }
+    }
+}
+
+/// Consumes the `N - 1` partitions of `topic` until `stop` resolves: a stream per partition
+/// (`split_partition_queue`), each message granted on its partition's bucket and the topic's
+/// at once ([`Limits`]), then delivered to `sink` at once; each offset is stored only once the
+/// sink accepted its message. Then commits what was stored.
 ///
-/// The partition's limiter is the stage nearest the sink, so its bound holds exactly at the
-/// sink. The global bound holds where the global limiter grants; the partition stage after it
-/// holds at most one item per partition, so at the sink the global bound can be exceeded by
-/// at most one item per partition.
-pub async fn consume<K>(
+/// The grant and the delivery are one step, with no stage between them, so both bounds hold
+/// at the sink, up to the time a delivery takes.
+pub async fn consume<const N: usize>(
+    consumer: Arc<PacedConsumer>,
+    topic: &str,
+    limits: &Limits<N>,
+    sink: &FileSink,
+    stop: impl Future<Output = ()>,
+) {
+    let queues = split(&consumer, topic, limits.partitions());
+    let lanes = queues.iter().enumerate().map(|(p, queue)| {
+        let consumer = &consumer;
+        async move {
+            let mut messages = pin!(queue.stream());
+            while let Some(message) = messages.next().await {
+                limits.grant(p).await;
+                deliver(consumer, sink, p as i32, message);
+            }
+        }
+    });
+    drive(&consumer, join_all(lanes), stop).await;
+}
+
+/// Consumes `partitions` partitions of `topic` as [`consume`] does, each paced by
+/// `per_partition`, a keyed limiter keyed by partition (in Redis for a group across machines),
+/// with no limit over the topic: one stage, the one nearest the sink, so its bound holds
+/// there.
+pub async fn consume_keyed<K>(
     consumer: Arc<PacedConsumer>,
     topic: &str,
     partitions: i32,
-    limits: &Limits<K>,
+    per_partition: &K,
     sink: &FileSink,
     stop: impl Future<Output = ()>,
 ) where
     K: KeyedLimiter<Key = i32, Cost = u64>,
 {
-    // Split before the first poll, so that no message of these partitions reaches the main
-    // queue. A queue whose partition is not assigned here stays empty.
-    let queues: Vec<_> = (0..partitions)
+    let queues = split(&consumer, topic, partitions);
+    let lanes = queues.iter().zip(0..).map(|(queue, p)| {
+        let consumer = &consumer;
+        queue
+            .stream()
+            .throttle_by_key(per_partition, move |_| p, |_| 1, 1)
+            .for_each(move |message| {
+                deliver(consumer, sink, p, message);
+                async {}
+            })
+    });
+    drive(&consumer, join_all(lanes), stop).await;
+}
+
+/// A queue per partition, split before the first poll, so that no message of these partitions
+/// reaches the main queue. A queue whose partition is not assigned here stays empty.
+fn split(
+    consumer: &Arc<PacedConsumer>,
+    topic: &str,
+    partitions: i32,
+) -> Vec<StreamPartitionQueue<Logged>> {
+    (0..partitions)
         .map(|p| {
             consumer
                 .split_partition_queue(topic, p)
                 .expect("a partition queue")
         })
-        .collect();
+        .collect()
+}
+
+/// Delivers a message to `sink`, stamped now, and stores its offset once the sink accepted it.
+fn deliver(
+    consumer: &PacedConsumer,
+    sink: &FileSink,
+    p: i32,
+    message: KafkaResult<BorrowedMessage<'_>>,
+) {
+    let micros = now_micros();
+    match message {
+        Ok(m) => match sink.deliver(m.partition(), m.offset(), micros) {
+            // Stored only now: the next commit covers it. After a rebalance took the partition
+            // away, storing fails and the new owner delivers it again.
+            Ok(()) => {
+                if let Err(e) = consumer.store_offset_from_message(&m) {
+                    eprintln!("offset of {p}:{} not stored: {e}", m.offset());
+                }
+            }
+            Err(e) => eprintln!("sink refused {p}:{}: {e}", m.offset()),
+        },
+        Err(e) => eprintln!("partition {p}: {e}"),
+    }
+}
+
+/// Runs `lanes` until they end or `stop` resolves, polling the main queue all along, then
+/// commits what was stored.
+async fn drive(
+    consumer: &Arc<PacedConsumer>,
+    lanes: impl Future<Output = Vec<()>>,
+    stop: impl Future<Output = ()>,
+) {
     // The main queue carries the rebalances and errors; polling it keeps this member in the
     // group (`max.poll.interval.ms`) however slowly the partitions are paced.
     let main = {
@@ -221,34 +379,8 @@ pub async fn consume<K>(
             }
         }
     };
-    let lanes = queues.iter().enumerate().map(|(p, queue)| {
-        let p = p as i32;
-        let consumer = &consumer;
-        queue
-            .stream()
-            .throttle_with(&limits.global, |_| 1, Shaping)
-            .throttle_by_key(&limits.per_partition, move |_| p, |_| 1, 1)
-            .for_each(move |message| {
-                let micros = now_micros();
-                match message {
-                    Ok(m) => match sink.deliver(m.partition(), m.offset(), micros) {
-                        // Stored only now: the next commit covers it. After a rebalance took
-                        // the partition away, storing fails and the new owner delivers it
-                        // again.
-                        Ok(()) => {
-                            if let Err(e) = consumer.store_offset_from_message(&m) {
-                                eprintln!("offset of {p}:{} not stored: {e}", m.offset());
-                            }
-                        }
-                        Err(e) => eprintln!("sink refused {p}:{}: {e}", m.offset()),
-                    },
-                    Err(e) => eprintln!("partition {p}: {e}"),
-                }
-                async {}
-            })
-    });
     tokio::select! {
-        _ = join_all(lanes) => {}
+        _ = lanes => {}
         _ = main => {}
         _ = stop => {}
     }

@@ -27,20 +27,12 @@ const BURST: u64 = 2;
 /// late). A stamp can trail its charge by that much, so windows of stamps get that slack.
 const SLACK_US: u64 = 2 * TICK_US + 1_000;
 
-/// A `paced-consumer` process: RATE per partition (bucket BURST) on Redis, 100/s in all
-/// (bucket 10) in the process.
+/// A `paced-consumer` process: RATE per partition (bucket BURST) on Redis.
 fn consumer(brokers: &str, sink: &Path, tag: &str, redis: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_paced-consumer"))
         .args([brokers, "group", &PARTITIONS.to_string(), "group-group"])
         .arg(sink)
-        .args([
-            tag,
-            &RATE.to_string(),
-            &BURST.to_string(),
-            "100",
-            "10",
-            redis,
-        ])
+        .args([tag, &RATE.to_string(), &BURST.to_string(), redis])
         .spawn()
         .unwrap()
 }
