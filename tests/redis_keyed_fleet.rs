@@ -80,7 +80,7 @@ fn four_processes_share_a_thousand_keys_each_under_its_own_limit() {
             let (url, tenants) = (server.url(), TENANTS.to_string());
             let (rate, burst, change) = (rate.to_string(), burst.to_string(), change.to_string());
             redis_worker::command([
-                &*url, "tenants", "2.5", &rate, &burst, "tenants", &tenants, &change,
+                &*url, "tenants", "4", &rate, &burst, "tenants", &tenants, &change,
             ])
             .stdout(Stdio::piped())
             .spawn()
