@@ -11,6 +11,7 @@
 //! If the thread cannot be started, every wait sleeps on tokio's wheel instead, as on other
 //! systems.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::task::Waker;
 use std::time::Duration;
@@ -103,8 +104,8 @@ impl Timer {
         let run = Arc::clone(&timer);
         std::thread::Builder::new()
             .name("paced-timer".into())
-            // It holds a few locals and calls wakers: the smallest stack the platform allows.
-            .stack_size(64 * 1024)
+            // It holds a few locals and calls wakers (and, should one panic, the panic hook).
+            .stack_size(256 * 1024)
             .spawn(move || run.run())
             .ok()?;
         Some(timer)
@@ -175,7 +176,9 @@ impl Timer {
                 state.wakes_at = Some(now);
                 drop(state);
                 for waker in due.into_iter().flatten() {
-                    waker.wake();
+                    // A waker that panics must not end the thread: every later wait would
+                    // then hang. Its own task was woken or not; the others still are.
+                    let _ = std::panic::catch_unwind(AssertUnwindSafe(|| waker.wake()));
                 }
                 state = self.lock();
                 continue;
@@ -335,5 +338,39 @@ mod tests {
             let first = soonest.expect("registered").duration_since(armed_at);
             assert!(first >= us(1) && first < us(1_000), "{first:?}");
         }
+    }
+
+    #[test]
+    fn a_panicking_waker_does_not_stop_the_thread() {
+        struct Panics;
+        impl std::task::Wake for Panics {
+            fn wake(self: Arc<Self>) {
+                panic!("a waker that panics");
+            }
+        }
+        struct Sends(Mutex<std::sync::mpsc::Sender<()>>);
+        impl std::task::Wake for Sends {
+            fn wake(self: Arc<Self>) {
+                let _ = self.0.lock().map(|tx| tx.send(()));
+            }
+        }
+        let timer = Timer::start().expect("a thread");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let now = Instant::now();
+        let panics = Waker::from(Arc::new(Panics));
+        let sends = Waker::from(Arc::new(Sends(Mutex::new(tx))));
+        let ms = Duration::from_millis;
+        assert_eq!(timer.wait(now + ms(1), ms(1), &panics), SubTick::Armed);
+        assert_eq!(timer.wait(now + ms(3), ms(3), &sends), SubTick::Armed);
+        // Woken after the panic (generous: the thread only has to come round).
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the second wait was woken");
+        // And the thread still runs: a third wait is woken too.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let again = Waker::from(Arc::new(Sends(Mutex::new(tx))));
+        let now = Instant::now();
+        assert_eq!(timer.wait(now + ms(1), ms(1), &again), SubTick::Armed);
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("a wait after the panic was woken");
     }
 }
