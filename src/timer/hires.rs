@@ -12,7 +12,7 @@
 //! systems.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::task::Waker;
 use std::time::Duration;
 
@@ -43,7 +43,7 @@ const UP_STEPS: u64 = 4;
 /// Asks the timer thread to wake the task of `waker` shortly before `at` (`now` is tokio's
 /// clock just read, running in real time), the lead before it.
 pub(crate) fn wait(at: Instant, now: Instant, waker: &Waker) -> SubTick {
-    match timer() {
+    match timer(std::process::id()) {
         Some(timer) => timer.wait(at, at.saturating_duration_since(now), waker),
         None => SubTick::Unavailable,
     }
@@ -52,7 +52,7 @@ pub(crate) fn wait(at: Instant, now: Instant, waker: &Waker) -> SubTick {
 /// Tells the timer thread that a wait it armed was polled again at `now`, its deadline `at`:
 /// how late the wake-up reached the task, which sets the lead.
 pub(crate) fn woke(at: Instant, now: Instant) {
-    if let Some(timer) = timer() {
+    if let Some(timer) = timer(std::process::id()) {
         let mut state = timer.lock();
         // Late by how much after the moment the task was to be woken (the deadline less the
         // lead); zero when the task was woken in time or polled for another reason.
@@ -61,10 +61,35 @@ pub(crate) fn woke(at: Instant, now: Instant) {
     }
 }
 
-/// The process's timer, started on the first call; `None` if its thread could not be started.
-fn timer() -> Option<&'static Timer> {
-    static TIMER: OnceLock<Option<Arc<Timer>>> = OnceLock::new();
-    TIMER.get_or_init(Timer::start).as_deref()
+/// The timer of process `pid` (the caller's), started on the first call; `None` if its thread
+/// could not be started.
+///
+/// Kept with the process id it was started in: a process forked from one that had started it
+/// has no such thread (`fork` copies only the calling thread), and its waits would never be
+/// woken, so it starts its own.
+fn timer(pid: u32) -> Option<Arc<Timer>> {
+    static TIMER: RwLock<Option<(u32, Option<Arc<Timer>>)>> = RwLock::new(None);
+    {
+        let current = TIMER
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((started_in, timer)) = &*current {
+            if *started_in == pid {
+                return timer.clone();
+            }
+        }
+    }
+    let mut current = TIMER
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    match &*current {
+        Some((started_in, timer)) if *started_in == pid => timer.clone(),
+        _ => {
+            let timer = Timer::start();
+            *current = Some((pid, timer.clone()));
+            timer
+        }
+    }
 }
 
 /// What the waits and the timer thread share.
@@ -372,5 +397,22 @@ mod tests {
         assert_eq!(timer.wait(now + ms(1), ms(1), &again), SubTick::Armed);
         rx.recv_timeout(Duration::from_secs(10))
             .expect("a wait after the panic was woken");
+    }
+
+    #[test]
+    fn a_forked_process_starts_a_timer_of_its_own() {
+        let pid = std::process::id();
+        let ours = timer(pid).expect("a timer");
+        assert!(
+            Arc::ptr_eq(&ours, &timer(pid).expect("a timer")),
+            "one per process"
+        );
+        // Seen from another process id (as in a child after `fork`, which has no timer
+        // thread), a new timer.
+        let forked = timer(pid.wrapping_add(1)).expect("a timer");
+        assert!(!Arc::ptr_eq(&ours, &forked));
+        // Restored for the other tests of this process.
+        let back = timer(pid).expect("a timer");
+        assert!(!Arc::ptr_eq(&forked, &back));
     }
 }
