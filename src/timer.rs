@@ -29,7 +29,7 @@ mod hires {
     pub(crate) fn woke(_: Instant, _: Instant) {}
 }
 
-/// What the thread's high-resolution timer answers for a wait below the tick.
+/// What the process's timer thread answers for a wait below the tick.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) enum SubTick {
@@ -91,7 +91,7 @@ enum Stage {
     Starting,
     /// The `Sleep` is armed for the deadline or some time before it.
     Sleeping,
-    /// Armed on the thread's high-resolution timer (real time).
+    /// Armed on the process's timer thread (real time).
     SubTick,
     /// Yielding until the deadline, in real time.
     Yielding,
@@ -113,7 +113,7 @@ pin_project! {
     /// Times are [`Nanos`] since the first clock read, so building an adapter needs no runtime
     /// and the `Sleep` (which does) is created on the first wait, then only reset. The timer is
     /// armed only while an item waits: an idle adapter registers nothing with the driver, and
-    /// holds nothing of the high-resolution timer, which is the thread's.
+    /// holds nothing of the high-resolution timer, which is the process's.
     #[derive(Debug)]
     pub(crate) struct Timer {
         origin: Option<Instant>,
@@ -159,7 +159,7 @@ impl Timer {
 
     /// Precise waiting: every wait ends on time, whatever its rule absorbs (see `poll_until`).
     ///
-    /// Where the thread has a high-resolution timer (Linux), that is the default path of a
+    /// Where the process has a high-resolution timer (Linux), that is the default path of a
     /// wait that must end on time; elsewhere the `Sleep` covers the wait up to two ticks
     /// before the deadline and the rest is spent yielding to the scheduler and reading the
     /// clock again, which keeps a core busy meanwhile. Under paused time the clock does not
@@ -187,7 +187,7 @@ impl Timer {
     ///
     /// `lateness` says what ending late would cost: a wait whose rule absorbs a `Sleep`'s
     /// lateness (a bucket with spare tokens for [`TICK_LATENESS`]) sleeps on tokio's wheel.
-    /// Any other wait (burst 1), in real time, ends on time: on the thread's
+    /// Any other wait (burst 1), in real time, ends on time: on the process's
     /// high-resolution timer and a few microseconds of yielding where there is one (Linux),
     /// otherwise on the wheel (or by yielding, if `precise`). Under paused time every wait is
     /// what it always was: a `Sleep` until the deadline, or the yielding of `precise()`.

@@ -54,6 +54,16 @@ fn timer_threads() -> Vec<std::path::PathBuf> {
         .collect()
 }
 
+/// Asserts that the timer thread woke at least `least` times since `before` (a thread not yet
+/// started counts as none).
+fn assert_woke(before: Option<u64>, after: Option<u64>, least: u64) {
+    let woke = after.unwrap_or(0).saturating_sub(before.unwrap_or(0));
+    assert!(
+        woke >= least,
+        "the timer thread woke {woke} times, expected {least} or more"
+    );
+}
+
 /// How many times the timer thread has slept and woken so far (its voluntary context
 /// switches, from `/proc`); `None` before it is started.
 fn timer_wakeups() -> Option<u64> {
@@ -132,7 +142,7 @@ async fn throttle_at_2_000_per_second_burst_1_is_woken_by_the_timer_thread() {
         .throttle(Rate::per_second(2_000), |_| 1, 1, Shaping)
         .precise();
     let (out, open) = drain(paced).await;
-    assert!(open > before, "woken by the timer thread");
+    assert_woke(before, open, n / 2);
     assert_paced(&out, n, Duration::from_micros(500));
     // Its sleeps end on time: the kernel's timer slack (50 µs by default) is set to 1 ns.
     let thread = timer_threads()
@@ -145,7 +155,15 @@ async fn throttle_at_2_000_per_second_burst_1_is_woken_by_the_timer_thread() {
             .join(tid)
             .join("timerslack_ns"),
     );
-    assert_eq!(slack.expect("timerslack_ns").trim(), "1");
+    match slack {
+        Ok(slack) => assert_eq!(slack.trim(), "1"),
+        // Reading another thread's slack needs CAP_SYS_NICE (Linux 4.18 and later); the
+        // thread writes its own without it.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            println!("timer slack not checked: {e}")
+        }
+        Err(e) => panic!("timerslack_ns: {e}"),
+    }
 }
 
 /// 10,000/s: every item once, in order, never early.
@@ -172,17 +190,22 @@ async fn burst_1_waits_end_on_the_timer_thread_by_default_and_never_early() {
     let rate = Rate::per_second(400);
     let gap = Duration::from_micros(2_500);
     let (out, open) = drain(stream::iter(0..n).throttle(rate, |_| 1, 1, Shaping)).await;
-    assert!(open > before, "woken by the timer thread");
+    assert_woke(before, open, n / 2);
+    let before = open;
     assert_paced(&out, n, gap);
-    let (out, _) = drain(stream::iter(0..n).min_interval(gap)).await;
+    let (out, open) = drain(stream::iter(0..n).min_interval(gap)).await;
     assert_paced(&out, n, gap);
+    assert_woke(before, open, n / 2);
+    let before = open;
     let keyed = KeyedRateLimiter::<u32>::new(rate, 1);
-    let (out, _) = drain(stream::iter(0..n).throttle_by_key(&keyed, |_| 7, |_| 1, 8)).await;
+    let (out, open) = drain(stream::iter(0..n).throttle_by_key(&keyed, |_| 7, |_| 1, 8)).await;
     assert_paced(&out, n, gap);
+    assert_woke(before, open, n / 2);
+    let before = open;
 
     // The shared limiters, one request at a time.
     let limiter = RateLimiter::new(rate, 1);
-    let (out, _) = drain(stream::iter(0..n).then(|i| {
+    let (out, open) = drain(stream::iter(0..n).then(|i| {
         let limiter = limiter.clone();
         async move {
             limiter.acquire(1).await;
@@ -191,26 +214,31 @@ async fn burst_1_waits_end_on_the_timer_thread_by_default_and_never_early() {
     }))
     .await;
     assert_paced(&out, n, gap);
+    assert_woke(before, open, n / 2);
+    let before = open;
     let keyed = KeyedRateLimiter::<u32>::new(rate, 1);
     let keyed = &keyed;
-    let (out, _) = drain(stream::iter(0..n).then(|i| async move {
+    let (out, open) = drain(stream::iter(0..n).then(|i| async move {
         keyed.acquire(&3, 1).await;
         i
     }))
     .await;
     assert_paced(&out, n, gap);
+    assert_woke(before, open, n / 2);
+    let before = open;
     let multi = MultiRateLimiter::builder(["requests", "tokens"])
         .limit("requests", Limit::bucket(rate, 1))
         .limit("tokens", Limit::bucket(Rate::per_second(400_000), 40_000))
         .build()
         .expect("limits");
     let multi = &multi;
-    let (out, _) = drain(stream::iter(0..n).then(|i| async move {
+    let (out, open) = drain(stream::iter(0..n).then(|i| async move {
         drop(multi.acquire([1, 100]).await);
         i
     }))
     .await;
     assert_paced(&out, n, gap);
+    assert_woke(before, open, n / 2);
     assert_eq!(timer_threads().len(), 1, "one timer thread, whatever waits");
 }
 
@@ -235,7 +263,7 @@ async fn a_thousand_waiting_streams_share_one_timer_thread() {
     tokio::time::timeout(Duration::from_secs(60), wait)
         .await
         .expect("no stall");
-    assert!(timer_wakeups() > before, "woken by the timer thread");
+    assert_woke(before, timer_wakeups(), 2);
     assert_eq!(timer_threads().len(), 1, "one timer thread for them all");
     for (k, times) in seen.iter().enumerate() {
         assert_eq!(times.len(), 3);
@@ -272,7 +300,7 @@ async fn min_interval_above_a_tick_sleeps_then_waits_on_the_timer_thread() {
             .precise(),
     )
     .await;
-    assert!(open > before, "woken by the timer thread");
+    assert_woke(before, open, n / 2);
     assert_paced(&out, n, Duration::from_micros(2_300));
 }
 

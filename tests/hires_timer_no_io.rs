@@ -39,7 +39,7 @@ fn a_runtime_without_io_is_woken_by_the_timer_thread() {
             at.duration_since(start)
         );
     }
-    // The timer thread was started and woke (its wake-ups show in /proc).
+    // The timer thread was started and woke the waits (its wake-ups show in /proc).
     let woke = std::fs::read_dir("/proc/self/task")
         .expect("/proc/self/task")
         .filter_map(|entry| entry.ok())
@@ -55,5 +55,6 @@ fn a_runtime_without_io_is_woken_by_the_timer_thread() {
                 .and_then(|count| count.trim().parse::<u64>().ok())
         })
         .sum::<u64>();
-    assert!(woke > 0, "the timer thread never woke");
+    // Ten or more: more than the thread's first sleep, whatever the lead it learned.
+    assert!(woke >= 10, "the timer thread woke {woke} times");
 }

@@ -167,16 +167,20 @@ mod tests {
     #[test]
     fn two_live_threads_own_different_stripes() {
         let (a, b) = std::thread::scope(|s| {
-            let (tx, rx) = std::sync::mpsc::channel();
+            let (claimed, first_claimed) = std::sync::mpsc::channel();
+            let (done, second_claimed) = std::sync::mpsc::channel();
             let first = s.spawn(move || {
                 let mine = stripe();
+                claimed.send(()).ok();
                 // Stay alive until the second thread has claimed its stripe.
-                rx.recv().ok();
+                second_claimed.recv().ok();
                 mine
             });
             let second = s.spawn(move || {
+                // Claim only once the first holds its stripe: both are then alive at once.
+                first_claimed.recv().ok();
                 let mine = stripe();
-                tx.send(()).ok();
+                done.send(()).ok();
                 mine
             });
             (first.join().ok(), second.join().ok())

@@ -119,8 +119,8 @@ pub use throttle_with::ThrottleWith;
 /// `Sleep` wakes up to two ticks after its deadline. A wait whose rule absorbs that (a bucket
 /// with spare tokens for 3 ms) sleeps on the tick and loses nothing. A wait whose lateness would
 /// move every later item (burst 1, `min_interval`) ends on time instead: on Linux on the
-/// process's timer thread (started on the first such wait), so burst 1 keeps its rate; elsewhere it sleeps on the tick (see
-/// [`throttle`](PaceExt::throttle), "Exactness"). An item never leaves before its time; one that
+/// process's timer thread (started on the first such wait), so burst 1 keeps its rate;
+/// elsewhere it sleeps on the tick (see [`throttle`](PaceExt::throttle), "Exactness"). An item never leaves before its time; one that
 /// need not wait leaves at once, without the timer.
 ///
 /// **Name clash.** `tokio_stream::StreamExt` also has a `throttle` method (one item per
