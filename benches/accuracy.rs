@@ -37,7 +37,7 @@
 //! **Burst 1** (`PACED_BENCH_ONLY=burst-1` runs only this): every entry point one item at a
 //! time at 100, 250, 400, 500, 700 and 1,000/s (`throttle` and `min_interval`, plain and
 //! `precise()`, `RateLimiter::acquire(1)`, `KeyedRateLimiter::acquire` and `throttle_by_key` on
-//! one key, `MultiRateLimiter::acquire` with a burst-1 limit), beside governor's `until_ready`
+//! one key, `RateLimiter::acquire` with a burst-1 limit), beside governor's `until_ready`
 //! (`Quota::per_second(rate).allow_burst(1)`) and tokio-stream's `throttle(1 s / rate)`; then
 //! `precise()` at 1,500 to 10,000/s beside governor. Reported: `(count - 1) / (last - first)`
 //! over the rate asked, and the CPU time of every thread of the process (`schedstat`, in
@@ -394,7 +394,7 @@ impl Entry {
             Entry::Acquire => "paced RateLimiter::acquire",
             Entry::KeyedAcquire => "paced KeyedRateLimiter::acquire",
             Entry::ThrottleByKey => "paced throttle_by_key",
-            Entry::MultiAcquire => "paced MultiRateLimiter::acquire",
+            Entry::MultiAcquire => "paced RateLimiter<[u64; 2]>::acquire",
             Entry::Governor => "governor until_ready",
             Entry::TokioStream => "tokio-stream throttle",
         }
@@ -402,7 +402,7 @@ impl Entry {
 
     /// One run at `rate`, burst 1.
     fn run(self, rate: u64, secs: Duration) -> Kept {
-        use paced::{KeyedRateLimiter, Limit, MultiRateLimiter};
+        use paced::{KeyedRateLimiter, Limit, RateLimiter};
 
         let repeat = futures_util::stream::repeat;
         let capacity = (rate as f64 * secs.as_secs_f64() * 1.25) as usize + 64;
@@ -438,7 +438,7 @@ impl Entry {
                 }
                 Entry::MultiAcquire => {
                     // Requests at burst 1 bind; tokens (100 a request, plenty) do not.
-                    let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+                    let limiter = RateLimiter::builder(["requests", "tokens"])
                         .limit("requests", Limit::bucket(paced_rate, 1))
                         .limit(
                             "tokens",
@@ -451,7 +451,7 @@ impl Entry {
                 Entry::Governor => {
                     let rate = NonZeroU32::new(u32::try_from(rate).expect("fits")).expect("> 0");
                     let quota = Quota::per_second(rate).allow_burst(NonZeroU32::MIN);
-                    let limiter = RateLimiter::direct(quota);
+                    let limiter = governor::RateLimiter::direct(quota);
                     drive_calls(|()| limiter.until_ready(), secs, capacity).await
                 }
                 Entry::TokioStream => {

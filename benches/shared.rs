@@ -232,11 +232,11 @@ fn throttle_with(c: &mut Criterion) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Several limits at once: a grant of a MultiRateLimiter of two limits, of one, and two
+// Several limits at once: a grant of a RateLimiter of two limits, of one, and two
 // RateLimiters asked one after the other (what composing them by hand costs)
 
 fn multi(c: &mut Criterion) {
-    use paced::{Limit, MultiRateLimiter};
+    use paced::{Limit, RateLimiter};
 
     let rt = current_thread();
     let _guard = rt.enter();
@@ -248,14 +248,14 @@ fn multi(c: &mut Criterion) {
         true
     });
 
-    let one: MultiRateLimiter<1> = MultiRateLimiter::builder(["tokens"])
+    let one: RateLimiter<[u64; 1]> = RateLimiter::builder(["tokens"])
         .limit("tokens", free())
         .build()
         .unwrap();
     bench_try(&mut group, "paced/multi_one_limit", || {
         one.try_acquire([1]).is_ok()
     });
-    let two: MultiRateLimiter<2> = MultiRateLimiter::builder(["requests", "tokens"])
+    let two: RateLimiter<[u64; 2]> = RateLimiter::builder(["requests", "tokens"])
         .limit("requests", free())
         .limit("tokens", free())
         .build()

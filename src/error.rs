@@ -329,20 +329,20 @@ pub enum ConfigError {
     ZeroBatch,
     /// A `throttle_by_key` that may hold 0 items: none could ever wait for its key.
     ZeroCapacity,
-    /// A [`MultiRateLimiter`](crate::MultiRateLimiter) limit on a name that is not one of its
+    /// A [`RateLimiter`](crate::RateLimiter) limit on a name that is not one of its
     /// dimensions.
     UnknownDimension,
-    /// A [`MultiRateLimiter`](crate::MultiRateLimiter) whose dimensions have the same name
+    /// A [`RateLimiter`](crate::RateLimiter) whose dimensions have the same name
     /// twice.
     DuplicateDimension,
     /// A fixed [`Limit::window`](crate::Limit::window) of quota 0: nothing could ever pass.
     ZeroQuota,
     /// A fixed [`Limit::window`](crate::Limit::window) of length zero.
     ZeroWindow,
-    /// A [`MultiRateLimiter::set_limit`](crate::MultiRateLimiter::set_limit) at an index where
+    /// A [`RateLimiter::set_limit`](crate::RateLimiter::set_limit) at an index where
     /// there is no limit.
     NoSuchLimit,
-    /// A [`MultiRateLimiter::set_limit`](crate::MultiRateLimiter::set_limit) that would turn a
+    /// A [`RateLimiter::set_limit`](crate::RateLimiter::set_limit) that would turn a
     /// bucket into a fixed window or the reverse.
     LimitKind,
 }

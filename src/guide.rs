@@ -366,13 +366,13 @@
 //! An LLM account allows R requests per minute AND T tokens per minute (and, on low tiers,
 //! per day), and the provider refuses a call when *any* of its limits lacks room. The token
 //! cost is an estimate when the call is sent and exact only in the answer's usage. A
-//! [`MultiRateLimiter`] paces against all of it at once.
+//! [`RateLimiter`] paces against all of it at once.
 //!
 //! **The model.**
 //!
 //! - **Dimensions** are named once, in the builder: `["requests", "tokens"]`. A **cost** is one
 //!   amount per dimension, in that order: a `[u64; N]` such as `[1, estimate]`. The shape is
-//!   the type (`MultiRateLimiter<2>`); the names are checked when the limiter is built (a
+//!   the type (`RateLimiter<[u64; 2]>`); the names are checked when the limiter is built (a
 //!   limit on an unknown name is a [`ConfigError`]).
 //! - **Limits**: each dimension has any number of them (per minute AND per day), or none.
 //!   `.limit(name, limit)` adds one; its index, for `set_limit`, is the number added before
@@ -383,14 +383,14 @@
 //!   real time). A waiter that is dropped has taken nothing.
 //! - **FIFO.** One queue in front of all the limits: a dear prompt at the head is not
 //!   overtaken by cheap ones, and `try_acquire` / `acquire_timeout` never jump the queue.
-//! - **Settling.** [`acquire`](crate::MultiRateLimiter::acquire) returns a [`Permit`];
+//! - **Settling.** [`acquire`](crate::RateLimiter::acquire) returns a [`Permit`];
 //!   [`settle`](crate::Permit::settle)`([1, usage])` corrects the charge once the answer says
 //!   what the call used. A call the provider refused cost it nothing:
 //!   `settle([0, 0])` gives the whole charge back. Dropping a permit keeps its charge.
 //!
 //! ```
 //! use std::time::Duration;
-//! use paced::{Limit, MultiRateLimiter, Rate};
+//! use paced::{Limit, RateLimiter, Rate};
 //! use tokio::time::Instant;
 //!
 //! /// Your API call. Here it answers at once; the model wrote 200 tokens, and the usage
@@ -401,7 +401,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
-//! let llm: MultiRateLimiter<2> = MultiRateLimiter::builder(["requests", "tokens"])
+//! let llm: RateLimiter<[u64; 2]> = RateLimiter::builder(["requests", "tokens"])
 //!     .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
 //!     .limit("tokens", Limit::bucket(Rate::per_minute(6_000), 6_000))
 //!     .limit("requests", Limit::window(10_000, Duration::from_secs(86_400))) // from 00:00 UTC
@@ -450,14 +450,14 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use paced::{Limit, MultiRateLimiter, Rate};
+//! use paced::{Limit, RateLimiter, Rate};
 //! use tokio::time::Instant;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
 //! let day = Duration::from_secs(86_400);
 //! let midnight = Instant::now();
-//! let limiter = |limit| MultiRateLimiter::builder(["requests"]).limit("requests", limit).build();
+//! let limiter = |limit| RateLimiter::builder(["requests"]).limit("requests", limit).build();
 //! let bucket = limiter(Limit::bucket(Rate::new(100, day), 100)).unwrap();
 //! let window = limiter(Limit::window(100, day).aligned_to_instant(midnight)).unwrap();
 //! for limiter in [&bucket, &window] {
@@ -469,7 +469,7 @@
 //! # }
 //! ```
 //!
-//! **The bound**, as [`MultiRateLimiter`] states it and its tests check it: with no upward
+//! **The bound**, as [`RateLimiter`] states it and its tests check it: with no upward
 //! correction, for every bucket limit the cost charged in any span `[t, t + w]` is at most
 //! `burst + w × rate`, and for every fixed-window limit the cost charged in any `k`
 //! consecutive windows is at most `k × quota` (so at most `quota` in each window when no
@@ -496,7 +496,7 @@
 //! |---|---|---|
 //! | IETF draft, several policies | `RateLimit-Policy: "minute";q=500;w=60, "day";q=10000;w=86400` and `RateLimit: "minute";r=250;t=30, ...` | one limit per policy, `q` per `w` seconds, on the dimension its quota unit names (`qu`, requests by default). The draft does not say whether a policy refills or resets: a bucket `Limit::bucket(Rate::new(q, w), q)` if it refills, a window `Limit::window(q, w)` aligned to the reset (`now + t`) if it resets; both on the same dimension when unsure (what keeps both keeps either) |
 //! | OpenAI | `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, resets as Go durations (`6m0s`) | `"requests"`: `Limit::bucket(Rate::per_minute(limit), limit)`; `"tokens"`: the same with the tokens' limit. The headers name one limit per dimension: a daily limit of the account's tier goes in as `Limit::window(q, 86_400 s)`, from its limits page |
-//! | Anthropic | `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}`, resets in RFC 3339 | a bucket per minute for each; input and output tokens are separate limits, so three dimensions: `MultiRateLimiter<3>` over `["requests", "input-tokens", "output-tokens"]`, a cost of `[1, prompt_tokens, max_tokens]` settled to `[1, input, output]` |
+//! | Anthropic | `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}`, resets in RFC 3339 | a bucket per minute for each; input and output tokens are separate limits, so three dimensions: `RateLimiter<[u64; 3]>` over `["requests", "input-tokens", "output-tokens"]`, a cost of `[1, prompt_tokens, max_tokens]` settled to `[1, input, output]` |
 //! | GitHub | `X-RateLimit-Limit`, `-Remaining`, `-Reset` (epoch seconds), `-Used`, `-Resource` | per resource (`core`, `search`; `graphql` counts points, `Units`): `Limit::window(limit, 3_600 s).aligned_to(UNIX_EPOCH + reset)` |
 //!
 //! The announced `remaining` says where the provider stands: a limiter built fresh starts
@@ -511,7 +511,7 @@
 //! exact oracle, 5,000 prompts from 64 workers under paused time (`cargo test --test
 //! llm_provider -- --nocapture table`):
 //!
-//! | scenario (provider's limits) | requests then tokens | tokens then requests | `MultiRateLimiter<2>` |
+//! | scenario (provider's limits) | requests then tokens | tokens then requests | `RateLimiter<[u64; 2]>` |
 //! |---|---|---|---|
 //! | requests bind (30/min burst 10; 400,000 tokens/min) | 0 refused, 1.000 | 0, 1.000 | 0, 1.000 |
 //! | tokens bind (500/min burst 50; 40,000 tokens/min), usage = estimate | 0, 1.000 | 0, 1.000 | 0, 1.000 |
@@ -535,7 +535,7 @@
 //!   provider settles to the usage, the composed clients pace to estimates and take 1.16–1.54
 //!   times as long as needed.
 //!
-//! One [`MultiRateLimiter`] grants both amounts at one instant (nothing is held while
+//! One [`RateLimiter`] grants both amounts at one instant (nothing is held while
 //! waiting for the other) and settles to the usage: no refusal, and the oracle's makespan, in
 //! every scenario.
 //!
@@ -555,7 +555,7 @@
 //! nothing used in it), so memory follows the keys in use. `throttle_by_key` and
 //! `RateLimitLayer::keyed(..).cost(|req| [1, tokens])` take it as they take a
 //! [`KeyedRateLimiter`], and the keyed client layer settles each request on its key from the
-//! response in one line, as over a [`MultiRateLimiter`]:
+//! response in one line, as over a [`RateLimiter`]:
 //! `RateLimitLayer::keyed(&tenants, |req| tenant(req)).cost(|req| [1, estimate(req)])
 //! .settle(|response| [1, usage(response)])`.
 //!
@@ -980,7 +980,7 @@
 //! charges its limiter when it emits into the next, and the next can hold the item. Only the
 //! stage nearest the sink keeps its bound exactly at the sink. The other's bound is exceeded
 //! there by up to one held item per partition. Charge both limits together instead, at the
-//! instant the message is delivered: one [`MultiRateLimiter`] with a dimension per partition
+//! instant the message is delivered: one [`RateLimiter`] with a dimension per partition
 //! and one for the topic, and a cost of 1 on the message's partition and 1 on the topic. A
 //! request is granted on all its dimensions at once, or not at all.
 //!
@@ -1194,7 +1194,7 @@
 //! concurrency they may already count a request decided a moment later: `remaining` is never
 //! more than there is, and `reset` never early. Plain token buckets announce (a
 //! `RateLimiter` that is not warming up, a key of a `KeyedRateLimiter`), and so does a
-//! [`MultiRateLimiter`]: one IETF policy per limit, named after its dimension and window
+//! [`RateLimiter`]: one IETF policy per limit, named after its dimension and window
 //! (`"requests-minute";q=500;w=60, "tokens-minute";q=40000;w=60;qu="tokens"`, a repeated name
 //! taking `-2`, `-3`), with a `RateLimit` item for each (a fixed window's `t` is the time until
 //! its window ends), and the `X-RateLimit-*` trio of the limit with the fewest tokens left; a
@@ -1509,7 +1509,7 @@
 //! [`Stagger::try_set_limit`]: crate::Stagger::try_set_limit
 //! [`KeyedRateLimiter`]: crate::KeyedRateLimiter
 //! [`Adaptive`]: crate::Adaptive
-//! [`MultiRateLimiter`]: crate::MultiRateLimiter
+//! [`RateLimiter`]: crate::RateLimiter
 //! [`KeyedMultiRateLimiter`]: crate::KeyedMultiRateLimiter
 //! [`Permit`]: crate::Permit
 //! [`Limit`]: crate::Limit

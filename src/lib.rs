@@ -54,11 +54,11 @@
 //! |---|---|
 //! | [`RateLimiter`] | many tasks, with one token bucket (it can also warm up slowly, as Guava's does) |
 //! | [`Stagger`] | many tasks, to at most `k` starts in any window |
-//! | [`MultiRateLimiter`] | several limits at once, such as requests and tokens per minute and per day. [`Permit::settle`] corrects the charge once the answer gives the real cost |
+//! | [`RateLimiter`] | several limits at once, such as requests and tokens per minute and per day. [`Permit::settle`] corrects the charge once the answer gives the real cost |
 //! | [`KeyedRateLimiter`] | one bucket per key (a destination, a tenant). A key is forgotten once its bucket is full again |
 //! | [`KeyedMultiRateLimiter`] | several limits per key; [`KeyedPermit::settle`] corrects a key's charge |
 //! | [`Adaptive`] | a [`RateLimiter`] whose rate follows what the destination says: `429`s, `Retry-After`, an announced quota |
-//! | [`AdaptiveMulti`] | the same for each limit of a [`MultiRateLimiter`] |
+//! | [`AdaptiveMulti`] | the same for each limit of a [`RateLimiter`] |
 //! | [`RedisRateLimiter`] (feature `redis`) | one limit for many processes and machines, kept in Redis |
 //! | [`RedisKeyedRateLimiter`] (feature `redis`) | one limit per key, for the fleet |
 //! | [`RedisMultiRateLimiter`] (feature `redis`) | several limits at once, for the fleet |
@@ -69,7 +69,7 @@
 //! # The other names at the root
 //!
 //! - [`Rate`]: a refill rate, `tokens` every `per`, kept as an exact fraction.
-//! - [`Limit`]: one limit of a [`MultiRateLimiter`]: a token bucket or a fixed window.
+//! - [`Limit`]: one limit of a [`RateLimiter`]: a token bucket or a fixed window.
 //! - [`Shaping`] and [`Enforcing`]: the two modes of `throttle` and `throttle_with`: wait, or
 //!   refuse at once.
 //! - [`NotUntil`]: the one refusal of every limiter, stream, Sink and layer. It says when to
@@ -80,7 +80,7 @@
 //! - [`Stats`] and [`AdaptiveStats`]: a limiter's counters, and an [`Adaptive`]'s.
 //! - [`Permit`] and [`KeyedPermit`]: what a grant charged, to settle once the real cost is
 //!   known.
-//! - [`MultiRateLimiterBuilder`], [`KeyedMultiRateLimiterBuilder`] and
+//! - [`RateLimiterBuilder`], [`KeyedMultiRateLimiterBuilder`] and
 //!   [`AdaptiveMultiBuilder`]: the builders of the limiters with several limits.
 //! - [`Announced`]: one limit a response announced in its headers, for
 //!   [`Adaptive::on_quota`].
@@ -163,9 +163,9 @@ pub use error::{ConfigError, NotUntil, RateExceeded};
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-laws")))]
 pub use limiter::AdaptiveLaw;
 pub use limiter::{
-    Adaptive, AdaptiveMulti, AdaptiveMultiBuilder, AdaptiveStats, Announced, KeyedLimiter,
+    Adaptive, AdaptiveMulti, AdaptiveMultiBuilder, AdaptiveStats, Announced, Cost, KeyedLimiter,
     KeyedMultiRateLimiter, KeyedMultiRateLimiterBuilder, KeyedPermit, KeyedRateLimiter, Limit,
-    Limiter, MultiRateLimiter, MultiRateLimiterBuilder, Permit, RateLimiter, Stagger,
+    Limiter, Permit, RateLimiter, RateLimiterBuilder, Stagger,
 };
 pub use mode::{Enforcing, Shaping};
 pub use rate::Rate;

@@ -639,12 +639,12 @@ fn a_waiter_woken_by_a_rate_change_may_call_back_at_once() {
     drop(waiter);
 }
 
-// ----- AdaptiveMulti: each limit of a MultiRateLimiter learned on its own -----
+// ----- AdaptiveMulti: each limit of a RateLimiter learned on its own -----
 
 mod multi {
     use std::time::Duration;
 
-    use paced::{AdaptiveMulti, Announced, ConfigError, Limit, MultiRateLimiter, Rate};
+    use paced::{AdaptiveMulti, Announced, ConfigError, Limit, Rate, RateLimiter};
     use proptest::prelude::*;
     use tokio::time::Instant;
 
@@ -656,7 +656,7 @@ mod multi {
     /// Requests 10/s (burst 10) in [1/s, 10/s], tokens 1,000/s (burst 1,000) in
     /// [100/s, 1,000/s].
     fn llm() -> AdaptiveMulti<2> {
-        let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+        let limiter = RateLimiter::builder(["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_second(10), 10))
             .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
             .build()
@@ -747,7 +747,7 @@ mod multi {
     #[test]
     fn routes_send_announcements_elsewhere_and_unadapted_limits_stay() {
         paused(async {
-            let limiter = MultiRateLimiter::builder(["calls", "input"])
+            let limiter = RateLimiter::builder(["calls", "input"])
                 .limit("calls", Limit::bucket(Rate::per_second(10), 10))
                 .limit("calls", Limit::window(1_000, Duration::from_secs(86_400)))
                 .limit("input", Limit::bucket(Rate::per_second(1_000), 1_000))
@@ -773,7 +773,7 @@ mod multi {
 
     #[test]
     fn building_checks_the_limits_and_ranges() {
-        let limiter = MultiRateLimiter::builder(["requests"])
+        let limiter = RateLimiter::builder(["requests"])
             .limit("requests", Limit::bucket(Rate::per_second(10), 10))
             .limit("requests", Limit::window(100, Duration::from_secs(60)))
             .build()

@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use futures_util::{stream, SinkExt, StreamExt};
 use paced::{
-    Enforcing, KeyedRateLimiter, Limit, MultiRateLimiter, PaceExt, PaceSinkExt, Rate, RateLimiter,
-    Shaping, Stagger,
+    Enforcing, KeyedRateLimiter, Limit, PaceExt, PaceSinkExt, Rate, RateLimiter, Shaping, Stagger,
 };
 
 /// Grants in the loop: far more than one budget (tokio's is 128 units per poll).
@@ -54,7 +53,7 @@ async fn assert_yields(step: impl AsyncFnMut()) {
 #[tokio::test(start_paused = true)]
 async fn multi_rate_limiter_acquire_spends_the_budget() {
     let free = Limit::bucket(Rate::per_second(1_000_000_000), u64::MAX / 2);
-    let limiter: MultiRateLimiter<2> = MultiRateLimiter::builder(["requests", "tokens"])
+    let limiter: RateLimiter<[u64; 2]> = RateLimiter::builder(["requests", "tokens"])
         .limit("requests", free)
         .limit("tokens", free)
         .build()
@@ -123,7 +122,7 @@ async fn a_throttle_with_sink_spends_the_budget() {
 
 #[tokio::test(start_paused = true)]
 async fn a_throttle_with_stream_over_a_multi_rate_limiter_spends_the_budget() {
-    let llm = paced::MultiRateLimiter::builder(["requests", "tokens"])
+    let llm = paced::RateLimiter::builder(["requests", "tokens"])
         .limit(
             "tokens",
             paced::Limit::bucket(Rate::per_second(1_000_000_000), u64::MAX / 2),

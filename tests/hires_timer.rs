@@ -182,7 +182,7 @@ async fn throttle_at_10_000_per_second_burst_1_is_never_early() {
 /// everyday rate (400/s, 2.5 ms: not a whole number of ticks), and no item is early.
 #[tokio::test]
 async fn burst_1_waits_end_on_the_timer_thread_by_default_and_never_early() {
-    use paced::{KeyedRateLimiter, Limit, MultiRateLimiter, RateLimiter};
+    use paced::{KeyedRateLimiter, Limit, RateLimiter};
 
     let _serial = serial();
     let before = timer_wakeups();
@@ -226,7 +226,7 @@ async fn burst_1_waits_end_on_the_timer_thread_by_default_and_never_early() {
     assert_paced(&out, n, gap);
     assert_woke(before, open, n / 2);
     let before = open;
-    let multi = MultiRateLimiter::builder(["requests", "tokens"])
+    let multi = RateLimiter::builder(["requests", "tokens"])
         .limit("requests", Limit::bucket(rate, 1))
         .limit("tokens", Limit::bucket(Rate::per_second(400_000), 40_000))
         .build()

@@ -419,7 +419,7 @@ mod exact {
     /// quota) at `now`, as `set_limit` and `clear_limit` do: a key as new (full, nothing
     /// used, nobody waiting) is a key never seen, which starts afresh, full at its new
     /// limits; any other keeps the level of each limit that changes (`Rule::set`, as for
-    /// `MultiRateLimiter::set_limit`), and its head re-reads its deadline now.
+    /// `RateLimiter::set_limit`), and its head re-reads its deadline now.
     fn reconfigure(
         key: &mut Queue,
         was: [u64; 3],

@@ -66,21 +66,21 @@ async fn composed(prompts: &[Prompt], scenario: &Scenario, order: Order) -> Outc
 }
 
 // ---------------------------------------------------------------------------------------------
-// The multi-limit client, for the merger of `MultiRateLimiter` (notes/MULTI.md). Disabled here:
-// this branch has no `MultiRateLimiter`. To enable: delete the five `#[cfg(any())]` lines of
+// The multi-limit client, for the merger of `RateLimiter` (notes/MULTI.md). Disabled here:
+// this branch has no `RateLimiter`. To enable: delete the five `#[cfg(any())]` lines of
 // this file (this block, `measure` and `check`) and add `Client::Multi` to `CLIENTS` below.
 // `check` then asks of it no refusal in any scenario and a makespan within 1 % of the oracle's.
 // ---------------------------------------------------------------------------------------------
 async fn multi(prompts: &[Prompt], scenario: &Scenario) -> Outcome {
     use llm::Answered;
-    use paced::{Limit, MultiRateLimiter};
+    use paced::{Limit, RateLimiter};
 
-    let mut builder = MultiRateLimiter::builder(["requests", "tokens"]);
+    let mut builder = RateLimiter::builder(["requests", "tokens"]);
     for spec in &scenario.limits {
         let limit = Limit::bucket(Rate::per_minute(spec.per_minute), spec.burst);
         builder = builder.limit(spec.dimension.name(), limit);
     }
-    let llm: MultiRateLimiter<2> = builder.build().expect("a valid quota");
+    let llm: RateLimiter<[u64; 2]> = builder.build().expect("a valid quota");
     let acquire = |estimate: u64| {
         let llm = llm.clone();
         async move { llm.acquire([1, estimate]).await }
@@ -119,7 +119,7 @@ impl Client {
         match self {
             Client::RequestsThenTokens => "requests then tokens",
             Client::TokensThenRequests => "tokens then requests",
-            Client::Multi => "MultiRateLimiter<2>",
+            Client::Multi => "RateLimiter<[u64; 2]>",
         }
     }
 }

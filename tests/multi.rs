@@ -1,10 +1,10 @@
-//! `MultiRateLimiter`: several limits at once, under paused time, with exact times; and a
+//! `RateLimiter`: several limits at once, under paused time, with exact times; and a
 //! proptest against a naive model of the queue and of every limit.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use paced::{ConfigError, Limit, MultiRateLimiter, Permit, Rate};
+use paced::{ConfigError, Limit, Permit, Rate, RateLimiter};
 use tokio::time::{advance, sleep, timeout, Instant};
 
 const MS: Duration = Duration::from_millis(1);
@@ -14,8 +14,8 @@ fn ms(n: u64) -> Duration {
 }
 
 /// Requests: 1 per 100 ms (burst `requests`); tokens: 1 per 10 ms (burst 100).
-fn llm(requests: u64) -> MultiRateLimiter<2> {
-    MultiRateLimiter::builder(["requests", "tokens"])
+fn llm(requests: u64) -> RateLimiter<[u64; 2]> {
+    RateLimiter::builder(["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(10), requests))
         .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
         .build()
@@ -24,7 +24,7 @@ fn llm(requests: u64) -> MultiRateLimiter<2> {
 
 /// Spawns a task that acquires `cost` and logs `name` at its grant, as "<ms>ms:<name>".
 fn spawn_logged(
-    limiter: &MultiRateLimiter<2>,
+    limiter: &RateLimiter<[u64; 2]>,
     log: &Arc<Mutex<Vec<String>>>,
     start: Instant,
     name: &'static str,
@@ -71,7 +71,7 @@ async fn a_dear_head_is_not_overtaken_by_cheap_requests() {
 #[tokio::test(start_paused = true)]
 async fn every_wait_is_the_latest_of_the_limits_waits() {
     // Requests: 1 per 500 ms, burst 1; tokens: 1 per 10 ms, burst 100.
-    let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    let limiter = RateLimiter::builder(["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(2), 1))
         .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
         .build()
@@ -135,7 +135,7 @@ async fn a_dropped_waiter_takes_nothing() {
 
 #[tokio::test(start_paused = true)]
 async fn set_limit_keeps_the_level() {
-    let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    let limiter = RateLimiter::builder(["requests", "tokens"])
         .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
         .limit(
             "tokens",
@@ -210,7 +210,7 @@ async fn a_fixed_window_resets_at_aligned_instants() {
     let start = Instant::now();
     // Days start 6 h before the test's start.
     let midnight = start - Duration::from_secs(6 * 3_600);
-    let limiter: MultiRateLimiter<1> = MultiRateLimiter::builder(["requests"])
+    let limiter: RateLimiter<[u64; 1]> = RateLimiter::builder(["requests"])
         .limit(
             "requests",
             Limit::window(3, day).aligned_to_instant(midnight),
@@ -241,11 +241,11 @@ async fn a_bucket_of_q_per_day_lets_2q_through_in_a_day_a_window_q() {
     let day = Duration::from_secs(86_400);
     let q = 100;
     let midnight = Instant::now();
-    let bucket: MultiRateLimiter<1> = MultiRateLimiter::builder(["tokens"])
+    let bucket: RateLimiter<[u64; 1]> = RateLimiter::builder(["tokens"])
         .limit("tokens", Limit::bucket(Rate::new(q, day), q))
         .build()
         .unwrap();
-    let window: MultiRateLimiter<1> = MultiRateLimiter::builder(["tokens"])
+    let window: RateLimiter<[u64; 1]> = RateLimiter::builder(["tokens"])
         .limit("tokens", Limit::window(q, day).aligned_to_instant(midnight))
         .build()
         .unwrap();
@@ -281,17 +281,17 @@ fn handles_and_futures_cross_threads() {
 
 #[tokio::test(start_paused = true)]
 async fn names_are_checked() {
-    let unknown = MultiRateLimiter::builder(["requests", "tokens"])
+    let unknown = RateLimiter::builder(["requests", "tokens"])
         .limit("token", Limit::bucket(Rate::per_second(1), 1))
         .build();
     assert_eq!(unknown.err(), Some(ConfigError::UnknownDimension));
-    let twice = MultiRateLimiter::builder(["a", "a"]).build();
+    let twice = RateLimiter::builder(["a", "a"]).build();
     assert_eq!(twice.err(), Some(ConfigError::DuplicateDimension));
-    let zero = MultiRateLimiter::builder(["a"])
+    let zero = RateLimiter::builder(["a"])
         .limit("a", Limit::window(0, MS))
         .build();
     assert_eq!(zero.err(), Some(ConfigError::ZeroQuota));
-    let zero = MultiRateLimiter::builder(["a"])
+    let zero = RateLimiter::builder(["a"])
         .limit("a", Limit::window(1, Duration::ZERO))
         .build();
     assert_eq!(zero.err(), Some(ConfigError::ZeroWindow));
@@ -318,7 +318,7 @@ mod model;
 
 mod exact {
 
-    use paced::{Limit, MultiRateLimiter, Permit, Rate};
+    use paced::{Limit, Permit, Rate, RateLimiter};
     use proptest::prelude::*;
     use tokio::sync::mpsc;
     use tokio::time::{sleep, Instant};
@@ -401,7 +401,7 @@ mod exact {
         ops: Vec<Op>,
     ) -> Result<(), TestCaseError> {
         let start = Instant::now();
-        let limiter: MultiRateLimiter<2> = MultiRateLimiter::builder(["requests", "tokens"])
+        let limiter: RateLimiter<[u64; 2]> = RateLimiter::builder(["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::new(1, ms(per_r)), burst_r))
             .limit("tokens", Limit::bucket(Rate::new(1, ms(per_t)), burst_t))
             .limit(

@@ -881,8 +881,8 @@ fn recording_sink<T>(
 }
 
 /// 2 requests per second (bursts of 2), 1,000 tokens per second (bursts of 1,000).
-fn llm() -> paced::MultiRateLimiter<2> {
-    paced::MultiRateLimiter::builder(["requests", "tokens"])
+fn llm() -> paced::RateLimiter<[u64; 2]> {
+    paced::RateLimiter::builder(["requests", "tokens"])
         .limit("requests", paced::Limit::bucket(Rate::per_second(2), 2))
         .limit(
             "tokens",
@@ -945,7 +945,7 @@ proptest! {
     ) {
         let tokens: Vec<u64> = tokens.iter().map(|t| t * tok_burst / 100).collect();
         let sent = paused(async {
-            let llm = paced::MultiRateLimiter::builder(["requests", "tokens"])
+            let llm = paced::RateLimiter::builder(["requests", "tokens"])
                 .limit("requests", paced::Limit::bucket(Rate::per_second(req_rate), req_burst))
                 .limit("tokens", paced::Limit::bucket(Rate::per_second(tok_rate), tok_burst))
                 .build()

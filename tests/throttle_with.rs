@@ -1,4 +1,4 @@
-//! `throttle_with` over a `MultiRateLimiter`: a stream of LLM requests, each costing one request
+//! `throttle_with` over a `RateLimiter`: a stream of LLM requests, each costing one request
 //! and its estimated tokens, keeps every limit's bound and its order, under paused time.
 
 mod common;
@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use common::{collect_timed, paused, tick_ceil, timeline, within_an_hour, NaiveBucket, MS};
 use futures_util::{stream, StreamExt};
-use paced::{Enforcing, Limit, Limiter, MultiRateLimiter, PaceExt, Rate, RateLimiter, Shaping};
+use paced::{Enforcing, Limit, Limiter, PaceExt, Rate, RateLimiter, Shaping};
 use proptest::prelude::*;
 use tokio::time::Instant;
 use tokio_test::{assert_pending, task};
 
 /// 2 requests per second (bursts of 2) and 1,000 tokens per second (bursts of 1,000).
-fn llm() -> MultiRateLimiter<2> {
-    MultiRateLimiter::builder(["requests", "tokens"])
+fn llm() -> RateLimiter<[u64; 2]> {
+    RateLimiter::builder(["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(2), 2))
         .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
         .build()
@@ -154,7 +154,7 @@ proptest! {
     ) {
         let tokens: Vec<u64> = tokens.iter().map(|t| t * tok_burst / 100).collect();
         let sent = paused(async {
-            let llm = MultiRateLimiter::builder(["requests", "tokens"])
+            let llm = RateLimiter::builder(["requests", "tokens"])
                 .limit("requests", Limit::bucket(Rate::per_second(req_rate), req_burst))
                 .limit("tokens", Limit::bucket(Rate::per_second(tok_rate), tok_burst))
                 .build()

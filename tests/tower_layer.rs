@@ -12,9 +12,7 @@ use std::time::Duration;
 
 use common::{nanos_since, paused, within_an_hour, NaiveBucket, MS};
 use paced::tower::{RateLimitLayer, RateLimited};
-use paced::{
-    KeyedMultiRateLimiter, KeyedRateLimiter, Limit, MultiRateLimiter, Rate, RateLimiter, Stagger,
-};
+use paced::{KeyedMultiRateLimiter, KeyedRateLimiter, Limit, Rate, RateLimiter, Stagger};
 use proptest::prelude::*;
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_test::{assert_pending, assert_ready_ok, task};
@@ -267,7 +265,7 @@ async fn enforcing_refuses_at_once_what_does_not_conform() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A MultiRateLimiter: requests AND tokens, estimated at the call, settled from the answer
+// A RateLimiter: requests AND tokens, estimated at the call, settled from the answer
 
 /// A request to a model: its id, its estimated tokens, the tokens its answer will report, and
 /// how long the model takes to answer.
@@ -319,8 +317,8 @@ fn model(
 }
 
 /// 10 requests per second (bursts of 10), 100 tokens per second (bursts of 1,000).
-fn llm() -> MultiRateLimiter<2> {
-    MultiRateLimiter::builder(["requests", "tokens"])
+fn llm() -> RateLimiter<[u64; 2]> {
+    RateLimiter::builder(["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(10), 10))
         .limit("tokens", Limit::bucket(Rate::per_second(100), 1_000))
         .build()
@@ -331,7 +329,7 @@ fn llm() -> MultiRateLimiter<2> {
 async fn a_multi_limit_layer_waits_for_every_limit_in_arrival_order() {
     let start = Instant::now();
     let log = Log::default();
-    let llm = MultiRateLimiter::builder(["requests", "tokens"])
+    let llm = RateLimiter::builder(["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(2), 2))
         .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
         .build()

@@ -1,5 +1,5 @@
 //! An ETL stage that sends prompts to an LLM API limited per minute AND per day, on requests
-//! AND tokens, paced by one `MultiRateLimiter<2>` and never refused.
+//! AND tokens, paced by one `RateLimiter<[u64; 2]>` and never refused.
 //!
 //! The example starts its own OpenAI-style server on 127.0.0.1 (axum, in process). The server
 //! enforces four limits exactly, refusing a call with 429 when any of them lacks room:
@@ -48,7 +48,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use paced::{Limit, MultiRateLimiter, Rate};
+use paced::{Limit, Rate, RateLimiter};
 use tokio::time::Instant;
 
 /// A scaled minute, in real time.
@@ -98,7 +98,7 @@ async fn main() {
     // aligned to the same midnight (`aligned_to` a `SystemTime` in production; the default,
     // the Unix epoch, puts a day's boundary at midnight UTC).
     let margin = |limit: u64| limit - limit * MARGIN_PERMILLE / 1_000;
-    let llm: MultiRateLimiter<2> = MultiRateLimiter::builder(["requests", "tokens"])
+    let llm: RateLimiter<[u64; 2]> = RateLimiter::builder(["requests", "tokens"])
         .limit(
             "requests",
             Limit::bucket(

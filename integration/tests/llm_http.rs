@@ -12,7 +12,7 @@ mod llm_http;
 
 use std::time::Duration;
 
-use paced::{Limit, MultiRateLimiter, Rate, RateLimiter};
+use paced::{Limit, Rate, RateLimiter};
 use proptest::prelude::*;
 
 use llm::{
@@ -30,7 +30,7 @@ const WITHIN: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The clients compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Client {
-    /// One `MultiRateLimiter<2>` (requests, tokens): acquires `[1, estimate]`, settles
+    /// One `RateLimiter<[u64; 2]>` (requests, tokens): acquires `[1, estimate]`, settles
     /// `[1, usage]` from the answer (`[0, 0]` on a 429).
     Multi,
     /// Two `RateLimiter`s, awaited requests first: cannot settle.
@@ -42,7 +42,7 @@ enum Client {
 impl Client {
     fn name(self) -> &'static str {
         match self {
-            Client::Multi => "MultiRateLimiter<2>",
+            Client::Multi => "RateLimiter<[u64; 2]>",
             Client::RequestsThenTokens => "requests then tokens",
             Client::TokensThenRequests => "tokens then requests",
         }
@@ -57,8 +57,8 @@ enum Wire {
     InProcess,
 }
 
-fn multi_limiter(scenario: &Scenario) -> MultiRateLimiter<2> {
-    let mut builder = MultiRateLimiter::builder(["requests", "tokens"]);
+fn multi_limiter(scenario: &Scenario) -> RateLimiter<[u64; 2]> {
+    let mut builder = RateLimiter::builder(["requests", "tokens"]);
     for spec in &scenario.limits {
         let limit = Limit::bucket(Rate::per_minute(spec.per_minute), spec.burst);
         builder = builder.limit(spec.dimension.name(), limit);

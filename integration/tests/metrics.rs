@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use metrics_util::registry::{AtomicStorage, Registry};
-use paced::{Adaptive, KeyedRateLimiter, Limit, MultiRateLimiter, Rate, RateLimiter, Stagger};
+use paced::{Adaptive, KeyedRateLimiter, Limit, Rate, RateLimiter, Stagger};
 use tokio::time::{sleep, timeout, Instant};
 
 /// A recorder whose values are read without being reset (the debugging recorder's snapshot
@@ -410,7 +410,7 @@ async fn adaptive_rate_gauge_follows_every_report() {
 async fn a_multi_limiter_records_as_a_rate_limiter_does_and_the_last_name_wins() {
     let recorder = Reader(Arc::new(Registry::atomic()));
     let _guard = metrics::set_default_local_recorder(&recorder);
-    let limiter: MultiRateLimiter<2> = MultiRateLimiter::builder(["requests", "tokens"])
+    let limiter: RateLimiter<[u64; 2]> = RateLimiter::builder(["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(10), 2))
         .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
         .build()
@@ -455,7 +455,7 @@ async fn a_multi_limiter_records_as_a_rate_limiter_does_and_the_last_name_wins()
 /// limit, told apart by the label `limit` (the limit's index).
 #[tokio::test(start_paused = true)]
 async fn adaptive_multi_rate_and_decreases_per_limit() {
-    use paced::{AdaptiveMulti, Limit, MultiRateLimiter};
+    use paced::{AdaptiveMulti, Limit, RateLimiter};
 
     let recorder = Reader(Arc::new(Registry::atomic()));
     let _guard = metrics::set_default_local_recorder(&recorder);
@@ -483,7 +483,7 @@ async fn adaptive_multi_rate_and_decreases_per_limit() {
             .map(|(_, c)| c.load(std::sync::atomic::Ordering::SeqCst))
             .unwrap()
     };
-    let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    let limiter = RateLimiter::builder(["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(10), 10))
         .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
         .build()

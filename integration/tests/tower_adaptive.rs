@@ -610,7 +610,7 @@ mod multi {
 
     use http::Response;
     use paced::tower::AdaptiveLayer;
-    use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
+    use paced::{AdaptiveMulti, Limit, Rate, RateLimiter};
     use tower::{ServiceBuilder, ServiceExt};
 
     use super::provider::per_second;
@@ -631,7 +631,7 @@ mod multi {
 
     #[tokio::test(start_paused = true)]
     async fn openai_headers_set_requests_and_tokens_and_a_429_for_tokens_lowers_tokens_only() {
-        let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+        let limiter = RateLimiter::builder(["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_second(10), 10))
             .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
             .build()
@@ -712,7 +712,7 @@ mod multi {
 
     #[tokio::test(start_paused = true)]
     async fn anthropic_headers_set_each_limit_and_a_429_for_requests_lowers_requests_only() {
-        let limiter = MultiRateLimiter::builder(["requests", "input", "output"])
+        let limiter = RateLimiter::builder(["requests", "input", "output"])
             .limit("requests", Limit::bucket(Rate::per_second(10), 10))
             .limit("input", Limit::bucket(Rate::per_second(2_000), 2_000))
             .limit("output", Limit::bucket(Rate::per_second(1_000), 1_000))

@@ -17,7 +17,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use paced::tower::{limits_from_headers, Dimension, QuotaHeaders, RateLimitLayer};
-use paced::{KeyedMultiRateLimiter, KeyedRateLimiter, Limit, MultiRateLimiter, Rate, RateLimiter};
+use paced::{KeyedMultiRateLimiter, KeyedRateLimiter, Limit, Rate, RateLimiter};
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
@@ -315,7 +315,7 @@ async fn a_keyed_multi_limit_server_announces_every_limit_of_the_requests_key() 
 async fn a_multi_limit_server_announces_every_limit_and_the_client_reads_them_back() {
     // 5 requests a minute (one every 12 s), 1,000 tokens a minute (one every 60 ms) and 3,000
     // a day (midnight UTC to midnight): nothing refills noticeably while the test runs.
-    let quota = MultiRateLimiter::builder(["requests", "tokens"])
+    let quota = RateLimiter::builder(["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_minute(5), 5))
         .limit("tokens", Limit::bucket(Rate::per_minute(1_000), 1_000))
         .limit("tokens", Limit::window(3_000, Duration::from_secs(86_400)))
@@ -526,14 +526,14 @@ mod paused {
     }
 }
 
-/// A server over a `MultiRateLimiter` (a bucket of requests and a fixed window of tokens),
+/// A server over a `RateLimiter` (a bucket of requests and a fixed window of tokens),
 /// on paused time, against an exact model of both.
 mod paused_multi {
     use std::convert::Infallible;
     use std::time::Duration;
 
     use paced::tower::{QuotaHeaders, RateLimitLayer};
-    use paced::{Limit, MultiRateLimiter, Rate};
+    use paced::{Limit, Rate, RateLimiter};
     use proptest::prelude::*;
     use tower::{service_fn, Layer, ServiceExt};
 
@@ -574,7 +574,7 @@ mod paused_multi {
             rt.block_on(async {
                 let per = Duration::from_millis(per_ms);
                 let len = u128::from(len_ms) * 1_000_000;
-                let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+                let limiter = RateLimiter::builder(["requests", "tokens"])
                     .limit("requests", Limit::bucket(Rate::new(tokens, per), burst))
                     .limit(
                         "tokens",

@@ -20,7 +20,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use paced::tower::{BoxError, RateLimitLayer, RateLimited};
-use paced::{KeyedMultiRateLimiter, KeyedRateLimiter, Limit, MultiRateLimiter, Rate, RateLimiter};
+use paced::{KeyedMultiRateLimiter, KeyedRateLimiter, Limit, Rate, RateLimiter};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
@@ -293,7 +293,7 @@ async fn an_llm_client_settles_each_call_from_the_usage_the_server_reports() {
     let addr = serve(app).await;
 
     // 1,000 tokens and 10 requests at once, refilled so slowly that the test sees no refill.
-    let llm = MultiRateLimiter::builder(["requests", "tokens"])
+    let llm = RateLimiter::builder(["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_hour(1), 10))
         .limit("tokens", Limit::bucket(Rate::per_hour(1), 1_000))
         .build()
@@ -392,7 +392,7 @@ async fn a_keyed_llm_client_settles_each_tenants_calls_from_the_usage_the_server
 async fn an_llm_server_enforces_requests_and_tokens_per_client_estimate() {
     // The server charges each call its announced estimate on both limits: a request and its
     // tokens; the third call finds the tokens short and is answered 429.
-    let llm = MultiRateLimiter::builder(["requests", "tokens"])
+    let llm = RateLimiter::builder(["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_hour(1), 10))
         .limit("tokens", Limit::bucket(Rate::per_hour(1), 1_000))
         .build()

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::join_all;
 use futures_util::StreamExt;
-use paced::{KeyedLimiter, Limit, MultiRateLimiter, PaceExt};
+use paced::{KeyedLimiter, Limit, PaceExt, RateLimiter};
 use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
@@ -175,7 +175,7 @@ pub fn produce(brokers: &str, topic: &str, partition: i32, count: usize) {
 }
 
 /// The limits of one consumer over `N - 1` partitions: a bucket per partition and one for the
-/// whole topic, as the dimensions of one [`MultiRateLimiter`]. Partition `p` is dimension `p`;
+/// whole topic, as the dimensions of one [`RateLimiter`]. Partition `p` is dimension `p`;
 /// the topic is the last.
 ///
 /// A message is charged on both at one instant, the instant it is delivered. Two chained
@@ -185,7 +185,7 @@ pub fn produce(brokers: &str, topic: &str, partition: i32, count: usize) {
 /// is exceeded there by up to one held item per partition.
 #[derive(Clone, Debug)]
 pub struct Limits<const N: usize> {
-    limiter: MultiRateLimiter<N>,
+    limiter: RateLimiter<[u64; N]>,
 }
 
 impl<const N: usize> Limits<N> {
@@ -204,7 +204,7 @@ impl<const N: usize> Limits<N> {
                 format!("partition {d}")
             }
         });
-        let mut builder = MultiRateLimiter::builder(std::array::from_fn(|d| names[d].as_str()));
+        let mut builder = RateLimiter::builder(std::array::from_fn(|d| names[d].as_str()));
         for name in &names[..N - 1] {
             builder = builder.limit(name, per_partition);
         }

@@ -57,7 +57,7 @@ pub(crate) struct Tagged {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Limits<const N: usize> {
     limits: Vec<Tagged>,
-    /// Nothing is granted before this time (`MultiRateLimiter::pause_for`).
+    /// Nothing is granted before this time (`RateLimiter::pause_for`).
     paused_until: Nanos,
 }
 

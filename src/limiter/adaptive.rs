@@ -555,7 +555,7 @@ impl Adaptive {
     #[must_use]
     pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
         let name = name.as_ref();
-        self.inner.limiter.shared.set_metrics(name);
+        self.inner.limiter.inner.shared.set_metrics(name);
         let metrics = crate::instrument::AdaptiveMetrics::new(name);
         let st = self.inner.lock();
         metrics.rate.set(per_second(st.rate()));

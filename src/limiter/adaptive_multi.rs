@@ -1,4 +1,4 @@
-//! `AdaptiveMulti`: an [`Adaptive`](crate::Adaptive) for a [`MultiRateLimiter`]: one control
+//! `AdaptiveMulti`: an [`Adaptive`](crate::Adaptive) for a [`RateLimiter`]: one control
 //! law per adapted limit (the same clock-free law, `core::adaptive_law`), each learning its own
 //! limit from the refusals and announcements that concern it.
 
@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::adaptive::{AdaptiveStats, Wakes};
-use super::multi::{MultiRateLimiter, Permit};
+use super::multi::Permit;
+use super::RateLimiter;
 #[cfg(feature = "metrics")]
 use crate::core::adaptive_law::per_second;
 use crate::core::adaptive_law::{AdaptiveLaw, Announced, Controller, Limited, QUOTA_MAX_PAUSE};
@@ -16,15 +17,15 @@ use crate::error::{ConfigError, NotUntil};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex, MutexGuard};
 
-/// Learns each token-bucket limit of a [`MultiRateLimiter`] on its own, from the destination's
+/// Learns each token-bucket limit of a [`RateLimiter`] on its own, from the destination's
 /// refusals and announcements, and keeps each at the rate found, within its own `[min, max]`.
 ///
 /// Each adapted limit (chosen by its index, as
-/// [`set_limit`](MultiRateLimiter::set_limit) numbers them) has a control law of its own, the
+/// [`set_limit`](RateLimiter::set_limit) numbers them) has a control law of its own, the
 /// one [`Adaptive`](crate::Adaptive) describes: a refusal lowers it to 80 % of the rate
 /// measured (once per overload), successes probe it back up along a cubic curve, and an
 /// announced quota sets it and holds it there. The rates are set with
-/// [`set_limit`](MultiRateLimiter::set_limit): each bucket keeps its level and its burst.
+/// [`set_limit`](RateLimiter::set_limit): each bucket keeps its level and its burst.
 /// Fixed windows cannot be adapted (their quota is the provider's contract, not a rate).
 ///
 /// - [`on_success`](AdaptiveMulti::on_success): every adapted limit probes up.
@@ -43,18 +44,18 @@ use crate::sync::{lock, Mutex, MutexGuard};
 ///   [`AdaptiveMultiBuilder::route`] sends a name elsewhere (an IETF policy `"minute"`, a
 ///   dimension called otherwise).
 ///
-/// A `Retry-After` pauses the whole limiter ([`MultiRateLimiter::pause_for`]): a call needs
+/// A `Retry-After` pauses the whole limiter ([`RateLimiter::pause_for`]): a call needs
 /// every limit. Cloning is cheap (an `Arc`); every clone is the same controller.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use paced::{AdaptiveMulti, Announced, Limit, MultiRateLimiter, Rate};
+/// use paced::{AdaptiveMulti, Announced, Limit, RateLimiter, Rate};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
-/// let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+/// let limiter = RateLimiter::builder(["requests", "tokens"])
 ///     .limit("requests", Limit::bucket(Rate::per_second(10), 10)) // index 0
 ///     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)) // index 1
 ///     .build()
@@ -87,7 +88,7 @@ impl<const N: usize> Clone for AdaptiveMulti<N> {
 }
 
 struct Inner<const N: usize> {
-    limiter: MultiRateLimiter<N>,
+    limiter: RateLimiter<[u64; N]>,
     origin: Instant,
     /// Announced names sent to other limits than their dimension's: (name, limit index).
     routes: Vec<(String, usize)>,
@@ -110,9 +111,9 @@ struct Adapted {
 /// # Examples
 ///
 /// ```
-/// use paced::{AdaptiveMulti, ConfigError, Limit, MultiRateLimiter, Rate};
+/// use paced::{AdaptiveMulti, ConfigError, Limit, RateLimiter, Rate};
 ///
-/// let limiter = MultiRateLimiter::builder(["requests"])
+/// let limiter = RateLimiter::builder(["requests"])
 ///     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
 ///     .build()
 ///     .unwrap();
@@ -122,7 +123,7 @@ struct Adapted {
 #[derive(Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct AdaptiveMultiBuilder<const N: usize> {
-    limiter: MultiRateLimiter<N>,
+    limiter: RateLimiter<[u64; N]>,
     adapted: Vec<(usize, Rate, Rate)>,
     routes: Vec<(String, usize)>,
 }
@@ -134,9 +135,9 @@ impl<const N: usize> AdaptiveMultiBuilder<N> {
     /// # Examples
     ///
     /// ```
-    /// use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
+    /// use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
     ///
-    /// let limiter = MultiRateLimiter::builder(["requests"])
+    /// let limiter = RateLimiter::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(50), 10))
     ///     .build()
     ///     .unwrap();
@@ -160,9 +161,9 @@ impl<const N: usize> AdaptiveMultiBuilder<N> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{AdaptiveMulti, Announced, Limit, MultiRateLimiter, Rate};
+    /// use paced::{AdaptiveMulti, Announced, Limit, RateLimiter, Rate};
     ///
-    /// let limiter = MultiRateLimiter::builder(["calls"])
+    /// let limiter = RateLimiter::builder(["calls"])
     ///     .limit("calls", Limit::bucket(Rate::per_second(10), 10))
     ///     .build()
     ///     .unwrap();
@@ -191,9 +192,9 @@ impl<const N: usize> AdaptiveMultiBuilder<N> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{AdaptiveMulti, ConfigError, Limit, MultiRateLimiter, Rate};
+    /// use paced::{AdaptiveMulti, ConfigError, Limit, RateLimiter, Rate};
     ///
-    /// let limiter = MultiRateLimiter::builder(["requests"])
+    /// let limiter = RateLimiter::builder(["requests"])
     ///     .limit("requests", Limit::window(100, Duration::from_secs(60)))
     ///     .build()
     ///     .unwrap();
@@ -255,9 +256,9 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
+    /// use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
     ///
-    /// let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// let limiter = RateLimiter::builder(["requests", "tokens"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     ///     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
     ///     .build()
@@ -268,7 +269,7 @@ impl<const N: usize> AdaptiveMulti<N> {
     ///     .unwrap();
     /// assert_eq!(adaptive.rate(0), None); // not adapted
     /// ```
-    pub fn builder(limiter: MultiRateLimiter<N>) -> AdaptiveMultiBuilder<N> {
+    pub fn builder(limiter: RateLimiter<[u64; N]>) -> AdaptiveMultiBuilder<N> {
         AdaptiveMultiBuilder {
             limiter,
             adapted: Vec::new(),
@@ -282,8 +283,8 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
-    /// # let limiter = MultiRateLimiter::builder(["requests"])
+    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # let limiter = RateLimiter::builder(["requests"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10)).build().unwrap();
     /// let adaptive = AdaptiveMulti::builder(limiter)
     ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
@@ -304,8 +305,8 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
-    /// # let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # let limiter = RateLimiter::builder(["requests", "tokens"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
     /// let adaptive = AdaptiveMulti::builder(limiter)
@@ -328,8 +329,8 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
-    /// # let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # let limiter = RateLimiter::builder(["requests", "tokens"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
     /// let adaptive = AdaptiveMulti::builder(limiter)
@@ -356,8 +357,8 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
-    /// # let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # let limiter = RateLimiter::builder(["requests", "tokens"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
     /// let adaptive = AdaptiveMulti::builder(limiter)
@@ -386,11 +387,11 @@ impl<const N: usize> AdaptiveMulti<N> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{AdaptiveMulti, Announced, Limit, MultiRateLimiter, Rate};
+    /// use paced::{AdaptiveMulti, Announced, Limit, RateLimiter, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// # let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// # let limiter = RateLimiter::builder(["requests", "tokens"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
     /// let adaptive = AdaptiveMulti::builder(limiter)
@@ -424,11 +425,11 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// ```
     /// use std::time::Duration;
     /// use paced::tower::{AnnouncedLimit, Dimension};
-    /// use paced::{AdaptiveMulti, Announced, Limit, MultiRateLimiter, Rate};
+    /// use paced::{AdaptiveMulti, Announced, Limit, RateLimiter, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// # let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// # let limiter = RateLimiter::builder(["requests", "tokens"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
     /// let adaptive = AdaptiveMulti::builder(limiter)
@@ -469,11 +470,11 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// ```
     /// use std::time::Duration;
     /// use paced::tower::{AnnouncedLimit, Dimension};
-    /// use paced::{AdaptiveMulti, Announced, Limit, MultiRateLimiter, Rate};
+    /// use paced::{AdaptiveMulti, Announced, Limit, RateLimiter, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// # let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// # let limiter = RateLimiter::builder(["requests", "tokens"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
     /// let adaptive = AdaptiveMulti::builder(limiter)
@@ -526,8 +527,8 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
-    /// # let limiter = MultiRateLimiter::builder(["requests"])
+    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # let limiter = RateLimiter::builder(["requests"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10)).build().unwrap();
     /// let adaptive = AdaptiveMulti::builder(limiter)
     ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
@@ -550,8 +551,8 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
-    /// # let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # let limiter = RateLimiter::builder(["requests", "tokens"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
     /// let adaptive = AdaptiveMulti::builder(limiter)
@@ -585,26 +586,26 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
-    /// # let limiter = MultiRateLimiter::builder(["requests"])
+    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # let limiter = RateLimiter::builder(["requests"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10)).build().unwrap();
     /// let adaptive = AdaptiveMulti::builder(limiter).build().unwrap();
     /// assert_eq!(adaptive.limiter().available(), [10]);
     /// ```
     #[must_use]
-    pub fn limiter(&self) -> &MultiRateLimiter<N> {
+    pub fn limiter(&self) -> &RateLimiter<[u64; N]> {
         &self.inner.limiter
     }
 
-    /// Waits until `cost` is granted: [`MultiRateLimiter::acquire`] on the limiter.
+    /// Waits until `cost` is granted: [`RateLimiter::acquire`] on the limiter.
     ///
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
+    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// # let limiter = MultiRateLimiter::builder(["requests"])
+    /// # let limiter = RateLimiter::builder(["requests"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10)).build().unwrap();
     /// let adaptive = AdaptiveMulti::builder(limiter).build().unwrap();
     /// let permit = adaptive.acquire([1]).await;
@@ -616,19 +617,19 @@ impl<const N: usize> AdaptiveMulti<N> {
     }
 
     /// Takes `cost` now if every limit has room and nobody waits:
-    /// [`MultiRateLimiter::try_acquire`] on the limiter.
+    /// [`RateLimiter::try_acquire`] on the limiter.
     ///
     /// # Errors
     ///
-    /// [`NotUntil`], as [`MultiRateLimiter::try_acquire`] says.
+    /// [`NotUntil`], as [`RateLimiter::try_acquire`] says.
     ///
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
+    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// # let limiter = MultiRateLimiter::builder(["requests"])
+    /// # let limiter = RateLimiter::builder(["requests"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 1)).build().unwrap();
     /// let adaptive = AdaptiveMulti::builder(limiter).build().unwrap();
     /// assert!(adaptive.try_acquire([1]).is_ok());
@@ -640,7 +641,7 @@ impl<const N: usize> AdaptiveMulti<N> {
     }
 
     /// Waits for `cost` only if it can be had within `timeout`:
-    /// [`MultiRateLimiter::acquire_timeout`] on the limiter.
+    /// [`RateLimiter::acquire_timeout`] on the limiter.
     ///
     /// # Errors
     ///
@@ -650,10 +651,10 @@ impl<const N: usize> AdaptiveMulti<N> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// # use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
+    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// # let limiter = MultiRateLimiter::builder(["requests"])
+    /// # let limiter = RateLimiter::builder(["requests"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 1)).build().unwrap();
     /// let adaptive = AdaptiveMulti::builder(limiter).build().unwrap();
     /// adaptive.acquire([1]).await;
@@ -669,13 +670,13 @@ impl<const N: usize> AdaptiveMulti<N> {
         self.inner.limiter.acquire_timeout(cost, timeout).await
     }
 
-    /// Per dimension, what could be taken now: [`MultiRateLimiter::available`].
+    /// Per dimension, what could be taken now: [`RateLimiter::available`].
     ///
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
-    /// # let limiter = MultiRateLimiter::builder(["requests"])
+    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # let limiter = RateLimiter::builder(["requests"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 3)).build().unwrap();
     /// let adaptive = AdaptiveMulti::builder(limiter).build().unwrap();
     /// assert_eq!(adaptive.available(), [3]);
@@ -690,14 +691,14 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// [`Adaptive::with_metrics`](crate::Adaptive::with_metrics) (`paced_adaptive_rate`, the
     /// limit's rate in its units per second, and `paced_adaptive_decreases_total`) with the
     /// labels `limiter = name` and `limit = index` (the limit's index, `"0"`, `"1"`, ...);
-    /// and the limiter's own ([`MultiRateLimiter::with_metrics`]), labelled `limiter = name`.
+    /// and the limiter's own ([`RateLimiter::with_metrics`]), labelled `limiter = name`.
     /// Named twice, the last name given wins.
     ///
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
-    /// # let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # let limiter = RateLimiter::builder(["requests", "tokens"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
     /// let adaptive = AdaptiveMulti::builder(limiter)
@@ -833,7 +834,7 @@ impl<const N: usize> Inner<N> {
 
 /// One limit of the limiter as its law sees it.
 struct Bound<'a, const N: usize> {
-    limiter: &'a MultiRateLimiter<N>,
+    limiter: &'a RateLimiter<[u64; N]>,
     index: usize,
     wakes: &'a mut Wakes,
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::multi::{Limit, MultiRateLimiterBuilder};
+use super::multi::{Limit, RateLimiterBuilder};
 use crate::core::{Limits, Nanos};
 use crate::engine::keyed::{KeyHandle, KeyOwned, KeyRef, KeyedShared};
 use crate::engine::Acquire;
@@ -24,7 +24,7 @@ use crate::stats::Stats;
 type Table<K, S, const N: usize> = KeyedShared<K, S, Limits<N>>;
 
 /// Builds a [`KeyedMultiRateLimiter`]: the dimensions' names, then the limits every key has,
-/// as [`MultiRateLimiter::builder`](crate::MultiRateLimiter::builder) does for one quota.
+/// as [`RateLimiter::builder`](crate::RateLimiter::builder) does for one quota.
 ///
 /// # Examples
 ///
@@ -41,7 +41,7 @@ type Table<K, S, const N: usize> = KeyedShared<K, S, Limits<N>>;
 /// ```
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct KeyedMultiRateLimiterBuilder<K, const N: usize, S = RandomState> {
-    limits: MultiRateLimiterBuilder<N>,
+    limits: RateLimiterBuilder<N>,
     hasher: S,
     key: PhantomData<fn() -> K>,
 }
@@ -108,7 +108,7 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiterBuilder<K, N, S> {
     ///
     /// # Errors
     ///
-    /// As [`MultiRateLimiterBuilder::build`]: [`ConfigError::DuplicateDimension`],
+    /// As [`RateLimiterBuilder::build`]: [`ConfigError::DuplicateDimension`],
     /// [`ConfigError::UnknownDimension`], [`ConfigError::ZeroBurst`],
     /// [`ConfigError::ZeroQuota`] or [`ConfigError::ZeroWindow`].
     ///
@@ -134,7 +134,7 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiterBuilder<K, N, S> {
 }
 
 /// Several limits per key, shared by handle: each tenant's requests per minute AND tokens per
-/// minute (and per day), with the semantics of [`MultiRateLimiter`] key by key.
+/// minute (and per day), with the semantics of [`RateLimiter`] key by key.
 ///
 /// A cost is one amount per dimension (`[u64; N]`, in the order the dimensions were named).
 /// Every key has its own copy of the limits (the builder's, or its own set with
@@ -145,7 +145,7 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiterBuilder<K, N, S> {
 /// [`try_acquire`](KeyedMultiRateLimiter::try_acquire) charges nothing when any limit
 /// refuses. [`acquire`](KeyedMultiRateLimiter::acquire) returns a [`KeyedPermit`] whose
 /// [`settle`](KeyedPermit::settle) corrects an estimate once the answer is known, as
-/// [`Permit::settle`](crate::Permit::settle) does. The bound of [`MultiRateLimiter`] holds
+/// [`Permit::settle`](crate::Permit::settle) does. The bound of [`RateLimiter`] holds
 /// for each key's limits.
 ///
 /// **Memory follows the keys in use**, as for [`KeyedRateLimiter`]: a key is forgotten,
@@ -159,7 +159,7 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiterBuilder<K, N, S> {
 /// Cloning is cheap (an `Arc`); every clone is the same limiter. Building one needs no
 /// runtime; waiting needs tokio's timer, and under paused time the schedule is exact.
 ///
-/// [`MultiRateLimiter`]: crate::MultiRateLimiter
+/// [`RateLimiter`]: crate::RateLimiter
 /// [`KeyedRateLimiter`]: crate::KeyedRateLimiter
 ///
 /// # Examples
@@ -231,7 +231,7 @@ impl<K, const N: usize> KeyedMultiRateLimiter<K, N> {
     /// ```
     pub fn builder(names: [&str; N]) -> KeyedMultiRateLimiterBuilder<K, N> {
         KeyedMultiRateLimiterBuilder {
-            limits: crate::MultiRateLimiter::builder(names),
+            limits: crate::RateLimiter::builder(names),
             hasher: RandomState::new(),
             key: PhantomData,
         }
@@ -242,7 +242,7 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
     /// Waits until `cost` of `key` is granted, behind the key's earlier waiters only, and
     /// charges every one of the key's limits at that one instant.
     ///
-    /// As [`MultiRateLimiter::acquire`](crate::MultiRateLimiter::acquire), key by key: the
+    /// As [`RateLimiter::acquire`](crate::RateLimiter::acquire), key by key: the
     /// key's head waiter goes at the latest of its limits' ready times; a cost of 0 in a
     /// dimension asks nothing of its limits; dropping the future gives its place to the next
     /// waiter of the key, having taken nothing. The [`KeyedPermit`] owns a copy of the key
@@ -419,7 +419,7 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
     /// Gives `key` its own limit at `index` (the number of
     /// [`limit`](KeyedMultiRateLimiterBuilder::limit) calls before it; a tenant on a bigger
     /// plan), its other limits kept. It takes effect at once, also for the key's waiters,
-    /// keeping the level as [`MultiRateLimiter::set_limit`](crate::MultiRateLimiter::set_limit)
+    /// keeping the level as [`RateLimiter::set_limit`](crate::RateLimiter::set_limit)
     /// does. Per-key limits are configuration: kept until
     /// [`clear_limit`](KeyedMultiRateLimiter::clear_limit), whether or not the key has state.
     ///

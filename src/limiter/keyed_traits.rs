@@ -296,7 +296,7 @@ type MultiWaiter<K, const N: usize, S> = Waiter<KeyOwned<K, S, Limits<N>>>;
 /// nameable outside the crate): the key, and its place in the key's queue once it waits.
 ///
 /// The waiter is boxed, on its first wait only: it is pinned, and the crate's pinning macro
-/// cannot name a const generic (as for `MultiRateLimiterPermit`).
+/// cannot name a const generic (as for `SeveralPermit`).
 pub struct KeyMultiWaiter<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> {
     shared: Arc<KeyedShared<K, S, Limits<N>>>,
     /// The dimensions' names, for quota headers.
@@ -415,7 +415,7 @@ impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedSealed
         None
     }
 
-    /// Every limit of the key, as a [`MultiRateLimiter`](crate::MultiRateLimiter) announces
+    /// Every limit of the key, as a [`RateLimiter`](crate::RateLimiter) announces
     /// its own: the key's state, or its limits as new for a key with none.
     #[cfg(feature = "http")]
     fn states(permit: Pin<&mut Self::Permit>) -> Vec<(String, crate::stats::LimitState)> {

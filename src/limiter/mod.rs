@@ -6,6 +6,7 @@ mod adaptive;
 mod adaptive_multi;
 #[cfg(feature = "http")]
 mod announced;
+mod cost;
 mod keyed;
 mod keyed_multi;
 pub(crate) mod keyed_traits;
@@ -20,10 +21,11 @@ pub use adaptive::{Adaptive, AdaptiveStats, Announced};
 pub use adaptive_multi::{AdaptiveMulti, AdaptiveMultiBuilder};
 #[cfg(feature = "http")]
 pub use announced::{AnnouncedLimit, Dimension};
+pub use cost::Cost;
 pub use keyed::KeyedRateLimiter;
 pub use keyed_multi::{KeyedMultiRateLimiter, KeyedMultiRateLimiterBuilder, KeyedPermit};
 pub use keyed_traits::KeyedLimiter;
-pub use multi::{Limit, MultiRateLimiter, MultiRateLimiterBuilder, Permit};
+pub use multi::{Limit, Permit, RateLimiterBuilder};
 pub use rate_limiter::RateLimiter;
 pub use stagger::Stagger;
 pub use traits::Limiter;

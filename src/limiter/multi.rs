@@ -1,4 +1,4 @@
-//! `MultiRateLimiter`: several limits at once (requests AND tokens, per minute AND per day),
+//! `RateLimiter`: several limits at once (requests AND tokens, per minute AND per day),
 //! one FIFO queue in front of all of them, and [`Permit`]s to correct an estimated cost.
 
 use std::fmt;
@@ -16,13 +16,14 @@ use crate::engine::{coop, Shared, Waiter};
 use crate::error::{ConfigError, NotUntil};
 use crate::limiter::traits::sealed::Draw;
 use crate::limiter::traits::Limiter;
+use crate::limiter::RateLimiter;
 use crate::rate::Rate;
 use crate::stats::Stats;
 
-/// One limit of one dimension of a [`MultiRateLimiter`]: a token bucket or a fixed window.
+/// One limit of one dimension of a [`RateLimiter`]: a token bucket or a fixed window.
 ///
-/// A value, checked where the limiter is built ([`MultiRateLimiterBuilder::build`]) or
-/// changed ([`MultiRateLimiter::try_set_limit`]).
+/// A value, checked where the limiter is built ([`RateLimiterBuilder::build`]) or
+/// changed ([`RateLimiter::try_set_limit`]).
 ///
 /// - [`Limit::bucket`]`(rate, burst)`: at most `burst` at once, refilled at `rate`: in any
 ///   span `[t, t + w]` at most `burst + w * rate` is granted.
@@ -75,9 +76,9 @@ impl Limit {
     /// # Examples
     ///
     /// ```
-    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use paced::{Limit, RateLimiter, Rate};
     ///
-    /// let limiter: MultiRateLimiter<1> = MultiRateLimiter::builder(["requests"])
+    /// let limiter: RateLimiter<[u64; 1]> = RateLimiter::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(10), 5))
     ///     .build()
     ///     .unwrap();
@@ -102,9 +103,9 @@ impl Limit {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{Limit, MultiRateLimiter};
+    /// use paced::{Limit, RateLimiter};
     ///
-    /// let limiter: MultiRateLimiter<1> = MultiRateLimiter::builder(["requests"])
+    /// let limiter: RateLimiter<[u64; 1]> = RateLimiter::builder(["requests"])
     ///     .limit("requests", Limit::window(100, Duration::from_secs(3_600)))
     ///     .build()
     ///     .unwrap();
@@ -147,13 +148,13 @@ impl Limit {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{Limit, MultiRateLimiter};
+    /// use paced::{Limit, RateLimiter};
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
     /// let start = Instant::now();
-    /// let limiter: MultiRateLimiter<1> = MultiRateLimiter::builder(["requests"])
+    /// let limiter: RateLimiter<[u64; 1]> = RateLimiter::builder(["requests"])
     ///     .limit("requests", Limit::window(2, Duration::from_secs(1)).aligned_to_instant(start))
     ///     .build()
     ///     .unwrap();
@@ -289,14 +290,14 @@ fn phase(origin: Origin, len: Nanos, base: Instant, now: Nanos) -> Nanos {
     Nanos(u64::try_from(phase).unwrap_or(0))
 }
 
-/// Builds a [`MultiRateLimiter`]: names its dimensions, then takes its limits.
+/// Builds a [`RateLimiter`]: names its dimensions, then takes its limits.
 ///
 /// # Examples
 ///
 /// ```
-/// use paced::{ConfigError, Limit, MultiRateLimiter, Rate};
+/// use paced::{ConfigError, Limit, RateLimiter, Rate};
 ///
-/// let built = MultiRateLimiter::builder(["requests", "tokens"])
+/// let built = RateLimiter::builder(["requests", "tokens"])
 ///     .limit("requests", Limit::bucket(Rate::per_minute(500), 50))
 ///     .limit("tokns", Limit::bucket(Rate::per_minute(40_000), 40_000))
 ///     .build();
@@ -304,23 +305,23 @@ fn phase(origin: Origin, len: Nanos, base: Instant, now: Nanos) -> Nanos {
 /// ```
 #[derive(Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
-pub struct MultiRateLimiterBuilder<const N: usize> {
+pub struct RateLimiterBuilder<const N: usize> {
     pub(super) names: [String; N],
     limits: Vec<(String, Limit)>,
 }
 
-impl<const N: usize> MultiRateLimiterBuilder<N> {
+impl<const N: usize> RateLimiterBuilder<N> {
     /// Adds `limit` on the dimension called `name`. Its index (for
-    /// [`set_limit`](MultiRateLimiter::set_limit)) is the number of limits added before it.
+    /// [`set_limit`](RateLimiter::set_limit)) is the number of limits added before it.
     /// A dimension may have several limits (per minute AND per day), or none.
     ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use paced::{Limit, RateLimiter, Rate};
     ///
-    /// let limiter: MultiRateLimiter<1> = MultiRateLimiter::builder(["requests"])
+    /// let limiter: RateLimiter<[u64; 1]> = RateLimiter::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_minute(60), 10)) // index 0
     ///     .limit("requests", Limit::window(1_000, Duration::from_secs(86_400))) // index 1
     ///     .build()
@@ -344,21 +345,23 @@ impl<const N: usize> MultiRateLimiterBuilder<N> {
     /// # Examples
     ///
     /// ```
-    /// use paced::{ConfigError, Limit, MultiRateLimiter, Rate};
+    /// use paced::{ConfigError, Limit, RateLimiter, Rate};
     ///
-    /// let twice = MultiRateLimiter::builder(["tokens", "tokens"]).build();
+    /// let twice = RateLimiter::builder(["tokens", "tokens"]).build();
     /// assert_eq!(twice.err(), Some(ConfigError::DuplicateDimension));
-    /// let empty = MultiRateLimiter::builder(["tokens"])
+    /// let empty = RateLimiter::builder(["tokens"])
     ///     .limit("tokens", Limit::bucket(Rate::per_second(1), 0))
     ///     .build();
     /// assert_eq!(empty.err(), Some(ConfigError::ZeroBurst));
     /// ```
-    pub fn build(self) -> Result<MultiRateLimiter<N>, ConfigError> {
+    pub fn build(self) -> Result<RateLimiter<[u64; N]>, ConfigError> {
         let base = Instant::now();
         let limits = self.limits(base)?;
-        Ok(MultiRateLimiter {
-            shared: Arc::new(Shared::with_origin(limits, base)),
-            names: Arc::new(self.names),
+        Ok(RateLimiter {
+            inner: Several {
+                shared: Arc::new(Shared::with_origin(limits, base)),
+                names: Arc::new(self.names),
+            },
         })
     }
 
@@ -386,7 +389,22 @@ impl<const N: usize> MultiRateLimiterBuilder<N> {
     }
 }
 
-/// Several limits at once, shared by handle: a cost is one amount per dimension (`[u64; N]`,
+/// A [`RateLimiter`]'s state for several limits: public in a private module (see [`Cost`]).
+pub struct Several<const N: usize> {
+    pub(crate) shared: Arc<Shared<Limits<N>>>,
+    pub(crate) names: Arc<[String; N]>,
+}
+
+impl<const N: usize> Clone for Several<N> {
+    fn clone(&self) -> Self {
+        Several {
+            shared: Arc::clone(&self.shared),
+            names: Arc::clone(&self.names),
+        }
+    }
+}
+
+/// A limiter of several limits at once, `RateLimiter<[u64; N]>`: a cost is one amount per dimension (`[u64; N]`,
 /// in the order the dimensions were named), and a request is granted when every limit has room
 /// for its amount.
 ///
@@ -399,7 +417,7 @@ impl<const N: usize> MultiRateLimiterBuilder<N> {
 ///   has room: the latest of the limits' own ready times, never later (plus tokio's 1 ms tick
 ///   in real time). All limits are charged at that one instant.
 /// - **Fair.** One FIFO queue for all limits: a dear request at the head is not overtaken by
-///   cheap ones, and [`try_acquire`](MultiRateLimiter::try_acquire) never jumps the queue.
+///   cheap ones, and [`try_acquire`](RateLimiter::try_acquire) never jumps the queue.
 /// - **Charged at the grant.** A waiter that is dropped has taken nothing.
 /// - **Never stuck.** A cost above a bucket's burst waits until the bucket is full and the
 ///   excess has flowed in; a cost above a fixed window's quota waits for an unused window and
@@ -416,18 +434,18 @@ impl<const N: usize> MultiRateLimiterBuilder<N> {
 /// Cloning is cheap (an `Arc`); every clone is the same limiter. Building one needs no runtime;
 /// waiting needs tokio's timer, and under paused time the schedule is exact.
 ///
-/// [`acquire`]: MultiRateLimiter::acquire
+/// [`acquire`]: RateLimiter::acquire
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use paced::{Limit, MultiRateLimiter, Rate};
+/// use paced::{Limit, RateLimiter, Rate};
 /// use tokio::time::Instant;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
-/// let llm: MultiRateLimiter<2> = MultiRateLimiter::builder(["requests", "tokens"])
+/// let llm: RateLimiter<[u64; 2]> = RateLimiter::builder(["requests", "tokens"])
 ///     .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
 ///     .limit("tokens", Limit::bucket(Rate::per_minute(6_000), 1_000))
 ///     .build()
@@ -441,38 +459,24 @@ impl<const N: usize> MultiRateLimiterBuilder<N> {
 /// assert_eq!(start.elapsed(), Duration::from_secs(1));
 /// # }
 /// ```
-pub struct MultiRateLimiter<const N: usize> {
-    shared: Arc<Shared<Limits<N>>>,
-    names: Arc<[String; N]>,
-}
-
-impl<const N: usize> Clone for MultiRateLimiter<N> {
-    fn clone(&self) -> Self {
-        MultiRateLimiter {
-            shared: Arc::clone(&self.shared),
-            names: Arc::clone(&self.names),
-        }
-    }
-}
-
-impl<const N: usize> MultiRateLimiter<N> {
+impl<const N: usize> RateLimiter<[u64; N]> {
     /// Starts a limiter whose dimensions are called `names` (in the order of a cost's amounts;
-    /// the names are checked in [`build`](MultiRateLimiterBuilder::build)).
+    /// the names are checked in [`build`](RateLimiterBuilder::build)).
     ///
     /// # Examples
     ///
     /// ```
-    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use paced::{Limit, RateLimiter, Rate};
     ///
-    /// let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// let limiter = RateLimiter::builder(["requests", "tokens"])
     ///     .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
     ///     .build()
     ///     .unwrap();
     /// // "requests" has no limit.
     /// assert_eq!(limiter.available(), [u64::MAX, 40_000]);
     /// ```
-    pub fn builder(names: [&str; N]) -> MultiRateLimiterBuilder<N> {
-        MultiRateLimiterBuilder {
+    pub fn builder(names: [&str; N]) -> RateLimiterBuilder<N> {
+        RateLimiterBuilder {
             names: names.map(str::to_owned),
             limits: Vec::new(),
         }
@@ -491,12 +495,12 @@ impl<const N: usize> MultiRateLimiter<N> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use paced::{Limit, RateLimiter, Rate};
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// let limiter = RateLimiter::builder(["requests", "tokens"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
     ///     .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
     ///     .build()
@@ -508,7 +512,7 @@ impl<const N: usize> MultiRateLimiter<N> {
     /// # }
     /// ```
     pub async fn acquire(&self, cost: [u64; N]) -> Permit<N> {
-        let mut waiter = pin!(Waiter::new(&*self.shared));
+        let mut waiter = pin!(Waiter::new(&*self.inner.shared));
         // Without a timeout a request is never refused.
         let at = poll_fn(|cx| waiter.as_mut().poll_acquire_at(cx, cost, None))
             .await
@@ -529,11 +533,11 @@ impl<const N: usize> MultiRateLimiter<N> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use paced::{Limit, RateLimiter, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// let limiter = RateLimiter::builder(["requests", "tokens"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(10), 2))
     ///     .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
     ///     .build()
@@ -546,8 +550,8 @@ impl<const N: usize> MultiRateLimiter<N> {
     /// # }
     /// ```
     pub fn try_acquire(&self, cost: [u64; N]) -> Result<Permit<N>, NotUntil> {
-        let now = self.shared.now();
-        self.shared.try_acquire_at(Some(now), cost)?;
+        let now = self.inner.shared.now();
+        self.inner.shared.try_acquire_at(Some(now), cost)?;
         Ok(self.permit(cost, now))
     }
 
@@ -562,11 +566,11 @@ impl<const N: usize> MultiRateLimiter<N> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use paced::{Limit, RateLimiter, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let limiter = MultiRateLimiter::builder(["requests"])
+    /// let limiter = RateLimiter::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
     ///     .build()
     ///     .unwrap();
@@ -581,7 +585,7 @@ impl<const N: usize> MultiRateLimiter<N> {
         cost: [u64; N],
         timeout: Duration,
     ) -> Result<Permit<N>, NotUntil> {
-        let mut waiter = pin!(Waiter::new(&*self.shared));
+        let mut waiter = pin!(Waiter::new(&*self.inner.shared));
         let at = poll_fn(|cx| waiter.as_mut().poll_acquire_at(cx, cost, Some(timeout))).await?;
         Ok(self.permit(cost, at))
     }
@@ -590,7 +594,7 @@ impl<const N: usize> MultiRateLimiter<N> {
     /// window it was charged in).
     fn permit(&self, cost: [u64; N], at: Nanos) -> Permit<N> {
         Permit {
-            shared: Arc::clone(&self.shared),
+            shared: Arc::clone(&self.inner.shared),
             charged: cost,
             at,
         }
@@ -603,9 +607,9 @@ impl<const N: usize> MultiRateLimiter<N> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use paced::{Limit, RateLimiter, Rate};
     ///
-    /// let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// let limiter = RateLimiter::builder(["requests", "tokens"])
     ///     .limit("tokens", Limit::bucket(Rate::per_minute(1_000), 500))
     ///     .limit("tokens", Limit::window(300, Duration::from_secs(86_400)))
     ///     .build()
@@ -615,25 +619,25 @@ impl<const N: usize> MultiRateLimiter<N> {
     /// ```
     #[must_use]
     pub fn available(&self) -> [u64; N] {
-        self.shared.read(|limits, now| limits.available(now))
+        self.inner.shared.read(|limits, now| limits.available(now))
     }
 
-    /// Replaces the limit at `index` (the number of [`limit`](MultiRateLimiterBuilder::limit)
+    /// Replaces the limit at `index` (the number of [`limit`](RateLimiterBuilder::limit)
     /// calls before it) from now on, keeping its level: a bucket keeps the tokens it holds (or
     /// lacks), capped at the new burst; a fixed window keeps what the current window used.
     /// Waiters re-read their deadline at once.
     ///
     /// # Panics
     ///
-    /// Panics if [`try_set_limit`](MultiRateLimiter::try_set_limit) refuses the change, with
-    /// the message `"MultiRateLimiter::set_limit: {error}"`.
+    /// Panics if [`try_set_limit`](RateLimiter::try_set_limit) refuses the change, with
+    /// the message `"RateLimiter::set_limit: {error}"`.
     ///
     /// # Examples
     ///
     /// ```
-    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use paced::{Limit, RateLimiter, Rate};
     ///
-    /// let limiter = MultiRateLimiter::builder(["requests"])
+    /// let limiter = RateLimiter::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(1), 2))
     ///     .build()
     ///     .unwrap();
@@ -643,11 +647,11 @@ impl<const N: usize> MultiRateLimiter<N> {
     #[track_caller]
     pub fn set_limit(&self, index: usize, limit: Limit) {
         if let Err(e) = self.try_set_limit(index, limit) {
-            panic!("MultiRateLimiter::set_limit: {e}");
+            panic!("RateLimiter::set_limit: {e}");
         }
     }
 
-    /// Replaces the limit at `index`, as [`set_limit`](MultiRateLimiter::set_limit) does, or
+    /// Replaces the limit at `index`, as [`set_limit`](RateLimiter::set_limit) does, or
     /// refuses a change that cannot be and changes nothing.
     ///
     /// # Errors
@@ -661,9 +665,9 @@ impl<const N: usize> MultiRateLimiter<N> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{ConfigError, Limit, MultiRateLimiter, Rate};
+    /// use paced::{ConfigError, Limit, RateLimiter, Rate};
     ///
-    /// let limiter = MultiRateLimiter::builder(["requests"])
+    /// let limiter = RateLimiter::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(1), 2))
     ///     .build()
     ///     .unwrap();
@@ -673,8 +677,8 @@ impl<const N: usize> MultiRateLimiter<N> {
     /// ```
     pub fn try_set_limit(&self, index: usize, limit: Limit) -> Result<(), ConfigError> {
         limit.check()?;
-        let base = Handle::origin(&&*self.shared);
-        self.shared.update(|limits, now| {
+        let base = Handle::origin(&&*self.inner.shared);
+        self.inner.shared.update(|limits, now| {
             let tagged = limits.limit_mut(index).ok_or(ConfigError::NoSuchLimit)?;
             match (&mut tagged.rule, limit.kind) {
                 (Rule::Bucket(old), Kind::Bucket { rate, burst }) => {
@@ -700,19 +704,19 @@ impl<const N: usize> MultiRateLimiter<N> {
 
     /// Grants nothing to anyone before `d` from now (a longer pause given before is kept),
     /// as a destination's `Retry-After` asks: waiters re-read their deadline at once, and
-    /// [`try_acquire`](MultiRateLimiter::try_acquire) refuses until then. `Duration::MAX`
+    /// [`try_acquire`](RateLimiter::try_acquire) refuses until then. `Duration::MAX`
     /// saturates to a pause of centuries.
     ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use paced::{Limit, RateLimiter, Rate};
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let limiter = MultiRateLimiter::builder(["requests"])
+    /// let limiter = RateLimiter::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     ///     .build()
     ///     .unwrap();
@@ -724,19 +728,19 @@ impl<const N: usize> MultiRateLimiter<N> {
     /// # }
     /// ```
     pub fn pause_for(&self, d: Duration) {
-        self.shared.update(|limits, now| {
+        self.inner.shared.update(|limits, now| {
             limits.pause_until(now.saturating_add(Nanos::from_duration(d)));
         });
     }
 
     /// The names of the dimensions, in the order of a cost's amounts.
     pub(crate) fn names(&self) -> &[String; N] {
-        &self.names
+        &self.inner.names
     }
 
     /// The dimension of the limit at `index` and, if it is a bucket, its rate.
     pub(crate) fn limit_info(&self, index: usize) -> Option<(usize, Option<Rate>)> {
-        self.shared.read(|limits, _| {
+        self.inner.shared.read(|limits, _| {
             let tagged = limits.limit(index)?;
             let rate = match &tagged.rule {
                 Rule::Bucket(b) => Some(bucket_rate(b)),
@@ -748,7 +752,7 @@ impl<const N: usize> MultiRateLimiter<N> {
 
     /// What the limit at `index` holds now (0 if there is none).
     pub(crate) fn limit_available(&self, index: usize) -> u64 {
-        self.shared.read(|limits, now| {
+        self.inner.shared.read(|limits, now| {
             limits
                 .limit(index)
                 .map_or(0, |tagged| tagged.rule.available(now))
@@ -762,7 +766,7 @@ impl<const N: usize> MultiRateLimiter<N> {
         index: usize,
         rate: Rate,
     ) -> crate::engine::After {
-        let ((), after) = self.shared.update_deferred(|limits, now| {
+        let ((), after) = self.inner.shared.update_deferred(|limits, now| {
             if let Some(Tagged {
                 rule: Rule::Bucket(b),
                 ..
@@ -779,9 +783,9 @@ impl<const N: usize> MultiRateLimiter<N> {
     /// # Examples
     ///
     /// ```
-    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use paced::{Limit, RateLimiter, Rate};
     ///
-    /// let limiter = MultiRateLimiter::builder(["requests"])
+    /// let limiter = RateLimiter::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
     ///     .build()
     ///     .unwrap();
@@ -791,7 +795,7 @@ impl<const N: usize> MultiRateLimiter<N> {
     /// ```
     #[must_use]
     pub fn stats(&self) -> Stats {
-        self.shared.stats()
+        self.inner.shared.stats()
     }
 
     /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
@@ -803,9 +807,9 @@ impl<const N: usize> MultiRateLimiter<N> {
     /// # Examples
     ///
     /// ```
-    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use paced::{Limit, RateLimiter, Rate};
     ///
-    /// let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// let limiter = RateLimiter::builder(["requests", "tokens"])
     ///     .limit("tokens", Limit::bucket(Rate::per_minute(1_000), 1_000))
     ///     .build()
     ///     .unwrap()
@@ -816,7 +820,7 @@ impl<const N: usize> MultiRateLimiter<N> {
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     #[must_use]
     pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
-        self.shared.set_metrics(name.as_ref());
+        self.inner.shared.set_metrics(name.as_ref());
         self
     }
 }
@@ -824,7 +828,7 @@ impl<const N: usize> MultiRateLimiter<N> {
 /// Every limit of `limits` at `now`, in the order given, each with its dimension's name (of
 /// `names`): a bucket as a one-limit bucket is announced, a fixed window as its quota per its
 /// length, what is left of it, and the time until nothing of it is used; paused, nothing left
-/// until the pause ends. What a `MultiRateLimiter`, or one key of a `KeyedMultiRateLimiter`,
+/// until the pause ends. What a `RateLimiter`, or one key of a `KeyedMultiRateLimiter`,
 /// announces.
 #[cfg(feature = "http")]
 pub(crate) fn announced<const N: usize>(
@@ -868,30 +872,27 @@ fn bucket_rate(bucket: &Bucket) -> Rate {
     Rate::new(tokens, per)
 }
 
-/// Shows the limiter's identity and dimensions (clones show the same): its levels are shared
-/// state, read with [`available`](MultiRateLimiter::available) and
-/// [`stats`](MultiRateLimiter::stats).
-impl<const N: usize> fmt::Debug for MultiRateLimiter<N> {
+impl<const N: usize> fmt::Debug for Several<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MultiRateLimiter")
+        f.debug_struct("RateLimiter")
             .field("id", &Arc::as_ptr(&self.shared))
             .field("dimensions", &self.names)
             .finish_non_exhaustive()
     }
 }
 
-/// What a grant of a [`MultiRateLimiter`] charged, to correct once the real cost is known.
+/// What a grant of a [`RateLimiter`] charged, to correct once the real cost is known.
 ///
 /// Dropping a permit keeps its charge.
 ///
 /// # Examples
 ///
 /// ```
-/// use paced::{Limit, MultiRateLimiter, Rate};
+/// use paced::{Limit, RateLimiter, Rate};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
-/// let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+/// let limiter = RateLimiter::builder(["requests", "tokens"])
 ///     .limit("tokens", Limit::bucket(Rate::per_minute(1_000), 1_000))
 ///     .build()
 ///     .unwrap();
@@ -914,9 +915,9 @@ impl<const N: usize> Permit<N> {
     /// # Examples
     ///
     /// ```
-    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use paced::{Limit, RateLimiter, Rate};
     ///
-    /// let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// let limiter = RateLimiter::builder(["requests", "tokens"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
     ///     .build()
     ///     .unwrap();
@@ -942,12 +943,12 @@ impl<const N: usize> Permit<N> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use paced::{Limit, RateLimiter, Rate};
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let limiter = MultiRateLimiter::builder(["tokens"])
+    /// let limiter = RateLimiter::builder(["tokens"])
     ///     .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
     ///     .build()
     ///     .unwrap();
@@ -972,13 +973,13 @@ impl<const N: usize> fmt::Debug for Permit<N> {
     }
 }
 
-/// A stream's place in a [`MultiRateLimiter`]'s queue, made on its first wait.
+/// A stream's place in a [`RateLimiter`]'s queue, made on its first wait.
 ///
 /// Boxed, once per stream (or per request of a tower layer), and only if it ever waits: the
 /// waiter is pinned, and the crate's pinning macro cannot name a const generic. A
 /// [`RateLimiter`](crate::RateLimiter)'s is inline.
 #[derive(Debug)]
-pub struct MultiRateLimiterPermit<const N: usize> {
+pub struct SeveralPermit<const N: usize> {
     waiter: Option<Pin<Box<MultiWaiter<N>>>>,
     /// When the last grant through it was made (a fixed window gives back only within the
     /// window it was charged in).
@@ -988,11 +989,11 @@ pub struct MultiRateLimiterPermit<const N: usize> {
 type MultiWaiter<const N: usize> = Waiter<Arc<Shared<Limits<N>>>>;
 
 /// A cost is one amount per dimension; a grant is a [`Permit`], to settle.
-impl<const N: usize> Limiter for MultiRateLimiter<N> {}
+impl<const N: usize> Limiter for RateLimiter<[u64; N]> {}
 
-impl<const N: usize> Draw for MultiRateLimiter<N> {
+impl<const N: usize> Draw for RateLimiter<[u64; N]> {
     type Cost = [u64; N];
-    type Permit = MultiRateLimiterPermit<N>;
+    type Permit = SeveralPermit<N>;
     type Grant = Permit<N>;
 
     #[cfg(feature = "http")]
@@ -1005,12 +1006,13 @@ impl<const N: usize> Draw for MultiRateLimiter<N> {
     /// it is used; paused, nothing left until the pause ends.
     #[cfg(feature = "http")]
     fn states(&self) -> Vec<(String, crate::stats::LimitState)> {
-        self.shared
-            .read(|limits, now| announced(limits, &self.names, now))
+        self.inner
+            .shared
+            .read(|limits, now| announced(limits, &self.inner.names, now))
     }
 
-    fn permit(&self) -> MultiRateLimiterPermit<N> {
-        MultiRateLimiterPermit {
+    fn permit(&self) -> SeveralPermit<N> {
+        SeveralPermit {
             waiter: None,
             at: Nanos::ZERO,
         }
@@ -1018,14 +1020,14 @@ impl<const N: usize> Draw for MultiRateLimiter<N> {
 
     fn poll_acquire(
         &self,
-        permit: Pin<&mut MultiRateLimiterPermit<N>>,
+        permit: Pin<&mut SeveralPermit<N>>,
         cx: &mut Context<'_>,
         cost: [u64; N],
     ) -> Poll<()> {
         let permit = permit.get_mut();
         let waiter = permit
             .waiter
-            .get_or_insert_with(|| Box::pin(Waiter::new(Arc::clone(&self.shared))));
+            .get_or_insert_with(|| Box::pin(Waiter::new(Arc::clone(&self.inner.shared))));
         // Without a timeout a request is never refused.
         let at = ready!(waiter.as_mut().poll_acquire_at(cx, cost, None));
         permit.at = at.unwrap_or(Nanos::ZERO);
@@ -1034,20 +1036,20 @@ impl<const N: usize> Draw for MultiRateLimiter<N> {
 
     fn poll_try_acquire(
         &self,
-        permit: Pin<&mut MultiRateLimiterPermit<N>>,
+        permit: Pin<&mut SeveralPermit<N>>,
         cx: &mut Context<'_>,
         cost: [u64; N],
     ) -> Poll<Result<(), NotUntil>> {
         let permit = permit.get_mut();
         coop::poll_try_acquire(cx, || {
-            let now = self.shared.now();
-            self.shared.try_acquire_at(Some(now), cost)?;
+            let now = self.inner.shared.now();
+            self.inner.shared.try_acquire_at(Some(now), cost)?;
             permit.at = now;
             Ok(())
         })
     }
 
-    fn grant(&self, permit: Pin<&mut MultiRateLimiterPermit<N>>, cost: [u64; N]) -> Permit<N> {
+    fn grant(&self, permit: Pin<&mut SeveralPermit<N>>, cost: [u64; N]) -> Permit<N> {
         self.permit(cost, permit.at)
     }
 }

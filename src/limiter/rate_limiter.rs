@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::core::{Bucket, Nanos, Pace, WarmingUp};
 use crate::engine::{After, Shared, Waiter};
 use crate::error::{ConfigError, NotUntil};
+use crate::limiter::Cost;
 use crate::rate::Rate;
 use crate::stats::Stats;
 
@@ -139,8 +140,30 @@ impl Pace for Limit {
 /// assert_eq!(last, Duration::from_secs(4));
 /// # }
 /// ```
+pub struct RateLimiter<C: Cost = u64> {
+    pub(crate) inner: C::Local,
+}
+
+/// Shows the limiter's identity (clones show the same) and the names of its dimensions: its
+/// levels are shared state, read with [`available`](RateLimiter::available) and
+/// [`stats`](RateLimiter::stats).
+impl<C: Cost> std::fmt::Debug for RateLimiter<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl<C: Cost> Clone for RateLimiter<C> {
+    fn clone(&self) -> Self {
+        RateLimiter {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// A [`RateLimiter`]'s state for one limit: public in a private module (see [`Cost`]).
 #[derive(Clone)]
-pub struct RateLimiter {
+pub struct One {
     pub(crate) shared: Arc<Shared<Limit>>,
 }
 
@@ -286,7 +309,9 @@ impl RateLimiter {
 
     fn from_limit(limit: Limit) -> RateLimiter {
         RateLimiter {
-            shared: Arc::new(Shared::new(limit)),
+            inner: One {
+                shared: Arc::new(Shared::new(limit)),
+            },
         }
     }
 
@@ -313,7 +338,7 @@ impl RateLimiter {
     /// # }
     /// ```
     pub async fn acquire(&self, cost: u64) {
-        let mut waiter = pin!(Waiter::new(&*self.shared));
+        let mut waiter = pin!(Waiter::new(&*self.inner.shared));
         // Without a timeout a request is never refused.
         let _ = poll_fn(|cx| waiter.as_mut().poll_acquire(cx, cost, None)).await;
     }
@@ -338,7 +363,7 @@ impl RateLimiter {
     /// assert!(refused.retry_after() <= Duration::from_millis(250));
     /// ```
     pub fn try_acquire(&self, cost: u64) -> Result<(), NotUntil> {
-        self.shared.try_acquire(cost)
+        self.inner.shared.try_acquire(cost)
     }
 
     /// Waits for `cost` tokens only if they can be had within `timeout` (after those already
@@ -368,7 +393,7 @@ impl RateLimiter {
     /// # }
     /// ```
     pub async fn acquire_timeout(&self, cost: u64, timeout: Duration) -> Result<(), NotUntil> {
-        let mut waiter = pin!(Waiter::new(&*self.shared));
+        let mut waiter = pin!(Waiter::new(&*self.inner.shared));
         poll_fn(|cx| waiter.as_mut().poll_acquire(cx, cost, Some(timeout))).await
     }
 
@@ -388,7 +413,7 @@ impl RateLimiter {
     /// ```
     #[must_use]
     pub fn available(&self) -> u64 {
-        self.shared.read(|limit, now| {
+        self.inner.shared.read(|limit, now| {
             if limit.is_paused(now) {
                 return 0;
             }
@@ -436,7 +461,7 @@ impl RateLimiter {
     /// [`RateLimiter::set_rate`], leaving the head waiter for the caller to wake (with
     /// [`After::run`]) once it has released a lock of its own.
     pub(crate) fn set_rate_deferred(&self, rate: Rate) -> After {
-        let ((), wake) = self.shared.update_deferred(|limit, now| {
+        let ((), wake) = self.inner.shared.update_deferred(|limit, now| {
             let (tokens, per) = (rate.tokens(), rate.per().as_nanos());
             match &mut limit.curve {
                 Curve::Bucket(b) => b.set_rate(now, tokens, per),
@@ -498,13 +523,15 @@ impl RateLimiter {
         if burst == 0 {
             return Err(ConfigError::ZeroBurst);
         }
-        self.shared.update(|limit, now| match &mut limit.curve {
-            Curve::Bucket(b) => {
-                b.set_burst(now, burst);
-                Ok(())
-            }
-            Curve::WarmingUp(_) => Err(ConfigError::NoBurst),
-        })
+        self.inner
+            .shared
+            .update(|limit, now| match &mut limit.curve {
+                Curve::Bucket(b) => {
+                    b.set_burst(now, burst);
+                    Ok(())
+                }
+                Curve::WarmingUp(_) => Err(ConfigError::NoBurst),
+            })
     }
 
     /// Refills at `rate` and holds at most `burst` tokens from now on: [`set_rate`] and
@@ -576,15 +603,17 @@ impl RateLimiter {
         if burst == 0 {
             return Err(ConfigError::ZeroBurst);
         }
-        self.shared.update(|limit, now| match &mut limit.curve {
-            Curve::Bucket(b) => {
-                b.set_rate(now, rate.tokens(), rate.per().as_nanos());
-                b.set_burst(now, burst);
-                limit.rate = rate;
-                Ok(())
-            }
-            Curve::WarmingUp(_) => Err(ConfigError::NoBurst),
-        })
+        self.inner
+            .shared
+            .update(|limit, now| match &mut limit.curve {
+                Curve::Bucket(b) => {
+                    b.set_rate(now, rate.tokens(), rate.per().as_nanos());
+                    b.set_burst(now, burst);
+                    limit.rate = rate;
+                    Ok(())
+                }
+                Curve::WarmingUp(_) => Err(ConfigError::NoBurst),
+            })
     }
 
     /// The rate in force now: the one given to [`new`](RateLimiter::new) or
@@ -601,7 +630,7 @@ impl RateLimiter {
     /// ```
     #[must_use]
     pub fn rate(&self) -> Rate {
-        self.shared.read(|limit, _| limit.rate)
+        self.inner.shared.read(|limit, _| limit.rate)
     }
 
     /// The burst in force now: the most tokens the bucket holds; `None` for a warming-up
@@ -624,7 +653,7 @@ impl RateLimiter {
     /// ```
     #[must_use]
     pub fn burst(&self) -> Option<u64> {
-        self.shared.read(|limit, _| match &limit.curve {
+        self.inner.shared.read(|limit, _| match &limit.curve {
             Curve::Bucket(b) => Some(b.burst()),
             Curve::WarmingUp(_) => None,
         })
@@ -657,7 +686,7 @@ impl RateLimiter {
     /// # }
     /// ```
     pub fn pause_for(&self, d: Duration) {
-        self.shared.update(|limit, now| {
+        self.inner.shared.update(|limit, now| {
             let until = now.saturating_add(Nanos::from_duration(d));
             limit.paused_until = limit.paused_until.max(until);
         });
@@ -668,7 +697,7 @@ impl RateLimiter {
     /// end.
     #[cfg(feature = "http")]
     pub(crate) fn limit_state(&self) -> Option<crate::stats::LimitState> {
-        self.shared.read(|limit, now| match &limit.curve {
+        self.inner.shared.read(|limit, now| match &limit.curve {
             Curve::Bucket(b) => {
                 let mut state = crate::stats::LimitState::of(b, limit.rate, now);
                 if limit.is_paused(now) {
@@ -695,7 +724,7 @@ impl RateLimiter {
     /// ```
     #[must_use]
     pub fn stats(&self) -> Stats {
-        self.shared.stats()
+        self.inner.shared.stats()
     }
 
     /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
@@ -734,15 +763,12 @@ impl RateLimiter {
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     #[must_use]
     pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
-        self.shared.set_metrics(name.as_ref());
+        self.inner.shared.set_metrics(name.as_ref());
         self
     }
 }
 
-/// Shows the limiter's identity only (clones show the same): its rate and level are shared
-/// state, read with [`rate`](RateLimiter::rate), [`burst`](RateLimiter::burst),
-/// [`available`](RateLimiter::available) and [`stats`](RateLimiter::stats).
-impl std::fmt::Debug for RateLimiter {
+impl std::fmt::Debug for One {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimiter")
             .field("id", &Arc::as_ptr(&self.shared))

@@ -55,9 +55,9 @@ pub(crate) mod sealed {
 
     /// What every [`Limiter`](super::Limiter) does, out of users' reach, whatever its cost:
     /// one number for the limiters of one limit (every [`Sealed`] one, through a blanket impl
-    /// that forwards and adds nothing), one amount per dimension for a `MultiRateLimiter`.
+    /// that forwards and adds nothing), one amount per dimension for a `RateLimiter`.
     pub trait Draw {
-        /// What one request costs: `u64`, or `[u64; N]` for a `MultiRateLimiter<N>`.
+        /// What one request costs: `u64`, or `[u64; N]` for a `RateLimiter<[u64; N]>`.
         type Cost: Copy + Send + Sync + fmt::Debug + 'static;
 
         /// The state of one request in flight, kept pinned in the stream that waits.
@@ -65,7 +65,7 @@ pub(crate) mod sealed {
 
         /// What a granted request keeps to correct its charge once its real cost is known:
         /// `()` for a limiter that cannot be corrected, a `Permit<N>` for a
-        /// `MultiRateLimiter<N>`.
+        /// `RateLimiter<[u64; N]>`.
         type Grant;
 
         /// See [`Sealed::state`].
@@ -73,7 +73,7 @@ pub(crate) mod sealed {
         fn state(&self) -> Option<crate::stats::LimitState>;
 
         /// Every limit as quota headers announce it, now, each with the name of its
-        /// dimension, for a limiter of several limits (a `MultiRateLimiter`); empty for the
+        /// dimension, for a limiter of several limits (a `RateLimiter`); empty for the
         /// others, which say it with [`state`](Draw::state).
         #[cfg(feature = "http")]
         fn states(&self) -> Vec<(String, crate::stats::LimitState)> {
@@ -148,11 +148,11 @@ pub(crate) mod sealed {
 use sealed::{Draw, Sealed};
 
 /// A limiter shared by handle that streams, sinks and tower layers can draw on:
-/// [`RateLimiter`], [`Stagger`], [`MultiRateLimiter`](crate::MultiRateLimiter) and, with the `redis` feature,
+/// [`RateLimiter`], [`Stagger`], [`RateLimiter`](crate::RateLimiter) and, with the `redis` feature,
 /// `RedisRateLimiter`.
 ///
 /// Each says what a request costs, its `Cost`: one number (`u64`) for the limiters of one
-/// limit, one amount per dimension (`[u64; N]`) for a [`MultiRateLimiter<N>`](crate::MultiRateLimiter), so the same
+/// limit, one amount per dimension (`[u64; N]`) for a [`RateLimiter<[u64; N]>`](crate::RateLimiter), so the same
 /// `throttle_with` takes `|_| 1` for one and `|req| [1, req.tokens]` for the other. Code generic
 /// over a limiter of one number says so: `Q: Limiter<Cost = u64>`.
 ///
@@ -165,7 +165,7 @@ use sealed::{Draw, Sealed};
 ///
 /// ```
 /// use futures_util::Stream;
-/// use paced::{Limit, Limiter, MultiRateLimiter, PaceExt, Rate, RateLimiter, Shaping};
+/// use paced::{Limit, Limiter, RateLimiter, PaceExt, Rate, Shaping};
 ///
 /// // One function for a local limiter or (with the `redis` feature) one across machines.
 /// fn paced<S: Stream, Q: Limiter<Cost = u64>>(s: S, limiter: &Q) -> impl Stream<Item = S::Item> {
@@ -182,7 +182,7 @@ use sealed::{Draw, Sealed};
 /// {
 ///     s.throttle_with(limiter, cost, Shaping)
 /// }
-/// let llm = MultiRateLimiter::builder(["requests", "tokens"])
+/// let llm = RateLimiter::builder(["requests", "tokens"])
 ///     .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
 ///     .build()
 ///     .unwrap();
@@ -221,7 +221,7 @@ impl Sealed for RateLimiter {
 
     fn permit(&self) -> Self::Permit {
         RateLimiterPermit {
-            waiter: Waiter::new(self.shared.clone()),
+            waiter: Waiter::new(self.inner.shared.clone()),
         }
     }
 
@@ -245,7 +245,7 @@ impl Sealed for RateLimiter {
         cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<Result<(), NotUntil>> {
-        coop::poll_try_acquire(cx, || self.shared.try_acquire(cost))
+        coop::poll_try_acquire(cx, || self.inner.shared.try_acquire(cost))
     }
 }
 

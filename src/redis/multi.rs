@@ -18,7 +18,7 @@ use super::stats::RedisStats;
 use super::turns::{Asking, Turns, Warmth};
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
-use crate::limiter::{Limit, MultiRateLimiter, Permit};
+use crate::limiter::{Limit, Permit, RateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};
 
@@ -98,7 +98,7 @@ impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
     }
 
     /// Adds `limit` on the dimension called `name`, as
-    /// [`MultiRateLimiterBuilder::limit`](crate::MultiRateLimiterBuilder::limit) does. A fixed
+    /// [`RateLimiterBuilder::limit`](crate::RateLimiterBuilder::limit) does. A fixed
     /// window's boundaries are on Redis's clock: `origin + k * window` in Unix time (an origin
     /// given by [`Limit::aligned_to_instant`] is mapped through this machine's clock when the
     /// limiter is built), in whole microseconds.
@@ -108,7 +108,7 @@ impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
     }
 
     /// What to do while Redis is unreachable, as on the other Redis limiters. Under
-    /// `FailOpen`, a local [`MultiRateLimiter`] with `share` of every limit stands in: of the
+    /// `FailOpen`, a local [`RateLimiter`] with `share` of every limit stands in: of the
     /// limit this process set with [`set_limit`](RedisMultiRateLimiter::set_limit) (and has
     /// not cleared), else of the builder's. A limit set by another process lives in Redis
     /// only, which the outage hides: for it, the fallback takes `share` of the builder's.
@@ -302,7 +302,7 @@ pub(super) struct Quota<const N: usize> {
     key: String,
     /// The order of this process's reservations, as Redis charged them.
     turns: Arc<Turns>,
-    fallback: Mutex<Fallback<MultiRateLimiter<N>>>,
+    fallback: Mutex<Fallback<RateLimiter<[u64; N]>>>,
     lease: Mutex<Leased<N>>,
     /// The limits this process set ([`RedisMultiRateLimiter::set_limit`]) and has not cleared,
     /// by index: what its fail-open fallback takes `share` of.
@@ -334,7 +334,7 @@ impl<const N: usize> Quota<N> {
 /// every limit has room for its amount; all are checked and charged at one instant by one
 /// script call, on Redis's clock, all or nothing.
 ///
-/// The Redis counterpart of [`MultiRateLimiter`]: grants are first come, first served across
+/// The Redis counterpart of [`RateLimiter`]: grants are first come, first served across
 /// the fleet (in the order Redis received them), each at the earliest instant at which every
 /// limit has room, never before an earlier grant (its wait is the latest of the limits').
 /// Every limit lives in one key, `{name}`, so on a Redis Cluster in one slot. A fixed
@@ -563,7 +563,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     /// Replaces the limit at `index` (the number of
     /// [`limit`](RedisMultiRateLimiterBuilder::limit) calls before it) in Redis, for every
     /// process from its next request, keeping its level as
-    /// [`MultiRateLimiter::set_limit`] does: a bucket keeps the tokens it holds (or lacks),
+    /// [`RateLimiter::set_limit`] does: a bucket keeps the tokens it holds (or lacks),
     /// capped at the new burst; a fixed window keeps what the current window used (carried
     /// into the window of the new length that holds now). One round trip.
     ///
@@ -907,12 +907,12 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     }
 
     /// The fail-open fallback, while it is in charge.
-    fn fallback(&self) -> Option<MultiRateLimiter<N>> {
+    fn fallback(&self) -> Option<RateLimiter<[u64; N]>> {
         lock(&self.quota.fallback).current()
     }
 
     /// The fail-open fallback while it is in charge, and until when.
-    fn fallback_until(&self) -> Option<(MultiRateLimiter<N>, Instant)> {
+    fn fallback_until(&self) -> Option<(RateLimiter<[u64; N]>, Instant)> {
         lock(&self.quota.fallback).current_until()
     }
 
@@ -922,7 +922,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         let own = lock(&self.quota.own).clone();
         lock(&self.quota.fallback).open(|| {
             let names: [&str; N] = std::array::from_fn(|i| self.inner.names[i].as_str());
-            let mut builder = MultiRateLimiter::builder(names);
+            let mut builder = RateLimiter::builder(names);
             for (i, limit) in self.inner.limits.iter().enumerate() {
                 let kind = own.get(i).copied().flatten().unwrap_or(limit.kind);
                 let local = match kind {

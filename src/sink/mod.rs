@@ -354,7 +354,7 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
 
     /// Like [`throttle`](PaceSinkExt::throttle), drawing on a shared [`Limiter`]: a
     /// [`RateLimiter`](crate::RateLimiter), a [`Stagger`](crate::Stagger) (every item takes
-    /// one place, whatever its cost), a [`MultiRateLimiter`](crate::MultiRateLimiter) (several
+    /// one place, whatever its cost), a [`RateLimiter`](crate::RateLimiter) (several
     /// limits at once: `cost(&item)` returns one amount per dimension, `[u64; N]`, all charged
     /// at one instant) or with the `redis` feature a limiter across machines.
     ///
@@ -396,11 +396,11 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
     ///
     /// ```
     /// use futures_util::SinkExt;
-    /// use paced::{Limit, MultiRateLimiter, PaceSinkExt, Rate};
+    /// use paced::{Limit, RateLimiter, PaceSinkExt, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let llm = MultiRateLimiter::builder(["requests", "tokens"])
+    /// let llm = RateLimiter::builder(["requests", "tokens"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(2), 2))
     ///     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 10_000))
     ///     .build()

@@ -19,7 +19,7 @@ use crate::limiter::Limiter;
 use crate::timer::{Lateness, Timer};
 
 /// When a held item may go, charging it as it does; `C` is what an item costs (one number,
-/// or one amount per dimension for a `MultiRateLimiter`).
+/// or one amount per dimension for a `RateLimiter`).
 pub(crate) trait Gate<T, C = u64> {
     /// Offers `item`, with the inner sink ready: `None` if it may go at once, and it has been
     /// charged; otherwise its cost, and it is held until [`Gate::poll_grant`] lets it go.

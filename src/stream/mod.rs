@@ -447,17 +447,17 @@ pub trait PaceExt: Stream {
     }
 
     /// Like [`throttle`](PaceExt::throttle), drawing on a shared [`Limiter`]: a
-    /// [`RateLimiter`](crate::RateLimiter), a [`MultiRateLimiter`](crate::MultiRateLimiter)
+    /// [`RateLimiter`](crate::RateLimiter), a [`RateLimiter`](crate::RateLimiter)
     /// (several limits at once), or with the `redis` feature a limiter across machines. Any
     /// number of streams and tasks share it.
     ///
     /// `cost(&item)` returns the limiter's cost type: a `u64`, or for a
-    /// `MultiRateLimiter<N>` one amount per dimension, `[u64; N]` (e.g. `|req| [1,
+    /// `RateLimiter<[u64; N]>` one amount per dimension, `[u64; N]` (e.g. `|req| [1,
     /// req.estimate()]` for requests and tokens). An item is emitted when every limit has room
     /// for its amounts, all charged at that one instant, so every limit's bound holds for the
     /// emitted items. An estimate cannot be corrected here (the item is handed on, and its
     /// answer comes later): to settle from the answer, call
-    /// [`MultiRateLimiter::acquire`](crate::MultiRateLimiter::acquire) and
+    /// [`RateLimiter::acquire`](crate::RateLimiter::acquire) and
     /// [`Permit::settle`](crate::Permit::settle), or use the tower layer's `settle` (feature
     /// `tower`).
     ///
@@ -500,11 +500,11 @@ pub trait PaceExt: Stream {
     /// ```
     /// use std::time::Duration;
     /// use futures_util::StreamExt;
-    /// use paced::{Limit, MultiRateLimiter, PaceExt, Rate, Shaping};
+    /// use paced::{Limit, RateLimiter, PaceExt, Rate, Shaping};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let llm = MultiRateLimiter::builder(["requests", "tokens"])
+    /// let llm = RateLimiter::builder(["requests", "tokens"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     ///     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
     ///     .build()

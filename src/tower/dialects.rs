@@ -21,7 +21,7 @@ use crate::limiter::{Announced, AnnouncedLimit, Dimension};
 ///   policy of the same name in `RateLimit-Policy` (`"minute";q=500;w=60, "day";q=10000;w=86400`:
 ///   `limit` per `window` in seconds; its quota unit `qu` gives the dimension: `"requests"`
 ///   (the default), `"tokens"`, `"input-tokens"` and `"output-tokens"` (as paced's announcing
-///   layer over a [`MultiRateLimiter`](crate::MultiRateLimiter) names its dimensions) their
+///   layer over a [`RateLimiter`](crate::RateLimiter) names its dimensions) their
 ///   own, any other [`Units`](Dimension::Units)). A `RateLimit` of one item takes the first policy
 ///   when none has its name, as the draft's single-policy servers send them. Fields repeated
 ///   on several lines are one list. Only `r`, `t`, `q` and `w` are read, as integers; an item

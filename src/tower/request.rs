@@ -21,7 +21,7 @@ pub(crate) mod sealed {
 
     /// What a [`RequestLimiter`](super::RequestLimiter) does, out of users' reach.
     pub trait RequestSealed<Req> {
-        /// What a request costs: `u64`, or `[u64; N]` for a `MultiRateLimiter<N>`.
+        /// What a request costs: `u64`, or `[u64; N]` for a `RateLimiter<[u64; N]>`.
         type Cost: Copy + fmt::Debug;
 
         /// The state of one request in flight, pinned in its response future.
@@ -76,7 +76,7 @@ use sealed::{Answered, RequestSealed};
 
 /// The limiter a [`RateLimit`](super::RateLimit) draws a request's tokens from: every
 /// [`Limiter`] ([`RateLimiter`](crate::RateLimiter), [`Stagger`](crate::Stagger),
-/// [`MultiRateLimiter`](crate::MultiRateLimiter), `RedisRateLimiter`), and every [`KeyedLimiter`] ([`KeyedRateLimiter`],
+/// [`RateLimiter`](crate::RateLimiter), `RedisRateLimiter`), and every [`KeyedLimiter`] ([`KeyedRateLimiter`],
 /// `RedisKeyedRateLimiter`) with a key function ([`ByKey`]).
 ///
 /// Sealed, as [`Limiter`] is: the layer relies on the exact semantics of these limiters.
@@ -281,7 +281,7 @@ where
 /// What a request costs: any `Fn(&Req) -> A`, or [`OnePerRequest`] (the default, one token).
 ///
 /// `A` is the limiter's cost: `u64` (the default), or one amount per dimension, `[u64; N]`, for
-/// a [`MultiRateLimiter<N>`](crate::MultiRateLimiter).
+/// a [`RateLimiter<[u64; N]>`](crate::RateLimiter).
 ///
 /// # Examples
 ///
@@ -291,7 +291,7 @@ where
 /// let by_size = |body: &Vec<u8>| body.len() as u64;
 /// assert_eq!(by_size.cost(&vec![0; 3]), 3);
 /// assert_eq!(Cost::<Vec<u8>>::cost(&OnePerRequest, &vec![0; 3]), 1);
-/// // A request and its estimated tokens, for a `MultiRateLimiter<2>`.
+/// // A request and its estimated tokens, for a `RateLimiter<[u64; 2]>`.
 /// let llm = |prompt: &String| [1, prompt.len() as u64 / 4];
 /// assert_eq!(llm.cost(&"a prompt".to_owned()), [1, 2]);
 /// ```
@@ -353,9 +353,9 @@ impl<Resp, G> Answered<Resp, G> for KeepCharge {
 ///
 /// ```
 /// use paced::tower::{RateLimitLayer, SettleFrom};
-/// use paced::{Limit, MultiRateLimiter, Rate};
+/// use paced::{Limit, RateLimiter, Rate};
 ///
-/// let llm = MultiRateLimiter::builder(["requests", "tokens"])
+/// let llm = RateLimiter::builder(["requests", "tokens"])
 ///     .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
 ///     .build()
 ///     .unwrap();

@@ -195,12 +195,12 @@ impl<B, E, const N: usize>
     /// use std::convert::Infallible;
     /// use http::Response;
     /// use paced::tower::AdaptiveLayer;
-    /// use paced::{AdaptiveMulti, Limit, MultiRateLimiter, Rate};
+    /// use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
     /// use tower::{ServiceBuilder, ServiceExt};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let limiter = MultiRateLimiter::builder(["requests", "tokens"])
+    /// let limiter = RateLimiter::builder(["requests", "tokens"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     ///     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
     ///     .build()

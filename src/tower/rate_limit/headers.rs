@@ -32,7 +32,7 @@ use crate::tower::request::RequestLimiter;
 /// | `X-RateLimit-Remaining` | the whole tokens left after this request |
 /// | `X-RateLimit-Reset` | the seconds until the bucket is full again, rounded up (a delay, not an epoch time) |
 ///
-/// A [`MultiRateLimiter`](crate::MultiRateLimiter) announces every limit, in the order its
+/// A [`RateLimiter`](crate::RateLimiter) announces every limit, in the order its
 /// builder was given them, and a keyed layer over a
 /// [`KeyedMultiRateLimiter`](crate::KeyedMultiRateLimiter) every limit of the request's key
 /// (its own limits, or the builder's) the same way: the draft's fields carry one policy per limit, named after the
@@ -62,7 +62,7 @@ use crate::tower::request::RequestLimiter;
 /// The values are read from the quota right after the decision: under concurrent requests
 /// they may already count a request decided a moment later, so `remaining` is never more than
 /// there is and `reset` never early. Quotas that are not a plain token bucket, a
-/// `MultiRateLimiter` nor a `KeyedMultiRateLimiter` (a warming-up limiter, a
+/// `RateLimiter` nor a `KeyedMultiRateLimiter` (a warming-up limiter, a
 /// [`Stagger`](crate::Stagger), a Redis quota) announce nothing but `Retry-After`.
 ///
 /// # Examples
@@ -79,12 +79,12 @@ use crate::tower::request::RequestLimiter;
 /// ```
 /// use std::convert::Infallible;
 /// use paced::tower::{limits_from_headers, Dimension, QuotaHeaders, RateLimitLayer};
-/// use paced::{Limit, MultiRateLimiter, Rate};
+/// use paced::{Limit, RateLimiter, Rate};
 /// use tower::{ServiceBuilder, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
-/// let quota = MultiRateLimiter::builder(["requests", "tokens"])
+/// let quota = RateLimiter::builder(["requests", "tokens"])
 ///     .limit("requests", Limit::bucket(Rate::per_minute(500), 500))
 ///     .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
 ///     .build()

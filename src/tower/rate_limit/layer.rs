@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 use tower_layer::Layer;
 
 use super::service::RateLimit;
-use crate::limiter::{KeyedLimiter, KeyedMultiRateLimiter, Limiter, MultiRateLimiter};
+use crate::limiter::{KeyedLimiter, KeyedMultiRateLimiter, Limiter, RateLimiter};
 use crate::mode::{Enforcing, Shaping};
 use crate::tower::request::{ByKey, KeepCharge, OnePerRequest, SettleFrom};
 
@@ -15,13 +15,13 @@ use crate::tower::request::{ByKey, KeepCharge, OnePerRequest, SettleFrom};
 /// before it reaches the inner service.
 ///
 /// - [`new(&limiter)`](RateLimitLayer::new) draws on a [`RateLimiter`](crate::RateLimiter), a
-///   [`Stagger`](crate::Stagger), a [`MultiRateLimiter`] (several limits at once) or a
+///   [`Stagger`](crate::Stagger), a [`RateLimiter`] (several limits at once) or a
 ///   `RedisRateLimiter`;
 ///   [`keyed(&limiter, key)`](RateLimitLayer::keyed) on one key's bucket of a
 ///   [`KeyedRateLimiter`](crate::KeyedRateLimiter) or a `RedisKeyedRateLimiter` (any
 ///   [`KeyedLimiter`]), the key computed from the request.
 /// - [`cost(|req| ..)`](RateLimitLayer::cost) sets what a request costs (default 1; one
-///   amount per dimension, `[u64; N]`, over a [`MultiRateLimiter`] or a
+///   amount per dimension, `[u64; N]`, over a [`RateLimiter`] or a
 ///   [`KeyedMultiRateLimiter`]), and, over either of those,
 ///   [`settle(|response| ..)`](RateLimitLayer::settle) corrects the charge from the response
 ///   (on the request's key, for the keyed one).
@@ -67,7 +67,7 @@ pub struct RateLimitLayer<Q, C = OnePerRequest, M = Shaping, A = KeepCharge> {
 }
 
 impl<Q: Limiter> RateLimitLayer<Q> {
-    /// A shaping layer over `limiter`, one token per request (over a [`MultiRateLimiter`],
+    /// A shaping layer over `limiter`, one token per request (over a [`RateLimiter`],
     /// say what a request costs in each dimension with [`cost`](RateLimitLayer::cost)).
     ///
     /// # Examples
@@ -149,7 +149,7 @@ impl<F, Q: KeyedLimiter> RateLimitLayer<ByKey<Q::Key, F, Q::Hasher, Q>> {
 }
 
 impl<Q, C, M, A> RateLimitLayer<Q, C, M, A> {
-    /// Makes each request cost `cost(&req)` tokens instead of one (over a [`MultiRateLimiter`],
+    /// Makes each request cost `cost(&req)` tokens instead of one (over a [`RateLimiter`],
     /// one amount per dimension: `|req| [1, estimate(req)]`). A cost of 0 passes at once;
     /// a cost above the burst waits until it has paid its debt (shaping) or is refused with
     /// `retry_after() == Duration::MAX` (enforcing). A [`Stagger`](crate::Stagger) counts one
@@ -220,7 +220,7 @@ mod sealed {
 impl sealed::Settles for Shaping {}
 impl sealed::Settles for Enforcing {}
 
-impl<const N: usize, C, M: sealed::Settles> RateLimitLayer<MultiRateLimiter<N>, C, M> {
+impl<const N: usize, C, M: sealed::Settles> RateLimitLayer<RateLimiter<[u64; N]>, C, M> {
     /// Settles each request's charge from its response: once the inner service answers
     /// `Ok(response)`, the request's [`Permit`](crate::Permit) is settled with
     /// `settle(&response)`, the cost it really had (the usage an LLM answer reports). A
@@ -229,20 +229,20 @@ impl<const N: usize, C, M: sealed::Settles> RateLimitLayer<MultiRateLimiter<N>, 
     /// does. An `Err` from the inner service, or a response future dropped before the answer,
     /// keeps the charge: what the estimate took stays taken.
     ///
-    /// For a layer over a [`MultiRateLimiter`], shaping or enforcing. An announcing layer
+    /// For a layer over a [`RateLimiter`], shaping or enforcing. An announcing layer
     /// ([`headers`](RateLimitLayer::headers)) does not settle, and the two do not combine
     /// (neither order compiles): `settle` is for a client, whose cost is an estimate until the
     /// answer says what it was; a server that charges what it serves knows the cost from the
     /// request (its size, the tokens it asks for), and one that learns it only from its own
     /// answer charges the request's estimate with [`cost`](RateLimitLayer::cost) and
-    /// corrects it in its handler with [`MultiRateLimiter::acquire`] and
+    /// corrects it in its handler with [`RateLimiter::acquire`] and
     /// [`Permit::settle`](crate::Permit::settle) instead of the layer.
     ///
     /// ```compile_fail
     /// use paced::tower::{QuotaHeaders, RateLimitLayer};
-    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use paced::{Limit, RateLimiter, Rate};
     ///
-    /// let quota = MultiRateLimiter::builder(["requests"])
+    /// let quota = RateLimiter::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
     ///     .build()
     ///     .unwrap();
@@ -258,7 +258,7 @@ impl<const N: usize, C, M: sealed::Settles> RateLimitLayer<MultiRateLimiter<N>, 
     /// use std::convert::Infallible;
     /// use std::time::Duration;
     /// use paced::tower::RateLimitLayer;
-    /// use paced::{Limit, MultiRateLimiter, Rate};
+    /// use paced::{Limit, RateLimiter, Rate};
     /// use tower::{ServiceBuilder, ServiceExt};
     /// use tokio::time::Instant;
     ///
@@ -267,7 +267,7 @@ impl<const N: usize, C, M: sealed::Settles> RateLimitLayer<MultiRateLimiter<N>, 
     /// struct Answer {
     ///     tokens_used: u64,
     /// }
-    /// let llm = MultiRateLimiter::builder(["requests", "tokens"])
+    /// let llm = RateLimiter::builder(["requests", "tokens"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     ///     .limit("tokens", Limit::bucket(Rate::per_second(100), 1_000))
     ///     .build()
@@ -289,7 +289,7 @@ impl<const N: usize, C, M: sealed::Settles> RateLimitLayer<MultiRateLimiter<N>, 
     pub fn settle<Resp, F>(
         self,
         settle: F,
-    ) -> RateLimitLayer<MultiRateLimiter<N>, C, M, SettleFrom<F>>
+    ) -> RateLimitLayer<RateLimiter<[u64; N]>, C, M, SettleFrom<F>>
     where
         F: Fn(&Resp) -> [u64; N] + Clone,
     {
@@ -312,7 +312,7 @@ where
     M: sealed::Settles,
 {
     /// Settles each request's charge on its key from its response, as
-    /// [`settle`](RateLimitLayer::settle) does over a [`MultiRateLimiter`]: once the inner
+    /// [`settle`](RateLimitLayer::settle) does over a [`RateLimiter`]: once the inner
     /// service answers `Ok(response)`, the request's [`KeyedPermit`](crate::KeyedPermit) is
     /// settled with `settle(&response)`, on the key the request was charged to (a tenant's
     /// requests and tokens per minute, corrected from the usage its answer reports). A smaller
@@ -322,7 +322,7 @@ where
     /// answer, keeps the charge.
     ///
     /// For a keyed layer over a [`KeyedMultiRateLimiter`], shaping or enforcing. As over a
-    /// [`MultiRateLimiter`], an announcing layer ([`headers`](RateLimitLayer::headers)) does
+    /// [`RateLimiter`], an announcing layer ([`headers`](RateLimitLayer::headers)) does
     /// not settle, and the two do not combine (neither order compiles).
     ///
     /// ```compile_fail

@@ -1,0 +1,51 @@
+//! [`Cost`]: the shape of what one request costs, which picks a handle's limits.
+
+use std::fmt;
+
+/// What one request costs: `u64` for a limiter of one limit, `[u64; N]` for a limiter of
+/// several limits over `N` dimensions (requests and tokens, say).
+///
+/// Every handle takes it as a type parameter that defaults to `u64`: a
+/// [`RateLimiter`](crate::RateLimiter) is one token bucket and a
+/// `RateLimiter<[u64; 2]>` counts two things at once. Adding a dimension changes the builder
+/// and the cost, not the type's name or its methods, and a cost of the wrong shape does not
+/// compile.
+///
+/// Sealed: only `u64` and `[u64; N]` are costs.
+///
+/// # Examples
+///
+/// ```
+/// use paced::{Limit, Rate, RateLimiter};
+///
+/// let one = RateLimiter::new(Rate::per_second(10), 10); // a RateLimiter<u64>
+/// assert!(one.try_acquire(1).is_ok());
+///
+/// let two: RateLimiter<[u64; 2]> = RateLimiter::builder(["requests", "tokens"])
+///     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+///     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
+///     .build()
+///     .unwrap();
+/// assert!(two.try_acquire([1, 300]).is_ok());
+/// ```
+pub trait Cost: sealed::Shape + Copy + Send + Sync + fmt::Debug + PartialEq + 'static {}
+
+impl Cost for u64 {}
+impl<const N: usize> Cost for [u64; N] {}
+
+pub(crate) mod sealed {
+    /// Which state each handle keeps for a cost's shape: public in a private module, so that
+    /// the handles can name it and users cannot.
+    pub trait Shape {
+        /// A [`RateLimiter`](crate::RateLimiter)'s.
+        type Local: Clone + std::fmt::Debug;
+    }
+
+    impl Shape for u64 {
+        type Local = crate::limiter::rate_limiter::One;
+    }
+
+    impl<const N: usize> Shape for [u64; N] {
+        type Local = crate::limiter::multi::Several<N>;
+    }
+}
