@@ -38,7 +38,18 @@ pub(crate) mod sealed {
     /// the handles can name it and users cannot.
     pub trait Shape {
         /// A [`RateLimiter`](crate::RateLimiter)'s.
-        type Local: Clone + std::fmt::Debug;
+        type Local: State;
+    }
+
+    /// What a [`RateLimiter`](crate::RateLimiter)'s state does the same way for every shape.
+    pub trait State: Clone + std::fmt::Debug {
+        /// Grants nothing before `d` from now.
+        fn pause_for(&self, d: std::time::Duration);
+        /// The limiter's counters.
+        fn stats(&self) -> crate::Stats;
+        /// Records to the `metrics` facade under `name`.
+        #[cfg(feature = "metrics")]
+        fn set_metrics(&self, name: &str);
     }
 
     impl Shape for u64 {

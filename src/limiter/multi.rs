@@ -702,37 +702,6 @@ impl<const N: usize> RateLimiter<[u64; N]> {
         })
     }
 
-    /// Grants nothing to anyone before `d` from now (a longer pause given before is kept),
-    /// as a destination's `Retry-After` asks: waiters re-read their deadline at once, and
-    /// [`try_acquire`](RateLimiter::try_acquire) refuses until then. `Duration::MAX`
-    /// saturates to a pause of centuries.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use paced::{Limit, RateLimiter, Rate};
-    /// use tokio::time::Instant;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let limiter = RateLimiter::builder(["requests"])
-    ///     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
-    ///     .build()
-    ///     .unwrap();
-    /// let start = Instant::now();
-    /// limiter.pause_for(Duration::from_secs(2));
-    /// assert!(limiter.try_acquire([1]).is_err());
-    /// limiter.acquire([1]).await;
-    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
-    /// # }
-    /// ```
-    pub fn pause_for(&self, d: Duration) {
-        self.inner.shared.update(|limits, now| {
-            limits.pause_until(now.saturating_add(Nanos::from_duration(d)));
-        });
-    }
-
     /// The names of the dimensions, in the order of a cost's amounts.
     pub(crate) fn names(&self) -> &[String; N] {
         &self.inner.names
@@ -776,52 +745,6 @@ impl<const N: usize> RateLimiter<[u64; N]> {
             }
         });
         after
-    }
-
-    /// A snapshot of the limiter's counters: granted, rejected, waiting now, total wait.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use paced::{Limit, RateLimiter, Rate};
-    ///
-    /// let limiter = RateLimiter::builder(["requests"])
-    ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
-    ///     .build()
-    ///     .unwrap();
-    /// limiter.try_acquire([1]).unwrap();
-    /// assert!(limiter.try_acquire([1]).is_err());
-    /// assert_eq!((limiter.stats().granted, limiter.stats().rejected), (1, 1));
-    /// ```
-    #[must_use]
-    pub fn stats(&self) -> Stats {
-        self.inner.shared.stats()
-    }
-
-    /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
-    /// `metrics`), the same metrics as
-    /// [`RateLimiter::with_metrics`](crate::RateLimiter::with_metrics); a grant's
-    /// `paced_tokens_granted_total` is its cost summed over the dimensions. Named twice, the
-    /// last name given wins.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use paced::{Limit, RateLimiter, Rate};
-    ///
-    /// let limiter = RateLimiter::builder(["requests", "tokens"])
-    ///     .limit("tokens", Limit::bucket(Rate::per_minute(1_000), 1_000))
-    ///     .build()
-    ///     .unwrap()
-    ///     .with_metrics("llm");
-    /// limiter.try_acquire([1, 10]).unwrap(); // paced_grants_total{limiter="llm"} 1
-    /// ```
-    #[cfg(feature = "metrics")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-    #[must_use]
-    pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
-        self.inner.shared.set_metrics(name.as_ref());
-        self
     }
 }
 
@@ -870,6 +793,21 @@ fn bucket_rate(bucket: &Bucket) -> Rate {
         (per_nanos % 1_000_000_000) as u32,
     );
     Rate::new(tokens, per)
+}
+
+impl<const N: usize> crate::limiter::cost::sealed::State for Several<N> {
+    fn pause_for(&self, d: Duration) {
+        self.shared.update(|limits, now| {
+            limits.pause_until(now.saturating_add(Nanos::from_duration(d)));
+        });
+    }
+    fn stats(&self) -> Stats {
+        self.shared.stats()
+    }
+    #[cfg(feature = "metrics")]
+    fn set_metrics(&self, name: &str) {
+        self.shared.set_metrics(name);
+    }
 }
 
 impl<const N: usize> fmt::Debug for Several<N> {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::core::{Bucket, Nanos, Pace, WarmingUp};
 use crate::engine::{After, Shared, Waiter};
 use crate::error::{ConfigError, NotUntil};
+use crate::limiter::cost::sealed::State;
 use crate::limiter::Cost;
 use crate::rate::Rate;
 use crate::stats::Stats;
@@ -659,12 +660,42 @@ impl RateLimiter {
         })
     }
 
+    /// The bucket as quota headers describe it now; `None` for a warming-up limiter, which
+    /// has no burst. While paused, nothing remains and the reset is no earlier than the pause's
+    /// end.
+    #[cfg(feature = "http")]
+    pub(crate) fn limit_state(&self) -> Option<crate::stats::LimitState> {
+        self.inner.shared.read(|limit, now| match &limit.curve {
+            Curve::Bucket(b) => {
+                let mut state = crate::stats::LimitState::of(b, limit.rate, now);
+                if limit.is_paused(now) {
+                    state.remaining = 0;
+                    let pause = limit.paused_until.saturating_sub(now).to_duration();
+                    state.reset = state.reset.max(pause);
+                }
+                Some(state)
+            }
+            Curve::WarmingUp(_) => None,
+        })
+    }
+}
+
+impl std::fmt::Debug for One {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("id", &Arc::as_ptr(&self.shared))
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every limiter does, whatever its cost: one limit or several.
+impl<C: Cost> RateLimiter<C> {
     /// Grants nothing, to anyone, before `d` from now: what a server's `Retry-After` asks for.
     ///
-    /// Waiters keep their places and their order and are served from the end of the pause on,
-    /// as the bucket allows; [`try_acquire`](RateLimiter::try_acquire) is refused meanwhile
-    /// with the time left. The bucket keeps refilling during the pause (a pause takes no
-    /// tokens). A later pause that ends sooner does not shorten this one; one that ends later
+    /// Every limit of the limiter is paused. Waiters keep their places and their order and are
+    /// served from the end of the pause on, as the limits allow;
+    /// [`try_acquire`](RateLimiter::try_acquire) is refused meanwhile with the time left. The
+    /// buckets keep refilling during the pause (a pause takes no tokens). A later pause that ends sooner does not shorten this one; one that ends later
     /// extends it. A `d` too large to represent is a pause of about 584 years, never a panic.
     ///
     /// # Examples
@@ -686,29 +717,7 @@ impl RateLimiter {
     /// # }
     /// ```
     pub fn pause_for(&self, d: Duration) {
-        self.inner.shared.update(|limit, now| {
-            let until = now.saturating_add(Nanos::from_duration(d));
-            limit.paused_until = limit.paused_until.max(until);
-        });
-    }
-
-    /// The bucket as quota headers describe it now; `None` for a warming-up limiter, which
-    /// has no burst. While paused, nothing remains and the reset is no earlier than the pause's
-    /// end.
-    #[cfg(feature = "http")]
-    pub(crate) fn limit_state(&self) -> Option<crate::stats::LimitState> {
-        self.inner.shared.read(|limit, now| match &limit.curve {
-            Curve::Bucket(b) => {
-                let mut state = crate::stats::LimitState::of(b, limit.rate, now);
-                if limit.is_paused(now) {
-                    state.remaining = 0;
-                    let pause = limit.paused_until.saturating_sub(now).to_duration();
-                    state.reset = state.reset.max(pause);
-                }
-                Some(state)
-            }
-            Curve::WarmingUp(_) => None,
-        })
+        self.inner.pause_for(d);
     }
 
     /// A snapshot of the limiter's counters: granted, rejected, waiting now, total wait.
@@ -724,7 +733,7 @@ impl RateLimiter {
     /// ```
     #[must_use]
     pub fn stats(&self) -> Stats {
-        self.inner.shared.stats()
+        self.inner.stats()
     }
 
     /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
@@ -742,8 +751,9 @@ impl RateLimiter {
     /// Every metric carries the label `limiter = name`. The handles are registered once, here,
     /// with the recorder in force (install the recorder first), and kept in the state every
     /// clone shares: the name applies to every handle of the limiter, those cloned before the
-    /// call too, and recording an event is one call on a handle. Named twice (on any handle),
-    /// the last name given wins: the handles of the earlier name stop recording (its
+    /// call too, and recording an event is one call on a handle. With several limits, a
+    /// grant's `paced_tokens_granted_total` is its cost summed over the dimensions. Named twice
+    /// (on any handle), the last name given wins: the handles of the earlier name stop recording (its
     /// `paced_waiters` gauge is set to 0) and those of the new one start. Without a name, the
     /// cost is one branch per event. See the [guide](crate::guide#metrics).
     ///
@@ -763,16 +773,24 @@ impl RateLimiter {
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     #[must_use]
     pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
-        self.inner.shared.set_metrics(name.as_ref());
+        self.inner.set_metrics(name.as_ref());
         self
     }
 }
 
-impl std::fmt::Debug for One {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RateLimiter")
-            .field("id", &Arc::as_ptr(&self.shared))
-            .finish_non_exhaustive()
+impl State for One {
+    fn pause_for(&self, d: Duration) {
+        self.shared.update(|limit, now| {
+            let until = now.saturating_add(Nanos::from_duration(d));
+            limit.paused_until = limit.paused_until.max(until);
+        });
+    }
+    fn stats(&self) -> Stats {
+        self.shared.stats()
+    }
+    #[cfg(feature = "metrics")]
+    fn set_metrics(&self, name: &str) {
+        self.shared.set_metrics(name);
     }
 }
 
