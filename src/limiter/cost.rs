@@ -39,13 +39,17 @@ pub(crate) mod sealed {
     pub trait Shape {
         /// A [`RateLimiter`](crate::RateLimiter)'s.
         type Local: Clone + std::fmt::Debug;
+        /// An [`Adaptive`](crate::Adaptive)'s.
+        type Adaptive: Clone + std::fmt::Debug;
     }
 
     impl Shape for u64 {
         type Local = crate::limiter::rate_limiter::One;
+        type Adaptive = crate::limiter::adaptive::One;
     }
 
     impl<const N: usize> Shape for [u64; N] {
         type Local = crate::limiter::multi::Several<N>;
+        type Adaptive = crate::limiter::adaptive_multi::Several<N>;
     }
 }
