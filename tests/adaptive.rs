@@ -672,6 +672,30 @@ mod multi {
         (a.rate(REQUESTS).unwrap(), a.rate(TOKENS).unwrap())
     }
 
+    /// One name for one limit or several: the shape is the cost's, the methods are the same,
+    /// `limiter()` is the `RateLimiter` of that shape, and both show as an `Adaptive`.
+    #[test]
+    fn one_type_for_one_limit_or_several() {
+        let one: Adaptive = Adaptive::new(
+            RateLimiter::new(Rate::per_second(10), 2),
+            Rate::per_second(1),
+            Rate::per_second(10),
+        );
+        let several: Adaptive<[u64; 2]> = llm();
+        let _: &RateLimiter = one.limiter();
+        let _: &RateLimiter<[u64; 2]> = several.limiter();
+        one.on_throttled(None);
+        several.on_throttled(None);
+        assert_eq!(one.stats().decreases, 1);
+        assert_eq!(several.stats(REQUESTS).map(|s| s.decreases), Some(1));
+        assert_eq!(several.stats(TOKENS).map(|s| s.decreases), Some(1));
+        assert!(format!("{one:?}").starts_with("Adaptive {"), "{one:?}");
+        assert!(
+            format!("{several:?}").starts_with("Adaptive {"),
+            "{several:?}"
+        );
+    }
+
     #[test]
     fn announcements_set_each_limit_independently_and_exactly() {
         paused(async {
