@@ -13,7 +13,7 @@ use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
 
 /// The label every metric carries: the limiter's name.
 const LABEL: &str = "limiter";
-/// The label of an `AdaptiveMulti`'s metrics that tells its limits apart (their index).
+/// The label of an `Adaptive<[u64; N]>`'s metrics that tells its limits apart (their index).
 const LIMIT_LABEL: &str = "limit";
 
 /// The handles a limiter records to under its name, shared by every clone: none until it is
@@ -143,7 +143,7 @@ impl AdaptiveMetrics {
         }
     }
 
-    /// The handles of one adapted limit of an `AdaptiveMulti`: also labelled `limit = index`.
+    /// The handles of one adapted limit of an `Adaptive<[u64; N]>`: also labelled `limit = index`.
     pub(crate) fn for_limit(name: &str, index: usize) -> AdaptiveMetrics {
         let (name, index) = (name.to_owned(), index.to_string());
         AdaptiveMetrics {

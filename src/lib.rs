@@ -58,7 +58,7 @@
 //! | [`KeyedRateLimiter`] | one bucket per key (a destination, a tenant). A key is forgotten once its bucket is full again |
 //! | [`KeyedMultiRateLimiter`] | several limits per key; [`KeyedPermit::settle`] corrects a key's charge |
 //! | [`Adaptive`] | a [`RateLimiter`] whose rate follows what the destination says: `429`s, `Retry-After`, an announced quota |
-//! | [`AdaptiveMulti`] | the same for each limit of a [`RateLimiter`] |
+//! | [`Adaptive`] | the same for each limit of a [`RateLimiter`] |
 //! | [`RedisRateLimiter`] (feature `redis`) | one limit for many processes and machines, kept in Redis |
 //! | [`RedisKeyedRateLimiter`] (feature `redis`) | one limit per key, for the fleet |
 //! | [`RedisMultiRateLimiter`] (feature `redis`) | several limits at once, for the fleet |
@@ -81,7 +81,7 @@
 //! - [`Permit`] and [`KeyedPermit`]: what a grant charged, to settle once the real cost is
 //!   known.
 //! - [`RateLimiterBuilder`], [`KeyedMultiRateLimiterBuilder`] and
-//!   [`AdaptiveMultiBuilder`]: the builders of the limiters with several limits.
+//!   [`AdaptiveBuilder`]: the builders of the limiters with several limits.
 //! - [`Announced`]: one limit a response announced in its headers, for
 //!   [`Adaptive::on_quota`].
 //! - [`Limiter`] and [`KeyedLimiter`]: what `throttle_with`, `throttle_by_key` and the tower
@@ -163,9 +163,9 @@ pub use error::{ConfigError, NotUntil, RateExceeded};
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-laws")))]
 pub use limiter::AdaptiveLaw;
 pub use limiter::{
-    Adaptive, AdaptiveMulti, AdaptiveMultiBuilder, AdaptiveStats, Announced, Cost, KeyedLimiter,
-    KeyedMultiRateLimiter, KeyedMultiRateLimiterBuilder, KeyedPermit, KeyedRateLimiter, Limit,
-    Limiter, Permit, RateLimiter, RateLimiterBuilder, Stagger,
+    Adaptive, AdaptiveBuilder, AdaptiveStats, Announced, Cost, KeyedLimiter, KeyedMultiRateLimiter,
+    KeyedMultiRateLimiterBuilder, KeyedPermit, KeyedRateLimiter, Limit, Limiter, Permit,
+    RateLimiter, RateLimiterBuilder, Stagger,
 };
 pub use mode::{Enforcing, Shaping};
 pub use rate::Rate;

@@ -639,12 +639,12 @@ fn a_waiter_woken_by_a_rate_change_may_call_back_at_once() {
     drop(waiter);
 }
 
-// ----- AdaptiveMulti: each limit of a RateLimiter learned on its own -----
+// ----- Adaptive<[u64; N]>: each limit of a RateLimiter learned on its own -----
 
 mod multi {
     use std::time::Duration;
 
-    use paced::{AdaptiveMulti, Announced, ConfigError, Limit, Rate, RateLimiter};
+    use paced::{Adaptive, Announced, ConfigError, Limit, Rate, RateLimiter};
     use proptest::prelude::*;
     use tokio::time::Instant;
 
@@ -655,21 +655,45 @@ mod multi {
 
     /// Requests 10/s (burst 10) in [1/s, 10/s], tokens 1,000/s (burst 1,000) in
     /// [100/s, 1,000/s].
-    fn llm() -> AdaptiveMulti<2> {
+    fn llm() -> Adaptive<[u64; 2]> {
         let limiter = RateLimiter::builder(["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_second(10), 10))
             .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
             .build()
             .unwrap();
-        AdaptiveMulti::builder(limiter)
+        Adaptive::builder(limiter)
             .adapt(REQUESTS, Rate::per_second(1), Rate::per_second(10))
             .adapt(TOKENS, Rate::per_second(100), Rate::per_second(1_000))
             .build()
             .unwrap()
     }
 
-    fn rates(a: &AdaptiveMulti<2>) -> (Rate, Rate) {
+    fn rates(a: &Adaptive<[u64; 2]>) -> (Rate, Rate) {
         (a.rate(REQUESTS).unwrap(), a.rate(TOKENS).unwrap())
+    }
+
+    /// One name for one limit or several: the shape is the cost's, the methods are the same,
+    /// `limiter()` is the `RateLimiter` of that shape, and both show as an `Adaptive`.
+    #[test]
+    fn one_type_for_one_limit_or_several() {
+        let one: Adaptive = Adaptive::new(
+            RateLimiter::new(Rate::per_second(10), 2),
+            Rate::per_second(1),
+            Rate::per_second(10),
+        );
+        let several: Adaptive<[u64; 2]> = llm();
+        let _: &RateLimiter = one.limiter();
+        let _: &RateLimiter<[u64; 2]> = several.limiter();
+        one.on_throttled(None);
+        several.on_throttled(None);
+        assert_eq!(one.stats().decreases, 1);
+        assert_eq!(several.stats(REQUESTS).map(|s| s.decreases), Some(1));
+        assert_eq!(several.stats(TOKENS).map(|s| s.decreases), Some(1));
+        assert!(format!("{one:?}").starts_with("Adaptive {"), "{one:?}");
+        assert!(
+            format!("{several:?}").starts_with("Adaptive {"),
+            "{several:?}"
+        );
     }
 
     #[test]
@@ -753,7 +777,7 @@ mod multi {
                 .limit("input", Limit::bucket(Rate::per_second(1_000), 1_000))
                 .build()
                 .unwrap();
-            let a = AdaptiveMulti::builder(limiter)
+            let a = Adaptive::builder(limiter)
                 .adapt(0, Rate::per_second(1), Rate::per_second(10))
                 .adapt(2, Rate::per_second(10), Rate::per_second(1_000))
                 .route("requests", 0)
@@ -780,7 +804,7 @@ mod multi {
             .unwrap();
         let range = (Rate::per_second(1), Rate::per_second(2));
         let build = |index, route: Option<usize>| {
-            let b = AdaptiveMulti::builder(limiter.clone()).adapt(index, range.0, range.1);
+            let b = Adaptive::builder(limiter.clone()).adapt(index, range.0, range.1);
             match route {
                 Some(i) => b.route("x", i).build().err(),
                 None => b.build().err(),
@@ -790,7 +814,7 @@ mod multi {
         assert_eq!(build(1, None), Some(ConfigError::LimitKind));
         assert_eq!(build(2, None), Some(ConfigError::NoSuchLimit));
         assert_eq!(build(0, Some(1)), Some(ConfigError::NoSuchLimit));
-        let reversed = AdaptiveMulti::builder(limiter)
+        let reversed = Adaptive::builder(limiter)
             .adapt(0, range.1, range.0)
             .build()
             .err();
@@ -840,7 +864,7 @@ mod multi {
         fn rates_never_leave_their_ranges(ops in proptest::collection::vec(op(), 1..60)) {
             paused(async {
                 let a = llm();
-                let within = |a: &AdaptiveMulti<2>| {
+                let within = |a: &Adaptive<[u64; 2]>| {
                     let (r, t) = rates(a);
                     assert!(Rate::per_second(1) <= r && r <= Rate::per_second(10), "{r:?}");
                     assert!(Rate::per_second(100) <= t && t <= Rate::per_second(1_000), "{t:?}");

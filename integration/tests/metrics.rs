@@ -451,11 +451,11 @@ async fn a_multi_limiter_records_as_a_rate_limiter_does_and_the_last_name_wins()
     assert_eq!(recorder.counter("old", "paced_grants_total"), 0);
 }
 
-/// `AdaptiveMulti`: one `paced_adaptive_rate` gauge and one decreases counter per adapted
+/// `Adaptive<[u64; N]>`: one `paced_adaptive_rate` gauge and one decreases counter per adapted
 /// limit, told apart by the label `limit` (the limit's index).
 #[tokio::test(start_paused = true)]
 async fn adaptive_multi_rate_and_decreases_per_limit() {
-    use paced::{AdaptiveMulti, Limit, RateLimiter};
+    use paced::{Adaptive, Limit, RateLimiter};
 
     let recorder = Reader(Arc::new(Registry::atomic()));
     let _guard = metrics::set_default_local_recorder(&recorder);
@@ -488,7 +488,7 @@ async fn adaptive_multi_rate_and_decreases_per_limit() {
         .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
         .build()
         .unwrap();
-    let adaptive = AdaptiveMulti::builder(limiter)
+    let adaptive = Adaptive::builder(limiter)
         .adapt(0, Rate::per_second(1), Rate::per_second(10))
         .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
         .build()

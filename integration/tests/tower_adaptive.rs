@@ -601,7 +601,7 @@ async fn over_real_http_the_rate_comes_down_to_the_servers_limit() {
     assert!(refused <= ok, "{ok} × 200, {refused} × 429");
 }
 
-/// `AdaptiveLayer::http_multi`: an `AdaptiveMulti` fed every limit a provider's headers
+/// `AdaptiveLayer::http_multi`: an `Adaptive<[u64; N]>` fed every limit a provider's headers
 /// announce, and its 429s.
 #[cfg(feature = "http")]
 mod multi {
@@ -610,7 +610,7 @@ mod multi {
 
     use http::Response;
     use paced::tower::AdaptiveLayer;
-    use paced::{AdaptiveMulti, Limit, Rate, RateLimiter};
+    use paced::{Adaptive, Limit, Rate, RateLimiter};
     use tower::{ServiceBuilder, ServiceExt};
 
     use super::provider::per_second;
@@ -636,7 +636,7 @@ mod multi {
             .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
             .build()
             .unwrap();
-        let adaptive = AdaptiveMulti::builder(limiter)
+        let adaptive = Adaptive::builder(limiter)
             .adapt(0, Rate::per_second(1), Rate::per_second(10))
             .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
             .build()
@@ -718,7 +718,7 @@ mod multi {
             .limit("output", Limit::bucket(Rate::per_second(1_000), 1_000))
             .build()
             .unwrap();
-        let adaptive = AdaptiveMulti::builder(limiter)
+        let adaptive = Adaptive::builder(limiter)
             .adapt(
                 0,
                 Rate::new(1, Duration::from_secs(10)),

@@ -18,6 +18,7 @@ pub use crate::core::adaptive_law::Announced;
 use crate::core::adaptive_law::{Controller, Limited, QUOTA_MAX_PAUSE};
 use crate::engine::After;
 use crate::error::ConfigError;
+use crate::limiter::Cost;
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex, MutexGuard};
 
@@ -88,12 +89,34 @@ use crate::sync::{lock, Mutex, MutexGuard};
 /// assert!(adaptive.limiter().try_acquire(1).is_err()); // paused for 1 s
 /// # }
 /// ```
-#[derive(Clone)]
-pub struct Adaptive {
-    inner: Arc<Inner>,
+pub struct Adaptive<C: Cost = u64> {
+    pub(crate) inner: C::Adaptive,
 }
 
-struct Inner {
+/// Shows the controller's range and law (for several limits, the limiter and each adapted
+/// limit's range): its rates are read with [`rate`](Adaptive::rate) and
+/// [`stats`](Adaptive::stats).
+impl<C: Cost> std::fmt::Debug for Adaptive<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl<C: Cost> Clone for Adaptive<C> {
+    fn clone(&self) -> Self {
+        Adaptive {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// An [`Adaptive`]'s state for one limit: public in a private module (see [`Cost`]).
+#[derive(Clone)]
+pub struct One {
+    pub(crate) shared: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
     limiter: RateLimiter,
     origin: Instant,
     state: Mutex<Controller>,
@@ -232,13 +255,15 @@ impl Adaptive {
         );
         wakes.run();
         Ok(Adaptive {
-            inner: Arc::new(Inner {
-                limiter,
-                origin: Instant::now(),
-                state: Mutex::new(controller),
-                #[cfg(feature = "metrics")]
-                metrics: crate::instrument::Named::default(),
-            }),
+            inner: One {
+                shared: Arc::new(Inner {
+                    limiter,
+                    origin: Instant::now(),
+                    state: Mutex::new(controller),
+                    #[cfg(feature = "metrics")]
+                    metrics: crate::instrument::Named::default(),
+                }),
+            },
         })
     }
 
@@ -255,7 +280,7 @@ impl Adaptive {
     /// assert_eq!(adaptive.stats().successes, 1);
     /// ```
     pub fn on_success(&self) {
-        self.inner.report(false, None);
+        self.inner.shared.report(false, None);
     }
 
     /// Reports a call refused for going too fast (`429`, `503 Slow Down`), with the
@@ -284,7 +309,7 @@ impl Adaptive {
     /// # }
     /// ```
     pub fn on_throttled(&self, retry_after: Option<Duration>) {
-        self.inner.report(true, retry_after);
+        self.inner.shared.report(true, retry_after);
     }
 
     /// Reports a call that succeeded and announced the destination's quota: call it instead
@@ -340,25 +365,26 @@ impl Adaptive {
         let exhausted = quota.remaining == 0 && !quota.is_bucket();
         if exhausted {
             self.inner
+                .shared
                 .limiter
                 .pause_for(quota.reset.min(QUOTA_MAX_PAUSE));
         }
         let now = Instant::now()
-            .saturating_duration_since(self.inner.origin)
+            .saturating_duration_since(self.inner.shared.origin)
             .as_secs_f64();
         let mut wakes = Wakes::default();
-        let mut st = self.inner.lock();
+        let mut st = self.inner.shared.lock();
         let decreases = st.counts().2;
         st.announce(
             &mut Bound {
-                limiter: &self.inner.limiter,
+                limiter: &self.inner.shared.limiter,
                 wakes: &mut wakes,
             },
             quota,
             exhausted,
             now,
         );
-        self.inner.record(&st, decreases);
+        self.inner.shared.record(&st, decreases);
         drop(st);
         wakes.run();
     }
@@ -384,7 +410,7 @@ impl Adaptive {
     /// # }
     /// ```
     pub async fn acquire(&self, cost: u64) {
-        self.inner.limiter.acquire(cost).await;
+        self.inner.shared.limiter.acquire(cost).await;
     }
 
     /// Takes `cost` tokens of the limiter if they are there now and nobody waits:
@@ -410,7 +436,7 @@ impl Adaptive {
     /// # }
     /// ```
     pub fn try_acquire(&self, cost: u64) -> Result<(), crate::NotUntil> {
-        self.inner.limiter.try_acquire(cost)
+        self.inner.shared.limiter.try_acquire(cost)
     }
 
     /// Waits for `cost` tokens of the limiter only if they can be had within `timeout`:
@@ -441,7 +467,11 @@ impl Adaptive {
         cost: u64,
         timeout: Duration,
     ) -> Result<(), crate::NotUntil> {
-        self.inner.limiter.acquire_timeout(cost, timeout).await
+        self.inner
+            .shared
+            .limiter
+            .acquire_timeout(cost, timeout)
+            .await
     }
 
     /// The whole tokens of the limiter that could be taken now, ignoring anyone waiting:
@@ -459,7 +489,7 @@ impl Adaptive {
     /// ```
     #[must_use]
     pub fn available(&self) -> u64 {
-        self.inner.limiter.available()
+        self.inner.shared.limiter.available()
     }
 
     /// The limiter's rate now.
@@ -475,7 +505,7 @@ impl Adaptive {
     /// ```
     #[must_use]
     pub fn rate(&self) -> Rate {
-        self.inner.limiter.rate()
+        self.inner.shared.limiter.rate()
     }
 
     /// The limiter the controller sets: draw on it with
@@ -500,7 +530,7 @@ impl Adaptive {
     /// ```
     #[must_use]
     pub fn limiter(&self) -> &RateLimiter {
-        &self.inner.limiter
+        &self.inner.shared.limiter
     }
 
     /// The counters (successes, throttled, decreases) and the rate now.
@@ -517,12 +547,12 @@ impl Adaptive {
     /// ```
     #[must_use]
     pub fn stats(&self) -> AdaptiveStats {
-        let (successes, throttled, decreases) = self.inner.lock().counts();
+        let (successes, throttled, decreases) = self.inner.shared.lock().counts();
         AdaptiveStats {
             successes,
             throttled,
             decreases,
-            rate: self.inner.limiter.rate(),
+            rate: self.inner.shared.limiter.rate(),
         }
     }
 
@@ -555,11 +585,11 @@ impl Adaptive {
     #[must_use]
     pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
         let name = name.as_ref();
-        self.inner.limiter.inner.shared.set_metrics(name);
+        self.inner.shared.limiter.inner.shared.set_metrics(name);
         let metrics = crate::instrument::AdaptiveMetrics::new(name);
-        let st = self.inner.lock();
+        let st = self.inner.shared.lock();
         metrics.rate.set(per_second(st.rate()));
-        self.inner.metrics.replace(metrics, |_| {});
+        self.inner.shared.metrics.replace(metrics, |_| {});
         drop(st);
         self
     }
@@ -658,9 +688,9 @@ impl Wakes {
     }
 }
 
-impl std::fmt::Debug for Adaptive {
+impl std::fmt::Debug for One {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let st = self.inner.lock();
+        let st = self.shared.lock();
         let (min, max) = st.range();
         f.debug_struct("Adaptive")
             .field("min", &min)

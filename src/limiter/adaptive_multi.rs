@@ -1,4 +1,4 @@
-//! `AdaptiveMulti`: an [`Adaptive`](crate::Adaptive) for a [`RateLimiter`]: one control
+//! `Adaptive<[u64; N]>`: an [`Adaptive`] for a [`RateLimiter`] of several limits: one control
 //! law per adapted limit (the same clock-free law, `core::adaptive_law`), each learning its own
 //! limit from the refusals and announcements that concern it.
 
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::adaptive::{AdaptiveStats, Wakes};
+use super::adaptive::{Adaptive, AdaptiveStats, Wakes};
 use super::multi::Permit;
 use super::RateLimiter;
 #[cfg(feature = "metrics")]
@@ -17,77 +17,21 @@ use crate::error::{ConfigError, NotUntil};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex, MutexGuard};
 
-/// Learns each token-bucket limit of a [`RateLimiter`] on its own, from the destination's
-/// refusals and announcements, and keeps each at the rate found, within its own `[min, max]`.
-///
-/// Each adapted limit (chosen by its index, as
-/// [`set_limit`](RateLimiter::set_limit) numbers them) has a control law of its own, the
-/// one [`Adaptive`](crate::Adaptive) describes: a refusal lowers it to 80 % of the rate
-/// measured (once per overload), successes probe it back up along a cubic curve, and an
-/// announced quota sets it and holds it there. The rates are set with
-/// [`set_limit`](RateLimiter::set_limit): each bucket keeps its level and its burst.
-/// Fixed windows cannot be adapted (their quota is the provider's contract, not a rate).
-///
-/// - [`on_success`](AdaptiveMulti::on_success): every adapted limit probes up.
-/// - [`on_throttled_limit`](AdaptiveMulti::on_throttled_limit) (or
-///   [`on_throttled_dimension`](AdaptiveMulti::on_throttled_dimension)): a refusal that names
-///   its limit lowers that limit only.
-/// - [`on_throttled`](AdaptiveMulti::on_throttled): **a refusal that does not name its limit
-///   lowers every adapted limit**. Any of them may have refused, and lowering one that did not
-///   costs little: its next announcement sets it back, or the curve climbs back within
-///   seconds; leaving the one that did refuse unchanged would be refused again.
-/// - [`on_quota`](AdaptiveMulti::on_quota) / `on_limits` (feature `http`): an
-///   announced limit sets the limits it is routed to. By default an announcement named as a
-///   dimension of the limiter (`"requests"`, `"tokens"`, `"input-tokens"`,
-///   `"output-tokens"`, as `paced::tower::limits_from_headers` (feature `http`) names
-///   OpenAI's and Anthropic's limits) goes to every adapted limit of that dimension;
-///   [`AdaptiveMultiBuilder::route`] sends a name elsewhere (an IETF policy `"minute"`, a
-///   dimension called otherwise).
-///
-/// A `Retry-After` pauses the whole limiter ([`RateLimiter::pause_for`]): a call needs
-/// every limit. Cloning is cheap (an `Arc`); every clone is the same controller.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use paced::{AdaptiveMulti, Announced, Limit, RateLimiter, Rate};
-///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() {
-/// let limiter = RateLimiter::builder(["requests", "tokens"])
-///     .limit("requests", Limit::bucket(Rate::per_second(10), 10)) // index 0
-///     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)) // index 1
-///     .build()
-///     .unwrap();
-/// let adaptive = AdaptiveMulti::builder(limiter)
-///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
-///     .adapt(1, Rate::per_second(100), Rate::per_second(1_000))
-///     .build()
-///     .unwrap();
-/// adaptive.acquire([1, 300]).await;
-/// // The provider refused for lack of tokens: tokens only are lowered.
-/// adaptive.on_throttled_limit(1, None);
-/// assert_eq!(adaptive.rate(0), Some(Rate::per_second(10)));
-/// assert_eq!(adaptive.rate(1), Some(Rate::per_second(800)));
-/// // It announces 50 requests left for 10 s: requests only are set.
-/// adaptive.on_quota("requests", Announced::new(49, Duration::from_secs(10)));
-/// assert_eq!(adaptive.rate(0), Some(Rate::per_second(5)));
-/// # }
-/// ```
-pub struct AdaptiveMulti<const N: usize> {
-    inner: Arc<Inner<N>>,
+/// An [`Adaptive`]'s state for several limits: public in a private module (see
+/// [`Cost`](crate::Cost)).
+pub struct Several<const N: usize> {
+    pub(crate) shared: Arc<Inner<N>>,
 }
 
-impl<const N: usize> Clone for AdaptiveMulti<N> {
+impl<const N: usize> Clone for Several<N> {
     fn clone(&self) -> Self {
-        AdaptiveMulti {
-            inner: Arc::clone(&self.inner),
+        Several {
+            shared: Arc::clone(&self.shared),
         }
     }
 }
 
-struct Inner<const N: usize> {
+pub(crate) struct Inner<const N: usize> {
     limiter: RateLimiter<[u64; N]>,
     origin: Instant,
     /// Announced names sent to other limits than their dimension's: (name, limit index).
@@ -106,42 +50,43 @@ struct Adapted {
     controller: Controller,
 }
 
-/// Chooses the limits an [`AdaptiveMulti`] adapts, their ranges, and where announcements go.
+/// Builds an [`Adaptive`] of several limits (`Adaptive<[u64; N]>`): chooses the limits it
+/// adapts, their ranges, and where announcements go.
 ///
 /// # Examples
 ///
 /// ```
-/// use paced::{AdaptiveMulti, ConfigError, Limit, RateLimiter, Rate};
+/// use paced::{Adaptive, ConfigError, Limit, RateLimiter, Rate};
 ///
 /// let limiter = RateLimiter::builder(["requests"])
 ///     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
 ///     .build()
 ///     .unwrap();
-/// let built = AdaptiveMulti::builder(limiter).adapt(1, Rate::per_second(1), Rate::per_second(10)).build();
+/// let built = Adaptive::builder(limiter).adapt(1, Rate::per_second(1), Rate::per_second(10)).build();
 /// assert_eq!(built.err(), Some(ConfigError::NoSuchLimit));
 /// ```
 #[derive(Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
-pub struct AdaptiveMultiBuilder<const N: usize> {
+pub struct AdaptiveBuilder<const N: usize> {
     limiter: RateLimiter<[u64; N]>,
     adapted: Vec<(usize, Rate, Rate)>,
     routes: Vec<(String, usize)>,
 }
 
-impl<const N: usize> AdaptiveMultiBuilder<N> {
+impl<const N: usize> AdaptiveBuilder<N> {
     /// Adapts the limit at `index` (a token bucket) within `[min, max]`; it starts from the
     /// limit's rate, clamped into that range. Given twice for one index, the last range wins.
     ///
     /// # Examples
     ///
     /// ```
-    /// use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// use paced::{Adaptive, Limit, RateLimiter, Rate};
     ///
     /// let limiter = RateLimiter::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(50), 10))
     ///     .build()
     ///     .unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter)
+    /// let adaptive = Adaptive::builder(limiter)
     ///     .adapt(0, Rate::per_second(1), Rate::per_second(20))
     ///     .build()
     ///     .unwrap();
@@ -161,13 +106,13 @@ impl<const N: usize> AdaptiveMultiBuilder<N> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{AdaptiveMulti, Announced, Limit, RateLimiter, Rate};
+    /// use paced::{Adaptive, Announced, Limit, RateLimiter, Rate};
     ///
     /// let limiter = RateLimiter::builder(["calls"])
     ///     .limit("calls", Limit::bucket(Rate::per_second(10), 10))
     ///     .build()
     ///     .unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter)
+    /// let adaptive = Adaptive::builder(limiter)
     ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
     ///     .route("minute", 0) // an IETF policy called "minute"
     ///     .build()
@@ -192,16 +137,16 @@ impl<const N: usize> AdaptiveMultiBuilder<N> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{AdaptiveMulti, ConfigError, Limit, RateLimiter, Rate};
+    /// use paced::{Adaptive, ConfigError, Limit, RateLimiter, Rate};
     ///
     /// let limiter = RateLimiter::builder(["requests"])
     ///     .limit("requests", Limit::window(100, Duration::from_secs(60)))
     ///     .build()
     ///     .unwrap();
-    /// let built = AdaptiveMulti::builder(limiter).adapt(0, Rate::per_second(1), Rate::per_second(2)).build();
+    /// let built = Adaptive::builder(limiter).adapt(0, Rate::per_second(1), Rate::per_second(2)).build();
     /// assert_eq!(built.err(), Some(ConfigError::LimitKind));
     /// ```
-    pub fn build(self) -> Result<AdaptiveMulti<N>, ConfigError> {
+    pub fn build(self) -> Result<Adaptive<[u64; N]>, ConfigError> {
         let limiter = self.limiter;
         let mut adapted = Vec::with_capacity(self.adapted.len());
         let mut wakes = Wakes::default();
@@ -236,41 +181,102 @@ impl<const N: usize> AdaptiveMultiBuilder<N> {
             })
             .collect();
         wakes.run();
-        Ok(AdaptiveMulti {
-            inner: Arc::new(Inner {
-                limiter,
-                origin: Instant::now(),
-                routes: self.routes,
-                state: Mutex::new(adapted),
-                #[cfg(feature = "metrics")]
-                metrics: crate::instrument::Named::default(),
-            }),
+        Ok(Adaptive {
+            inner: Several {
+                shared: Arc::new(Inner {
+                    limiter,
+                    origin: Instant::now(),
+                    routes: self.routes,
+                    state: Mutex::new(adapted),
+                    #[cfg(feature = "metrics")]
+                    metrics: crate::instrument::Named::default(),
+                }),
+            },
         })
     }
 }
 
-impl<const N: usize> AdaptiveMulti<N> {
+/// A controller of several limits, `Adaptive<[u64; N]>`: learns each token-bucket limit of a
+/// [`RateLimiter`] of several limits on its own, from the destination's refusals and
+/// announcements, and keeps each at the rate found, within its own `[min, max]`.
+///
+/// Each adapted limit (chosen by its index, as
+/// [`set_limit`](RateLimiter::set_limit) numbers them) has a control law of its own, the
+/// one an [`Adaptive`] of one limit describes: a refusal lowers it to 80 % of the rate
+/// measured (once per overload), successes probe it back up along a cubic curve, and an
+/// announced quota sets it and holds it there. The rates are set with
+/// [`set_limit`](RateLimiter::set_limit): each bucket keeps its level and its burst.
+/// Fixed windows cannot be adapted (their quota is the provider's contract, not a rate).
+///
+/// - [`on_success`](Adaptive::on_success): every adapted limit probes up.
+/// - [`on_throttled_limit`](Adaptive::on_throttled_limit) (or
+///   [`on_throttled_dimension`](Adaptive::on_throttled_dimension)): a refusal that names
+///   its limit lowers that limit only.
+/// - [`on_throttled`](Adaptive::on_throttled): **a refusal that does not name its limit
+///   lowers every adapted limit**. Any of them may have refused, and lowering one that did not
+///   costs little: its next announcement sets it back, or the curve climbs back within
+///   seconds; leaving the one that did refuse unchanged would be refused again.
+/// - [`on_quota`](Adaptive::on_quota) / `on_limits` (feature `http`): an
+///   announced limit sets the limits it is routed to. By default an announcement named as a
+///   dimension of the limiter (`"requests"`, `"tokens"`, `"input-tokens"`,
+///   `"output-tokens"`, as `paced::tower::limits_from_headers` (feature `http`) names
+///   OpenAI's and Anthropic's limits) goes to every adapted limit of that dimension;
+///   [`AdaptiveBuilder::route`] sends a name elsewhere (an IETF policy `"minute"`, a
+///   dimension called otherwise).
+///
+/// A `Retry-After` pauses the whole limiter ([`RateLimiter::pause_for`]): a call needs
+/// every limit. Cloning is cheap (an `Arc`); every clone is the same controller.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use paced::{Adaptive, Announced, Limit, RateLimiter, Rate};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let limiter = RateLimiter::builder(["requests", "tokens"])
+///     .limit("requests", Limit::bucket(Rate::per_second(10), 10)) // index 0
+///     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)) // index 1
+///     .build()
+///     .unwrap();
+/// let adaptive = Adaptive::builder(limiter)
+///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
+///     .adapt(1, Rate::per_second(100), Rate::per_second(1_000))
+///     .build()
+///     .unwrap();
+/// adaptive.acquire([1, 300]).await;
+/// // The provider refused for lack of tokens: tokens only are lowered.
+/// adaptive.on_throttled_limit(1, None);
+/// assert_eq!(adaptive.rate(0), Some(Rate::per_second(10)));
+/// assert_eq!(adaptive.rate(1), Some(Rate::per_second(800)));
+/// // It announces 50 requests left for 10 s: requests only are set.
+/// adaptive.on_quota("requests", Announced::new(49, Duration::from_secs(10)));
+/// assert_eq!(adaptive.rate(0), Some(Rate::per_second(5)));
+/// # }
+/// ```
+impl<const N: usize> Adaptive<[u64; N]> {
     /// Starts a controller over `limiter`: choose the limits it adapts with
-    /// [`adapt`](AdaptiveMultiBuilder::adapt).
+    /// [`adapt`](AdaptiveBuilder::adapt).
     ///
     /// # Examples
     ///
     /// ```
-    /// use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// use paced::{Adaptive, Limit, RateLimiter, Rate};
     ///
     /// let limiter = RateLimiter::builder(["requests", "tokens"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     ///     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
     ///     .build()
     ///     .unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter)
+    /// let adaptive = Adaptive::builder(limiter)
     ///     .adapt(1, Rate::per_second(10), Rate::per_second(1_000)) // tokens only
     ///     .build()
     ///     .unwrap();
     /// assert_eq!(adaptive.rate(0), None); // not adapted
     /// ```
-    pub fn builder(limiter: RateLimiter<[u64; N]>) -> AdaptiveMultiBuilder<N> {
-        AdaptiveMultiBuilder {
+    pub fn builder(limiter: RateLimiter<[u64; N]>) -> AdaptiveBuilder<N> {
+        AdaptiveBuilder {
             limiter,
             adapted: Vec::new(),
             routes: Vec::new(),
@@ -283,10 +289,10 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # use paced::{Adaptive, Limit, RateLimiter, Rate};
     /// # let limiter = RateLimiter::builder(["requests"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10)).build().unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter)
+    /// let adaptive = Adaptive::builder(limiter)
     ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
     ///     .build()
     ///     .unwrap();
@@ -299,17 +305,17 @@ impl<const N: usize> AdaptiveMulti<N> {
 
     /// Reports a refusal (`429`) that does not say which limit refused, with its `Retry-After`
     /// if it had one: **every adapted limit is lowered** (once per overload, as
-    /// [`Adaptive::on_throttled`](crate::Adaptive::on_throttled) says), and with `Some(d)`
-    /// nothing is granted before `d` from now.
+    /// [`on_throttled`](Adaptive::on_throttled) of one limit says), and with `Some(d)` nothing
+    /// is granted before `d` from now.
     ///
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # use paced::{Adaptive, Limit, RateLimiter, Rate};
     /// # let limiter = RateLimiter::builder(["requests", "tokens"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter)
+    /// let adaptive = Adaptive::builder(limiter)
     ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
     ///     .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
     ///     .build()
@@ -329,11 +335,11 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # use paced::{Adaptive, Limit, RateLimiter, Rate};
     /// # let limiter = RateLimiter::builder(["requests", "tokens"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter)
+    /// let adaptive = Adaptive::builder(limiter)
     ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
     ///     .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
     ///     .build()
@@ -350,18 +356,18 @@ impl<const N: usize> AdaptiveMulti<N> {
     }
 
     /// Reports a refusal that names the limits it ran out of by their announced name
-    /// (`"tokens"`): every adapted limit that name is routed to (see [`AdaptiveMulti`]) is
+    /// (`"tokens"`): every adapted limit that name is routed to (see [`Adaptive`]) is
     /// lowered, the others are not reported. With `Some(d)` nothing is granted before `d`
     /// from now.
     ///
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # use paced::{Adaptive, Limit, RateLimiter, Rate};
     /// # let limiter = RateLimiter::builder(["requests", "tokens"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter)
+    /// let adaptive = Adaptive::builder(limiter)
     ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
     ///     .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
     ///     .build()
@@ -378,8 +384,8 @@ impl<const N: usize> AdaptiveMulti<N> {
     }
 
     /// Reports an announced quota named `announced` (`"requests"`, `"tokens"`, or a name
-    /// routed with [`AdaptiveMultiBuilder::route`]): each adapted limit it is routed to is set
-    /// from it, as [`Adaptive::on_quota`](crate::Adaptive::on_quota) says, within its own
+    /// routed with [`AdaptiveBuilder::route`]): each adapted limit it is routed to is set
+    /// from it, as [`on_quota`](Adaptive::on_quota) of one limit says, within its own
     /// `[min, max]`; it counts as a success of those limits only. Nothing left (not a token
     /// bucket): the whole limiter grants nothing until its `reset` (a day at most).
     ///
@@ -387,14 +393,14 @@ impl<const N: usize> AdaptiveMulti<N> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{AdaptiveMulti, Announced, Limit, RateLimiter, Rate};
+    /// use paced::{Adaptive, Announced, Limit, RateLimiter, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
     /// # let limiter = RateLimiter::builder(["requests", "tokens"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter)
+    /// let adaptive = Adaptive::builder(limiter)
     ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
     ///     .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
     ///     .build()
@@ -425,14 +431,14 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// ```
     /// use std::time::Duration;
     /// use paced::tower::{AnnouncedLimit, Dimension};
-    /// use paced::{AdaptiveMulti, Announced, Limit, RateLimiter, Rate};
+    /// use paced::{Adaptive, Announced, Limit, RateLimiter, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
     /// # let limiter = RateLimiter::builder(["requests", "tokens"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter)
+    /// let adaptive = Adaptive::builder(limiter)
     ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
     ///     .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
     ///     .build()
@@ -463,21 +469,21 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// announced limits with nothing left (`remaining` 0) name the limits that refused, and
     /// those are lowered only (the adapted limits they are routed to); if none is exhausted
     /// (or none is routed to an adapted limit), the refusal names no limit and every adapted
-    /// limit is lowered, as in [`on_throttled`](AdaptiveMulti::on_throttled). Feature `http`.
+    /// limit is lowered, as in [`on_throttled`](Adaptive::on_throttled). Feature `http`.
     ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
     /// use paced::tower::{AnnouncedLimit, Dimension};
-    /// use paced::{AdaptiveMulti, Announced, Limit, RateLimiter, Rate};
+    /// use paced::{Adaptive, Announced, Limit, RateLimiter, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
     /// # let limiter = RateLimiter::builder(["requests", "tokens"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter)
+    /// let adaptive = Adaptive::builder(limiter)
     ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
     ///     .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
     ///     .build()
@@ -502,7 +508,7 @@ impl<const N: usize> AdaptiveMulti<N> {
             .filter(|l| l.announced.remaining == 0)
             .map(|l| l.name.as_str())
             .collect();
-        let st = self.inner.lock();
+        let st = self.inner.shared.lock();
         let named = st
             .iter()
             .any(|a| exhausted.iter().any(|name| self.routed(name, a)));
@@ -527,10 +533,10 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # use paced::{Adaptive, Limit, RateLimiter, Rate};
     /// # let limiter = RateLimiter::builder(["requests"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10)).build().unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter)
+    /// let adaptive = Adaptive::builder(limiter)
     ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
     ///     .build()
     ///     .unwrap();
@@ -539,10 +545,14 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// ```
     #[must_use]
     pub fn rate(&self, index: usize) -> Option<Rate> {
-        if !self.inner.lock().iter().any(|a| a.index == index) {
+        if !self.inner.shared.lock().iter().any(|a| a.index == index) {
             return None;
         }
-        self.inner.limiter.limit_info(index).and_then(|(_, r)| r)
+        self.inner
+            .shared
+            .limiter
+            .limit_info(index)
+            .and_then(|(_, r)| r)
     }
 
     /// The counters of the adapted limit at `index` (the reports that concerned it) and its
@@ -551,11 +561,11 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # use paced::{Adaptive, Limit, RateLimiter, Rate};
     /// # let limiter = RateLimiter::builder(["requests", "tokens"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter)
+    /// let adaptive = Adaptive::builder(limiter)
     ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
     ///     .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
     ///     .build()
@@ -568,6 +578,7 @@ impl<const N: usize> AdaptiveMulti<N> {
     pub fn stats(&self, index: usize) -> Option<AdaptiveStats> {
         let (successes, throttled, decreases) = self
             .inner
+            .shared
             .lock()
             .iter()
             .find(|a| a.index == index)?
@@ -577,7 +588,12 @@ impl<const N: usize> AdaptiveMulti<N> {
             successes,
             throttled,
             decreases,
-            rate: self.inner.limiter.limit_info(index).and_then(|(_, r)| r)?,
+            rate: self
+                .inner
+                .shared
+                .limiter
+                .limit_info(index)
+                .and_then(|(_, r)| r)?,
         })
     }
 
@@ -586,15 +602,15 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # use paced::{Adaptive, Limit, RateLimiter, Rate};
     /// # let limiter = RateLimiter::builder(["requests"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10)).build().unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter).build().unwrap();
+    /// let adaptive = Adaptive::builder(limiter).build().unwrap();
     /// assert_eq!(adaptive.limiter().available(), [10]);
     /// ```
     #[must_use]
     pub fn limiter(&self) -> &RateLimiter<[u64; N]> {
-        &self.inner.limiter
+        &self.inner.shared.limiter
     }
 
     /// Waits until `cost` is granted: [`RateLimiter::acquire`] on the limiter.
@@ -602,18 +618,18 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # use paced::{Adaptive, Limit, RateLimiter, Rate};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
     /// # let limiter = RateLimiter::builder(["requests"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10)).build().unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter).build().unwrap();
+    /// let adaptive = Adaptive::builder(limiter).build().unwrap();
     /// let permit = adaptive.acquire([1]).await;
     /// assert_eq!(permit.charged(), [1]);
     /// # }
     /// ```
     pub async fn acquire(&self, cost: [u64; N]) -> Permit<N> {
-        self.inner.limiter.acquire(cost).await
+        self.inner.shared.limiter.acquire(cost).await
     }
 
     /// Takes `cost` now if every limit has room and nobody waits:
@@ -626,18 +642,18 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # use paced::{Adaptive, Limit, RateLimiter, Rate};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
     /// # let limiter = RateLimiter::builder(["requests"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 1)).build().unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter).build().unwrap();
+    /// let adaptive = Adaptive::builder(limiter).build().unwrap();
     /// assert!(adaptive.try_acquire([1]).is_ok());
     /// assert!(adaptive.try_acquire([1]).is_err());
     /// # }
     /// ```
     pub fn try_acquire(&self, cost: [u64; N]) -> Result<Permit<N>, NotUntil> {
-        self.inner.limiter.try_acquire(cost)
+        self.inner.shared.limiter.try_acquire(cost)
     }
 
     /// Waits for `cost` only if it can be had within `timeout`:
@@ -651,12 +667,12 @@ impl<const N: usize> AdaptiveMulti<N> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # use paced::{Adaptive, Limit, RateLimiter, Rate};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
     /// # let limiter = RateLimiter::builder(["requests"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 1)).build().unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter).build().unwrap();
+    /// let adaptive = Adaptive::builder(limiter).build().unwrap();
     /// adaptive.acquire([1]).await;
     /// assert!(adaptive.acquire_timeout([1], Duration::from_millis(50)).await.is_err());
     /// assert!(adaptive.acquire_timeout([1], Duration::from_millis(100)).await.is_ok());
@@ -667,7 +683,11 @@ impl<const N: usize> AdaptiveMulti<N> {
         cost: [u64; N],
         timeout: Duration,
     ) -> Result<Permit<N>, NotUntil> {
-        self.inner.limiter.acquire_timeout(cost, timeout).await
+        self.inner
+            .shared
+            .limiter
+            .acquire_timeout(cost, timeout)
+            .await
     }
 
     /// Per dimension, what could be taken now: [`RateLimiter::available`].
@@ -675,20 +695,20 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # use paced::{Adaptive, Limit, RateLimiter, Rate};
     /// # let limiter = RateLimiter::builder(["requests"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 3)).build().unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter).build().unwrap();
+    /// let adaptive = Adaptive::builder(limiter).build().unwrap();
     /// assert_eq!(adaptive.available(), [3]);
     /// ```
     #[must_use]
     pub fn available(&self) -> [u64; N] {
-        self.inner.limiter.available()
+        self.inner.shared.limiter.available()
     }
 
     /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
     /// `metrics`): for each adapted limit, the metrics of
-    /// [`Adaptive::with_metrics`](crate::Adaptive::with_metrics) (`paced_adaptive_rate`, the
+    /// [`with_metrics`](Adaptive::with_metrics) of one limit (`paced_adaptive_rate`, the
     /// limit's rate in its units per second, and `paced_adaptive_decreases_total`) with the
     /// labels `limiter = name` and `limit = index` (the limit's index, `"0"`, `"1"`, ...);
     /// and the limiter's own ([`RateLimiter::with_metrics`]), labelled `limiter = name`.
@@ -697,11 +717,11 @@ impl<const N: usize> AdaptiveMulti<N> {
     /// # Examples
     ///
     /// ```
-    /// # use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// # use paced::{Adaptive, Limit, RateLimiter, Rate};
     /// # let limiter = RateLimiter::builder(["requests", "tokens"])
     /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter)
+    /// let adaptive = Adaptive::builder(limiter)
     ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
     ///     .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
     ///     .build()
@@ -716,8 +736,8 @@ impl<const N: usize> AdaptiveMulti<N> {
     #[must_use]
     pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
         let name = name.as_ref();
-        let _named = self.inner.limiter.clone().with_metrics(name);
-        let st = self.inner.lock();
+        let _named = self.inner.shared.limiter.clone().with_metrics(name);
+        let st = self.inner.shared.lock();
         let metrics: Vec<_> = st
             .iter()
             .map(|a| {
@@ -726,7 +746,7 @@ impl<const N: usize> AdaptiveMulti<N> {
                 m
             })
             .collect();
-        self.inner.metrics.replace(metrics, |_| {});
+        self.inner.shared.metrics.replace(metrics, |_| {});
         drop(st);
         self
     }
@@ -735,6 +755,7 @@ impl<const N: usize> AdaptiveMulti<N> {
     fn routed(&self, name: &str, a: &Adapted) -> bool {
         let mut routes = self
             .inner
+            .shared
             .routes
             .iter()
             .filter(|(n, _)| n == name)
@@ -742,7 +763,7 @@ impl<const N: usize> AdaptiveMulti<N> {
         if routes.peek().is_some() {
             routes.any(|(_, i)| *i == a.index)
         } else {
-            self.inner.limiter.names()[a.dim] == name
+            self.inner.shared.limiter.names()[a.dim] == name
         }
     }
 
@@ -758,11 +779,11 @@ impl<const N: usize> AdaptiveMulti<N> {
 
     /// Folds one response into each adapted limit `what` gives a report for.
     fn report(&self, what: impl Fn(&Adapted) -> Option<Report>, retry_after: Option<Duration>) {
-        let limiter = &self.inner.limiter;
+        let limiter = &self.inner.shared.limiter;
         // What concerns each limit depends only on its index and dimension, which never
         // change: decided first, so that the limiter is paused (and its head waiter woken)
         // outside the controller's lock, as `Adaptive` does.
-        let reports: Vec<Option<Report>> = self.inner.lock().iter().map(&what).collect();
+        let reports: Vec<Option<Report>> = self.inner.shared.lock().iter().map(&what).collect();
         let exhausted = |quota: &Announced| quota.remaining == 0 && !quota.is_bucket();
         let pause = reports
             .iter()
@@ -778,10 +799,10 @@ impl<const N: usize> AdaptiveMulti<N> {
             limiter.pause_for(d);
         }
         let now = Instant::now()
-            .saturating_duration_since(self.inner.origin)
+            .saturating_duration_since(self.inner.shared.origin)
             .as_secs_f64();
         let mut wakes = Wakes::default();
-        let mut st = self.inner.lock();
+        let mut st = self.inner.shared.lock();
         for (k, (a, report)) in st.iter_mut().zip(reports).enumerate() {
             let Some(report) = report else { continue };
             let decreases = a.controller.counts().2;
@@ -798,7 +819,7 @@ impl<const N: usize> AdaptiveMulti<N> {
                         .announce(&mut bound, quota, exhausted(&quota), now);
                 }
             }
-            self.inner.record(k, &a.controller, decreases);
+            self.inner.shared.record(k, &a.controller, decreases);
         }
         drop(st);
         wakes.run();
@@ -862,12 +883,12 @@ impl<const N: usize> Limited for Bound<'_, N> {
     }
 }
 
-impl<const N: usize> std::fmt::Debug for AdaptiveMulti<N> {
+impl<const N: usize> std::fmt::Debug for Several<N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let st = self.inner.lock();
+        let st = self.shared.lock();
         let adapted: Vec<_> = st.iter().map(|a| (a.index, a.controller.range())).collect();
-        f.debug_struct("AdaptiveMulti")
-            .field("limiter", &self.inner.limiter)
+        f.debug_struct("Adaptive")
+            .field("limiter", &self.shared.limiter)
             .field("adapted", &adapted)
             .finish_non_exhaustive()
     }

@@ -1,6 +1,6 @@
 //! What a destination announced about one of its limits, by name and by what it counts: the
-//! values `paced::tower::limits_from_headers` reads and [`AdaptiveMulti`](crate::AdaptiveMulti)
-//! learns from (feature `http`; re-exported from `paced::tower`).
+//! values `paced::tower::limits_from_headers` reads and [`Adaptive`](crate::Adaptive)
+//! of several limits learns from (feature `http`; re-exported from `paced::tower`).
 
 use crate::limiter::Announced;
 

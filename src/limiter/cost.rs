@@ -39,6 +39,8 @@ pub(crate) mod sealed {
     pub trait Shape {
         /// A [`RateLimiter`](crate::RateLimiter)'s.
         type Local: State;
+        /// An [`Adaptive`](crate::Adaptive)'s.
+        type Adaptive: Clone + std::fmt::Debug;
     }
 
     /// What a [`RateLimiter`](crate::RateLimiter)'s state does the same way for every shape.
@@ -54,9 +56,11 @@ pub(crate) mod sealed {
 
     impl Shape for u64 {
         type Local = crate::limiter::rate_limiter::One;
+        type Adaptive = crate::limiter::adaptive::One;
     }
 
     impl<const N: usize> Shape for [u64; N] {
         type Local = crate::limiter::multi::Several<N>;
+        type Adaptive = crate::limiter::adaptive_multi::Several<N>;
     }
 }

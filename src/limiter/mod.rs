@@ -18,7 +18,7 @@ pub(crate) mod traits;
 #[cfg(feature = "unstable-laws")]
 pub use adaptive::AdaptiveLaw;
 pub use adaptive::{Adaptive, AdaptiveStats, Announced};
-pub use adaptive_multi::{AdaptiveMulti, AdaptiveMultiBuilder};
+pub use adaptive_multi::AdaptiveBuilder;
 #[cfg(feature = "http")]
 pub use announced::{AnnouncedLimit, Dimension};
 pub use cost::Cost;

@@ -1,5 +1,5 @@
-//! [`Feedback`]: what an `AdaptiveLayer` reports to (an `Adaptive`, or an `AdaptiveMulti` with
-//! feature `http`), and [`LimitsOutcome`], what a response says of each limit of several.
+//! [`Feedback`]: what an `AdaptiveLayer` reports to (an `Adaptive` of one limit, or of several
+//! with feature `http`), and [`LimitsOutcome`], what a response says of each limit of several.
 
 use crate::limiter::Adaptive;
 
@@ -10,9 +10,8 @@ mod sealed {
 }
 
 /// A controller an [`AdaptiveLayer`](super::AdaptiveLayer) reports to: an
-/// [`Adaptive`], fed [`Outcome`]s, or (feature `http`) an
-/// [`AdaptiveMulti`](crate::AdaptiveMulti), fed `LimitsOutcome`s. Sealed: paced implements
-/// it for these only.
+/// [`Adaptive`] of one limit, fed [`Outcome`]s, or (feature `http`) an `Adaptive<[u64; N]>` of
+/// several limits, fed `LimitsOutcome`s. Sealed: paced implements it for these only.
 ///
 /// # Examples
 ///
@@ -55,13 +54,13 @@ mod http {
     use std::time::{Duration, SystemTime};
 
     use super::{sealed, Feedback};
-    use crate::limiter::AdaptiveMulti;
+    use crate::limiter::Adaptive;
     use crate::tower::dialects::limits_from_headers;
     use crate::tower::headers::retry_after;
     use crate::tower::AnnouncedLimit;
 
     /// What a response says of each limit of several, for an
-    /// [`AdaptiveMulti`] (feature `http`): the classifier of
+    /// [`Adaptive`] of several limits (feature `http`): the classifier of
     /// [`AdaptiveLayer::http_multi`](crate::tower::AdaptiveLayer::http_multi) makes one of
     /// each response.
     ///
@@ -80,10 +79,10 @@ mod http {
     #[non_exhaustive]
     pub enum LimitsOutcome {
         /// The call went through, announcing these limits (maybe none): reported with
-        /// [`AdaptiveMulti::on_limits`].
+        /// [`Adaptive::on_limits`].
         Success(Vec<AnnouncedLimit>),
         /// The call was refused (`429`, `503`), with the limits it announced and its
-        /// `Retry-After`: reported with [`AdaptiveMulti::on_throttled_limits`] (the limits with
+        /// `Retry-After`: reported with [`Adaptive::on_throttled_limits`] (the limits with
         /// nothing left are lowered; if none, every adapted limit is).
         Throttled {
             /// The limits the refusal announced.
@@ -95,8 +94,8 @@ mod http {
         Ignore,
     }
 
-    /// Reads an HTTP response for an [`AdaptiveMulti`] (feature `http`), as
-    /// [`classify_http`](crate::tower::classify_http) does for an `Adaptive`, keeping every
+    /// Reads an HTTP response for an [`Adaptive`] of several limits (feature `http`), as
+    /// [`classify_http`](crate::tower::classify_http) does for one of one limit, keeping every
     /// limit the headers announce ([`limits_from_headers`]: the IETF draft, `X-RateLimit-*`,
     /// OpenAI's and Anthropic's headers):
     ///
@@ -151,9 +150,9 @@ mod http {
         }
     }
 
-    impl<const N: usize> sealed::Sealed for AdaptiveMulti<N> {}
+    impl<const N: usize> sealed::Sealed for Adaptive<[u64; N]> {}
 
-    impl<const N: usize> Feedback for AdaptiveMulti<N> {
+    impl<const N: usize> Feedback for Adaptive<[u64; N]> {
         type Outcome = LimitsOutcome;
 
         fn report(&self, outcome: LimitsOutcome) {

@@ -174,20 +174,20 @@ impl<B, E> AdaptiveLayer<fn(&Result<http::Response<B>, E>) -> Outcome> {
 impl<B, E, const N: usize>
     AdaptiveLayer<
         fn(&Result<http::Response<B>, E>) -> super::LimitsOutcome,
-        crate::limiter::AdaptiveMulti<N>,
+        crate::limiter::Adaptive<[u64; N]>,
     >
 {
     /// A layer over an HTTP client that reports each response to `adaptive`, an
-    /// [`AdaptiveMulti`](crate::AdaptiveMulti), with every limit its headers announce
+    /// [`Adaptive`](crate::Adaptive) of several limits, with every limit its headers announce
     /// ([`classify_http_limits`](crate::tower::classify_http_limits); feature `http`): an
     /// answer that went through sets each announced limit
-    /// ([`on_limits`](crate::AdaptiveMulti::on_limits)); a `429` lowers the limits it
+    /// ([`on_limits`](crate::Adaptive::on_limits)); a `429` lowers the limits it
     /// announces with nothing left, or every adapted limit if it names none
-    /// ([`on_throttled_limits`](crate::AdaptiveMulti::on_throttled_limits)), and pauses the
+    /// ([`on_throttled_limits`](crate::Adaptive::on_throttled_limits)), and pauses the
     /// limiter for its `Retry-After`.
     ///
     /// It only reports: the pacing is the caller's, with
-    /// [`acquire`](crate::AdaptiveMulti::acquire) and the cost of each call.
+    /// [`acquire`](crate::Adaptive::acquire) and the cost of each call.
     ///
     /// # Examples
     ///
@@ -195,7 +195,7 @@ impl<B, E, const N: usize>
     /// use std::convert::Infallible;
     /// use http::Response;
     /// use paced::tower::AdaptiveLayer;
-    /// use paced::{AdaptiveMulti, Limit, RateLimiter, Rate};
+    /// use paced::{Adaptive, Limit, RateLimiter, Rate};
     /// use tower::{ServiceBuilder, ServiceExt};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -205,7 +205,7 @@ impl<B, E, const N: usize>
     ///     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
     ///     .build()
     ///     .unwrap();
-    /// let adaptive = AdaptiveMulti::builder(limiter)
+    /// let adaptive = Adaptive::builder(limiter)
     ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
     ///     .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
     ///     .build()
@@ -229,7 +229,7 @@ impl<B, E, const N: usize>
     /// assert_eq!(adaptive.rate(1), Some(Rate::per_second(800))); // tokens lowered
     /// # }
     /// ```
-    pub fn http_multi(adaptive: &crate::limiter::AdaptiveMulti<N>) -> Self {
+    pub fn http_multi(adaptive: &crate::limiter::Adaptive<[u64; N]>) -> Self {
         AdaptiveLayer {
             adaptive: adaptive.clone(),
             classify: super::classify_http_limits::<B, E>,
