@@ -39,13 +39,17 @@ pub(crate) mod sealed {
     pub trait Shape {
         /// A [`RateLimiter`](crate::RateLimiter)'s.
         type Local: Clone + std::fmt::Debug;
+        /// A [`KeyedRateLimiter`](crate::KeyedRateLimiter)'s, keyed by `K` and hashed by `S`.
+        type Keyed<K, S>: Clone + std::fmt::Debug;
     }
 
     impl Shape for u64 {
         type Local = crate::limiter::rate_limiter::One;
+        type Keyed<K, S> = crate::limiter::keyed::One<K, S>;
     }
 
     impl<const N: usize> Shape for [u64; N] {
         type Local = crate::limiter::multi::Several<N>;
+        type Keyed<K, S> = crate::limiter::keyed_multi::Several<K, N, S>;
     }
 }
