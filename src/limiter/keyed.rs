@@ -38,16 +38,23 @@ use crate::stats::Stats;
 ///
 /// Cloning is cheap (an `Arc`); every clone is the same limiter. The keys are spread over a
 /// few shards, each behind its own short mutex (four per core, from 4 to 64). A key is hashed
-/// once per call, before any mutex is taken, with `S` (std's `RandomState` unless you give
-/// another to [`with_hasher`](KeyedRateLimiter::with_hasher)); the table hashes the keys it
-/// holds again only when it grows or shrinks. Every method that takes a key by reference takes
+/// once per call, before any mutex is taken, with `S`, the third parameter (std's
+/// `RandomState` unless you give another to [`with_hasher`](KeyedRateLimiter::with_hasher));
+/// the table hashes the keys it holds again only when it grows or shrinks. Every method that takes a key by reference takes
 /// any borrowed form of it: a `KeyedRateLimiter<String>` is asked with a `&str`, and a key that
 /// has state is found without allocating. Streams draw on it with
 /// [`throttle_by_key`](crate::PaceExt::throttle_by_key).
 ///
 /// With a cost of `[u64; N]`, a `KeyedRateLimiter<K, [u64; N]>` (made by
 /// [`builder`](KeyedRateLimiter::builder)) holds several limits per key, each tenant's requests
-/// AND tokens per minute: see its methods below.
+/// AND tokens per minute: see its methods below. A cost of the wrong shape does not compile:
+///
+/// ```compile_fail,E0308
+/// use paced::{KeyedRateLimiter, Rate};
+///
+/// let providers = KeyedRateLimiter::<&str>::new(Rate::per_second(2), 1);
+/// let _ = providers.try_acquire(&"slow", [1, 300]); // one limit per key: a cost is a `u64`
+/// ```
 ///
 /// [`RateLimiter`]: crate::RateLimiter
 ///

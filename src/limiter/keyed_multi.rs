@@ -188,6 +188,18 @@ impl<K, const N: usize, S> fmt::Debug for Several<K, N, S> {
 /// Cloning is cheap (an `Arc`); every clone is the same limiter. Building one needs no
 /// runtime; waiting needs tokio's timer, and under paused time the schedule is exact.
 ///
+/// A cost of the wrong shape does not compile:
+///
+/// ```compile_fail,E0308
+/// use paced::{KeyedRateLimiter, Limit, Rate};
+///
+/// let tenants = KeyedRateLimiter::<&str, [u64; 2]>::builder(["requests", "tokens"])
+///     .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
+///     .build()
+///     .unwrap();
+/// let _ = tenants.try_acquire(&"acme", 1); // two dimensions: a cost is a `[u64; 2]`
+/// ```
+///
 /// [`RateLimiter`]: crate::RateLimiter
 /// [`KeyedRateLimiter`]: crate::KeyedRateLimiter
 ///
