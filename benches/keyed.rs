@@ -214,7 +214,7 @@ fn try_acquire(c: &mut Criterion) {
         }
         // A fast hasher on both sides, the quota that keeps every key.
         let (rate, burst) = Refill::Slow.paced();
-        let paced = KeyedRateLimiter::<u64, _>::with_hasher(rate, burst, FastHash::default());
+        let paced = KeyedRateLimiter::<u64, u64, _>::with_hasher(rate, burst, FastHash::default());
         for key in 0..n {
             assert!(paced.try_acquire(&key, 1).is_ok());
         }

@@ -548,7 +548,7 @@
 //! refill), none. The example keeps 5 %.
 //!
 //! **Per key** (each tenant's or each API key's own requests and tokens per minute), a
-//! [`KeyedMultiRateLimiter`] gives every key its own copy of the limits and its own FIFO queue,
+//! [`KeyedRateLimiter`] gives every key its own copy of the limits and its own FIFO queue,
 //! with the same verbs taking the key first: `acquire(&key, [1, estimate])` returns a permit
 //! that settles that key only; `set_limit(&key, index, limit)` gives one key a bigger plan. A
 //! key is forgotten as soon as all its limits are as good as new (a bucket full, a window with
@@ -561,13 +561,13 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use paced::{KeyedMultiRateLimiter, Limit, Rate};
+//! use paced::{KeyedRateLimiter, Limit, Rate};
 //! use tokio::time::Instant;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
-//! let tenants: KeyedMultiRateLimiter<String, 2> =
-//!     KeyedMultiRateLimiter::builder(["requests", "tokens"])
+//! let tenants: KeyedRateLimiter<String, [u64; 2]> =
+//!     KeyedRateLimiter::builder(["requests", "tokens"])
 //!         .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
 //!         .limit("tokens", Limit::bucket(Rate::per_minute(6_000), 1_000))
 //!         .build()
@@ -1198,7 +1198,7 @@
 //! (`"requests-minute";q=500;w=60, "tokens-minute";q=40000;w=60;qu="tokens"`, a repeated name
 //! taking `-2`, `-3`), with a `RateLimit` item for each (a fixed window's `t` is the time until
 //! its window ends), and the `X-RateLimit-*` trio of the limit with the fewest tokens left; a
-//! keyed layer over a [`KeyedMultiRateLimiter`] announces every limit of the request's key
+//! keyed layer over a [`KeyedRateLimiter`] announces every limit of the request's key
 //! the same way. `paced::tower::limits_from_headers` reads them back, each on its dimension.
 //! Other quotas (a warming `RateLimiter`, the Redis limiters) send `Retry-After` alone. A server knows a request's cost from the request, so an announcing
 //! layer does not settle: `headers()` and `settle()` do not combine (a compile error).
@@ -1510,7 +1510,7 @@
 //! [`KeyedRateLimiter`]: crate::KeyedRateLimiter
 //! [`Adaptive`]: crate::Adaptive
 //! [`RateLimiter`]: crate::RateLimiter
-//! [`KeyedMultiRateLimiter`]: crate::KeyedMultiRateLimiter
+//! [`KeyedRateLimiter`]: crate::KeyedRateLimiter
 //! [`Permit`]: crate::Permit
 //! [`Limit`]: crate::Limit
 //! [`Limiter`]: crate::Limiter

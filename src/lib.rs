@@ -56,7 +56,7 @@
 //! | [`Stagger`] | many tasks, to at most `k` starts in any window |
 //! | [`RateLimiter`] | several limits at once, such as requests and tokens per minute and per day. [`Permit::settle`] corrects the charge once the answer gives the real cost |
 //! | [`KeyedRateLimiter`] | one bucket per key (a destination, a tenant). A key is forgotten once its bucket is full again |
-//! | [`KeyedMultiRateLimiter`] | several limits per key; [`KeyedPermit::settle`] corrects a key's charge |
+//! | [`KeyedRateLimiter`] | several limits per key; [`KeyedPermit::settle`] corrects a key's charge |
 //! | [`Adaptive`] | a [`RateLimiter`] whose rate follows what the destination says: `429`s, `Retry-After`, an announced quota |
 //! | [`Adaptive`] | the same for each limit of a [`RateLimiter`] |
 //! | [`RedisRateLimiter`] (feature `redis`) | one limit for many processes and machines, kept in Redis |
@@ -80,7 +80,7 @@
 //! - [`Stats`] and [`AdaptiveStats`]: a limiter's counters, and an [`Adaptive`]'s.
 //! - [`Permit`] and [`KeyedPermit`]: what a grant charged, to settle once the real cost is
 //!   known.
-//! - [`RateLimiterBuilder`], [`KeyedMultiRateLimiterBuilder`] and
+//! - [`RateLimiterBuilder`], [`KeyedRateLimiterBuilder`] and
 //!   [`AdaptiveBuilder`]: the builders of the limiters with several limits.
 //! - [`Announced`]: one limit a response announced in its headers, for
 //!   [`Adaptive::on_quota`].
@@ -163,9 +163,9 @@ pub use error::{ConfigError, NotUntil, RateExceeded};
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-laws")))]
 pub use limiter::AdaptiveLaw;
 pub use limiter::{
-    Adaptive, AdaptiveBuilder, AdaptiveStats, Announced, Cost, KeyedLimiter, KeyedMultiRateLimiter,
-    KeyedMultiRateLimiterBuilder, KeyedPermit, KeyedRateLimiter, Limit, Limiter, Permit,
-    RateLimiter, RateLimiterBuilder, Stagger,
+    Adaptive, AdaptiveBuilder, AdaptiveStats, Announced, Cost, KeyedLimiter, KeyedPermit,
+    KeyedRateLimiter, KeyedRateLimiterBuilder, Limit, Limiter, Permit, RateLimiter,
+    RateLimiterBuilder, Stagger,
 };
 pub use mode::{Enforcing, Shaping};
 pub use rate::Rate;

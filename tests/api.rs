@@ -65,8 +65,12 @@ fn every_try_form_refuses_with_a_config_error_and_changes_nothing() {
         Some(ConfigError::ZeroBurst)
     );
     assert_eq!(
-        KeyedRateLimiter::<u64, _>::try_with_hasher(Rate::per_second(1), 0, RandomState::new())
-            .err(),
+        KeyedRateLimiter::<u64, u64, _>::try_with_hasher(
+            Rate::per_second(1),
+            0,
+            RandomState::new()
+        )
+        .err(),
         Some(ConfigError::ZeroBurst)
     );
     let keyed = KeyedRateLimiter::<String>::new(Rate::per_second(1), 2);
@@ -188,7 +192,7 @@ fn panic_messages_name_the_type_and_the_method() {
         ),
         (
             message(&|| {
-                drop(KeyedRateLimiter::<u8, RandomState>::with_hasher(
+                drop(KeyedRateLimiter::<u8, u64, RandomState>::with_hasher(
                     rate,
                     0,
                     RandomState::new(),
@@ -272,7 +276,8 @@ impl BuildHasher for Counting {
 fn a_given_hasher_hashes_every_key_once_per_call() {
     let counting = Counting::default();
     let hashed = || counting.0.load(std::sync::atomic::Ordering::Relaxed);
-    let limiter = KeyedRateLimiter::<u64, _>::with_hasher(Rate::per_second(1), 1, counting.clone());
+    let limiter =
+        KeyedRateLimiter::<u64, u64, _>::with_hasher(Rate::per_second(1), 1, counting.clone());
     for key in 0..100 {
         limiter.try_acquire(&key, 1).unwrap();
     }
@@ -287,7 +292,7 @@ fn a_given_hasher_hashes_every_key_once_per_call() {
         assert_eq!(limiter.available(&key), 0);
     }
     assert_eq!(hashed(), grown + 200);
-    let fixed = KeyedRateLimiter::<u64, _>::with_hasher(
+    let fixed = KeyedRateLimiter::<u64, u64, _>::with_hasher(
         Rate::per_second(1),
         1,
         BuildHasherDefault::<DefaultHasher>::default(),
@@ -338,7 +343,7 @@ impl BuildHasher for Collide {
 
 #[tokio::test(start_paused = true)]
 async fn a_key_whose_eq_panics_leaves_every_key_consistent() {
-    let limiter = KeyedRateLimiter::<Touchy, _>::with_hasher(Rate::per_second(1), 1, Collide);
+    let limiter = KeyedRateLimiter::<Touchy, u64, _>::with_hasher(Rate::per_second(1), 1, Collide);
     let key = |id| Touchy {
         id,
         panic_in_eq: false,
@@ -440,7 +445,7 @@ fn rates_are_values() {
 async fn the_keyed_adapters_keep_their_types_with_a_given_hasher() {
     type Fixed = BuildHasherDefault<DefaultHasher>;
     let limiter =
-        KeyedRateLimiter::<u64, Fixed>::with_hasher(Rate::per_second(1), 1, Fixed::default());
+        KeyedRateLimiter::<u64, u64, Fixed>::with_hasher(Rate::per_second(1), 1, Fixed::default());
     let key = |n: &u64| *n % 2;
     let cost = |_: &u64| 1;
     let paced: paced::stream::ThrottleByKey<_, u64, _, _, Fixed> =

@@ -332,6 +332,23 @@ fn handles_are_send_sync_and_cheap_to_clone() {
     );
 }
 
+#[test]
+fn debug_shows_the_identity_of_either_shape() {
+    let one = KeyedRateLimiter::<u8>::new(Rate::per_second(1), 1);
+    let several = KeyedRateLimiter::<u8, [u64; 2]>::builder(["requests", "tokens"])
+        .limit("tokens", paced::Limit::bucket(Rate::per_second(1), 1))
+        .build()
+        .unwrap();
+    for shown in [format!("{one:?}"), format!("{several:?}")] {
+        assert!(shown.starts_with("KeyedRateLimiter { id: "), "{shown}");
+    }
+    // Clones are the same limiter; another limiter is another.
+    assert_eq!(format!("{one:?}"), format!("{:?}", one.clone()));
+    assert_eq!(format!("{several:?}"), format!("{:?}", several.clone()));
+    let other = KeyedRateLimiter::<u8>::new(Rate::per_second(1), 1);
+    assert_ne!(format!("{one:?}"), format!("{other:?}"));
+}
+
 /// Many tasks on a multi-thread runtime in real time: the per-key bound holds across all.
 #[test]
 fn many_tasks_in_real_time_keep_each_keys_bound() {

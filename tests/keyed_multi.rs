@@ -1,10 +1,10 @@
-//! `KeyedMultiRateLimiter`: several limits per key, under paused time, with exact times; and a
+//! `KeyedRateLimiter`: several limits per key, under paused time, with exact times; and a
 //! proptest against a naive model of each key's queue and limits that never forgets a key.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use paced::{ConfigError, KeyedMultiRateLimiter, KeyedPermit, Limit, Rate};
+use paced::{ConfigError, KeyedPermit, KeyedRateLimiter, Limit, Rate};
 use tokio::time::{sleep, timeout, Instant};
 
 fn ms(n: u64) -> Duration {
@@ -12,8 +12,8 @@ fn ms(n: u64) -> Duration {
 }
 
 /// Requests: 1 per 100 ms (burst `requests`); tokens: 1 per 10 ms (burst 100).
-fn llm(requests: u64) -> KeyedMultiRateLimiter<&'static str, 2> {
-    KeyedMultiRateLimiter::builder(["requests", "tokens"])
+fn llm(requests: u64) -> KeyedRateLimiter<&'static str, [u64; 2]> {
+    KeyedRateLimiter::builder(["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(10), requests))
         .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
         .build()
@@ -25,7 +25,7 @@ type Log = Arc<Mutex<Vec<String>>>;
 /// Spawns a task that acquires `cost` of `key` and logs `name` at its grant, as
 /// "<ms>ms:<name>".
 fn spawn_logged(
-    limiter: &KeyedMultiRateLimiter<&'static str, 2>,
+    limiter: &KeyedRateLimiter<&'static str, [u64; 2]>,
     log: &Log,
     start: Instant,
     (key, name): (&'static str, &'static str),
@@ -47,8 +47,8 @@ fn timeline(log: &Log) -> String {
 #[tokio::test(start_paused = true)]
 async fn each_keys_wait_is_the_latest_of_its_limits_waits() {
     // Requests: 1 per 500 ms, burst 1; tokens: 1 per 10 ms, burst 100.
-    let limiter: KeyedMultiRateLimiter<u32, 2> =
-        KeyedMultiRateLimiter::builder(["requests", "tokens"])
+    let limiter: KeyedRateLimiter<u32, [u64; 2]> =
+        KeyedRateLimiter::builder(["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_second(2), 1))
             .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
             .build()
@@ -166,8 +166,8 @@ async fn settling_corrects_one_key_only() {
 #[tokio::test(start_paused = true)]
 async fn a_key_is_forgotten_once_every_limit_is_as_new() {
     let start = Instant::now();
-    let limiter: KeyedMultiRateLimiter<u32, 2> =
-        KeyedMultiRateLimiter::builder(["requests", "tokens"])
+    let limiter: KeyedRateLimiter<u32, [u64; 2]> =
+        KeyedRateLimiter::builder(["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_second(10), 1))
             .limit(
                 "tokens",
@@ -257,8 +257,8 @@ async fn throttle_by_key_waits_for_each_keys_latest_limit_in_order() {
     use paced::PaceExt;
 
     // Requests: 1 per 500 ms, burst 1; tokens: 100 per second, burst 100.
-    let tenants: KeyedMultiRateLimiter<&str, 2> =
-        KeyedMultiRateLimiter::builder(["requests", "tokens"])
+    let tenants: KeyedRateLimiter<&str, [u64; 2]> =
+        KeyedRateLimiter::builder(["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_second(2), 1))
             .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
             .build()
@@ -292,8 +292,8 @@ async fn a_keyed_tower_layer_charges_each_keys_limits() {
     use paced::tower::RateLimitLayer;
     use tower::{Layer, ServiceExt};
 
-    let tenants: KeyedMultiRateLimiter<u32, 2> =
-        KeyedMultiRateLimiter::builder(["requests", "tokens"])
+    let tenants: KeyedRateLimiter<u32, [u64; 2]> =
+        KeyedRateLimiter::builder(["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_second(10), 10))
             .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
             .build()
@@ -339,9 +339,9 @@ fn handles_and_permits_cross_threads() {
 
 #[test]
 fn names_are_checked() {
-    let twice = KeyedMultiRateLimiter::<u8, 2>::builder(["tokens", "tokens"]).build();
+    let twice = KeyedRateLimiter::<u8, [u64; 2]>::builder(["tokens", "tokens"]).build();
     assert_eq!(twice.err(), Some(ConfigError::DuplicateDimension));
-    let zero = KeyedMultiRateLimiter::<u8, 1>::builder(["tokens"])
+    let zero = KeyedRateLimiter::<u8, [u64; 1]>::builder(["tokens"])
         .limit("tokens", Limit::window(0, ms(1)))
         .build();
     assert_eq!(zero.err(), Some(ConfigError::ZeroQuota));
@@ -355,7 +355,7 @@ mod model;
 
 mod exact {
 
-    use paced::{KeyedMultiRateLimiter, KeyedPermit, Limit, Rate};
+    use paced::{KeyedPermit, KeyedRateLimiter, Limit, Rate};
     use proptest::prelude::*;
     use tokio::sync::mpsc;
     use tokio::time::{sleep, Instant};
@@ -445,8 +445,8 @@ mod exact {
         ops: Vec<Op>,
     ) -> Result<(), TestCaseError> {
         let start = Instant::now();
-        let limiter: KeyedMultiRateLimiter<u8, 2> =
-            KeyedMultiRateLimiter::builder(["requests", "tokens"])
+        let limiter: KeyedRateLimiter<u8, [u64; 2]> =
+            KeyedRateLimiter::builder(["requests", "tokens"])
                 .limit("requests", Limit::bucket(Rate::new(1, ms(per_r)), burst_r))
                 .limit("tokens", Limit::bucket(Rate::new(1, ms(per_t)), burst_t))
                 .limit(

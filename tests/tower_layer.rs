@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{nanos_since, paused, within_an_hour, NaiveBucket, MS};
 use paced::tower::{RateLimitLayer, RateLimited};
-use paced::{KeyedMultiRateLimiter, KeyedRateLimiter, Limit, Rate, RateLimiter, Stagger};
+use paced::{KeyedRateLimiter, Limit, Rate, RateLimiter, Stagger};
 use proptest::prelude::*;
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_test::{assert_pending, assert_ready_ok, task};
@@ -444,7 +444,7 @@ async fn an_enforcing_multi_limit_layer_refuses_then_settles() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A KeyedMultiRateLimiter: each tenant's requests AND tokens, settled on its key from the answer
+// A KeyedRateLimiter: each tenant's requests AND tokens, settled on its key from the answer
 
 /// A prompt's tenant: ids 0 to 9 are tenant 0, 10 to 19 tenant 1, 99 tenant 9.
 fn tenant(p: &Prompt) -> u64 {
@@ -452,8 +452,8 @@ fn tenant(p: &Prompt) -> u64 {
 }
 
 /// Each tenant: 10 requests per second (bursts of 10), 100 tokens per second (bursts of 1,000).
-fn tenants() -> KeyedMultiRateLimiter<u64, 2> {
-    KeyedMultiRateLimiter::builder(["requests", "tokens"])
+fn tenants() -> KeyedRateLimiter<u64, [u64; 2]> {
+    KeyedRateLimiter::builder(["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(10), 10))
         .limit("tokens", Limit::bucket(Rate::per_second(100), 1_000))
         .build()

@@ -17,7 +17,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use paced::tower::{limits_from_headers, Dimension, QuotaHeaders, RateLimitLayer};
-use paced::{KeyedMultiRateLimiter, KeyedRateLimiter, Limit, Rate, RateLimiter};
+use paced::{KeyedRateLimiter, Limit, Rate, RateLimiter};
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
@@ -219,7 +219,7 @@ async fn a_keyed_multi_limit_server_announces_every_limit_of_the_requests_key() 
     // Each tenant (the path): 5 requests an hour (one every 720 s) and 1,000 tokens an hour
     // (one every 3.6 s); "/big" has 10,000 tokens an hour of its own. Nothing refills
     // noticeably while the test runs.
-    let tenants = KeyedMultiRateLimiter::<String, 2>::builder(["requests", "tokens"])
+    let tenants = KeyedRateLimiter::<String, [u64; 2]>::builder(["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_hour(5), 5))
         .limit("tokens", Limit::bucket(Rate::per_hour(1_000), 1_000))
         .build()

@@ -20,7 +20,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use paced::tower::{BoxError, RateLimitLayer, RateLimited};
-use paced::{KeyedMultiRateLimiter, KeyedRateLimiter, Limit, Rate, RateLimiter};
+use paced::{KeyedRateLimiter, Limit, Rate, RateLimiter};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
@@ -345,7 +345,7 @@ async fn a_keyed_llm_client_settles_each_tenants_calls_from_the_usage_the_server
 
     // Each tenant: 1,000 tokens and 10 requests at once, refilled so slowly that the test sees
     // no refill.
-    let tenants = KeyedMultiRateLimiter::builder(["requests", "tokens"])
+    let tenants = KeyedRateLimiter::builder(["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_hour(1), 10))
         .limit("tokens", Limit::bucket(Rate::per_hour(1), 1_000))
         .build()

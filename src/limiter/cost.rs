@@ -41,6 +41,8 @@ pub(crate) mod sealed {
         type Local: State;
         /// An [`Adaptive`](crate::Adaptive)'s.
         type Adaptive: Clone + std::fmt::Debug;
+        /// A [`KeyedRateLimiter`](crate::KeyedRateLimiter)'s, keyed by `K` and hashed by `S`.
+        type Keyed<K, S>: Clone + std::fmt::Debug;
     }
 
     /// What a [`RateLimiter`](crate::RateLimiter)'s state does the same way for every shape.
@@ -57,10 +59,12 @@ pub(crate) mod sealed {
     impl Shape for u64 {
         type Local = crate::limiter::rate_limiter::One;
         type Adaptive = crate::limiter::adaptive::One;
+        type Keyed<K, S> = crate::limiter::keyed::One<K, S>;
     }
 
     impl<const N: usize> Shape for [u64; N] {
         type Local = crate::limiter::multi::Several<N>;
         type Adaptive = crate::limiter::adaptive_multi::Several<N>;
+        type Keyed<K, S> = crate::limiter::keyed_multi::Several<K, N, S>;
     }
 }

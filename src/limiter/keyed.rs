@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::engine;
 use crate::engine::keyed::{KeyHandle, KeyLimit, KeyRef, KeyedShared};
 use crate::error::{ConfigError, NotUntil};
+use crate::limiter::Cost;
 use crate::rate::Rate;
 use crate::stats::Stats;
 
@@ -37,12 +38,23 @@ use crate::stats::Stats;
 ///
 /// Cloning is cheap (an `Arc`); every clone is the same limiter. The keys are spread over a
 /// few shards, each behind its own short mutex (four per core, from 4 to 64). A key is hashed
-/// once per call, before any mutex is taken, with `S` (std's `RandomState` unless you give
-/// another to [`with_hasher`](KeyedRateLimiter::with_hasher)); the table hashes the keys it
-/// holds again only when it grows or shrinks. Every method that takes a key by reference takes
+/// once per call, before any mutex is taken, with `S`, the third parameter (std's
+/// `RandomState` unless you give another to [`with_hasher`](KeyedRateLimiter::with_hasher));
+/// the table hashes the keys it holds again only when it grows or shrinks. Every method that takes a key by reference takes
 /// any borrowed form of it: a `KeyedRateLimiter<String>` is asked with a `&str`, and a key that
 /// has state is found without allocating. Streams draw on it with
 /// [`throttle_by_key`](crate::PaceExt::throttle_by_key).
+///
+/// With a cost of `[u64; N]`, a `KeyedRateLimiter<K, [u64; N]>` (made by
+/// [`builder`](KeyedRateLimiter::builder)) holds several limits per key, each tenant's requests
+/// AND tokens per minute: see its methods below. A cost of the wrong shape does not compile:
+///
+/// ```compile_fail,E0308
+/// use paced::{KeyedRateLimiter, Rate};
+///
+/// let providers = KeyedRateLimiter::<&str>::new(Rate::per_second(2), 1);
+/// let _ = providers.try_acquire(&"slow", [1, 300]); // one limit per key: a cost is a `u64`
+/// ```
 ///
 /// [`RateLimiter`]: crate::RateLimiter
 ///
@@ -68,14 +80,36 @@ use crate::stats::Stats;
 /// assert_eq!(start.elapsed(), Duration::from_secs(1));
 /// # }
 /// ```
-pub struct KeyedRateLimiter<K, S = RandomState> {
+pub struct KeyedRateLimiter<K, C: Cost = u64, S = RandomState> {
+    pub(crate) inner: C::Keyed<K, S>,
+}
+
+impl<K, C: Cost, S> Clone for KeyedRateLimiter<K, C, S> {
+    fn clone(&self) -> Self {
+        KeyedRateLimiter {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// Shows the limiter's identity only (clones show the same): reading its state would take its
+/// locks.
+impl<K, C: Cost, S> fmt::Debug for KeyedRateLimiter<K, C, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+/// A [`KeyedRateLimiter`]'s state for one limit per key: public in a private module (see
+/// [`Cost`]).
+pub struct One<K, S> {
     pub(crate) shared: Arc<KeyedShared<K, S>>,
 }
 
-impl<K, S> Clone for KeyedRateLimiter<K, S> {
+impl<K, S> Clone for One<K, S> {
     fn clone(&self) -> Self {
-        KeyedRateLimiter {
-            shared: self.shared.clone(),
+        One {
+            shared: Arc::clone(&self.shared),
         }
     }
 }
@@ -125,7 +159,7 @@ impl<K> KeyedRateLimiter<K> {
     }
 }
 
-impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
+impl<K, S: BuildHasher> KeyedRateLimiter<K, u64, S> {
     /// A keyed limiter (see [`new`](KeyedRateLimiter::new)) that hashes keys with `hasher`:
     /// a faster hasher for keys no adversary chooses, or a fixed one for repeatable runs.
     ///
@@ -143,12 +177,12 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// use paced::{KeyedRateLimiter, Rate};
     ///
     /// let hasher = BuildHasherDefault::<DefaultHasher>::default();
-    /// let limiter = KeyedRateLimiter::<u64, _>::with_hasher(Rate::per_second(5), 1, hasher);
+    /// let limiter = KeyedRateLimiter::<u64, u64, _>::with_hasher(Rate::per_second(5), 1, hasher);
     /// assert!(limiter.try_acquire(&7, 1).is_ok());
     /// ```
     #[track_caller]
     #[must_use]
-    pub fn with_hasher(rate: Rate, burst: u64, hasher: S) -> KeyedRateLimiter<K, S> {
+    pub fn with_hasher(rate: Rate, burst: u64, hasher: S) -> KeyedRateLimiter<K, u64, S> {
         match KeyedRateLimiter::try_with_hasher(rate, burst, hasher) {
             Ok(limiter) => limiter,
             Err(e) => panic!("KeyedRateLimiter::with_hasher: {e}"),
@@ -168,19 +202,22 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// use std::collections::hash_map::RandomState;
     /// use paced::{ConfigError, KeyedRateLimiter, Rate};
     ///
-    /// let err = KeyedRateLimiter::<u64, _>::try_with_hasher(Rate::per_second(1), 0, RandomState::new());
+    /// let hasher = RandomState::new();
+    /// let err = KeyedRateLimiter::<u64, u64, _>::try_with_hasher(Rate::per_second(1), 0, hasher);
     /// assert_eq!(err.err(), Some(ConfigError::ZeroBurst));
     /// ```
     pub fn try_with_hasher(
         rate: Rate,
         burst: u64,
         hasher: S,
-    ) -> Result<KeyedRateLimiter<K, S>, ConfigError> {
+    ) -> Result<KeyedRateLimiter<K, u64, S>, ConfigError> {
         if burst == 0 {
             return Err(ConfigError::ZeroBurst);
         }
         Ok(KeyedRateLimiter {
-            shared: Arc::new(KeyedShared::new(KeyLimit { rate, burst }, hasher)),
+            inner: One {
+                shared: Arc::new(KeyedShared::new(KeyLimit { rate, burst }, hasher)),
+            },
         })
     }
 
@@ -243,7 +280,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
             return Err(ConfigError::ZeroBurst);
         }
         let limit = KeyLimit { rate, burst };
-        self.shared.set_limit(key, move |_: &KeyLimit| limit);
+        self.inner.shared.set_limit(key, move |_: &KeyLimit| limit);
         Ok(())
     }
 
@@ -265,7 +302,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ?Sized,
     {
-        self.shared.clear_limit(key);
+        self.inner.shared.clear_limit(key);
     }
 
     /// Waits until `cost` tokens of `key` are granted, behind the key's earlier waiters only.
@@ -295,7 +332,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         // The engine's future itself, no `async fn` around it: the key is hashed here.
-        let handle: KeyRef<'_, K, Q, S> = KeyHandle::new(&*self.shared, key);
+        let handle: KeyRef<'_, K, Q, S> = KeyHandle::new(&*self.inner.shared, key);
         engine::Granted::new(engine::Acquire::new(handle, cost, None))
     }
 
@@ -324,8 +361,9 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.shared
-            .try_acquire(self.shared.hash(key), key, cost)
+        self.inner
+            .shared
+            .try_acquire(self.inner.shared.hash(key), key, cost)
             .map(|_| ())
     }
 
@@ -361,7 +399,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let handle: KeyRef<'_, K, Q, S> = KeyHandle::new(&*self.shared, key);
+        let handle: KeyRef<'_, K, Q, S> = KeyHandle::new(&*self.inner.shared, key);
         engine::Answered::new(engine::Acquire::new(handle, cost, Some(timeout)))
     }
 
@@ -384,7 +422,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ?Sized,
     {
-        self.shared.available(key)
+        self.inner.shared.available(key)
     }
 
     /// How many keys hold bucket state now: those whose bucket is not full, or that have
@@ -412,7 +450,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     where
         K: Hash,
     {
-        self.shared.tracked_keys()
+        self.inner.shared.tracked_keys()
     }
 
     /// A snapshot of the counters over all keys: granted, rejected, waiting now, total wait.
@@ -431,7 +469,7 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     /// ```
     #[must_use]
     pub fn stats(&self) -> Stats {
-        self.shared.stats()
+        self.inner.shared.stats()
     }
 
     /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
@@ -467,13 +505,12 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, S> {
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     #[must_use]
     pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
-        self.shared.set_metrics(name.as_ref());
+        self.inner.shared.set_metrics(name.as_ref());
         self
     }
 }
 
-/// Shows the limiter's identity only: reading its state would take its lock.
-impl<K, S> fmt::Debug for KeyedRateLimiter<K, S> {
+impl<K, S> fmt::Debug for One<K, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedRateLimiter")
             .field("id", &Arc::as_ptr(&self.shared))

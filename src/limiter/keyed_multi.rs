@@ -1,7 +1,5 @@
-//! [`KeyedMultiRateLimiter`]: several limits per key (each tenant's requests and tokens per
-//! minute), one FIFO queue per key, over the same key table as [`KeyedRateLimiter`].
-//!
-//! [`KeyedRateLimiter`]: crate::KeyedRateLimiter
+//! `KeyedRateLimiter<K, [u64; N]>`: several limits per key (each tenant's requests and tokens
+//! per minute), one FIFO queue per key, over the same key table as one limit per key.
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
@@ -13,6 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::keyed::KeyedRateLimiter;
 use super::multi::{Limit, RateLimiterBuilder};
 use crate::core::{Limits, Nanos};
 use crate::engine::keyed::{KeyHandle, KeyOwned, KeyRef, KeyedShared};
@@ -20,19 +19,19 @@ use crate::engine::Acquire;
 use crate::error::{ConfigError, NotUntil};
 use crate::stats::Stats;
 
-/// The key table of a [`KeyedMultiRateLimiter`].
+/// The key table of a [`KeyedRateLimiter`] of several limits per key.
 type Table<K, S, const N: usize> = KeyedShared<K, S, Limits<N>>;
 
-/// Builds a [`KeyedMultiRateLimiter`]: the dimensions' names, then the limits every key has,
-/// as [`RateLimiter::builder`](crate::RateLimiter::builder) does for one quota.
+/// Builds a `KeyedRateLimiter<K, [u64; N]>`: the dimensions' names, then the limits every key
+/// has, as [`RateLimiter::builder`](crate::RateLimiter::builder) does for one quota.
 ///
 /// # Examples
 ///
 /// ```
-/// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+/// use paced::{KeyedRateLimiter, Limit, Rate};
 ///
-/// let tenants: KeyedMultiRateLimiter<String, 2> =
-///     KeyedMultiRateLimiter::builder(["requests", "tokens"])
+/// let tenants: KeyedRateLimiter<String, [u64; 2]> =
+///     KeyedRateLimiter::builder(["requests", "tokens"])
 ///         .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
 ///         .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
 ///         .build()
@@ -40,32 +39,32 @@ type Table<K, S, const N: usize> = KeyedShared<K, S, Limits<N>>;
 /// assert_eq!(tenants.available("acme"), [10, 40_000]);
 /// ```
 #[must_use = "a builder does nothing until `build` is called"]
-pub struct KeyedMultiRateLimiterBuilder<K, const N: usize, S = RandomState> {
+pub struct KeyedRateLimiterBuilder<K, const N: usize, S = RandomState> {
     limits: RateLimiterBuilder<N>,
     hasher: S,
     key: PhantomData<fn() -> K>,
 }
 
-impl<K, const N: usize, S> fmt::Debug for KeyedMultiRateLimiterBuilder<K, N, S> {
+impl<K, const N: usize, S> fmt::Debug for KeyedRateLimiterBuilder<K, N, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyedMultiRateLimiterBuilder")
+        f.debug_struct("KeyedRateLimiterBuilder")
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
 
-impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiterBuilder<K, N, S> {
+impl<K, const N: usize, S: BuildHasher> KeyedRateLimiterBuilder<K, N, S> {
     /// Adds `limit` on the dimension called `name`, for every key. Its index (for
-    /// [`set_limit`](KeyedMultiRateLimiter::set_limit)) is the number of limits added before
+    /// [`set_limit`](KeyedRateLimiter::set_limit)) is the number of limits added before
     /// it. A dimension may have several limits (per minute AND per day), or none.
     ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     ///
-    /// let limiter: KeyedMultiRateLimiter<u32, 1> = KeyedMultiRateLimiter::builder(["requests"])
+    /// let limiter: KeyedRateLimiter<u32, [u64; 1]> = KeyedRateLimiter::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_minute(60), 10)) // index 0
     ///     .limit("requests", Limit::window(1_000, Duration::from_secs(86_400))) // index 1
     ///     .build()
@@ -73,7 +72,7 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiterBuilder<K, N, S> {
     /// assert_eq!(limiter.available(&7), [10]);
     /// ```
     pub fn limit(self, name: &str, limit: Limit) -> Self {
-        KeyedMultiRateLimiterBuilder {
+        KeyedRateLimiterBuilder {
             limits: self.limits.limit(name, limit),
             ..self
         }
@@ -87,17 +86,17 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiterBuilder<K, N, S> {
     /// ```
     /// use std::collections::hash_map::DefaultHasher;
     /// use std::hash::BuildHasherDefault;
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     ///
-    /// let limiter = KeyedMultiRateLimiter::<u64, 1>::builder(["requests"])
+    /// let limiter = KeyedRateLimiter::<u64, [u64; 1]>::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(5), 1))
     ///     .hasher(BuildHasherDefault::<DefaultHasher>::default())
     ///     .build()
     ///     .unwrap();
     /// assert!(limiter.try_acquire(&7, [1]).is_ok());
     /// ```
-    pub fn hasher<T: BuildHasher>(self, hasher: T) -> KeyedMultiRateLimiterBuilder<K, N, T> {
-        KeyedMultiRateLimiterBuilder {
+    pub fn hasher<T: BuildHasher>(self, hasher: T) -> KeyedRateLimiterBuilder<K, N, T> {
+        KeyedRateLimiterBuilder {
             limits: self.limits,
             hasher,
             key: PhantomData,
@@ -115,49 +114,91 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiterBuilder<K, N, S> {
     /// # Examples
     ///
     /// ```
-    /// use paced::{ConfigError, KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{ConfigError, KeyedRateLimiter, Limit, Rate};
     ///
-    /// let typo = KeyedMultiRateLimiter::<String, 2>::builder(["requests", "tokens"])
+    /// let typo = KeyedRateLimiter::<String, [u64; 2]>::builder(["requests", "tokens"])
     ///     .limit("tokns", Limit::bucket(Rate::per_minute(40_000), 40_000))
     ///     .build();
     /// assert_eq!(typo.err(), Some(ConfigError::UnknownDimension));
     /// ```
-    pub fn build(self) -> Result<KeyedMultiRateLimiter<K, N, S>, ConfigError> {
+    pub fn build(self) -> Result<KeyedRateLimiter<K, [u64; N], S>, ConfigError> {
         let origin = Instant::now();
         let limits = self.limits.limits(origin)?;
-        Ok(KeyedMultiRateLimiter {
-            shared: Arc::new(KeyedShared::with_origin(limits, self.hasher, origin)),
-            #[cfg(feature = "http")]
-            names: Arc::new(self.limits.names),
+        Ok(KeyedRateLimiter {
+            inner: Several {
+                shared: Arc::new(KeyedShared::with_origin(limits, self.hasher, origin)),
+                #[cfg(feature = "http")]
+                names: Arc::new(self.limits.names),
+            },
         })
     }
 }
 
-/// Several limits per key, shared by handle: each tenant's requests per minute AND tokens per
-/// minute (and per day), with the semantics of [`RateLimiter`] key by key.
+/// A [`KeyedRateLimiter`]'s state for several limits per key: public in a private module (see
+/// [`Cost`](crate::Cost)).
+pub struct Several<K, const N: usize, S> {
+    pub(crate) shared: Arc<Table<K, S, N>>,
+    /// The dimensions' names, in the order of a cost's amounts (what quota headers announce).
+    #[cfg(feature = "http")]
+    pub(crate) names: Arc<[String; N]>,
+}
+
+impl<K, const N: usize, S> Clone for Several<K, N, S> {
+    fn clone(&self) -> Self {
+        Several {
+            shared: Arc::clone(&self.shared),
+            #[cfg(feature = "http")]
+            names: Arc::clone(&self.names),
+        }
+    }
+}
+
+impl<K, const N: usize, S> fmt::Debug for Several<K, N, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedRateLimiter")
+            .field("id", &Arc::as_ptr(&self.shared))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Several limits per key, `KeyedRateLimiter<K, [u64; N]>`, shared by handle: each tenant's
+/// requests per minute AND tokens per minute (and per day), with the semantics of
+/// [`RateLimiter`] key by key.
 ///
 /// A cost is one amount per dimension (`[u64; N]`, in the order the dimensions were named).
 /// Every key has its own copy of the limits (the builder's, or its own set with
-/// [`set_limit`](KeyedMultiRateLimiter::set_limit)) and its own FIFO queue: a key's head
+/// [`set_limit`](KeyedRateLimiter::set_limit)) and its own FIFO queue: a key's head
 /// waiter is granted at the earliest instant at which every one of the key's limits has room
 /// (the latest of their own ready times), all of them charged at that one instant, and it
 /// never waits for another key. A waiter that is dropped has taken nothing;
-/// [`try_acquire`](KeyedMultiRateLimiter::try_acquire) charges nothing when any limit
-/// refuses. [`acquire`](KeyedMultiRateLimiter::acquire) returns a [`KeyedPermit`] whose
+/// [`try_acquire`](KeyedRateLimiter::try_acquire) charges nothing when any limit
+/// refuses. [`acquire`](KeyedRateLimiter::acquire) returns a [`KeyedPermit`] whose
 /// [`settle`](KeyedPermit::settle) corrects an estimate once the answer is known, as
 /// [`Permit::settle`](crate::Permit::settle) does. The bound of [`RateLimiter`] holds
 /// for each key's limits.
 ///
-/// **Memory follows the keys in use**, as for [`KeyedRateLimiter`]: a key is forgotten,
+/// **Memory follows the keys in use**, as with one limit per key: a key is forgotten,
 /// without any call from you, once every one of its limits is as good as new (a bucket full,
 /// a fixed window with nothing charged or carried in the window in force) and nobody waits
 /// on it: such a key is indistinguishable from one never seen, and never forgotten before.
-/// [`tracked_keys`](KeyedMultiRateLimiter::tracked_keys) counts exactly the others. Every key
-/// with state has a queue of its own (the one-word form of [`KeyedRateLimiter`] is for one
-/// bucket only).
+/// [`tracked_keys`](KeyedRateLimiter::tracked_keys) counts exactly the others. Every key
+/// with state has a queue of its own (the one-word form of a key of a
+/// [`KeyedRateLimiter`] is for one bucket only).
 ///
 /// Cloning is cheap (an `Arc`); every clone is the same limiter. Building one needs no
 /// runtime; waiting needs tokio's timer, and under paused time the schedule is exact.
+///
+/// A cost of the wrong shape does not compile:
+///
+/// ```compile_fail,E0308
+/// use paced::{KeyedRateLimiter, Limit, Rate};
+///
+/// let tenants = KeyedRateLimiter::<&str, [u64; 2]>::builder(["requests", "tokens"])
+///     .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
+///     .build()
+///     .unwrap();
+/// let _ = tenants.try_acquire(&"acme", 1); // two dimensions: a cost is a `[u64; 2]`
+/// ```
 ///
 /// [`RateLimiter`]: crate::RateLimiter
 /// [`KeyedRateLimiter`]: crate::KeyedRateLimiter
@@ -166,13 +207,13 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiterBuilder<K, N, S> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+/// use paced::{KeyedRateLimiter, Limit, Rate};
 /// use tokio::time::Instant;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
-/// let tenants: KeyedMultiRateLimiter<&str, 2> =
-///     KeyedMultiRateLimiter::builder(["requests", "tokens"])
+/// let tenants: KeyedRateLimiter<&str, [u64; 2]> =
+///     KeyedRateLimiter::builder(["requests", "tokens"])
 ///         .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
 ///         .limit("tokens", Limit::bucket(Rate::per_minute(6_000), 1_000))
 ///         .build()
@@ -187,50 +228,24 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiterBuilder<K, N, S> {
 /// assert_eq!(start.elapsed(), Duration::from_secs(1));
 /// # }
 /// ```
-pub struct KeyedMultiRateLimiter<K, const N: usize, S = RandomState> {
-    pub(crate) shared: Arc<Table<K, S, N>>,
-    /// The dimensions' names, in the order of a cost's amounts (what quota headers announce).
-    #[cfg(feature = "http")]
-    pub(crate) names: Arc<[String; N]>,
-}
-
-impl<K, const N: usize, S> Clone for KeyedMultiRateLimiter<K, N, S> {
-    fn clone(&self) -> Self {
-        KeyedMultiRateLimiter {
-            shared: Arc::clone(&self.shared),
-            #[cfg(feature = "http")]
-            names: Arc::clone(&self.names),
-        }
-    }
-}
-
-/// Shows the limiter's identity only: reading its state would take its locks.
-impl<K, const N: usize, S> fmt::Debug for KeyedMultiRateLimiter<K, N, S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyedMultiRateLimiter")
-            .field("id", &Arc::as_ptr(&self.shared))
-            .finish_non_exhaustive()
-    }
-}
-
-impl<K, const N: usize> KeyedMultiRateLimiter<K, N> {
+impl<K, const N: usize> KeyedRateLimiter<K, [u64; N]> {
     /// Starts a keyed limiter whose dimensions are called `names` (in the order of a cost's
-    /// amounts; checked in [`build`](KeyedMultiRateLimiterBuilder::build)).
+    /// amounts; checked in [`build`](KeyedRateLimiterBuilder::build)).
     ///
     /// # Examples
     ///
     /// ```
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     ///
-    /// let limiter = KeyedMultiRateLimiter::<u32, 2>::builder(["requests", "tokens"])
+    /// let limiter = KeyedRateLimiter::<u32, [u64; 2]>::builder(["requests", "tokens"])
     ///     .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
     ///     .build()
     ///     .unwrap();
     /// // "requests" has no limit.
     /// assert_eq!(limiter.available(&1), [u64::MAX, 40_000]);
     /// ```
-    pub fn builder(names: [&str; N]) -> KeyedMultiRateLimiterBuilder<K, N> {
-        KeyedMultiRateLimiterBuilder {
+    pub fn builder(names: [&str; N]) -> KeyedRateLimiterBuilder<K, N> {
+        KeyedRateLimiterBuilder {
             limits: crate::RateLimiter::builder(names),
             hasher: RandomState::new(),
             key: PhantomData,
@@ -238,7 +253,7 @@ impl<K, const N: usize> KeyedMultiRateLimiter<K, N> {
     }
 }
 
-impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
+impl<K, const N: usize, S: BuildHasher> KeyedRateLimiter<K, [u64; N], S> {
     /// Waits until `cost` of `key` is granted, behind the key's earlier waiters only, and
     /// charges every one of the key's limits at that one instant.
     ///
@@ -252,12 +267,12 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let limiter = KeyedMultiRateLimiter::<String, 2>::builder(["requests", "tokens"])
+    /// let limiter = KeyedRateLimiter::<String, [u64; 2]>::builder(["requests", "tokens"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(10), 1))
     ///     .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
     ///     .build()
@@ -277,7 +292,12 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
         match self.wait(key, cost, None).await {
             Ok(permit) => permit,
             // Without a timeout a request is never refused.
-            Err(_) => self.permit(key, self.shared.hash(key), cost, self.shared.now()),
+            Err(_) => self.permit(
+                key,
+                self.inner.shared.hash(key),
+                cost,
+                self.inner.shared.now(),
+            ),
         }
     }
 
@@ -294,11 +314,11 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let limiter = KeyedMultiRateLimiter::<u32, 2>::builder(["requests", "tokens"])
+    /// let limiter = KeyedRateLimiter::<u32, [u64; 2]>::builder(["requests", "tokens"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(10), 2))
     ///     .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
     ///     .build()
@@ -316,8 +336,8 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let hash = self.shared.hash(key);
-        let at = self.shared.try_acquire(hash, key, cost)?;
+        let hash = self.inner.shared.hash(key);
+        let at = self.inner.shared.try_acquire(hash, key, cost)?;
         Ok(self.permit(key, hash, cost, at))
     }
 
@@ -332,11 +352,11 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let limiter = KeyedMultiRateLimiter::<u32, 1>::builder(["requests"])
+    /// let limiter = KeyedRateLimiter::<u32, [u64; 1]>::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
     ///     .build()
     ///     .unwrap();
@@ -370,8 +390,9 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let hash = self.shared.hash(key);
-        let handle: KeyRef<'_, K, Q, S, Limits<N>> = KeyHandle::hashed(&*self.shared, key, hash);
+        let hash = self.inner.shared.hash(key);
+        let handle: KeyRef<'_, K, Q, S, Limits<N>> =
+            KeyHandle::hashed(&*self.inner.shared, key, hash);
         let at = Acquire::new(handle, cost, timeout).await?;
         Ok(self.permit(key, hash, cost, at))
     }
@@ -383,7 +404,7 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
         Q: ToOwned<Owned = K> + ?Sized,
     {
         KeyedPermit {
-            handle: KeyOwned::hashed(Arc::clone(&self.shared), key.to_owned(), hash),
+            handle: KeyOwned::hashed(Arc::clone(&self.inner.shared), key.to_owned(), hash),
             charged: cost,
             at,
         }
@@ -396,9 +417,9 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     ///
-    /// let limiter = KeyedMultiRateLimiter::<&str, 2>::builder(["requests", "tokens"])
+    /// let limiter = KeyedRateLimiter::<&str, [u64; 2]>::builder(["requests", "tokens"])
     ///     .limit("tokens", Limit::bucket(Rate::per_minute(1_000), 500))
     ///     .limit("tokens", Limit::window(300, Duration::from_secs(86_400)))
     ///     .build()
@@ -413,27 +434,27 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ?Sized,
     {
-        self.shared.available(key)
+        self.inner.shared.available(key)
     }
 
     /// Gives `key` its own limit at `index` (the number of
-    /// [`limit`](KeyedMultiRateLimiterBuilder::limit) calls before it; a tenant on a bigger
+    /// [`limit`](KeyedRateLimiterBuilder::limit) calls before it; a tenant on a bigger
     /// plan), its other limits kept. It takes effect at once, also for the key's waiters,
     /// keeping the level as [`RateLimiter::set_limit`](crate::RateLimiter::set_limit)
     /// does. Per-key limits are configuration: kept until
-    /// [`clear_limit`](KeyedMultiRateLimiter::clear_limit), whether or not the key has state.
+    /// [`clear_limit`](KeyedRateLimiter::clear_limit), whether or not the key has state.
     ///
     /// # Panics
     ///
-    /// Panics if [`try_set_limit`](KeyedMultiRateLimiter::try_set_limit) refuses the change,
-    /// with the message `"KeyedMultiRateLimiter::set_limit: {error}"`.
+    /// Panics if [`try_set_limit`](KeyedRateLimiter::try_set_limit) refuses the change,
+    /// with the message `"KeyedRateLimiter::set_limit: {error}"`.
     ///
     /// # Examples
     ///
     /// ```
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     ///
-    /// let limiter = KeyedMultiRateLimiter::<&str, 2>::builder(["requests", "tokens"])
+    /// let limiter = KeyedRateLimiter::<&str, [u64; 2]>::builder(["requests", "tokens"])
     ///     .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
     ///     .limit("tokens", Limit::bucket(Rate::per_minute(10_000), 10_000))
     ///     .build()
@@ -449,11 +470,11 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         if let Err(e) = self.try_set_limit(key, index, limit) {
-            panic!("KeyedMultiRateLimiter::set_limit: {e}");
+            panic!("KeyedRateLimiter::set_limit: {e}");
         }
     }
 
-    /// Gives `key` its own limit at `index`, as [`set_limit`](KeyedMultiRateLimiter::set_limit)
+    /// Gives `key` its own limit at `index`, as [`set_limit`](KeyedRateLimiter::set_limit)
     /// does, or refuses a change that cannot be and changes nothing.
     ///
     /// # Errors
@@ -466,9 +487,9 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{ConfigError, KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{ConfigError, KeyedRateLimiter, Limit, Rate};
     ///
-    /// let limiter = KeyedMultiRateLimiter::<u32, 1>::builder(["requests"])
+    /// let limiter = KeyedRateLimiter::<u32, [u64; 1]>::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(1), 2))
     ///     .build()
     ///     .unwrap();
@@ -483,6 +504,7 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
     {
         limit.check()?;
         let default = self
+            .inner
             .shared
             .default_limit()
             .limit(index)
@@ -490,8 +512,8 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
         if !limit.fits(&default.rule) {
             return Err(ConfigError::LimitKind);
         }
-        let rule = limit.rule(self.shared.origin(), self.shared.now());
-        self.shared.set_limit(key, move |limits: &Limits<N>| {
+        let rule = limit.rule(self.inner.shared.origin(), self.inner.shared.now());
+        self.inner.shared.set_limit(key, move |limits: &Limits<N>| {
             let mut own = limits.clone();
             if let Some(tagged) = own.limit_mut(index) {
                 tagged.rule = rule;
@@ -506,9 +528,9 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
     /// # Examples
     ///
     /// ```
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     ///
-    /// let limiter = KeyedMultiRateLimiter::<&str, 1>::builder(["requests"])
+    /// let limiter = KeyedRateLimiter::<&str, [u64; 1]>::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(1), 2))
     ///     .build()
     ///     .unwrap();
@@ -522,7 +544,7 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ?Sized,
     {
-        self.shared.clear_limit(key);
+        self.inner.shared.clear_limit(key);
     }
 
     /// How many keys hold state now: those some limit of which is not as good as new, or that
@@ -532,11 +554,11 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let limiter = KeyedMultiRateLimiter::<u32, 2>::builder(["requests", "tokens"])
+    /// let limiter = KeyedRateLimiter::<u32, [u64; 2]>::builder(["requests", "tokens"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(10), 1))
     ///     .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
     ///     .build()
@@ -556,7 +578,7 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
     where
         K: Hash,
     {
-        self.shared.tracked_keys()
+        self.inner.shared.tracked_keys()
     }
 
     /// A snapshot of the counters over all keys: granted, rejected, waiting now, total wait.
@@ -564,9 +586,9 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
     /// # Examples
     ///
     /// ```
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     ///
-    /// let limiter = KeyedMultiRateLimiter::<&str, 1>::builder(["requests"])
+    /// let limiter = KeyedRateLimiter::<&str, [u64; 1]>::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
     ///     .build()
     ///     .unwrap();
@@ -578,7 +600,7 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
     /// ```
     #[must_use]
     pub fn stats(&self) -> Stats {
-        self.shared.stats()
+        self.inner.shared.stats()
     }
 
     /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
@@ -589,9 +611,9 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
     /// # Examples
     ///
     /// ```
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     ///
-    /// let limiter = KeyedMultiRateLimiter::<&str, 1>::builder(["requests"])
+    /// let limiter = KeyedRateLimiter::<&str, [u64; 1]>::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
     ///     .build()
     ///     .unwrap()
@@ -602,22 +624,22 @@ impl<K, const N: usize, S: BuildHasher> KeyedMultiRateLimiter<K, N, S> {
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     #[must_use]
     pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
-        self.shared.set_metrics(name.as_ref());
+        self.inner.shared.set_metrics(name.as_ref());
         self
     }
 }
 
-/// What a grant of a [`KeyedMultiRateLimiter`] charged one key, to correct it once the
+/// What a grant of a `KeyedRateLimiter<K, [u64; N]>` charged one key, to correct it once the
 /// answer is known. Dropping it keeps the charge.
 ///
 /// # Examples
 ///
 /// ```
-/// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+/// use paced::{KeyedRateLimiter, Limit, Rate};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
-/// let limiter = KeyedMultiRateLimiter::<&str, 2>::builder(["requests", "tokens"])
+/// let limiter = KeyedRateLimiter::<&str, [u64; 2]>::builder(["requests", "tokens"])
 ///     .limit("tokens", Limit::bucket(Rate::per_minute(1_000), 1_000))
 ///     .build()
 ///     .unwrap();
@@ -640,9 +662,9 @@ impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedPermit<K, N, S> 
     /// # Examples
     ///
     /// ```
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     ///
-    /// let limiter = KeyedMultiRateLimiter::<u8, 2>::builder(["requests", "tokens"])
+    /// let limiter = KeyedRateLimiter::<u8, [u64; 2]>::builder(["requests", "tokens"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
     ///     .build()
     ///     .unwrap();
@@ -663,12 +685,12 @@ impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedPermit<K, N, S> 
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     /// use tokio::time::Instant;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
-    /// let limiter = KeyedMultiRateLimiter::<&str, 1>::builder(["tokens"])
+    /// let limiter = KeyedRateLimiter::<&str, [u64; 1]>::builder(["tokens"])
     ///     .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
     ///     .build()
     ///     .unwrap();

@@ -10,7 +10,6 @@ use pin_project_lite::pin_project;
 use std::sync::Arc;
 
 use super::keyed::KeyedRateLimiter;
-use super::keyed_multi::KeyedMultiRateLimiter;
 #[cfg(feature = "tower")]
 use super::keyed_multi::KeyedPermit;
 use crate::core::{Limits, Nanos};
@@ -39,7 +38,7 @@ pub(crate) mod sealed {
         /// The keys the limiter has one bucket each for.
         type Key: Hash + Eq + Clone;
 
-        /// What one request costs: `u64`, or `[u64; N]` for a `KeyedMultiRateLimiter<K, N>`.
+        /// What one request costs: `u64`, or `[u64; N]` for a `KeyedRateLimiter<K, [u64; N]>`.
         type Cost: Copy + Send + Sync + std::fmt::Debug + 'static;
 
         /// The hasher parameter of the adapters' types: the in-process limiter's own; for a
@@ -83,7 +82,7 @@ pub(crate) mod sealed {
         ) -> Poll<Result<(), crate::error::NotUntil>>;
 
         /// What a granted request keeps to correct its charge from the response: `()` for a
-        /// limiter that cannot be corrected, a `KeyedPermit` for a `KeyedMultiRateLimiter`.
+        /// limiter that cannot be corrected, a `KeyedPermit` for a `KeyedRateLimiter<K, [u64; N]>`.
         #[cfg(feature = "tower")]
         type Grant;
 
@@ -113,16 +112,16 @@ use sealed::{Arrival, KeyedSealed};
 /// (`paced::tower::RateLimitLayer::keyed`, feature `tower`) draw on: [`KeyedRateLimiter`] in
 /// this process and, with the `redis` feature, `RedisKeyedRateLimiter` across processes.
 ///
-/// A [`KeyedMultiRateLimiter`] (several limits per key) is one too: each says what a request
+/// A `KeyedRateLimiter<K, [u64; N]>` (several limits per key) is one too: each says what a request
 /// costs, its `Cost`, as [`Limiter`] does: `u64`, or `[u64; N]` for a
-/// `KeyedMultiRateLimiter<K, N>` (`|req| [1, req.tokens]`). Generic code that passes one number
+/// `KeyedRateLimiter<K, [u64; N]>` (`|req| [1, req.tokens]`). Generic code that passes one number
 /// says so: `Q: KeyedLimiter<Cost = u64>`.
 ///
 /// The key type is the limiter's (`Q: KeyedLimiter<Key = String>` in a bound). As [`Limiter`] is,
 /// it is sealed, and its machinery is out of reach: the adapters rely on the exact semantics
 /// of these limiters. What each promises to a stream:
 ///
-/// - [`KeyedRateLimiter`] and [`KeyedMultiRateLimiter`]: a stream's item waits in its key's
+/// - [`KeyedRateLimiter`], of one limit or several per key: a stream's item waits in its key's
 ///   FIFO queue like any task, so the
 ///   stream's items of one key leave in upstream order, FIFO with every other user of the key.
 /// - `RedisKeyedRateLimiter`: a stream's item of a key waits by the Redis limiter's own
@@ -166,7 +165,7 @@ use sealed::{Arrival, KeyedSealed};
 /// ```
 pub trait KeyedLimiter: KeyedSealed + Clone {}
 
-impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLimiter for KeyedRateLimiter<K, S> {}
+impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLimiter for KeyedRateLimiter<K, u64, S> {}
 
 pin_project! {
     /// A stream's item or a request in one key's queue of a [`KeyedRateLimiter`] (not
@@ -239,25 +238,25 @@ where
 }
 
 /// A stream's item (or a request) waits in its key's queue through an engine [`Waiter`].
-impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedSealed for KeyedRateLimiter<K, S> {
+impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedSealed for KeyedRateLimiter<K, u64, S> {
     type Key = K;
     type Cost = u64;
     type Hasher = S;
     type Permit = KeyWaiter<K, S>;
 
     fn hash_key(&self, key: &K) -> u64 {
-        self.shared.hash(key)
+        self.inner.shared.hash(key)
     }
 
     fn permit(&self, key: K, hash: u64) -> Self::Permit {
         KeyWaiter {
-            waiter: Waiter::new(KeyOwned::hashed(self.shared.clone(), key, hash)),
+            waiter: Waiter::new(KeyOwned::hashed(self.inner.shared.clone(), key, hash)),
         }
     }
 
     fn arrive(&self, key: &K, hash: u64, cost: u64, waker: &Waker) -> Arrival<Self::Permit> {
-        arrive(&self.shared, (key, hash), cost, waker, |waiter| KeyWaiter {
-            waiter,
+        arrive(&self.inner.shared, (key, hash), cost, waker, |waiter| {
+            KeyWaiter { waiter }
         })
     }
 
@@ -289,11 +288,12 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedSealed for KeyedRateLimiter<K, S
     }
 }
 
-/// One key's place in a [`KeyedMultiRateLimiter`]'s queue.
+/// One key's place in the queue of a [`KeyedRateLimiter`] of several limits per key.
 type MultiWaiter<K, const N: usize, S> = Waiter<KeyOwned<K, S, Limits<N>>>;
 
-/// A stream's item or a request in one key's queue of a [`KeyedMultiRateLimiter`] (not
-/// nameable outside the crate): the key, and its place in the key's queue once it waits.
+/// A stream's item or a request in one key's queue of a [`KeyedRateLimiter`] of several limits
+/// per key (not nameable outside the crate): the key, and its place in the key's queue once it
+/// waits.
 ///
 /// The waiter is boxed, on its first wait only: it is pinned, and the crate's pinning macro
 /// cannot name a const generic (as for `SeveralPermit`).
@@ -323,13 +323,13 @@ impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> std::fmt::Debug
 }
 
 impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedLimiter
-    for KeyedMultiRateLimiter<K, N, S>
+    for KeyedRateLimiter<K, [u64; N], S>
 {
 }
 
 /// As for [`KeyedRateLimiter`], a cost being one amount per dimension.
 impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedSealed
-    for KeyedMultiRateLimiter<K, N, S>
+    for KeyedRateLimiter<K, [u64; N], S>
 {
     type Key = K;
     type Cost = [u64; N];
@@ -337,14 +337,14 @@ impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedSealed
     type Permit = KeyMultiWaiter<K, N, S>;
 
     fn hash_key(&self, key: &K) -> u64 {
-        self.shared.hash(key)
+        self.inner.shared.hash(key)
     }
 
     fn permit(&self, key: K, hash: u64) -> Self::Permit {
         KeyMultiWaiter {
-            shared: Arc::clone(&self.shared),
+            shared: Arc::clone(&self.inner.shared),
             #[cfg(feature = "http")]
-            names: Arc::clone(&self.names),
+            names: Arc::clone(&self.inner.names),
             key,
             hash,
             waiter: None,
@@ -353,11 +353,11 @@ impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedSealed
     }
 
     fn arrive(&self, key: &K, hash: u64, cost: [u64; N], waker: &Waker) -> Arrival<Self::Permit> {
-        arrive(&self.shared, (key, hash), cost, waker, |waiter| {
+        arrive(&self.inner.shared, (key, hash), cost, waker, |waiter| {
             KeyMultiWaiter {
-                shared: Arc::clone(&self.shared),
+                shared: Arc::clone(&self.inner.shared),
                 #[cfg(feature = "http")]
-                names: Arc::clone(&self.names),
+                names: Arc::clone(&self.inner.names),
                 key: key.clone(),
                 hash,
                 waiter: Some(Box::pin(waiter)),

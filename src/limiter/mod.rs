@@ -23,7 +23,7 @@ pub use adaptive_multi::AdaptiveBuilder;
 pub use announced::{AnnouncedLimit, Dimension};
 pub use cost::Cost;
 pub use keyed::KeyedRateLimiter;
-pub use keyed_multi::{KeyedMultiRateLimiter, KeyedMultiRateLimiterBuilder, KeyedPermit};
+pub use keyed_multi::{KeyedPermit, KeyedRateLimiterBuilder};
 pub use keyed_traits::KeyedLimiter;
 pub use multi::{Limit, Permit, RateLimiterBuilder};
 pub use rate_limiter::RateLimiter;

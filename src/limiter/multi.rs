@@ -751,7 +751,7 @@ impl<const N: usize> RateLimiter<[u64; N]> {
 /// Every limit of `limits` at `now`, in the order given, each with its dimension's name (of
 /// `names`): a bucket as a one-limit bucket is announced, a fixed window as its quota per its
 /// length, what is left of it, and the time until nothing of it is used; paused, nothing left
-/// until the pause ends. What a `RateLimiter`, or one key of a `KeyedMultiRateLimiter`,
+/// until the pause ends. What a `RateLimiter`, or one key of a `KeyedRateLimiter<K, [u64; N]>`,
 /// announces.
 #[cfg(feature = "http")]
 pub(crate) fn announced<const N: usize>(

@@ -562,8 +562,8 @@ pub trait PaceExt: Stream {
     /// Paces items per key: each item costs `cost(&item)` tokens of the bucket that `limiter`
     /// keeps for `key(&item)`, and no key holds up another. `limiter` is any [`KeyedLimiter`]: a
     /// [`KeyedRateLimiter`](crate::KeyedRateLimiter) or, with the `redis` feature, a
-    /// `RedisKeyedRateLimiter` shared by a fleet; or a
-    /// [`KeyedMultiRateLimiter`](crate::KeyedMultiRateLimiter), several limits per key, whose
+    /// `RedisKeyedRateLimiter` shared by a fleet; or a `KeyedRateLimiter<K, [u64; N]>`,
+    /// several limits per key, whose
     /// cost is one amount per dimension (`|item| [1, item.tokens]`), each item leaving at the
     /// latest of its key's limits' waits.
     ///

@@ -288,7 +288,7 @@ pin_project! {
         KF,
         F,
         H = std::collections::hash_map::RandomState,
-        Q = KeyedRateLimiter<K, H>,
+        Q = KeyedRateLimiter<K, u64, H>,
     >
     where
         K: Hash,

@@ -191,7 +191,8 @@ impl<Q: Limiter, Req> RequestSealed<Req> for Q {
 /// let _layer: RateLimitLayer<ByKey<u32, _>> =
 ///     RateLimitLayer::keyed(&per_tenant, |(tenant, _body): &(u32, String)| *tenant);
 /// ```
-pub struct ByKey<K, F, S = std::collections::hash_map::RandomState, Q = KeyedRateLimiter<K, S>> {
+pub struct ByKey<K, F, S = std::collections::hash_map::RandomState, Q = KeyedRateLimiter<K, u64, S>>
+{
     pub(super) limiter: Q,
     pub(super) key: F,
     pub(super) types: PhantomData<fn() -> (K, S)>,
@@ -345,7 +346,7 @@ impl<Resp, G> Answered<Resp, G> for KeepCharge {
 }
 
 /// Settles each request's [`Permit`] (or, over a
-/// [`KeyedMultiRateLimiter`](crate::KeyedMultiRateLimiter), its [`KeyedPermit`]) from its
+/// [`KeyedRateLimiter`](crate::KeyedRateLimiter), its [`KeyedPermit`]) from its
 /// response: built by [`RateLimitLayer::settle`](super::RateLimitLayer::settle), which
 /// documents it.
 ///

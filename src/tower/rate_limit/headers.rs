@@ -34,7 +34,7 @@ use crate::tower::request::RequestLimiter;
 ///
 /// A [`RateLimiter`](crate::RateLimiter) announces every limit, in the order its
 /// builder was given them, and a keyed layer over a
-/// [`KeyedMultiRateLimiter`](crate::KeyedMultiRateLimiter) every limit of the request's key
+/// `KeyedRateLimiter<K, [u64; N]>` every limit of the request's key
 /// (its own limits, or the builder's) the same way: the draft's fields carry one policy per limit, named after the
 /// limit's dimension and its window (`W` above, in words when it is a second, minute, hour or
 /// day: `"requests-minute"`, `"tokens-day"`, else `"tokens-90s"`; a name that repeats takes
@@ -62,7 +62,7 @@ use crate::tower::request::RequestLimiter;
 /// The values are read from the quota right after the decision: under concurrent requests
 /// they may already count a request decided a moment later, so `remaining` is never more than
 /// there is and `reset` never early. Quotas that are not a plain token bucket, a
-/// `RateLimiter` nor a `KeyedMultiRateLimiter` (a warming-up limiter, a
+/// `RateLimiter` nor a `KeyedRateLimiter` (a warming-up limiter, a
 /// [`Stagger`](crate::Stagger), a Redis quota) announce nothing but `Retry-After`.
 ///
 /// # Examples
@@ -118,13 +118,13 @@ use crate::tower::request::RequestLimiter;
 /// ```
 /// use std::convert::Infallible;
 /// use paced::tower::{QuotaHeaders, RateLimitLayer};
-/// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+/// use paced::{KeyedRateLimiter, Limit, Rate};
 /// use tower::{ServiceBuilder, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
 /// type Prompt = (&'static str, u64); // (tenant, tokens)
-/// let tenants = KeyedMultiRateLimiter::builder(["requests", "tokens"])
+/// let tenants = KeyedRateLimiter::builder(["requests", "tokens"])
 ///     .limit("requests", Limit::bucket(Rate::per_minute(500), 500))
 ///     .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
 ///     .build()

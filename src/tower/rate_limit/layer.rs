@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 use tower_layer::Layer;
 
 use super::service::RateLimit;
-use crate::limiter::{KeyedLimiter, KeyedMultiRateLimiter, Limiter, RateLimiter};
+use crate::limiter::{KeyedLimiter, KeyedRateLimiter, Limiter, RateLimiter};
 use crate::mode::{Enforcing, Shaping};
 use crate::tower::request::{ByKey, KeepCharge, OnePerRequest, SettleFrom};
 
@@ -22,7 +22,7 @@ use crate::tower::request::{ByKey, KeepCharge, OnePerRequest, SettleFrom};
 ///   [`KeyedLimiter`]), the key computed from the request.
 /// - [`cost(|req| ..)`](RateLimitLayer::cost) sets what a request costs (default 1; one
 ///   amount per dimension, `[u64; N]`, over a [`RateLimiter`] or a
-///   [`KeyedMultiRateLimiter`]), and, over either of those,
+///   [`KeyedRateLimiter`]), and, over either of those,
 ///   [`settle(|response| ..)`](RateLimitLayer::settle) corrects the charge from the response
 ///   (on the request's key, for the keyed one).
 /// - Shaping by default: a request waits for its tokens, FIFO with every other user of the
@@ -97,7 +97,7 @@ impl<F, Q: KeyedLimiter> RateLimitLayer<ByKey<Q::Key, F, Q::Hasher, Q>> {
     /// Requests of different keys never wait for each other.
     ///
     /// `limiter` is any [`KeyedLimiter`]: a [`KeyedRateLimiter`](crate::KeyedRateLimiter), a
-    /// [`KeyedMultiRateLimiter`] (several limits per key, a cost of `[u64; N]`, settled from
+    /// `KeyedRateLimiter<K, [u64; N]>` (several limits per key, a cost of `[u64; N]`, settled from
     /// the response with [`settle`](RateLimitLayer::settle)) or,
     /// with the `redis` feature, a `RedisKeyedRateLimiter` whose per-key limiters a whole fleet
     /// of servers shares. Over Redis, a shaping request waits by the Redis limiter's own
@@ -106,7 +106,7 @@ impl<F, Q: KeyedLimiter> RateLimitLayer<ByKey<Q::Key, F, Q::Hasher, Q>> {
     /// its [`NotUntil`](crate::NotUntil), or, on a Redis reply error for the key (counted and
     /// logged by the limiter), with a `retry_after` of 1 s. An announcing layer
     /// ([`headers`](RateLimitLayer::headers)) announces the request's key's bucket, or, over a
-    /// [`KeyedMultiRateLimiter`], every limit of the key; it sends only `Retry-After` for a
+    /// `KeyedRateLimiter<K, [u64; N]>`, every limit of the key; it sends only `Retry-After` for a
     /// Redis limiter.
     ///
     /// # Examples
@@ -303,7 +303,7 @@ impl<const N: usize, C, M: sealed::Settles> RateLimitLayer<RateLimiter<[u64; N]>
 }
 
 /// A keyed multi-limit quota with its key function, as [`RateLimitLayer::keyed`] makes it.
-type KeyedMulti<K, F, S, const N: usize> = ByKey<K, F, S, KeyedMultiRateLimiter<K, N, S>>;
+type KeyedMulti<K, F, S, const N: usize> = ByKey<K, F, S, KeyedRateLimiter<K, [u64; N], S>>;
 
 impl<K, F, S, const N: usize, C, M> RateLimitLayer<KeyedMulti<K, F, S, N>, C, M>
 where
@@ -321,15 +321,15 @@ where
     /// untouched. An `Err` from the inner service, or a response future dropped before the
     /// answer, keeps the charge.
     ///
-    /// For a keyed layer over a [`KeyedMultiRateLimiter`], shaping or enforcing. As over a
+    /// For a keyed layer over a [`KeyedRateLimiter`], shaping or enforcing. As over a
     /// [`RateLimiter`], an announcing layer ([`headers`](RateLimitLayer::headers)) does
     /// not settle, and the two do not combine (neither order compiles).
     ///
     /// ```compile_fail
     /// use paced::tower::{QuotaHeaders, RateLimitLayer};
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     ///
-    /// let quota = KeyedMultiRateLimiter::<u32, 1>::builder(["requests"])
+    /// let quota = KeyedRateLimiter::<u32, [u64; 1]>::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
     ///     .build()
     ///     .unwrap();
@@ -341,9 +341,9 @@ where
     ///
     /// ```compile_fail
     /// use paced::tower::{QuotaHeaders, RateLimitLayer};
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     ///
-    /// let quota = KeyedMultiRateLimiter::<u32, 1>::builder(["requests"])
+    /// let quota = KeyedRateLimiter::<u32, [u64; 1]>::builder(["requests"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
     ///     .build()
     ///     .unwrap();
@@ -359,7 +359,7 @@ where
     /// use std::convert::Infallible;
     /// use std::time::Duration;
     /// use paced::tower::RateLimitLayer;
-    /// use paced::{KeyedMultiRateLimiter, Limit, Rate};
+    /// use paced::{KeyedRateLimiter, Limit, Rate};
     /// use tower::{ServiceBuilder, ServiceExt};
     /// use tokio::time::Instant;
     ///
@@ -373,7 +373,7 @@ where
     ///     tokens_used: u64,
     /// }
     /// // Each tenant: 10 requests and 100 tokens per second, bursts of 10 and 1,000.
-    /// let tenants = KeyedMultiRateLimiter::builder(["requests", "tokens"])
+    /// let tenants = KeyedRateLimiter::builder(["requests", "tokens"])
     ///     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
     ///     .limit("tokens", Limit::bucket(Rate::per_second(100), 1_000))
     ///     .build()
