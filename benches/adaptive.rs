@@ -29,7 +29,7 @@ mod provider;
 
 use std::time::Duration;
 
-use paced::AdaptiveLaw;
+use paced::limiter::AdaptiveLaw;
 use paced::Rate;
 use provider::{settled_from, simulate, window, Announce, Run, Scenario};
 

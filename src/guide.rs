@@ -146,8 +146,8 @@
 //!   leaves the bucket empty (Akka Streams' rule): it is never stuck.
 //! - [`Enforcing`] never delays: the stream yields `Result<T, RateExceeded<T>>`, and a
 //!   non-conforming item comes back at once in a [`RateExceeded`], with the item
-//!   ([`into_inner`](crate::RateExceeded::into_inner)) and its [`NotUntil`]
-//!   ([`not_until`](crate::RateExceeded::not_until)). A refused item takes no tokens. An
+//!   ([`into_inner`](crate::stream::RateExceeded::into_inner)) and its [`NotUntil`]
+//!   ([`not_until`](crate::stream::RateExceeded::not_until)). A refused item takes no tokens. An
 //!   item dearer than `burst` never conforms: [`NotUntil::is_never`] is true.
 //!
 //! ```
@@ -384,7 +384,7 @@
 //! - **FIFO.** One queue in front of all the limits: a dear prompt at the head is not
 //!   overtaken by cheap ones, and `try_acquire` / `acquire_timeout` never jump the queue.
 //! - **Settling.** [`acquire`](crate::RateLimiter::acquire) returns a [`Permit`];
-//!   [`settle`](crate::Permit::settle)`([1, usage])` corrects the charge once the answer says
+//!   [`settle`](crate::limiter::Permit::settle)`([1, usage])` corrects the charge once the answer says
 //!   what the call used. A call the provider refused cost it nothing:
 //!   `settle([0, 0])` gives the whole charge back. Dropping a permit keeps its charge.
 //!
@@ -1475,11 +1475,12 @@
 //!
 //! Start the limiter low when the server announces its quota: the calls sent before the first
 //! answer cannot know it. Without `http`, read the headers yourself into an
-//! [`Announced`](crate::Announced):
+//! [`Announced`](crate::limiter::Announced):
 //!
 //! ```
 //! use std::time::Duration;
-//! use paced::{Adaptive, Announced, Rate, RateLimiter};
+//! use paced::{Adaptive, Rate, RateLimiter};
+//! use paced::limiter::Announced;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
@@ -1496,7 +1497,7 @@
 //! [`Rate`]: crate::Rate
 //! [`Shaping`]: crate::Shaping
 //! [`Enforcing`]: crate::Enforcing
-//! [`RateExceeded`]: crate::RateExceeded
+//! [`RateExceeded`]: crate::stream::RateExceeded
 //! [`NotUntil`]: crate::NotUntil
 //! [`NotUntil::is_never`]: crate::NotUntil::is_never
 //! [`ConfigError`]: crate::ConfigError
@@ -1511,10 +1512,10 @@
 //! [`Adaptive`]: crate::Adaptive
 //! [`RateLimiter`]: crate::RateLimiter
 //! [`KeyedRateLimiter`]: crate::KeyedRateLimiter
-//! [`Permit`]: crate::Permit
+//! [`Permit`]: crate::limiter::Permit
 //! [`Limit`]: crate::Limit
-//! [`Limiter`]: crate::Limiter
-//! [`KeyedLimiter`]: crate::KeyedLimiter
+//! [`Limiter`]: crate::limiter::Limiter
+//! [`KeyedLimiter`]: crate::limiter::KeyedLimiter
 #![cfg_attr(
     feature = "redis",
     doc = "[`RedisRateLimiter`]: crate::RedisRateLimiter\n\n\

@@ -31,9 +31,9 @@
 //! | [`min_interval(d)`](PaceExt::min_interval) | items at least `d` apart |
 //! | [`batched_interval(n, d)`](PaceExt::batched_interval) | batches of up to `n` items, at least `d` apart |
 //! | [`staggered_start(k, period)`](PaceExt::staggered_start) | at most `k` items in any window of `period` |
-//! | [`throttle_with(&limiter, cost, mode)`](PaceExt::throttle_with) | the limit of a [`Limiter`] shared with other streams and tasks |
+//! | [`throttle_with(&limiter, cost, mode)`](PaceExt::throttle_with) | the limit of a [`Limiter`](limiter::Limiter) shared with other streams and tasks |
 //! | [`staggered_start_with(&stagger)`](PaceExt::staggered_start_with) | the window of a [`Stagger`] shared with other streams and tasks |
-//! | [`throttle_by_key(&keyed, key, cost, capacity)`](PaceExt::throttle_by_key) | a limit per key, from a [`KeyedLimiter`]; no key waits for another |
+//! | [`throttle_by_key(&keyed, key, cost, capacity)`](PaceExt::throttle_by_key) | a limit per key, from a [`KeyedLimiter`](limiter::KeyedLimiter); no key waits for another |
 //!
 //! Every operator keeps the order of items, and loses or repeats none. An item waits no longer
 //! than its limit requires, plus tokio's 1 ms timer tick. When the upstream ends, what is held
@@ -46,50 +46,72 @@
 //! # Limiters shared by handle
 //!
 //! Clone a limiter to share it: every clone draws on the same limit. Waiters are served first
-//! come, first served, and a waiter that gives up takes nothing. The limiters share their verbs
-//! (`acquire`, `try_acquire`, `acquire_timeout`, `stats`, ...): the [`guide`] opens with the
-//! table of every limiter by every verb.
+//! come, first served, and a waiter that gives up takes nothing. Every limiter has the same
+//! verbs (`acquire`, `try_acquire`, `acquire_timeout`, `stats`, ...): the [`guide`] opens with
+//! the table of every limiter by every verb.
 //!
 //! | limiter | what it limits |
 //! |---|---|
-//! | [`RateLimiter`] | many tasks, with one token bucket (it can also warm up slowly, as Guava's does) |
+//! | [`RateLimiter`] | many tasks, with one token bucket, or with several limits at once |
 //! | [`Stagger`] | many tasks, to at most `k` starts in any window |
-//! | [`RateLimiter`] | several limits at once, such as requests and tokens per minute and per day. [`Permit::settle`] corrects the charge once the answer gives the real cost |
-//! | [`KeyedRateLimiter`] | one bucket per key (a destination, a tenant). A key is forgotten once its bucket is full again |
-//! | [`KeyedRateLimiter`] | several limits per key; [`KeyedPermit::settle`] corrects a key's charge |
+//! | [`KeyedRateLimiter`] | each key (a destination, a tenant) on its own; idle keys are forgotten |
 //! | [`Adaptive`] | a [`RateLimiter`] whose rate follows what the destination says: `429`s, `Retry-After`, an announced quota |
-//! | [`Adaptive`] | the same for each limit of a [`RateLimiter`] |
-//! | [`RedisRateLimiter`] (feature `redis`) | one limit for many processes and machines, kept in Redis |
-//! | [`RedisKeyedRateLimiter`] (feature `redis`) | one limit per key, for the fleet |
-//! | [`RedisMultiRateLimiter`] (feature `redis`) | several limits at once, for the fleet |
-//! | [`RedisKeyedMultiRateLimiter`] (feature `redis`) | several limits per key, for the fleet |
+//! | [`RedisRateLimiter`] (feature `redis`) | many processes and machines, with one quota kept in Redis |
+//! | [`RedisKeyedRateLimiter`] (feature `redis`) | each key, for the whole fleet |
+//!
+//! **One limit or several.** Every limiter counts one thing by default: a cost is a `u64`.
+//! Give it several limits (requests and tokens, per minute and per day) and a cost is one
+//! amount per dimension, `[u64; N]`. The type keeps its name and its methods; only the builder
+//! and the cost change. A grant of several limits returns a [`Permit`](limiter::Permit), and
+//! `settle` corrects its charge once the answer gives the real cost.
+//!
+//! ```
+//! use paced::{Limit, Rate, RateLimiter};
+//!
+//! let calls = RateLimiter::new(Rate::per_minute(500), 50); // a RateLimiter<u64>
+//! calls.try_acquire(1).unwrap();
+//!
+//! let llm: RateLimiter<[u64; 2]> = RateLimiter::builder(["requests", "tokens"])
+//!     .limit("requests", Limit::bucket(Rate::per_minute(500), 50))
+//!     .limit("tokens", Limit::bucket(Rate::per_minute(200_000), 20_000))
+//!     .build()
+//!     .unwrap();
+//! let permit = llm.try_acquire([1, 1_000]).unwrap(); // at most 1,000 tokens
+//! permit.settle([1, 420]); // the answer used 420: 580 come back
+//! ```
+//!
+//! A cost of the wrong shape does not compile:
+//!
+//! ```compile_fail,E0308
+//! # use paced::{Limit, Rate, RateLimiter};
+//! let llm: RateLimiter<[u64; 2]> = RateLimiter::builder(["requests", "tokens"]).build().unwrap();
+//! llm.try_acquire(1); // a u64 where [u64; 2] is expected
+//! ```
 //!
 //! The tower layers (feature `tower`) put any of them in front of a `Service`: see [tower].
 //!
-//! # The other names at the root
+//! # Everything else
+//!
+//! At the root:
 //!
 //! - [`Rate`]: a refill rate, `tokens` every `per`, kept as an exact fraction.
-//! - [`Limit`]: one limit of a [`RateLimiter`]: a token bucket or a fixed window.
+//! - [`Limit`]: one limit of a limiter of several: a token bucket or a fixed window.
 //! - [`Shaping`] and [`Enforcing`]: the two modes of `throttle` and `throttle_with`: wait, or
 //!   refuse at once.
 //! - [`NotUntil`]: the one refusal of every limiter, stream, Sink and layer. It says when to
 //!   retry.
-//! - [`RateExceeded`]: an item an [`Enforcing`] stream refused, handed back with its
-//!   [`NotUntil`].
 //! - [`ConfigError`]: a value that describes no usable limit, such as a burst of 0.
-//! - [`Stats`] and [`AdaptiveStats`]: a limiter's counters, and an [`Adaptive`]'s.
-//! - [`Permit`] and [`KeyedPermit`]: what a grant charged, to settle once the real cost is
-//!   known.
-//! - [`RateLimiterBuilder`], [`KeyedRateLimiterBuilder`] and
-//!   [`AdaptiveBuilder`]: the builders of the limiters with several limits.
-//! - [`Announced`]: one limit a response announced in its headers, for
-//!   [`Adaptive::on_quota`].
-//! - [`Limiter`] and [`KeyedLimiter`]: what `throttle_with`, `throttle_by_key` and the tower
-//!   layers accept: any shared limiter, any keyed one.
-//! - `AdaptiveLaw` (feature `unstable-laws`): the control laws an [`Adaptive`] can follow,
-//!   outside semver.
 //!
-//! The [`guide`] explains each entry point at length, with its promises and its limits.
+//! In modules:
+//!
+//! - [`limiter`]: what the limiters hand out and take: permits, builders, counters, the
+//!   [`Limiter`](limiter::Limiter) and [`KeyedLimiter`](limiter::KeyedLimiter) traits that
+//!   streams and layers accept, and the sealed [`Cost`](limiter::Cost).
+//! - [`stream`] and [`sink`]: the types the operators return, and
+//!   [`RateExceeded`](stream::RateExceeded), an item an [`Enforcing`] stream handed back.
+//! - [redis] (feature `redis`): the Redis builder, errors, counters and failure policy.
+//! - [tower] (feature `tower`): the layers, and with `http` the quota headers.
+//! - [`guide`]: each entry point at length, with its promises and its limits.
 //!
 //! # Cargo features
 //!
@@ -97,7 +119,7 @@
 //! pin-project-lite and hashbrown only.
 //!
 //! - `tracing`: a debug event when a shared limiter delays or refuses a request.
-//! - `redis`: the four Redis limiters above, on one Redis server or a Redis Cluster, and the
+//! - `redis`: the two Redis limiters above, on one Redis server or a Redis Cluster, and the
 //!   [redis] module (their builder, errors and failure policy). Adds the `redis` crate; needs
 //!   Rust 1.88.
 //! - `tower`: the [tower] module: `RateLimitLayer` paces the requests of a client, or refuses
@@ -116,16 +138,12 @@
     feature = "redis",
     doc = "[`RedisRateLimiter`]: crate::RedisRateLimiter\n\n\
            [`RedisKeyedRateLimiter`]: crate::RedisKeyedRateLimiter\n\n\
-           [`RedisMultiRateLimiter`]: crate::RedisMultiRateLimiter\n\n\
-           [`RedisKeyedMultiRateLimiter`]: crate::RedisKeyedMultiRateLimiter\n\n\
            [redis]: crate::redis"
 )]
 #![cfg_attr(
     not(feature = "redis"),
     doc = "[`RedisRateLimiter`]: https://docs.rs/paced/latest/paced/struct.RedisRateLimiter.html\n\n\
            [`RedisKeyedRateLimiter`]: https://docs.rs/paced/latest/paced/struct.RedisKeyedRateLimiter.html\n\n\
-           [`RedisMultiRateLimiter`]: https://docs.rs/paced/latest/paced/struct.RedisMultiRateLimiter.html\n\n\
-           [`RedisKeyedMultiRateLimiter`]: https://docs.rs/paced/latest/paced/struct.RedisKeyedMultiRateLimiter.html\n\n\
            [redis]: https://docs.rs/paced/latest/paced/redis/"
 )]
 #![cfg_attr(feature = "tower", doc = "[tower]: crate::tower")]
@@ -143,7 +161,7 @@ mod error;
 pub mod guide;
 #[cfg(feature = "metrics")]
 mod instrument;
-mod limiter;
+pub mod limiter;
 mod mode;
 mod rate;
 #[cfg(feature = "redis")]
@@ -158,24 +176,19 @@ mod timer;
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 
-pub use error::{ConfigError, NotUntil, RateExceeded};
-#[cfg(feature = "unstable-laws")]
-#[cfg_attr(docsrs, doc(cfg(feature = "unstable-laws")))]
-pub use limiter::AdaptiveLaw;
-pub use limiter::{
-    Adaptive, AdaptiveBuilder, AdaptiveStats, Announced, Cost, KeyedLimiter, KeyedPermit,
-    KeyedRateLimiter, KeyedRateLimiterBuilder, Limit, Limiter, Permit, RateLimiter,
-    RateLimiterBuilder, Stagger,
-};
+pub use error::{ConfigError, NotUntil};
+#[doc(inline)]
+pub use limiter::{Adaptive, KeyedRateLimiter, Limit, RateLimiter, Stagger};
 pub use mode::{Enforcing, Shaping};
 pub use rate::Rate;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::{
-    RedisKeyedMultiRateLimiter, RedisKeyedRateLimiter, RedisMultiRateLimiter, RedisRateLimiter,
-};
+#[doc(inline)]
+pub use redis::{RedisKeyedRateLimiter, RedisRateLimiter};
+// Until the Redis limiters are one type per role (merged next).
+#[cfg(feature = "redis")]
+pub use redis::{RedisKeyedMultiRateLimiter, RedisMultiRateLimiter};
 pub use sink::PaceSinkExt;
-pub use stats::Stats;
 pub use stream::PaceExt;
 
 /// The README's code blocks, compiled as doctests so they cannot rot. They are whole programs,

@@ -49,7 +49,7 @@ pub trait ThrottleMode: sealed::Sealed {}
 pub struct Shaping;
 
 /// Never delay: an item that does not conform comes out at once as
-/// `Err(`[`RateExceeded`](crate::RateExceeded)`)`, which holds the item and says when it would have conformed.
+/// `Err(`[`RateExceeded`](crate::stream::RateExceeded)`)`, which holds the item and says when it would have conformed.
 ///
 /// # Examples
 ///

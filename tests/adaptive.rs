@@ -644,7 +644,8 @@ fn a_waiter_woken_by_a_rate_change_may_call_back_at_once() {
 mod multi {
     use std::time::Duration;
 
-    use paced::{Adaptive, Announced, ConfigError, Limit, Rate, RateLimiter};
+    use paced::limiter::Announced;
+    use paced::{Adaptive, ConfigError, Limit, Rate, RateLimiter};
     use proptest::prelude::*;
     use tokio::time::Instant;
 

@@ -7,9 +7,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use paced::stream::RateExceeded;
 use paced::{
     Adaptive, ConfigError, Enforcing, KeyedRateLimiter, NotUntil, PaceExt, PaceSinkExt, Rate,
-    RateExceeded, RateLimiter, Stagger,
+    RateLimiter, Stagger,
 };
 
 #[test]

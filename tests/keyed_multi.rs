@@ -4,7 +4,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use paced::{ConfigError, KeyedPermit, KeyedRateLimiter, Limit, Rate};
+use paced::limiter::KeyedPermit;
+use paced::{ConfigError, KeyedRateLimiter, Limit, Rate};
 use tokio::time::{sleep, timeout, Instant};
 
 fn ms(n: u64) -> Duration {
@@ -355,7 +356,8 @@ mod model;
 
 mod exact {
 
-    use paced::{KeyedPermit, KeyedRateLimiter, Limit, Rate};
+    use paced::limiter::KeyedPermit;
+    use paced::{KeyedRateLimiter, Limit, Rate};
     use proptest::prelude::*;
     use tokio::sync::mpsc;
     use tokio::time::{sleep, Instant};

@@ -4,7 +4,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use paced::{ConfigError, Limit, Permit, Rate, RateLimiter};
+use paced::limiter::Permit;
+use paced::{ConfigError, Limit, Rate, RateLimiter};
 use tokio::time::{advance, sleep, timeout, Instant};
 
 const MS: Duration = Duration::from_millis(1);
@@ -318,7 +319,8 @@ mod model;
 
 mod exact {
 
-    use paced::{Limit, Permit, Rate, RateLimiter};
+    use paced::limiter::Permit;
+    use paced::{Limit, Rate, RateLimiter};
     use proptest::prelude::*;
     use tokio::sync::mpsc;
     use tokio::time::{sleep, Instant};

@@ -9,7 +9,8 @@ mod provider;
 
 use std::time::Duration;
 
-use paced::{Adaptive, Announced, Rate, RateLimiter};
+use paced::limiter::Announced;
+use paced::{Adaptive, Rate, RateLimiter};
 
 use common::paused;
 use provider::{per_second, rate_of, simulate, Announce, Run, Scenario};

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use common::{collect_timed, paused, tick_ceil, timeline, within_an_hour, NaiveBucket, MS};
 use futures_util::{stream, StreamExt};
-use paced::{Enforcing, Limit, Limiter, PaceExt, Rate, RateLimiter, Shaping};
+use paced::limiter::Limiter;
+use paced::{Enforcing, Limit, PaceExt, Rate, RateLimiter, Shaping};
 use proptest::prelude::*;
 use tokio::time::Instant;
 use tokio_test::{assert_pending, task};

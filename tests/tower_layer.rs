@@ -721,7 +721,7 @@ fn schedule() -> impl Strategy<Value = Vec<Arrival>> {
 fn run_schedule<G, Fut>(
     schedule: &[Arrival],
     setup: impl FnOnce(Instant, Log) -> (G, Quota),
-) -> (Vec<(u64, u64)>, paced::Stats)
+) -> (Vec<(u64, u64)>, paced::limiter::Stats)
 where
     G: Fn(u64, u64) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,

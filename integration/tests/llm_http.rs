@@ -110,7 +110,7 @@ async fn drive(client: Client, wire: Wire, prompts: &[Prompt], scenario: &Scenar
                 let limiter = limiter.clone();
                 async move { limiter.acquire([1, estimate]).await }
             };
-            let settle = |permit: paced::Permit<2>, answered| match answered {
+            let settle = |permit: paced::limiter::Permit<2>, answered| match answered {
                 Answered::Ok { usage } => permit.settle([1, usage]),
                 // A refused call cost the provider nothing: the permit gives it all back.
                 Answered::Refused => permit.settle([0, 0]),

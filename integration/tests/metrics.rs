@@ -387,12 +387,12 @@ async fn adaptive_rate_gauge_follows_every_report() {
 
     // A token bucket of 600 per 60 s: its refill rate, 10/s.
     let window = Duration::from_secs(60);
-    adaptive.on_quota(paced::Announced::new(0, window).with_policy(600, window));
+    adaptive.on_quota(paced::limiter::Announced::new(0, window).with_policy(600, window));
     assert_eq!(adaptive.rate(), Rate::per_second(10));
     assert_eq!(gauge(), 10.0);
 
     // A fixed window: 199 left after this call, 20 s to go: 10/s again, then 40 left: 2/s.
-    adaptive.on_quota(paced::Announced::new(39, Duration::from_secs(20)));
+    adaptive.on_quota(paced::limiter::Announced::new(39, Duration::from_secs(20)));
     assert_eq!(gauge(), rate(&adaptive));
     assert_eq!(gauge(), 2.0);
 

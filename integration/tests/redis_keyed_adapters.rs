@@ -8,7 +8,8 @@
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use paced::{KeyedLimiter, PaceExt, Rate, RedisKeyedRateLimiter};
+use paced::limiter::KeyedLimiter;
+use paced::{PaceExt, Rate, RedisKeyedRateLimiter};
 
 #[macro_use]
 #[path = "../../tests/common/flavors.rs"]

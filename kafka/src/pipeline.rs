@@ -12,7 +12,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::join_all;
 use futures_util::StreamExt;
-use paced::{KeyedLimiter, Limit, PaceExt, RateLimiter};
+use paced::limiter::KeyedLimiter;
+use paced::{Limit, PaceExt, RateLimiter};
 use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,

@@ -64,7 +64,7 @@ pub(crate) const QUOTA_MAX_PAUSE: Duration = Duration::from_secs(86_400);
 ///
 /// ```
 /// use std::time::Duration;
-/// use paced::Announced;
+/// use paced::limiter::Announced;
 ///
 /// // A fixed window of 5,000 calls an hour, 4,000 left, restored in 30 minutes.
 /// let quota = Announced::new(4000, Duration::from_secs(1800))
@@ -93,7 +93,7 @@ impl Announced {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::Announced;
+    /// use paced::limiter::Announced;
     ///
     /// let quota = Announced::new(50, Duration::from_secs(30));
     /// assert_eq!((quota.limit, quota.window), (None, None));
@@ -114,7 +114,7 @@ impl Announced {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::Announced;
+    /// use paced::limiter::Announced;
     ///
     /// let quota = Announced::new(50, Duration::from_secs(30)).with_policy(100, Duration::from_secs(60));
     /// assert_eq!(quota.window, Some(Duration::from_secs(60)));
@@ -163,7 +163,8 @@ impl Announced {
 ///
 /// ```
 /// # #[cfg(feature = "unstable-laws")] {
-/// use paced::{Adaptive, AdaptiveLaw, Rate, RateLimiter};
+/// use paced::{Adaptive, Rate, RateLimiter};
+/// use paced::limiter::AdaptiveLaw;
 ///
 /// let limiter = RateLimiter::new(Rate::per_second(10), 2);
 /// let aimd = Adaptive::try_with_law(limiter, Rate::per_second(1), Rate::per_second(10), AdaptiveLaw::Aimd);

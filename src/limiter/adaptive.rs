@@ -216,7 +216,8 @@ impl Adaptive {
     ///
     /// ```
     /// # #[cfg(feature = "unstable-laws")] {
-    /// use paced::{Adaptive, AdaptiveLaw, Rate, RateLimiter};
+    /// use paced::{Adaptive, Rate, RateLimiter};
+    /// use paced::limiter::AdaptiveLaw;
     ///
     /// let limiter = RateLimiter::new(Rate::per_second(10), 2);
     /// let law = AdaptiveLaw::AwsCubic;
@@ -343,7 +344,8 @@ impl Adaptive {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{Adaptive, Announced, Rate, RateLimiter};
+    /// use paced::{Adaptive, Rate, RateLimiter};
+    /// use paced::limiter::Announced;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {

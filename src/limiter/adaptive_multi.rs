@@ -18,7 +18,7 @@ use crate::rate::Rate;
 use crate::sync::{lock, Mutex, MutexGuard};
 
 /// An [`Adaptive`]'s state for several limits: public in a private module (see
-/// [`Cost`](crate::Cost)).
+/// [`Cost`](crate::limiter::Cost)).
 pub struct Several<const N: usize> {
     pub(crate) shared: Arc<Inner<N>>,
 }
@@ -106,7 +106,8 @@ impl<const N: usize> AdaptiveBuilder<N> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{Adaptive, Announced, Limit, RateLimiter, Rate};
+    /// use paced::{Adaptive, Limit, RateLimiter, Rate};
+    /// use paced::limiter::Announced;
     ///
     /// let limiter = RateLimiter::builder(["calls"])
     ///     .limit("calls", Limit::bucket(Rate::per_second(10), 10))
@@ -231,7 +232,8 @@ impl<const N: usize> AdaptiveBuilder<N> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use paced::{Adaptive, Announced, Limit, RateLimiter, Rate};
+/// use paced::{Adaptive, Limit, RateLimiter, Rate};
+/// use paced::limiter::Announced;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
@@ -393,7 +395,8 @@ impl<const N: usize> Adaptive<[u64; N]> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use paced::{Adaptive, Announced, Limit, RateLimiter, Rate};
+    /// use paced::{Adaptive, Limit, RateLimiter, Rate};
+    /// use paced::limiter::Announced;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -431,7 +434,8 @@ impl<const N: usize> Adaptive<[u64; N]> {
     /// ```
     /// use std::time::Duration;
     /// use paced::tower::{AnnouncedLimit, Dimension};
-    /// use paced::{Adaptive, Announced, Limit, RateLimiter, Rate};
+    /// use paced::{Adaptive, Limit, RateLimiter, Rate};
+    /// use paced::limiter::Announced;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -476,7 +480,8 @@ impl<const N: usize> Adaptive<[u64; N]> {
     /// ```
     /// use std::time::Duration;
     /// use paced::tower::{AnnouncedLimit, Dimension};
-    /// use paced::{Adaptive, Announced, Limit, RateLimiter, Rate};
+    /// use paced::{Adaptive, Limit, RateLimiter, Rate};
+    /// use paced::limiter::Announced;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {

@@ -72,7 +72,7 @@ impl AnnouncedLimit {
     /// ```
     /// use std::time::Duration;
     /// use paced::tower::{AnnouncedLimit, Dimension};
-    /// use paced::Announced;
+    /// use paced::limiter::Announced;
     ///
     /// let tokens = AnnouncedLimit::new("tokens", Dimension::Tokens, Announced::new(9000, Duration::from_secs(6)));
     /// assert_eq!(tokens.name, "tokens");

@@ -50,7 +50,7 @@ pub(crate) mod sealed {
         /// Grants nothing before `d` from now.
         fn pause_for(&self, d: std::time::Duration);
         /// The limiter's counters.
-        fn stats(&self) -> crate::Stats;
+        fn stats(&self) -> crate::limiter::Stats;
         /// Records to the `metrics` facade under `name`.
         #[cfg(feature = "metrics")]
         fn set_metrics(&self, name: &str);

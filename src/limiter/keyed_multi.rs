@@ -135,7 +135,7 @@ impl<K, const N: usize, S: BuildHasher> KeyedRateLimiterBuilder<K, N, S> {
 }
 
 /// A [`KeyedRateLimiter`]'s state for several limits per key: public in a private module (see
-/// [`Cost`](crate::Cost)).
+/// [`Cost`](crate::limiter::Cost)).
 pub struct Several<K, const N: usize, S> {
     pub(crate) shared: Arc<Table<K, S, N>>,
     /// The dimensions' names, in the order of a cost's amounts (what quota headers announce).
@@ -174,7 +174,7 @@ impl<K, const N: usize, S> fmt::Debug for Several<K, N, S> {
 /// [`try_acquire`](KeyedRateLimiter::try_acquire) charges nothing when any limit
 /// refuses. [`acquire`](KeyedRateLimiter::acquire) returns a [`KeyedPermit`] whose
 /// [`settle`](KeyedPermit::settle) corrects an estimate once the answer is known, as
-/// [`Permit::settle`](crate::Permit::settle) does. The bound of [`RateLimiter`] holds
+/// [`Permit::settle`](crate::limiter::Permit::settle) does. The bound of [`RateLimiter`] holds
 /// for each key's limits.
 ///
 /// **Memory follows the keys in use**, as with one limit per key: a key is forgotten,
@@ -676,7 +676,7 @@ impl<K: Hash + Eq + Clone, const N: usize, S: BuildHasher> KeyedPermit<K, N, S> 
     }
 
     /// Corrects the charge of this key to `actual`, per dimension, now, as
-    /// [`Permit::settle`](crate::Permit::settle) does: a smaller amount gives the difference
+    /// [`Permit::settle`](crate::limiter::Permit::settle) does: a smaller amount gives the difference
     /// back at once (never beyond a limit's room; the key's waiters it now admits are woken),
     /// a larger one is charged as debt, so that the key's later grants wait. A key forgotten
     /// meanwhile (all its limits as new) is as full as it can be: nothing more comes back.

@@ -133,13 +133,14 @@ use sealed::{Arrival, KeyedSealed};
 ///   to 1 s, each failure counted in the limiter's `stats().reply_errors` and logged at error
 ///   level with the `tracing` feature; the other keys go on.
 ///
-/// [`Limiter`]: crate::Limiter
+/// [`Limiter`]: crate::limiter::Limiter
 ///
 /// # Examples
 ///
 /// ```
 /// use futures_util::{Stream, StreamExt};
-/// use paced::{KeyedLimiter, KeyedRateLimiter, PaceExt, Rate};
+/// use paced::{KeyedRateLimiter, PaceExt, Rate};
+/// use paced::limiter::KeyedLimiter;
 ///
 /// // One function for a local keyed limiter or (with the `redis` feature) one across machines.
 /// fn per_tenant<S, Q>(s: S, limiter: &Q) -> impl Stream<Item = (String, u32)>

@@ -1,6 +1,19 @@
-//! The public handles over the engine: [`RateLimiter`], [`Stagger`], [`KeyedRateLimiter`],
-//! [`Adaptive`], and the [`Limiter`] and [`KeyedLimiter`] traits through which streams, Sinks and
-//! tower draw on them.
+//! What the limiters hand out and take, beside the limiters themselves (which are at the
+//! crate root):
+//!
+//! - [`Cost`]: the shape of a cost, `u64` for one limit or `[u64; N]` for several; it picks a
+//!   limiter's limits.
+//! - [`Permit`] and [`KeyedPermit`]: what a grant of several limits charged, to settle once
+//!   the real cost is known.
+//! - [`RateLimiterBuilder`], [`KeyedRateLimiterBuilder`] and [`AdaptiveBuilder`]: the builders
+//!   of the limiters of several limits.
+//! - [`Stats`] and [`AdaptiveStats`]: a limiter's counters, and an [`Adaptive`]'s.
+//! - [`Announced`]: one limit a response announced in its headers, for
+//!   [`Adaptive::on_quota`].
+//! - [`Limiter`] and [`KeyedLimiter`]: what `throttle_with`, `throttle_by_key` and the tower
+//!   layers accept: any shared limiter, any keyed one.
+//! - `AdaptiveLaw` (feature `unstable-laws`): the control laws an [`Adaptive`] can follow,
+//!   outside semver.
 
 mod adaptive;
 mod adaptive_multi;
@@ -15,17 +28,26 @@ mod rate_limiter;
 mod stagger;
 pub(crate) mod traits;
 
+pub use crate::stats::Stats;
+#[doc(no_inline)]
+pub use adaptive::Adaptive;
 #[cfg(feature = "unstable-laws")]
+#[cfg_attr(docsrs, doc(cfg(feature = "unstable-laws")))]
 pub use adaptive::AdaptiveLaw;
-pub use adaptive::{Adaptive, AdaptiveStats, Announced};
+pub use adaptive::{AdaptiveStats, Announced};
 pub use adaptive_multi::AdaptiveBuilder;
 #[cfg(feature = "http")]
 pub use announced::{AnnouncedLimit, Dimension};
 pub use cost::Cost;
+#[doc(no_inline)]
 pub use keyed::KeyedRateLimiter;
 pub use keyed_multi::{KeyedPermit, KeyedRateLimiterBuilder};
 pub use keyed_traits::KeyedLimiter;
-pub use multi::{Limit, Permit, RateLimiterBuilder};
+#[doc(no_inline)]
+pub use multi::Limit;
+pub use multi::{Permit, RateLimiterBuilder};
+#[doc(no_inline)]
 pub use rate_limiter::RateLimiter;
+#[doc(no_inline)]
 pub use stagger::Stagger;
 pub use traits::Limiter;

@@ -165,7 +165,8 @@ use sealed::{Draw, Sealed};
 ///
 /// ```
 /// use futures_util::Stream;
-/// use paced::{Limit, Limiter, RateLimiter, PaceExt, Rate, Shaping};
+/// use paced::{Limit, RateLimiter, PaceExt, Rate, Shaping};
+/// use paced::limiter::Limiter;
 ///
 /// // One function for a local limiter or (with the `redis` feature) one across machines.
 /// fn paced<S: Stream, Q: Limiter<Cost = u64>>(s: S, limiter: &Q) -> impl Stream<Item = S::Item> {

@@ -98,7 +98,7 @@ impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
     }
 
     /// Adds `limit` on the dimension called `name`, as
-    /// [`RateLimiterBuilder::limit`](crate::RateLimiterBuilder::limit) does. A fixed
+    /// [`RateLimiterBuilder::limit`](crate::limiter::RateLimiterBuilder::limit) does. A fixed
     /// window's boundaries are on Redis's clock: `origin + k * window` in Unix time (an origin
     /// given by [`Limit::aligned_to_instant`] is mapped through this machine's clock when the
     /// limiter is built), in whole microseconds.

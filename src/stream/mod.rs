@@ -100,6 +100,7 @@ mod throttle_by_key;
 mod throttle_with;
 mod upstream;
 
+pub use crate::error::RateExceeded;
 pub use crate::mode::ThrottleMode;
 pub use batched_interval::BatchedInterval;
 pub use min_interval::MinInterval;
@@ -175,7 +176,7 @@ pub trait PaceExt: Stream {
     ///   of 10/s, items costing 5, 10, 1 leave at 0 ms, 1000 ms and 1100 ms.
     /// - [`Enforcing`](crate::Enforcing) never delays; the stream yields
     ///   `Result<S::Item, RateExceeded<S::Item>>`, with a non-conforming item handed back at
-    ///   once in a [`RateExceeded`](crate::RateExceeded) that says how long until it would have
+    ///   once in a [`RateExceeded`] that says how long until it would have
     ///   conformed. A refused item takes no tokens. An item dearer than `burst` never conforms:
     ///   its `retry_after()` is `Duration::MAX`.
     ///
@@ -458,7 +459,7 @@ pub trait PaceExt: Stream {
     /// emitted items. An estimate cannot be corrected here (the item is handed on, and its
     /// answer comes later): to settle from the answer, call
     /// [`RateLimiter::acquire`](crate::RateLimiter::acquire) and
-    /// [`Permit::settle`](crate::Permit::settle), or use the tower layer's `settle` (feature
+    /// [`Permit::settle`](crate::limiter::Permit::settle), or use the tower layer's `settle` (feature
     /// `tower`).
     ///
     /// The limiter's bound holds across all its users together. [`Shaping`](crate::Shaping)

@@ -27,8 +27,9 @@ use std::time::Duration;
 
 use futures_util::{stream, StreamExt};
 #[cfg(feature = "unstable-laws")]
-pub use paced::AdaptiveLaw;
-use paced::{Adaptive, AdaptiveStats, Announced, PaceExt, Rate, RateLimiter, Shaping};
+pub use paced::limiter::AdaptiveLaw;
+use paced::limiter::{AdaptiveStats, Announced};
+use paced::{Adaptive, PaceExt, Rate, RateLimiter, Shaping};
 
 /// Without the `unstable-laws` feature, the default law only.
 #[cfg(not(feature = "unstable-laws"))]

@@ -29,7 +29,7 @@ use crate::tower::headers::retry_after;
 /// use std::time::Duration;
 /// use http::Response;
 /// use paced::tower::{classify_http, Outcome};
-/// use paced::Announced;
+/// use paced::limiter::Announced;
 ///
 /// let ok = Response::builder()
 ///     .header("x-ratelimit-remaining", "4000")

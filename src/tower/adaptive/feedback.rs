@@ -69,7 +69,7 @@ mod http {
     /// ```
     /// use std::time::Duration;
     /// use paced::tower::{AnnouncedLimit, Dimension, LimitsOutcome};
-    /// use paced::Announced;
+    /// use paced::limiter::Announced;
     ///
     /// let tokens = AnnouncedLimit::new("tokens", Dimension::Tokens, Announced::new(0, Duration::from_secs(6)));
     /// let refused = LimitsOutcome::Throttled { limits: vec![tokens], retry_after: None };

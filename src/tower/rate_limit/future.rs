@@ -24,7 +24,7 @@ pin_project! {
     /// holds the clone of the inner service that `poll_ready` made ready, so the inner
     /// service is called the moment the tokens are granted. With
     /// [`settle`](super::RateLimitLayer::settle), it settles the request's
-    /// [`Permit`](crate::Permit) (a [`KeyedPermit`](crate::KeyedPermit) on its key, for a keyed
+    /// [`Permit`](crate::limiter::Permit) (a [`KeyedPermit`](crate::limiter::KeyedPermit) on its key, for a keyed
     /// layer) from the inner service's `Ok` response as soon as it has it;
     /// an `Err`, or the future dropped before the answer, keeps the charge.
     ///

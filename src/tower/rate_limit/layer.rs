@@ -222,10 +222,10 @@ impl sealed::Settles for Enforcing {}
 
 impl<const N: usize, C, M: sealed::Settles> RateLimitLayer<RateLimiter<[u64; N]>, C, M> {
     /// Settles each request's charge from its response: once the inner service answers
-    /// `Ok(response)`, the request's [`Permit`](crate::Permit) is settled with
+    /// `Ok(response)`, the request's [`Permit`](crate::limiter::Permit) is settled with
     /// `settle(&response)`, the cost it really had (the usage an LLM answer reports). A
     /// smaller amount gives the difference back at once (the waiters it admits go at that
-    /// instant), a larger one is charged as debt, as [`Permit::settle`](crate::Permit::settle)
+    /// instant), a larger one is charged as debt, as [`Permit::settle`](crate::limiter::Permit::settle)
     /// does. An `Err` from the inner service, or a response future dropped before the answer,
     /// keeps the charge: what the estimate took stays taken.
     ///
@@ -236,7 +236,7 @@ impl<const N: usize, C, M: sealed::Settles> RateLimitLayer<RateLimiter<[u64; N]>
     /// request (its size, the tokens it asks for), and one that learns it only from its own
     /// answer charges the request's estimate with [`cost`](RateLimitLayer::cost) and
     /// corrects it in its handler with [`RateLimiter::acquire`] and
-    /// [`Permit::settle`](crate::Permit::settle) instead of the layer.
+    /// [`Permit::settle`](crate::limiter::Permit::settle) instead of the layer.
     ///
     /// ```compile_fail
     /// use paced::tower::{QuotaHeaders, RateLimitLayer};
@@ -313,7 +313,7 @@ where
 {
     /// Settles each request's charge on its key from its response, as
     /// [`settle`](RateLimitLayer::settle) does over a [`RateLimiter`]: once the inner
-    /// service answers `Ok(response)`, the request's [`KeyedPermit`](crate::KeyedPermit) is
+    /// service answers `Ok(response)`, the request's [`KeyedPermit`](crate::limiter::KeyedPermit) is
     /// settled with `settle(&response)`, on the key the request was charged to (a tenant's
     /// requests and tokens per minute, corrected from the usage its answer reports). A smaller
     /// amount gives the difference back to that key at once (the key's waiters it admits go
