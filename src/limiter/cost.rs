@@ -42,7 +42,7 @@ pub(crate) mod sealed {
         /// An [`Adaptive`](crate::Adaptive)'s.
         type Adaptive: Clone + std::fmt::Debug;
         /// A [`KeyedRateLimiter`](crate::KeyedRateLimiter)'s, keyed by `K` and hashed by `S`.
-        type Keyed<K, S>: Clone + std::fmt::Debug;
+        type Keyed<K, S>: KeyedState<K, S>;
     }
 
     /// What a [`RateLimiter`](crate::RateLimiter)'s state does the same way for every shape.
@@ -54,6 +54,25 @@ pub(crate) mod sealed {
         /// Records to the `metrics` facade under `name`.
         #[cfg(feature = "metrics")]
         fn set_metrics(&self, name: &str);
+    }
+
+    /// What a [`KeyedRateLimiter`](crate::KeyedRateLimiter)'s state does the same way for
+    /// every shape.
+    pub trait KeyedState<K, S>: Clone + std::fmt::Debug {
+        /// How many keys hold state now.
+        fn tracked_keys(&self) -> usize
+        where
+            K: std::hash::Hash,
+            S: std::hash::BuildHasher;
+        /// The counters over all keys.
+        fn stats(&self) -> crate::limiter::Stats
+        where
+            S: std::hash::BuildHasher;
+        /// Records to the `metrics` facade under `name`.
+        #[cfg(feature = "metrics")]
+        fn set_metrics(&self, name: &str)
+        where
+            S: std::hash::BuildHasher;
     }
 
     impl Shape for u64 {

@@ -1,6 +1,7 @@
 //! [`KeyedRateLimiter`]: one token bucket and one FIFO queue per key, over the engine's keyed
 //! table.
 
+use crate::limiter::cost::sealed::KeyedState;
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -424,9 +425,12 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, u64, S> {
     {
         self.inner.shared.available(key)
     }
+}
 
-    /// How many keys hold bucket state now: those whose bucket is not full, or that have
-    /// waiters. Per-key limits are configuration and are not counted.
+/// What every keyed limiter does, whatever its cost: one limit or several per key.
+impl<K, C: Cost, S> KeyedRateLimiter<K, C, S> {
+    /// How many keys hold state now: those with a limit that is not full, or with waiters.
+    /// Per-key limits are configuration and are not counted.
     ///
     /// # Examples
     ///
@@ -449,8 +453,9 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, u64, S> {
     pub fn tracked_keys(&self) -> usize
     where
         K: Hash,
+        S: BuildHasher,
     {
-        self.inner.shared.tracked_keys()
+        self.inner.tracked_keys()
     }
 
     /// A snapshot of the counters over all keys: granted, rejected, waiting now, total wait.
@@ -468,8 +473,11 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, u64, S> {
     /// assert_eq!((stats.granted, stats.rejected, stats.waiting), (2, 1, 0));
     /// ```
     #[must_use]
-    pub fn stats(&self) -> Stats {
-        self.inner.shared.stats()
+    pub fn stats(&self) -> Stats
+    where
+        S: BuildHasher,
+    {
+        self.inner.stats()
     }
 
     /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
@@ -487,8 +495,9 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, u64, S> {
     /// Every metric carries the label `limiter = name`. The handles are registered once, here,
     /// with the recorder in force (install the recorder first), and kept in the state every
     /// clone shares: the name applies to every handle of the limiter, those cloned before the
-    /// call too, and recording an event is one call on a handle. Named twice (on any handle),
-    /// the last name given wins: the handles of the earlier name stop recording (its
+    /// call too, and recording an event is one call on a handle. With several limits, a
+    /// grant's `paced_tokens_granted_total` is its cost summed over the dimensions. Named twice
+    /// (on any handle), the last name given wins: the handles of the earlier name stop recording (its
     /// `paced_waiters` gauge is set to 0) and those of the new one start. Without a name, the
     /// cost is one branch per event. See the [guide](crate::guide#metrics).
     ///
@@ -504,9 +513,35 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, u64, S> {
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     #[must_use]
-    pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
-        self.inner.shared.set_metrics(name.as_ref());
+    pub fn with_metrics(self, name: impl AsRef<str>) -> Self
+    where
+        S: BuildHasher,
+    {
+        self.inner.set_metrics(name.as_ref());
         self
+    }
+}
+
+impl<K, S> KeyedState<K, S> for One<K, S> {
+    fn tracked_keys(&self) -> usize
+    where
+        K: Hash,
+        S: BuildHasher,
+    {
+        self.shared.tracked_keys()
+    }
+    fn stats(&self) -> Stats
+    where
+        S: BuildHasher,
+    {
+        self.shared.stats()
+    }
+    #[cfg(feature = "metrics")]
+    fn set_metrics(&self, name: &str)
+    where
+        S: BuildHasher,
+    {
+        self.shared.set_metrics(name);
     }
 }
 

@@ -1,6 +1,7 @@
 //! `KeyedRateLimiter<K, [u64; N]>`: several limits per key (each tenant's requests and tokens
 //! per minute), one FIFO queue per key, over the same key table as one limit per key.
 
+use crate::limiter::cost::sealed::KeyedState;
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -150,6 +151,29 @@ impl<K, const N: usize, S> Clone for Several<K, N, S> {
             #[cfg(feature = "http")]
             names: Arc::clone(&self.names),
         }
+    }
+}
+
+impl<K, const N: usize, S> KeyedState<K, S> for Several<K, N, S> {
+    fn tracked_keys(&self) -> usize
+    where
+        K: Hash,
+        S: BuildHasher,
+    {
+        self.shared.tracked_keys()
+    }
+    fn stats(&self) -> Stats
+    where
+        S: BuildHasher,
+    {
+        self.shared.stats()
+    }
+    #[cfg(feature = "metrics")]
+    fn set_metrics(&self, name: &str)
+    where
+        S: BuildHasher,
+    {
+        self.shared.set_metrics(name);
     }
 }
 
@@ -545,87 +569,6 @@ impl<K, const N: usize, S: BuildHasher> KeyedRateLimiter<K, [u64; N], S> {
         Q: Hash + Eq + ?Sized,
     {
         self.inner.shared.clear_limit(key);
-    }
-
-    /// How many keys hold state now: those some limit of which is not as good as new, or that
-    /// have waiters. Per-key limits are configuration and are not counted.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use paced::{KeyedRateLimiter, Limit, Rate};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let limiter = KeyedRateLimiter::<u32, [u64; 2]>::builder(["requests", "tokens"])
-    ///     .limit("requests", Limit::bucket(Rate::per_second(10), 1))
-    ///     .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
-    ///     .build()
-    ///     .unwrap();
-    /// for key in 0..1000 {
-    ///     limiter.try_acquire(&key, [1, 50]).unwrap();
-    /// }
-    /// assert_eq!(limiter.tracked_keys(), 1000);
-    /// tokio::time::sleep(Duration::from_millis(100)).await; // requests full, tokens not yet
-    /// assert_eq!(limiter.tracked_keys(), 1000);
-    /// tokio::time::sleep(Duration::from_millis(400)).await; // every limit full again
-    /// assert_eq!(limiter.tracked_keys(), 0);
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn tracked_keys(&self) -> usize
-    where
-        K: Hash,
-    {
-        self.inner.shared.tracked_keys()
-    }
-
-    /// A snapshot of the counters over all keys: granted, rejected, waiting now, total wait.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use paced::{KeyedRateLimiter, Limit, Rate};
-    ///
-    /// let limiter = KeyedRateLimiter::<&str, [u64; 1]>::builder(["requests"])
-    ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
-    ///     .build()
-    ///     .unwrap();
-    /// limiter.try_acquire(&"a", [1]).unwrap();
-    /// limiter.try_acquire(&"a", [1]).unwrap_err();
-    /// limiter.try_acquire(&"b", [1]).unwrap();
-    /// let stats = limiter.stats();
-    /// assert_eq!((stats.granted, stats.rejected, stats.waiting), (2, 1, 0));
-    /// ```
-    #[must_use]
-    pub fn stats(&self) -> Stats {
-        self.inner.shared.stats()
-    }
-
-    /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
-    /// `metrics`), over all keys, as
-    /// [`KeyedRateLimiter::with_metrics`](crate::KeyedRateLimiter::with_metrics) does (a
-    /// grant's cost counted as the sum of its amounts).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use paced::{KeyedRateLimiter, Limit, Rate};
-    ///
-    /// let limiter = KeyedRateLimiter::<&str, [u64; 1]>::builder(["requests"])
-    ///     .limit("requests", Limit::bucket(Rate::per_second(1), 1))
-    ///     .build()
-    ///     .unwrap()
-    ///     .with_metrics("per-tenant");
-    /// limiter.try_acquire(&"a", [1]).unwrap();
-    /// ```
-    #[cfg(feature = "metrics")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-    #[must_use]
-    pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
-        self.inner.shared.set_metrics(name.as_ref());
-        self
     }
 }
 
