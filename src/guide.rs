@@ -22,9 +22,13 @@
 //!
 //! # Every handle, every operation
 //!
-//! The same operation has the same name and shape on every handle. `cost` is a `u64` in the
-//! limiter's tokens, keys are passed by reference (`&Q` where `K: Borrow<Q>`, so `&str` for
-//! `String` keys), and every refusal is a [`NotUntil`](crate::NotUntil). The Redis handles
+//! The same operation has the same name and shape on every handle. Each handle holds one limit
+//! or several: with one, `cost` is a `u64` in the limiter's tokens; with several
+//! ([below](#several-limits-at-once)), it is a `[u64; N]`, one amount per dimension, a grant
+//! returns a permit to `settle`, `available` answers one amount per dimension, and
+//! `set_limit(index, limit)` changes one limit. The type's name and the verbs stay. Keys are
+//! passed by reference (`&Q` where `K: Borrow<Q>`, so `&str` for `String` keys), and every
+//! refusal is a [`NotUntil`](crate::NotUntil). The Redis handles
 //! answer through the network, so their verbs are `async` and return a `Result` whose error
 //! says what failed (`paced::redis::RedisLimiterError`; `TryAcquireError` for `try_acquire`
 //! and `acquire_timeout`, which tells a refusal, with its `NotUntil`, from a failure).
