@@ -18,6 +18,7 @@ pub use crate::core::adaptive_law::Announced;
 use crate::core::adaptive_law::{Controller, Limited, QUOTA_MAX_PAUSE};
 use crate::engine::After;
 use crate::error::ConfigError;
+use crate::limiter::cost::sealed::AdaptiveState;
 use crate::limiter::Cost;
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex, MutexGuard};
@@ -268,51 +269,6 @@ impl Adaptive {
         })
     }
 
-    /// Reports a call that succeeded: the rate probes up along the curve.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use paced::{Adaptive, Rate, RateLimiter};
-    ///
-    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
-    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
-    /// adaptive.on_success();
-    /// assert_eq!(adaptive.stats().successes, 1);
-    /// ```
-    pub fn on_success(&self) {
-        self.inner.shared.report(false, None);
-    }
-
-    /// Reports a call refused for going too fast (`429`, `503 Slow Down`), with the
-    /// destination's `Retry-After` if it sent one.
-    ///
-    /// The first refusal of an overload lowers the rate (see [`Adaptive`]); the refusals of
-    /// the calls that were already in flight then (or already had their tokens) do not lower
-    /// it again. With `Some(d)`, nothing is granted to anyone on the limiter before `d` from
-    /// now ([`RateLimiter::pause_for`]); `Duration::MAX` saturates to a pause of centuries.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use paced::{Adaptive, Rate, RateLimiter};
-    /// use tokio::time::Instant;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
-    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
-    /// let start = Instant::now();
-    /// adaptive.on_throttled(Some(Duration::from_millis(1500)));
-    /// adaptive.limiter().acquire(1).await;
-    /// assert_eq!(start.elapsed().as_millis(), 1500);
-    /// # }
-    /// ```
-    pub fn on_throttled(&self, retry_after: Option<Duration>) {
-        self.inner.shared.report(true, retry_after);
-    }
-
     /// Reports a call that succeeded and announced the destination's quota: call it instead
     /// of [`on_success`](Adaptive::on_success) (it counts as a success).
     ///
@@ -557,6 +513,57 @@ impl Adaptive {
             rate: self.inner.shared.limiter.rate(),
         }
     }
+}
+
+/// What every adaptive limiter does, whatever its cost: one limit or several.
+impl<C: Cost> Adaptive<C> {
+    /// Reports a call that succeeded: the rate probes up along the curve. With several
+    /// limits, every adapted limit does (held where a recent announcement set it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paced::{Adaptive, Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+    /// adaptive.on_success();
+    /// assert_eq!(adaptive.stats().successes, 1);
+    /// ```
+    pub fn on_success(&self) {
+        self.inner.on_success();
+    }
+
+    /// Reports a call refused for going too fast (`429`, `503 Slow Down`), with the
+    /// destination's `Retry-After` if it sent one.
+    ///
+    /// The first refusal of an overload lowers the rate (see [`Adaptive`]); with several
+    /// limits, every adapted limit is lowered (a refusal that names its limit:
+    /// [`on_throttled_limit`](Adaptive::on_throttled_limit)). the refusals of
+    /// the calls that were already in flight then (or already had their tokens) do not lower
+    /// it again. With `Some(d)`, nothing is granted to anyone on the limiter before `d` from
+    /// now ([`RateLimiter::pause_for`]); `Duration::MAX` saturates to a pause of centuries.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use paced::{Adaptive, Rate, RateLimiter};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let limiter = RateLimiter::new(Rate::per_second(10), 1);
+    /// let adaptive = Adaptive::new(limiter, Rate::per_second(1), Rate::per_second(10));
+    /// let start = Instant::now();
+    /// adaptive.on_throttled(Some(Duration::from_millis(1500)));
+    /// adaptive.limiter().acquire(1).await;
+    /// assert_eq!(start.elapsed().as_millis(), 1500);
+    /// # }
+    /// ```
+    pub fn on_throttled(&self, retry_after: Option<Duration>) {
+        self.inner.on_throttled(retry_after);
+    }
 
     /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
     /// `metrics`): the controller's
@@ -569,7 +576,9 @@ impl Adaptive {
     /// and the limiter's own (it is named too: see [`RateLimiter::with_metrics`]), all with the
     /// label `limiter = name`. As there, the handles are registered here, with the recorder in
     /// force, and shared by every clone; named twice, the last name given wins (for the
-    /// controller and its limiter).
+    /// controller and its limiter). With several limits, each adapted limit has its own
+    /// `paced_adaptive_rate` and `paced_adaptive_decreases_total`, with the label `limit`, its
+    /// index (`"0"`, `"1"`, ...).
     ///
     /// # Examples
     ///
@@ -586,14 +595,25 @@ impl Adaptive {
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     #[must_use]
     pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
-        let name = name.as_ref();
-        self.inner.shared.limiter.inner.shared.set_metrics(name);
-        let metrics = crate::instrument::AdaptiveMetrics::new(name);
-        let st = self.inner.shared.lock();
-        metrics.rate.set(per_second(st.rate()));
-        self.inner.shared.metrics.replace(metrics, |_| {});
-        drop(st);
+        self.inner.set_metrics(name.as_ref());
         self
+    }
+}
+
+impl AdaptiveState for One {
+    fn on_success(&self) {
+        self.shared.report(false, None);
+    }
+    fn on_throttled(&self, retry_after: Option<Duration>) {
+        self.shared.report(true, retry_after);
+    }
+    #[cfg(feature = "metrics")]
+    fn set_metrics(&self, name: &str) {
+        self.shared.limiter.inner.shared.set_metrics(name);
+        let metrics = crate::instrument::AdaptiveMetrics::new(name);
+        let st = self.shared.lock();
+        metrics.rate.set(per_second(st.rate()));
+        self.shared.metrics.replace(metrics, |_| {});
     }
 }
 

@@ -14,6 +14,7 @@ use super::RateLimiter;
 use crate::core::adaptive_law::per_second;
 use crate::core::adaptive_law::{AdaptiveLaw, Announced, Controller, Limited, QUOTA_MAX_PAUSE};
 use crate::error::{ConfigError, NotUntil};
+use crate::limiter::cost::sealed::AdaptiveState;
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex, MutexGuard};
 
@@ -285,51 +286,6 @@ impl<const N: usize> Adaptive<[u64; N]> {
         }
     }
 
-    /// Reports a call that succeeded: every adapted limit probes up along its curve (held
-    /// where a recent announcement set it).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use paced::{Adaptive, Limit, RateLimiter, Rate};
-    /// # let limiter = RateLimiter::builder(["requests"])
-    /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10)).build().unwrap();
-    /// let adaptive = Adaptive::builder(limiter)
-    ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
-    ///     .build()
-    ///     .unwrap();
-    /// adaptive.on_success();
-    /// assert_eq!(adaptive.stats(0).unwrap().successes, 1);
-    /// ```
-    pub fn on_success(&self) {
-        self.report(|_| Some(Report::Success), None);
-    }
-
-    /// Reports a refusal (`429`) that does not say which limit refused, with its `Retry-After`
-    /// if it had one: **every adapted limit is lowered** (once per overload, as
-    /// [`on_throttled`](Adaptive::on_throttled) of one limit says), and with `Some(d)` nothing
-    /// is granted before `d` from now.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use paced::{Adaptive, Limit, RateLimiter, Rate};
-    /// # let limiter = RateLimiter::builder(["requests", "tokens"])
-    /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
-    /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
-    /// let adaptive = Adaptive::builder(limiter)
-    ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
-    ///     .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
-    ///     .build()
-    ///     .unwrap();
-    /// adaptive.on_throttled(None);
-    /// assert_eq!(adaptive.rate(0), Some(Rate::per_second(8)));
-    /// assert_eq!(adaptive.rate(1), Some(Rate::per_second(800)));
-    /// ```
-    pub fn on_throttled(&self, retry_after: Option<Duration>) {
-        self.report(|_| Some(Report::Throttled), retry_after);
-    }
-
     /// Reports a refusal that names its limit: the adapted limit at `index` is lowered, the
     /// others are not reported (a limit that is not adapted: only the pause applies). With
     /// `Some(d)` nothing is granted before `d` from now.
@@ -351,7 +307,7 @@ impl<const N: usize> Adaptive<[u64; N]> {
     /// assert_eq!(adaptive.rate(1), Some(Rate::per_second(1_000)));
     /// ```
     pub fn on_throttled_limit(&self, index: usize, retry_after: Option<Duration>) {
-        self.report(
+        self.inner.shared.report(
             |a| (a.index == index).then_some(Report::Throttled),
             retry_after,
         );
@@ -379,7 +335,7 @@ impl<const N: usize> Adaptive<[u64; N]> {
     /// assert_eq!(adaptive.rate(1), Some(Rate::per_second(800)));
     /// ```
     pub fn on_throttled_dimension(&self, announced: &str, retry_after: Option<Duration>) {
-        self.report(
+        self.inner.shared.report(
             |a| self.routed(announced, a).then_some(Report::Throttled),
             retry_after,
         );
@@ -415,7 +371,7 @@ impl<const N: usize> Adaptive<[u64; N]> {
     /// # }
     /// ```
     pub fn on_quota(&self, announced: &str, quota: Announced) {
-        self.report(
+        self.inner.shared.report(
             |a| {
                 self.routed(announced, a)
                     .then_some(Report::Announced(quota))
@@ -458,7 +414,7 @@ impl<const N: usize> Adaptive<[u64; N]> {
     #[cfg(feature = "http")]
     #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
     pub fn on_limits(&self, limits: &[crate::limiter::AnnouncedLimit]) {
-        self.report(
+        self.inner.shared.report(
             |a| {
                 Some(
                     self.binding(limits, a)
@@ -519,7 +475,7 @@ impl<const N: usize> Adaptive<[u64; N]> {
             .any(|a| exhausted.iter().any(|name| self.routed(name, a)));
         drop(st);
         if named {
-            self.report(
+            self.inner.shared.report(
                 |a| {
                     exhausted
                         .iter()
@@ -711,51 +667,6 @@ impl<const N: usize> Adaptive<[u64; N]> {
         self.inner.shared.limiter.available()
     }
 
-    /// Records to the [`metrics`](https://docs.rs/metrics) facade under `name` (feature
-    /// `metrics`): for each adapted limit, the metrics of
-    /// [`with_metrics`](Adaptive::with_metrics) of one limit (`paced_adaptive_rate`, the
-    /// limit's rate in its units per second, and `paced_adaptive_decreases_total`) with the
-    /// labels `limiter = name` and `limit = index` (the limit's index, `"0"`, `"1"`, ...);
-    /// and the limiter's own ([`RateLimiter::with_metrics`]), labelled `limiter = name`.
-    /// Named twice, the last name given wins.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use paced::{Adaptive, Limit, RateLimiter, Rate};
-    /// # let limiter = RateLimiter::builder(["requests", "tokens"])
-    /// #     .limit("requests", Limit::bucket(Rate::per_second(10), 10))
-    /// #     .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000)).build().unwrap();
-    /// let adaptive = Adaptive::builder(limiter)
-    ///     .adapt(0, Rate::per_second(1), Rate::per_second(10))
-    ///     .adapt(1, Rate::per_second(10), Rate::per_second(1_000))
-    ///     .build()
-    ///     .unwrap()
-    ///     .with_metrics("llm");
-    /// // paced_adaptive_rate{limiter="llm",limit="1"} 800
-    /// adaptive.on_throttled_limit(1, None);
-    /// assert_eq!(adaptive.stats(1).unwrap().decreases, 1);
-    /// ```
-    #[cfg(feature = "metrics")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-    #[must_use]
-    pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
-        let name = name.as_ref();
-        let _named = self.inner.shared.limiter.clone().with_metrics(name);
-        let st = self.inner.shared.lock();
-        let metrics: Vec<_> = st
-            .iter()
-            .map(|a| {
-                let m = crate::instrument::AdaptiveMetrics::for_limit(name, a.index);
-                m.rate.set(per_second(a.controller.rate()));
-                m
-            })
-            .collect();
-        self.inner.shared.metrics.replace(metrics, |_| {});
-        drop(st);
-        self
-    }
-
     /// Whether an announcement named `name` goes to the adapted limit `a`.
     fn routed(&self, name: &str, a: &Adapted) -> bool {
         let mut routes = self
@@ -781,14 +692,24 @@ impl<const N: usize> Adaptive<[u64; N]> {
             .map(|l| l.announced)
             .min_by(|x, y| x.rate().total_cmp(&y.rate()))
     }
+}
 
+/// What one response says of one adapted limit.
+#[derive(Clone, Copy)]
+enum Report {
+    Success,
+    Throttled,
+    Announced(Announced),
+}
+
+impl<const N: usize> Inner<N> {
     /// Folds one response into each adapted limit `what` gives a report for.
     fn report(&self, what: impl Fn(&Adapted) -> Option<Report>, retry_after: Option<Duration>) {
-        let limiter = &self.inner.shared.limiter;
+        let limiter = &self.limiter;
         // What concerns each limit depends only on its index and dimension, which never
         // change: decided first, so that the limiter is paused (and its head waiter woken)
         // outside the controller's lock, as `Adaptive` does.
-        let reports: Vec<Option<Report>> = self.inner.shared.lock().iter().map(&what).collect();
+        let reports: Vec<Option<Report>> = self.lock().iter().map(&what).collect();
         let exhausted = |quota: &Announced| quota.remaining == 0 && !quota.is_bucket();
         let pause = reports
             .iter()
@@ -804,10 +725,10 @@ impl<const N: usize> Adaptive<[u64; N]> {
             limiter.pause_for(d);
         }
         let now = Instant::now()
-            .saturating_duration_since(self.inner.shared.origin)
+            .saturating_duration_since(self.origin)
             .as_secs_f64();
         let mut wakes = Wakes::default();
-        let mut st = self.inner.shared.lock();
+        let mut st = self.lock();
         for (k, (a, report)) in st.iter_mut().zip(reports).enumerate() {
             let Some(report) = report else { continue };
             let decreases = a.controller.counts().2;
@@ -824,22 +745,12 @@ impl<const N: usize> Adaptive<[u64; N]> {
                         .announce(&mut bound, quota, exhausted(&quota), now);
                 }
             }
-            self.inner.shared.record(k, &a.controller, decreases);
+            self.record(k, &a.controller, decreases);
         }
         drop(st);
         wakes.run();
     }
-}
 
-/// What one response says of one adapted limit.
-#[derive(Clone, Copy)]
-enum Report {
-    Success,
-    Throttled,
-    Announced(Announced),
-}
-
-impl<const N: usize> Inner<N> {
     fn lock(&self) -> MutexGuard<'_, Vec<Adapted>> {
         lock(&self.state)
     }
@@ -885,6 +796,29 @@ impl<const N: usize> Limited for Bound<'_, N> {
     fn set_rate(&mut self, rate: Rate) {
         self.wakes
             .defer(self.limiter.set_bucket_rate_deferred(self.index, rate));
+    }
+}
+
+impl<const N: usize> AdaptiveState for Several<N> {
+    fn on_success(&self) {
+        self.shared.report(|_| Some(Report::Success), None);
+    }
+    fn on_throttled(&self, retry_after: Option<Duration>) {
+        self.shared.report(|_| Some(Report::Throttled), retry_after);
+    }
+    #[cfg(feature = "metrics")]
+    fn set_metrics(&self, name: &str) {
+        let _named = self.shared.limiter.clone().with_metrics(name);
+        let st = self.shared.lock();
+        let metrics: Vec<_> = st
+            .iter()
+            .map(|a| {
+                let m = crate::instrument::AdaptiveMetrics::for_limit(name, a.index);
+                m.rate.set(per_second(a.controller.rate()));
+                m
+            })
+            .collect();
+        self.shared.metrics.replace(metrics, |_| {});
     }
 }
 

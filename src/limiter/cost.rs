@@ -40,7 +40,7 @@ pub(crate) mod sealed {
         /// A [`RateLimiter`](crate::RateLimiter)'s.
         type Local: State;
         /// An [`Adaptive`](crate::Adaptive)'s.
-        type Adaptive: Clone + std::fmt::Debug;
+        type Adaptive: AdaptiveState;
         /// A [`KeyedRateLimiter`](crate::KeyedRateLimiter)'s, keyed by `K` and hashed by `S`.
         type Keyed<K, S>: KeyedState<K, S>;
     }
@@ -73,6 +73,17 @@ pub(crate) mod sealed {
         fn set_metrics(&self, name: &str)
         where
             S: std::hash::BuildHasher;
+    }
+
+    /// What an [`Adaptive`](crate::Adaptive)'s state does the same way for every shape.
+    pub trait AdaptiveState: Clone + std::fmt::Debug {
+        /// Reports a call that succeeded.
+        fn on_success(&self);
+        /// Reports a call refused for going too fast.
+        fn on_throttled(&self, retry_after: Option<std::time::Duration>);
+        /// Records to the `metrics` facade under `name`.
+        #[cfg(feature = "metrics")]
+        fn set_metrics(&self, name: &str);
     }
 
     impl Shape for u64 {
