@@ -138,6 +138,19 @@ fn uncontended(c: &mut Criterion) {
         limiter.try_acquire(1).is_ok()
     });
     assert_eq!(limiter.stats().rejected, 0);
+    // `acquire(1)` on the same limiter: the whole future, awaited (never waits).
+    group.bench_function("paced/rate_limiter_acquire_1e9ps_huge_burst", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(limiter.acquire(black_box(1))).await;
+                }
+                start.elapsed()
+            })
+        });
+    });
+    assert_eq!(limiter.stats().rejected, 0);
 
     let stagger = Stagger::new(usize::MAX, Duration::from_nanos(1));
     bench_try(&mut group, "paced/stagger_max_1ns", || {
