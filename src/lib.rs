@@ -61,8 +61,8 @@
 //! | [`AdaptiveMulti`] | the same for each limit of a [`RateLimiter`] |
 //! | [`RedisRateLimiter`] (feature `redis`) | one limit for many processes and machines, kept in Redis |
 //! | [`RedisKeyedRateLimiter`] (feature `redis`) | one limit per key, for the fleet |
-//! | [`RedisMultiRateLimiter`] (feature `redis`) | several limits at once, for the fleet |
-//! | [`RedisKeyedMultiRateLimiter`] (feature `redis`) | several limits per key, for the fleet |
+//! | [`RedisRateLimiter`] (feature `redis`) | several limits at once, for the fleet |
+//! | [`RedisKeyedRateLimiter`] (feature `redis`) | several limits per key, for the fleet |
 //!
 //! The tower layers (feature `tower`) put any of them in front of a `Service`: see [tower].
 //!
@@ -116,16 +116,16 @@
     feature = "redis",
     doc = "[`RedisRateLimiter`]: crate::RedisRateLimiter\n\n\
            [`RedisKeyedRateLimiter`]: crate::RedisKeyedRateLimiter\n\n\
-           [`RedisMultiRateLimiter`]: crate::RedisMultiRateLimiter\n\n\
-           [`RedisKeyedMultiRateLimiter`]: crate::RedisKeyedMultiRateLimiter\n\n\
+           [`RedisRateLimiter`]: crate::RedisRateLimiter\n\n\
+           [`RedisKeyedRateLimiter`]: crate::RedisKeyedRateLimiter\n\n\
            [redis]: crate::redis"
 )]
 #![cfg_attr(
     not(feature = "redis"),
     doc = "[`RedisRateLimiter`]: https://docs.rs/paced/latest/paced/struct.RedisRateLimiter.html\n\n\
            [`RedisKeyedRateLimiter`]: https://docs.rs/paced/latest/paced/struct.RedisKeyedRateLimiter.html\n\n\
-           [`RedisMultiRateLimiter`]: https://docs.rs/paced/latest/paced/struct.RedisMultiRateLimiter.html\n\n\
-           [`RedisKeyedMultiRateLimiter`]: https://docs.rs/paced/latest/paced/struct.RedisKeyedMultiRateLimiter.html\n\n\
+           [`RedisRateLimiter`]: https://docs.rs/paced/latest/paced/struct.RedisRateLimiter.html\n\n\
+           [`RedisKeyedRateLimiter`]: https://docs.rs/paced/latest/paced/struct.RedisKeyedRateLimiter.html\n\n\
            [redis]: https://docs.rs/paced/latest/paced/redis/"
 )]
 #![cfg_attr(feature = "tower", doc = "[tower]: crate::tower")]
@@ -171,9 +171,7 @@ pub use mode::{Enforcing, Shaping};
 pub use rate::Rate;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::{
-    RedisKeyedMultiRateLimiter, RedisKeyedRateLimiter, RedisMultiRateLimiter, RedisRateLimiter,
-};
+pub use redis::{RedisKeyedRateLimiter, RedisRateLimiter};
 pub use sink::PaceSinkExt;
 pub use stats::Stats;
 pub use stream::PaceExt;

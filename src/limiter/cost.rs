@@ -39,13 +39,27 @@ pub(crate) mod sealed {
     pub trait Shape {
         /// A [`RateLimiter`](crate::RateLimiter)'s.
         type Local: Clone + std::fmt::Debug;
+        /// A [`RedisRateLimiter`](crate::RedisRateLimiter)'s.
+        #[cfg(feature = "redis")]
+        type Redis: Clone + std::fmt::Debug;
+        /// A [`RedisKeyedRateLimiter`](crate::RedisKeyedRateLimiter)'s, of keys `K`.
+        #[cfg(feature = "redis")]
+        type RedisKeyed<K>: Clone + std::fmt::Debug;
     }
 
     impl Shape for u64 {
         type Local = crate::limiter::rate_limiter::One;
+        #[cfg(feature = "redis")]
+        type Redis = crate::redis::state::One;
+        #[cfg(feature = "redis")]
+        type RedisKeyed<K> = crate::redis::state::KeyedOne<K>;
     }
 
     impl<const N: usize> Shape for [u64; N] {
         type Local = crate::limiter::multi::Several<N>;
+        #[cfg(feature = "redis")]
+        type Redis = crate::redis::state::Several<N>;
+        #[cfg(feature = "redis")]
+        type RedisKeyed<K> = crate::redis::state::KeyedSeveral<K, N>;
     }
 }

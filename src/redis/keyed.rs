@@ -21,6 +21,7 @@ use super::stats::RedisStats;
 use super::turns::Warmth;
 #[allow(unused_imports)] // the docs' links
 use crate::error::NotUntil;
+use crate::limiter::Cost;
 #[allow(unused_imports)] // the docs' links
 use crate::limiter::{KeyedLimiter, KeyedRateLimiter};
 use crate::rate::Rate;
@@ -96,12 +97,16 @@ use crate::sync::{lock, Mutex};
 /// # Ok(())
 /// # }
 /// ```
-pub struct RedisKeyedRateLimiter<K> {
-    pub(super) inner: Arc<Inner<K>>,
+pub struct RedisKeyedRateLimiter<K, C: Cost = u64> {
+    pub(crate) inner: C::RedisKeyed<K>,
 }
 
+/// A [`RedisKeyedRateLimiter`]'s state for one limit per key: public in a private module (see
+/// [`Cost`]).
+pub(crate) type KeyedOne<K> = Arc<Inner<K>>;
+
 /// What the handles of one limiter share.
-pub(super) struct Inner<K> {
+pub struct Inner<K> {
     pub(super) conn: Conn,
     /// Whether a round trip on `conn` has come back (see [`Warmth`]).
     pub(super) warmth: Arc<Warmth>,
@@ -134,7 +139,7 @@ pub(super) struct Inner<K> {
     pub(super) counters: Counters,
 }
 
-impl<K> Clone for RedisKeyedRateLimiter<K> {
+impl<K, C: Cost> Clone for RedisKeyedRateLimiter<K, C> {
     fn clone(&self) -> Self {
         RedisKeyedRateLimiter {
             inner: self.inner.clone(),
@@ -142,13 +147,20 @@ impl<K> Clone for RedisKeyedRateLimiter<K> {
     }
 }
 
-impl<K> fmt::Debug for RedisKeyedRateLimiter<K> {
+/// Shows the limiter's prefix, its limits and its failure policy.
+impl<K, C: Cost> fmt::Debug for RedisKeyedRateLimiter<K, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl<K> fmt::Debug for Inner<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisKeyedRateLimiter")
-            .field("prefix", &self.inner.naming.name())
-            .field("rate", &self.inner.rate)
-            .field("burst", &self.inner.burst)
-            .field("policy", &self.inner.policy)
+            .field("prefix", &self.naming.name())
+            .field("rate", &self.rate)
+            .field("burst", &self.burst)
+            .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
 }
@@ -181,7 +193,7 @@ where
         rate: Rate,
         burst: u64,
     ) -> RedisKeyedRateLimiterBuilder<K> {
-        RedisKeyedRateLimiterBuilder::new(Target::Url(url.into()), name.into(), rate, burst)
+        RedisKeyedRateLimiterBuilder::one(Target::Url(url.into()), name.into(), rate, burst)
     }
 
     /// A builder for per-key quotas under `name` (its prefix in Redis) on a Redis Cluster, reached through
@@ -221,7 +233,7 @@ where
         rate: Rate,
         burst: u64,
     ) -> RedisKeyedRateLimiterBuilder<K> {
-        RedisKeyedRateLimiterBuilder::new(Target::cluster(nodes), name.into(), rate, burst)
+        RedisKeyedRateLimiterBuilder::one(Target::cluster(nodes), name.into(), rate, burst)
     }
 
     /// Gives `key` its own limit, for every process: stored in Redis beside the key's bucket

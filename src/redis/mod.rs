@@ -2,9 +2,9 @@
 //!
 //! - [`RedisRateLimiter`]: one limit for the whole fleet. [`RedisKeyedRateLimiter`]: one
 //!   such limit per key.
-//! - [`RedisMultiRateLimiter`]: several limits at once (requests and tokens, per minute and
+//! - [`RedisRateLimiter`]: several limits at once (requests and tokens, per minute and
 //!   per day), each grant corrected once its real cost is known.
-//!   [`RedisKeyedMultiRateLimiter`]: one such quota per key.
+//!   [`RedisKeyedRateLimiter`]: one such quota per key.
 //!
 //! All of them share the failure policy, the errors and the counters in this module. Each
 //! decision is one atomic script call, on Redis's clock.
@@ -53,8 +53,16 @@ mod turns;
 pub use builder::{RedisKeyedRateLimiterBuilder, RedisLimiterBuilder, RedisRateLimiterBuilder};
 pub use error::{RedisLimiterError, TryAcquireError};
 pub use keyed::RedisKeyedRateLimiter;
-pub use keyed_multi::{RedisKeyedMultiRateLimiter, RedisKeyedMultiRateLimiterBuilder};
 pub use limiter::RedisRateLimiter;
-pub use multi::{RedisMultiPermit, RedisMultiRateLimiter, RedisMultiRateLimiterBuilder};
+pub use multi::RedisPermit;
 pub use policy::FailurePolicy;
 pub use stats::RedisStats;
+
+/// The handles' states, one per shape of [`Cost`](crate::Cost) (see `sealed::Shape`): public
+/// types in private modules.
+pub(crate) mod state {
+    pub(crate) use super::keyed::KeyedOne;
+    pub(crate) use super::keyed_multi::KeyedSeveral;
+    pub(crate) use super::limiter::One;
+    pub(crate) use super::multi::Several;
+}
