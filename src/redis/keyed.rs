@@ -30,6 +30,13 @@ use crate::sync::{lock, Mutex};
 /// One token bucket per key, shared by every process that uses the same Redis and prefix: a
 /// quota per tenant, per user or per partner across a fleet.
 ///
+/// `C` is what one request costs ([`Cost`]): a `RedisKeyedRateLimiter<K>` (`C = u64`, built by
+/// [`builder`](RedisKeyedRateLimiter::builder)) holds one limit per key; a
+/// `RedisKeyedRateLimiter<K, [u64; N]>` (built by
+/// [`dimensions`](RedisKeyedRateLimiter::dimensions)) several limits per key, as a
+/// several-limit [`RedisRateLimiter`](crate::RedisRateLimiter) does for its one quota. The
+/// same methods on both; the cost's type differs. What follows is the one-limit form.
+///
 /// Each key has [`RedisRateLimiter`](crate::RedisRateLimiter)'s semantics: capacity `burst`,
 /// starts full, refills at `rate`, evaluated atomically by the same Lua script on Redis's
 /// clock; waiting is a reservation (charged at once in Redis, then waited for locally, so that

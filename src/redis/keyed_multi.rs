@@ -1,6 +1,6 @@
-//! [`RedisKeyedRateLimiter`]: a quota of several limits per key across a fleet, each key's
-//! limits in one Redis key `{name:key}`; every key is served by the one implementation of
-//! [`RedisRateLimiter`].
+//! [`RedisKeyedRateLimiter<K, [u64; N]>`](RedisKeyedRateLimiter): a quota of several limits per
+//! key across a fleet, each key's limits in one Redis key `{name:key}`; every key is served by
+//! the one implementation of [`RedisRateLimiter<[u64; N]>`](RedisRateLimiter).
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -184,11 +184,11 @@ where
     }
 
     /// Waits until every limit of `key`'s quota grants `cost`; see
-    /// [`RedisRateLimiter::acquire`].
+    /// the several-limit [`RedisRateLimiter`]'s `acquire`.
     ///
     /// # Errors
     ///
-    /// As [`RedisRateLimiter::acquire`].
+    /// As the several-limit [`RedisRateLimiter`]'s `acquire`.
     pub async fn acquire<Q>(
         &self,
         key: &Q,
@@ -201,11 +201,11 @@ where
         self.quota(key).acquire(cost).await
     }
 
-    /// Waits at most `timeout` for `key`'s quota; see [`RedisRateLimiter::acquire_timeout`].
+    /// Waits at most `timeout` for `key`'s quota; see the several-limit [`RedisRateLimiter`]'s `acquire_timeout`.
     ///
     /// # Errors
     ///
-    /// As [`RedisRateLimiter::acquire_timeout`].
+    /// As the several-limit [`RedisRateLimiter`]'s `acquire_timeout`.
     pub async fn acquire_timeout<Q>(
         &self,
         key: &Q,
@@ -220,11 +220,11 @@ where
     }
 
     /// Grants `cost` of `key`'s quota if every limit holds it now; see
-    /// [`RedisRateLimiter::try_acquire`].
+    /// the several-limit [`RedisRateLimiter`]'s `try_acquire`.
     ///
     /// # Errors
     ///
-    /// As [`RedisRateLimiter::try_acquire`].
+    /// As the several-limit [`RedisRateLimiter`]'s `try_acquire`.
     pub async fn try_acquire<Q>(
         &self,
         key: &Q,
@@ -238,13 +238,13 @@ where
     }
 
     /// Replaces the limit at `index` of `key`'s quota in Redis, for every process, keeping its
-    /// level; see [`RedisRateLimiter::set_limit`]. The other keys keep the builder's
+    /// level; see the several-limit [`RedisRateLimiter`]'s `set_limit`. The other keys keep the builder's
     /// limits. This process remembers it for its fail-open fallback, until
     /// [`clear_limit`](Self::clear_limit).
     ///
     /// # Errors
     ///
-    /// As [`RedisRateLimiter::set_limit`].
+    /// As the several-limit [`RedisRateLimiter`]'s `set_limit`.
     ///
     /// # Examples
     ///
@@ -271,12 +271,12 @@ where
     }
 
     /// Gives `key`'s quota the builder's limits again, for every process, keeping its levels;
-    /// see [`RedisRateLimiter::clear_limit`]. This process forgets the limits it had set
+    /// see the several-limit [`RedisRateLimiter`]'s `clear_limit`. This process forgets the limits it had set
     /// for the key: its fail-open fallback takes `share` of the builder's again.
     ///
     /// # Errors
     ///
-    /// As [`RedisRateLimiter::clear_limit`].
+    /// As the several-limit [`RedisRateLimiter`]'s `clear_limit`.
     ///
     /// # Examples
     ///

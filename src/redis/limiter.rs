@@ -31,6 +31,14 @@ impl fmt::Display for OnlyKey {
 /// A token bucket shared by every process that names the same Redis key: one quota across
 /// processes and machines (a consumer group on many hosts, one partner API key).
 ///
+/// `C` is what one request costs ([`Cost`]): a `RedisRateLimiter` (`C = u64`, built by
+/// [`builder`](RedisRateLimiter::builder)) is one limit; a `RedisRateLimiter<[u64; N]>` (built
+/// by [`dimensions`](RedisRateLimiter::dimensions)) holds several limits over `N` dimensions
+/// (requests and tokens, say) in one Redis key, checked and charged at once, each grant a
+/// [`RedisPermit`](super::RedisPermit) to settle once its real cost is known. The same methods
+/// on both; the cost's type differs. What follows is the one-limit quota; the several-limit
+/// one is described with its methods.
+///
 /// Same semantics as [`RateLimiter`]: capacity `burst`, starts full, refills at `rate`, a cost
 /// per acquisition; a cost above `burst` pays its debt before it is granted; a cost of 0 passes
 /// at once. Every cost and every [`Rate`] works as in process: a wait of 584 years or more is

@@ -2,9 +2,9 @@
 //!
 //! - [`RedisRateLimiter`]: one limit for the whole fleet. [`RedisKeyedRateLimiter`]: one
 //!   such limit per key.
-//! - [`RedisRateLimiter`]: several limits at once (requests and tokens, per minute and
+//! - [`RedisRateLimiter<[u64; N]>`](RedisRateLimiter): several limits at once (requests and tokens, per minute and
 //!   per day), each grant corrected once its real cost is known.
-//!   [`RedisKeyedRateLimiter`]: one such quota per key.
+//!   [`RedisKeyedRateLimiter<K, [u64; N]>`](RedisKeyedRateLimiter): one such quota per key.
 //!
 //! All of them share the failure policy, the errors and the counters in this module. Each
 //! decision is one atomic script call, on Redis's clock.

@@ -1,4 +1,4 @@
-//! [`RedisRateLimiter`]: several limits of one quota (token buckets, aligned fixed
+//! [`RedisRateLimiter<[u64; N]>`](RedisRateLimiter): several limits of one quota (token buckets, aligned fixed
 //! windows) across a fleet, checked and charged at once by one script call on Redis's clock, and [`RedisPermit`], what a grant
 //! charged (to settle).
 
@@ -377,7 +377,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     ///
     /// # Errors
     ///
-    /// As [`RedisRateLimiter::acquire`](crate::RedisRateLimiter::acquire):
+    /// As the one-limit [`RedisRateLimiter`]'s `acquire`:
     /// [`RedisLimiterError::Unavailable`] once Redis has been unreachable for the fail-closed
     /// deadline, [`RedisLimiterError::Reply`] when Redis answers with an error. Nothing was
     /// taken.
