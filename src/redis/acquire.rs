@@ -7,20 +7,24 @@ use std::borrow::Borrow;
 use std::fmt::Display;
 use std::future::Future;
 use std::hash::Hash;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::error::{RedisLimiterError, TryAcquireError};
+use super::fallback::{KeyedFallback, StandIn};
 use super::keyed::RedisKeyedRateLimiter;
-use super::lease::{Hold, ToReturn};
+use super::lease::Hold;
+use super::local::ToReturn;
 use super::policy::{self, FailurePolicy};
 use super::script::{wait_from_us, Answer, Call, Failure, Reply, REPLY_BACKOFF_MAX};
 use super::turns::Asking;
 use crate::core::Nanos;
 use crate::engine::coop::poll_budget;
 use crate::error::{ConfigError, NotUntil};
+use crate::limiter::{KeyedRateLimiter, RateLimiter};
 use crate::rate::Rate;
 use crate::sync::lock;
 
@@ -683,6 +687,53 @@ where
                 at_us,
             },
         })
+    }
+}
+
+/// The fail-open fallback of a keyed limiter (its state is in [`super::fallback`]).
+impl<K> RedisKeyedRateLimiter<K>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+{
+    /// The local limiter in charge of `key` while the fail-open fallback is: `share` of the
+    /// limit this process set for the key, else of the default limit.
+    ///
+    /// With the instant until which it stays in charge.
+    pub(super) fn fallback<Q>(&self, key: &Q) -> Option<(StandIn<K>, Instant)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let (fallback, until) = lock(&self.inner.fallback).current_until()?;
+        let (FailurePolicy::FailOpen { share }, Some((rate, burst))) = (
+            self.inner.policy,
+            lock(&self.inner.limits).get(key).copied(),
+        ) else {
+            return Some((StandIn::Default(fallback.default), until));
+        };
+        let mut own = lock(&fallback.own);
+        if let Some(limiter) = own.get(key) {
+            return Some((StandIn::Own(limiter.clone()), until));
+        }
+        let (rate, burst) = policy::share_of(rate, burst, share);
+        let limiter = RateLimiter::new(rate, burst);
+        own.insert(key.to_owned(), limiter.clone());
+        Some((StandIn::Own(limiter), until))
+    }
+
+    /// Puts the fallback in charge for a second: `share` of the default limit, and of the
+    /// limits this process set.
+    pub(super) fn open_fallback(&self, share: f64) {
+        let (rate, burst) = policy::share_of(self.inner.rate, self.inner.burst, share);
+        lock(&self.inner.fallback).open(|| KeyedFallback {
+            default: KeyedRateLimiter::new(rate, burst),
+            own: Arc::default(),
+        });
+    }
+
+    /// Redis answered: the outage, if any, is over.
+    pub(super) fn recovered(&self) {
+        lock(&self.inner.fallback).recovered();
     }
 }
 

@@ -1,31 +1,19 @@
 //! [`RedisLimiterBuilder`], the one builder of every Redis limiter, and its options.
 
-use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::Hash;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::connect::Target;
 use super::error::RedisLimiterError;
-use super::fallback::Fallback;
-use super::key::Naming;
-use super::keyed::{Inner, RedisKeyedRateLimiter};
-use super::limiter::RedisRateLimiter;
-use super::policy::{self, FailurePolicy};
-use super::script::{Counters, SCRIPT};
-use crate::limiter::Limit;
+use super::policy::FailurePolicy;
 use crate::rate::Rate;
-use crate::sync::Mutex;
 
-/// Builds every Redis limiter: a [`RedisRateLimiter`] ([`RedisRateLimiterBuilder`]) or a
-/// [`RedisKeyedRateLimiter`] ([`RedisKeyedRateLimiterBuilder`]), of one limit or of several
+/// Builds every Redis limiter: a [`RedisRateLimiter`](crate::redis::RedisRateLimiter) ([`RedisRateLimiterBuilder`](crate::redis::RedisRateLimiterBuilder)) or a
+/// [`RedisKeyedRateLimiter`](crate::redis::RedisKeyedRateLimiter) ([`RedisKeyedRateLimiterBuilder`](crate::redis::RedisKeyedRateLimiterBuilder)), of one limit or of several
 /// (`L` is the limiter it builds). The same options for all; the several-limit ones add their
-/// limits with [`limit`](RedisLimiterBuilder::limit). Made by [`RedisRateLimiter::builder`],
-/// [`RedisKeyedRateLimiter::builder`] (one limit), [`RedisRateLimiter::dimensions`],
-/// [`RedisKeyedRateLimiter::dimensions`] (several) and their `cluster_` forms.
+/// limits with [`limit`](RedisLimiterBuilder::limit). Made by [`RedisRateLimiter::builder`](crate::redis::RedisRateLimiter::builder),
+/// [`RedisKeyedRateLimiter::builder`](crate::redis::RedisKeyedRateLimiter::builder) (one limit), [`RedisRateLimiter::dimensions`](crate::redis::RedisRateLimiter::dimensions),
+/// [`RedisKeyedRateLimiter::dimensions`](crate::redis::RedisKeyedRateLimiter::dimensions) (several) and their `cluster_` forms.
 ///
 /// # Examples
 ///
@@ -57,44 +45,8 @@ use crate::sync::Mutex;
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct RedisLimiterBuilder<L: sealed::Build> {
     options: Options<L::Cost>,
-    spec: L::Spec,
+    pub(super) spec: L::Spec,
 }
-
-/// Builds a [`RedisRateLimiter`] of one limit (`C = u64`; see [`RedisRateLimiter::builder`])
-/// or of several (`C = [u64; N]`; see [`RedisRateLimiter::dimensions`]).
-///
-/// # Examples
-///
-/// ```
-/// use paced::redis::RedisRateLimiterBuilder;
-/// use paced::{Rate, RedisRateLimiter};
-///
-/// let builder: RedisRateLimiterBuilder =
-///     RedisRateLimiter::builder("redis://127.0.0.1/", "api", Rate::per_second(5), 5);
-/// let several: RedisRateLimiterBuilder<[u64; 2]> =
-///     RedisRateLimiter::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"]);
-/// # let _ = (builder, several);
-/// ```
-pub type RedisRateLimiterBuilder<C = u64> = RedisLimiterBuilder<RedisRateLimiter<C>>;
-
-/// Builds a [`RedisKeyedRateLimiter`] of one limit per key (`C = u64`; see
-/// [`RedisKeyedRateLimiter::builder`]) or of several (`C = [u64; N]`; see
-/// [`RedisKeyedRateLimiter::dimensions`]).
-///
-/// # Examples
-///
-/// ```
-/// use paced::redis::RedisKeyedRateLimiterBuilder;
-/// use paced::{Rate, RedisKeyedRateLimiter};
-///
-/// let builder: RedisKeyedRateLimiterBuilder<String> =
-///     RedisKeyedRateLimiter::builder("redis://127.0.0.1/", "tenants", Rate::per_second(5), 5);
-/// let several: RedisKeyedRateLimiterBuilder<String, [u64; 2]> =
-///     RedisKeyedRateLimiter::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"]);
-/// # let _ = (builder, several);
-/// ```
-pub type RedisKeyedRateLimiterBuilder<K, C = u64> =
-    RedisLimiterBuilder<RedisKeyedRateLimiter<K, C>>;
 
 /// What a builder was told, but for the limits (public in a private module: nameable by no
 /// user).
@@ -112,8 +64,8 @@ pub struct Options<C> {
 /// The limit of a one-limit builder (public in a private module: nameable by no user).
 #[derive(Debug)]
 pub struct OneLimit {
-    rate: Rate,
-    burst: u64,
+    pub(super) rate: Rate,
+    pub(super) burst: u64,
 }
 
 pub(crate) mod sealed {
@@ -171,8 +123,8 @@ impl<L: sealed::Build> RedisLimiterBuilder<L> {
     /// holds to within `max_age` of refill; while waiting, a process waits for a whole lease
     /// rather than one token.
     ///
-    /// A [`RedisRateLimiter`] asks for a whole lease with every round trip. A
-    /// [`RedisKeyedRateLimiter`]'s leases are per key and only for keys in use: a key's first
+    /// A [`RedisRateLimiter`](crate::redis::RedisRateLimiter) asks for a whole lease with every round trip. A
+    /// [`RedisKeyedRateLimiter`](crate::redis::RedisKeyedRateLimiter)'s leases are per key and only for keys in use: a key's first
     /// request takes only its cost, and once a round trip of the key has granted, the key's
     /// next round trips within `max_age` take a lease (so a key not asked again within
     /// `max_age` never holds tokens it does not use, nor costs a round trip to give them back).
@@ -325,60 +277,6 @@ impl<L: sealed::Build> RedisLimiterBuilder<L> {
     }
 }
 
-impl<const N: usize> RedisLimiterBuilder<RedisRateLimiter<[u64; N]>> {
-    /// Adds `limit` on the dimension called `name`, as
-    /// [`RateLimiterBuilder::limit`](crate::RateLimiterBuilder::limit) does. A fixed
-    /// window's boundaries are on Redis's clock: `origin + k * window` in Unix time (an origin
-    /// given by [`Limit::aligned_to_instant`] is mapped through this machine's clock when the
-    /// limiter is built), in whole microseconds.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use paced::{Limit, Rate, RedisRateLimiter};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// let llm = RedisRateLimiter::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"])
-    ///     .limit("requests", Limit::bucket(Rate::per_minute(500), 50))
-    ///     .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
-    ///     .build();
-    /// assert!(llm.is_ok());
-    /// # }
-    /// ```
-    pub fn limit(mut self, name: &str, limit: Limit) -> Self {
-        self.spec.limit(name, limit);
-        self
-    }
-}
-
-impl<K, const N: usize> RedisLimiterBuilder<RedisKeyedRateLimiter<K, [u64; N]>>
-where
-    K: Hash + Eq + Send + Sync + 'static,
-{
-    /// Adds `limit` on the dimension called `name`, for every key; see
-    /// [`RedisRateLimiterBuilder::limit`](RedisLimiterBuilder::limit).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use paced::{Limit, Rate, RedisKeyedRateLimiter};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// let per_tenant = RedisKeyedRateLimiter::<String, _>::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"])
-    ///     .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
-    ///     .limit("tokens", Limit::bucket(Rate::per_minute(10_000), 10_000))
-    ///     .build();
-    /// assert!(per_tenant.is_ok());
-    /// # }
-    /// ```
-    pub fn limit(mut self, name: &str, limit: Limit) -> Self {
-        self.spec.limit(name, limit);
-        self
-    }
-}
-
 impl<L: sealed::Build> RedisLimiterBuilder<L> {
     /// Builds the limiter, with one connection (reconnecting by itself) shared by every key
     /// and clone. Nothing is sent to Redis until the first request, so this succeeds while
@@ -404,74 +302,5 @@ impl<L: sealed::Build> RedisLimiterBuilder<L> {
     /// ```
     pub fn build(self) -> Result<L, RedisLimiterError> {
         L::build(self.options, self.spec)
-    }
-}
-
-impl Options<u64> {
-    /// The state of a limiter of `limit` that names its keys by `naming`; `eager_lease` asks
-    /// for a whole lease with every round trip, not only for keys in use.
-    fn inner<K>(
-        self,
-        limit: OneLimit,
-        naming: Naming,
-        eager_lease: bool,
-    ) -> Result<Inner<K>, RedisLimiterError> {
-        let OneLimit { rate, burst } = limit;
-        policy::validate(burst, self.response_timeout, self.lease, self.policy)?;
-        let (lease_tokens, lease_age) = self.lease.unwrap_or((0, Duration::ZERO));
-        let conn = self.target.connect(self.response_timeout)?;
-        Ok(Inner {
-            conn,
-            warmth: Arc::default(),
-            script: redis::Script::new(SCRIPT),
-            naming,
-            rate,
-            burst,
-            interval_us: policy::interval_us(rate),
-            policy: self.policy,
-            lease_tokens,
-            lease_age,
-            eager_lease,
-            sweeping: AtomicBool::new(false),
-            fallback: Mutex::new(Fallback::default()),
-            limits: Mutex::new(HashMap::new()),
-            keys: Mutex::new(HashMap::new()),
-            hasher: RandomState::new(),
-            counters: Counters {
-                #[cfg(feature = "metrics")]
-                metrics: self
-                    .metrics_name
-                    .as_deref()
-                    .map(crate::instrument::RedisMetrics::new),
-                ..Counters::default()
-            },
-        })
-    }
-}
-
-impl<K> sealed::Build for RedisKeyedRateLimiter<K>
-where
-    K: Hash + Eq + Send + Sync + 'static,
-{
-    type Cost = u64;
-    type Spec = OneLimit;
-
-    fn build(options: Options<u64>, limit: OneLimit) -> Result<Self, RedisLimiterError> {
-        let naming = Naming::prefixed(&options.name);
-        Ok(RedisKeyedRateLimiter {
-            inner: Arc::new(options.inner(limit, naming, false)?),
-        })
-    }
-}
-
-impl sealed::Build for RedisRateLimiter {
-    type Cost = u64;
-    type Spec = OneLimit;
-
-    fn build(options: Options<u64>, limit: OneLimit) -> Result<Self, RedisLimiterError> {
-        let naming = Naming::Exact(options.name.clone());
-        Ok(RedisRateLimiter::from_keyed(RedisKeyedRateLimiter {
-            inner: Arc::new(options.inner(limit, naming, true)?),
-        }))
     }
 }

@@ -9,14 +9,15 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::builder::RedisKeyedRateLimiterBuilder;
+use super::builder::sealed::Build;
+use super::builder::{OneLimit, Options, RedisLimiterBuilder};
 use super::connect::Target;
 use super::error::RedisLimiterError;
 use super::fallback::{Fallback, KeyedFallback};
 use super::key::Naming;
-use super::lease::KeyLocal;
-use super::policy::FailurePolicy;
-use super::script::{Conn, Counters};
+use super::local::KeyLocal;
+use super::policy::{self, FailurePolicy};
+use super::script::{Conn, Counters, SCRIPT};
 use super::stats::RedisStats;
 use super::turns::Warmth;
 #[allow(unused_imports)] // the docs' links
@@ -26,6 +27,25 @@ use crate::limiter::Cost;
 use crate::limiter::{KeyedLimiter, KeyedRateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};
+
+/// Builds a [`RedisKeyedRateLimiter`] of one limit per key (`C = u64`; see
+/// [`RedisKeyedRateLimiter::builder`]) or of several (`C = [u64; N]`; see
+/// [`RedisKeyedRateLimiter::dimensions`]).
+///
+/// # Examples
+///
+/// ```
+/// use paced::redis::RedisKeyedRateLimiterBuilder;
+/// use paced::{Rate, RedisKeyedRateLimiter};
+///
+/// let builder: RedisKeyedRateLimiterBuilder<String> =
+///     RedisKeyedRateLimiter::builder("redis://127.0.0.1/", "tenants", Rate::per_second(5), 5);
+/// let several: RedisKeyedRateLimiterBuilder<String, [u64; 2]> =
+///     RedisKeyedRateLimiter::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"]);
+/// # let _ = (builder, several);
+/// ```
+pub type RedisKeyedRateLimiterBuilder<K, C = u64> =
+    RedisLimiterBuilder<RedisKeyedRateLimiter<K, C>>;
 
 /// One token bucket per key, shared by every process that uses the same Redis and prefix: a
 /// quota per tenant, per user or per partner across a fleet.
@@ -320,5 +340,62 @@ where
     #[must_use]
     pub fn stats(&self) -> RedisStats {
         RedisStats::read(&self.inner.counters, lock(&self.inner.keys).len())
+    }
+}
+
+impl Options<u64> {
+    /// The state of a limiter of `limit` that names its keys by `naming`; `eager_lease` asks
+    /// for a whole lease with every round trip, not only for keys in use.
+    pub(super) fn inner<K>(
+        self,
+        limit: OneLimit,
+        naming: Naming,
+        eager_lease: bool,
+    ) -> Result<Inner<K>, RedisLimiterError> {
+        let OneLimit { rate, burst } = limit;
+        policy::validate(burst, self.response_timeout, self.lease, self.policy)?;
+        let (lease_tokens, lease_age) = self.lease.unwrap_or((0, Duration::ZERO));
+        let conn = self.target.connect(self.response_timeout)?;
+        Ok(Inner {
+            conn,
+            warmth: Arc::default(),
+            script: redis::Script::new(SCRIPT),
+            naming,
+            rate,
+            burst,
+            interval_us: policy::interval_us(rate),
+            policy: self.policy,
+            lease_tokens,
+            lease_age,
+            eager_lease,
+            sweeping: AtomicBool::new(false),
+            fallback: Mutex::new(Fallback::default()),
+            limits: Mutex::new(HashMap::new()),
+            keys: Mutex::new(HashMap::new()),
+            hasher: RandomState::new(),
+            counters: Counters {
+                #[cfg(feature = "metrics")]
+                metrics: self
+                    .metrics_name
+                    .as_deref()
+                    .map(crate::instrument::RedisMetrics::new),
+                ..Counters::default()
+            },
+        })
+    }
+}
+
+impl<K> Build for RedisKeyedRateLimiter<K>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+{
+    type Cost = u64;
+    type Spec = OneLimit;
+
+    fn build(options: Options<u64>, limit: OneLimit) -> Result<Self, RedisLimiterError> {
+        let naming = Naming::prefixed(&options.name);
+        Ok(RedisKeyedRateLimiter {
+            inner: Arc::new(options.inner(limit, naming, false)?),
+        })
     }
 }

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::builder::sealed::Build;
-use super::builder::{Options, RedisKeyedRateLimiterBuilder, RedisLimiterBuilder};
+use super::builder::{Options, RedisLimiterBuilder};
 use super::connect::Target;
 use super::error::{RedisLimiterError, TryAcquireError};
 use super::key::Naming;
-use super::keyed::RedisKeyedRateLimiter;
+use super::keyed::{RedisKeyedRateLimiter, RedisKeyedRateLimiterBuilder};
 use super::limiter::RedisRateLimiter;
 use super::multi::{Dimensions, Inner, Quota, RedisPermit, Several};
 use super::stats::RedisStats;
@@ -41,6 +41,33 @@ where
                 quotas: Arc::new(Mutex::new(HashMap::new())),
             },
         })
+    }
+}
+
+impl<K, const N: usize> RedisLimiterBuilder<RedisKeyedRateLimiter<K, [u64; N]>>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+{
+    /// Adds `limit` on the dimension called `name`, for every key; see
+    /// [`RedisRateLimiterBuilder::limit`](RedisLimiterBuilder::limit).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paced::{Limit, Rate, RedisKeyedRateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let per_tenant = RedisKeyedRateLimiter::<String, _>::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"])
+    ///     .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
+    ///     .limit("tokens", Limit::bucket(Rate::per_minute(10_000), 10_000))
+    ///     .build();
+    /// assert!(per_tenant.is_ok());
+    /// # }
+    /// ```
+    pub fn limit(mut self, name: &str, limit: Limit) -> Self {
+        self.spec.limit(name, limit);
+        self
     }
 }
 

@@ -1,11 +1,14 @@
 //! [`RedisRateLimiter`]: a [`RedisKeyedRateLimiter`] with one key, named as given.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::builder::RedisRateLimiterBuilder;
+use super::builder::sealed::Build;
+use super::builder::{OneLimit, Options, RedisLimiterBuilder};
 use super::connect::Target;
 use super::error::{RedisLimiterError, TryAcquireError};
+use super::key::Naming;
 use super::keyed::RedisKeyedRateLimiter;
 use super::stats::RedisStats;
 #[allow(unused_imports)] // the docs' links
@@ -27,6 +30,23 @@ impl fmt::Display for OnlyKey {
         Ok(())
     }
 }
+
+/// Builds a [`RedisRateLimiter`] of one limit (`C = u64`; see [`RedisRateLimiter::builder`])
+/// or of several (`C = [u64; N]`; see [`RedisRateLimiter::dimensions`]).
+///
+/// # Examples
+///
+/// ```
+/// use paced::redis::RedisRateLimiterBuilder;
+/// use paced::{Rate, RedisRateLimiter};
+///
+/// let builder: RedisRateLimiterBuilder =
+///     RedisRateLimiter::builder("redis://127.0.0.1/", "api", Rate::per_second(5), 5);
+/// let several: RedisRateLimiterBuilder<[u64; 2]> =
+///     RedisRateLimiter::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"]);
+/// # let _ = (builder, several);
+/// ```
+pub type RedisRateLimiterBuilder<C = u64> = RedisLimiterBuilder<RedisRateLimiter<C>>;
 
 /// A token bucket shared by every process that names the same Redis key: one quota across
 /// processes and machines (a consumer group on many hosts, one partner API key).
@@ -389,5 +409,17 @@ impl fmt::Debug for One {
             .field("burst", &inner.burst)
             .field("policy", &inner.policy)
             .finish_non_exhaustive()
+    }
+}
+
+impl Build for RedisRateLimiter {
+    type Cost = u64;
+    type Spec = OneLimit;
+
+    fn build(options: Options<u64>, limit: OneLimit) -> Result<Self, RedisLimiterError> {
+        let naming = Naming::Exact(options.name.clone());
+        Ok(RedisRateLimiter::from_keyed(RedisKeyedRateLimiter {
+            inner: Arc::new(options.inner(limit, naming, true)?),
+        }))
     }
 }

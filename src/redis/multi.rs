@@ -10,11 +10,11 @@ use tokio::time::Instant;
 
 use super::acquire::{on_fallback, pause_after, spend_budget, Outages, WaitError};
 use super::builder::sealed::Build;
-use super::builder::{Options, RedisLimiterBuilder, RedisRateLimiterBuilder};
+use super::builder::{Options, RedisLimiterBuilder};
 use super::connect::Target;
 use super::error::{RedisLimiterError, TryAcquireError};
 use super::fallback::Fallback;
-use super::limiter::RedisRateLimiter;
+use super::limiter::{RedisRateLimiter, RedisRateLimiterBuilder};
 use super::policy::{self, FailurePolicy};
 use super::script::{bump, evalsha, round_down, round_up, wait_from_us, Conn, Counters, Failure};
 use super::stats::RedisStats;
@@ -109,6 +109,33 @@ impl<const N: usize> Build for RedisRateLimiter<[u64; N]> {
                 }),
             },
         })
+    }
+}
+
+impl<const N: usize> RedisLimiterBuilder<RedisRateLimiter<[u64; N]>> {
+    /// Adds `limit` on the dimension called `name`, as
+    /// [`RateLimiterBuilder::limit`](crate::RateLimiterBuilder::limit) does. A fixed
+    /// window's boundaries are on Redis's clock: `origin + k * window` in Unix time (an origin
+    /// given by [`Limit::aligned_to_instant`] is mapped through this machine's clock when the
+    /// limiter is built), in whole microseconds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paced::{Limit, Rate, RedisRateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let llm = RedisRateLimiter::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"])
+    ///     .limit("requests", Limit::bucket(Rate::per_minute(500), 50))
+    ///     .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
+    ///     .build();
+    /// assert!(llm.is_ok());
+    /// # }
+    /// ```
+    pub fn limit(mut self, name: &str, limit: Limit) -> Self {
+        self.spec.limit(name, limit);
+        self
     }
 }
 
