@@ -50,6 +50,7 @@ mod policy;
 mod script;
 mod stats;
 mod turns;
+mod wait;
 
 pub use builder::RedisLimiterBuilder;
 pub use error::{RedisLimiterError, TryAcquireError};

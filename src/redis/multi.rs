@@ -8,7 +8,6 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::acquire::{on_fallback, pause_after, spend_budget, Outages, WaitError};
 use super::builder::sealed::Build;
 use super::builder::{Options, RedisLimiterBuilder};
 use super::connect::Target;
@@ -19,6 +18,7 @@ use super::policy::{self, FailurePolicy};
 use super::script::{bump, evalsha, round_down, round_up, wait_from_us, Conn, Counters, Failure};
 use super::stats::RedisStats;
 use super::turns::{Asking, Turns, Warmth};
+use super::wait::{on_fallback, pause_after, spend_budget, Outages, WaitError};
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
 use crate::limiter::{Limit, Permit, RateLimiter};
