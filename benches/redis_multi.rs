@@ -1,4 +1,4 @@
-//! `RedisRateLimiter` (two limits of one quota in one key, one script call) against the
+//! `RedisRateLimiter<[u64; 2]>` (two limits of one quota in one key, one script call) against the
 //! one-limit `RedisRateLimiter`, on one private `redis-server` on loopback: what a grant
 //! costs when a request is checked against two limits at once.
 //!
@@ -51,7 +51,7 @@ impl Contender {
     fn name(&self) -> &'static str {
         match self {
             Contender::One(_) => "RedisRateLimiter::try_acquire(1), one limit",
-            Contender::Two(_) => "RedisRateLimiter::try_acquire([1, 1]), two limits",
+            Contender::Two(_) => "RedisRateLimiter<[u64; 2]>::try_acquire([1, 1]), two limits",
             Contender::Leased(_) => "the same, lease([100, 100], 5 ms)",
         }
     }

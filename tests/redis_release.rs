@@ -148,7 +148,7 @@ fn tokens_limit() -> Limit {
 
 #[test]
 fn several_limits_release_at_the_charged_instants() {
-    on_every_flavor("RedisRateLimiter", |url, round| async move {
+    on_every_flavor("RedisRateLimiter<[u64; 1]>", |url, round| async move {
         let quota = RedisRateLimiter::dimensions(&url, format!("multi-{round}"), ["tokens"])
             .limit("tokens", tokens_limit())
             .build()
@@ -165,38 +165,45 @@ fn several_limits_release_at_the_charged_instants() {
 
 #[test]
 fn several_limits_with_leases_release_at_the_charged_instants() {
-    on_every_flavor("RedisRateLimiter with leases", |url, round| async move {
-        let quota = RedisRateLimiter::dimensions(&url, format!("multi-lease-{round}"), ["tokens"])
-            .limit("tokens", tokens_limit())
-            .lease([10], Duration::from_millis(50))
-            .build()
-            .unwrap();
-        six_releases(move || {
-            let quota = quota.clone();
-            async move {
-                quota.acquire([COST]).await.unwrap();
-            }
-        })
-        .await
-    });
+    on_every_flavor(
+        "RedisRateLimiter<[u64; 1]> with leases",
+        |url, round| async move {
+            let quota =
+                RedisRateLimiter::dimensions(&url, format!("multi-lease-{round}"), ["tokens"])
+                    .limit("tokens", tokens_limit())
+                    .lease([10], Duration::from_millis(50))
+                    .build()
+                    .unwrap();
+            six_releases(move || {
+                let quota = quota.clone();
+                async move {
+                    quota.acquire([COST]).await.unwrap();
+                }
+            })
+            .await
+        },
+    );
 }
 
 #[test]
 fn keyed_several_limits_release_at_the_charged_instants() {
-    on_every_flavor("RedisKeyedRateLimiter", |url, round| async move {
-        let quota: RedisKeyedRateLimiter<String, [u64; 1]> =
-            RedisKeyedRateLimiter::dimensions(&url, format!("keyed-multi-{round}"), ["tokens"])
-                .limit("tokens", tokens_limit())
-                .build()
-                .unwrap();
-        six_releases(move || {
-            let quota = quota.clone();
-            async move {
-                quota.acquire("tenant", [COST]).await.unwrap();
-            }
-        })
-        .await
-    });
+    on_every_flavor(
+        "RedisKeyedRateLimiter<String, [u64; 1]>",
+        |url, round| async move {
+            let quota: RedisKeyedRateLimiter<String, [u64; 1]> =
+                RedisKeyedRateLimiter::dimensions(&url, format!("keyed-multi-{round}"), ["tokens"])
+                    .limit("tokens", tokens_limit())
+                    .build()
+                    .unwrap();
+            six_releases(move || {
+                let quota = quota.clone();
+                async move {
+                    quota.acquire("tenant", [COST]).await.unwrap();
+                }
+            })
+            .await
+        },
+    );
 }
 
 /// A refund while a reservation waits: a takes 1,500 at 0; b reserves 1,000 (due at 250 ms); at 100 ms a
