@@ -1,4 +1,4 @@
-//! `RedisMultiRateLimiter` (two limits of one quota in one key, one script call) against the
+//! `RedisRateLimiter<[u64; 2]>` (two limits of one quota in one key, one script call) against the
 //! one-limit `RedisRateLimiter`, on one private `redis-server` on loopback: what a grant
 //! costs when a request is checked against two limits at once.
 //!
@@ -18,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use paced::redis::{RedisMultiRateLimiter, RedisStats};
+use paced::redis::RedisStats;
 use paced::{Limit, Rate, RedisRateLimiter};
 
 #[allow(dead_code)]
@@ -43,15 +43,15 @@ const HANG: Duration = Duration::from_secs(60);
 #[derive(Clone)]
 enum Contender {
     One(RedisRateLimiter),
-    Two(RedisMultiRateLimiter<2>),
-    Leased(RedisMultiRateLimiter<2>),
+    Two(RedisRateLimiter<[u64; 2]>),
+    Leased(RedisRateLimiter<[u64; 2]>),
 }
 
 impl Contender {
     fn name(&self) -> &'static str {
         match self {
             Contender::One(_) => "RedisRateLimiter::try_acquire(1), one limit",
-            Contender::Two(_) => "RedisMultiRateLimiter::try_acquire([1, 1]), two limits",
+            Contender::Two(_) => "RedisRateLimiter<[u64; 2]>::try_acquire([1, 1]), two limits",
             Contender::Leased(_) => "the same, lease([100, 100], 5 ms)",
         }
     }
@@ -111,14 +111,14 @@ fn main() {
             .expect("a valid configuration")
     });
     let two = rt.block_on(async {
-        RedisMultiRateLimiter::builder(&url, "two", ["requests", "tokens"])
+        RedisRateLimiter::dimensions(&url, "two", ["requests", "tokens"])
             .limit("requests", Limit::bucket(rate, FREE_BURST))
             .limit("tokens", Limit::bucket(rate, FREE_BURST))
             .build()
             .expect("a valid configuration")
     });
     let leased = rt.block_on(async {
-        RedisMultiRateLimiter::builder(&url, "leased", ["requests", "tokens"])
+        RedisRateLimiter::dimensions(&url, "leased", ["requests", "tokens"])
             .limit("requests", Limit::bucket(rate, FREE_BURST))
             .limit("tokens", Limit::bucket(rate, FREE_BURST))
             .lease([100, 100], Duration::from_millis(5))

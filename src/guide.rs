@@ -749,7 +749,7 @@
 //!   and break the bound. So they are held back: a bucket takes them back at the latest waiting
 //!   grant's instant, and only as many as it would hold beside the waiting grants (a burst
 //!   minus the most a waiting grant found in it). The rest is lost, as a full bucket loses its
-//!   refill. `RedisMultiRateLimiter` keeps that room in Redis; the one-limit script, which has
+//!   refill. `RedisRateLimiter<[u64; N]>` keeps that room in Redis; the one-limit script, which has
 //!   no room for it in its format, takes back nothing while grants wait, except the last
 //!   grant's own tokens, which come back whole. In process, tokens given back reach the
 //!   waiters at once instead: there the waiters' instants are not fixed yet.
@@ -922,7 +922,7 @@
 //!   the same kind of error. 1.0 is the first format: builds before it stored other forms
 //!   (text, or doubles without a version), which 1.0 does not read; such a key answers the
 //!   error until it is deleted or expires.
-//! - **Several limits** (`RedisMultiRateLimiter`) keep version 1 too: one byte, the latest
+//! - **Several limits** (`RedisRateLimiter<[u64; N]>`) keep version 1 too: one byte, the latest
 //!   grant's instant, then two doubles per limit (9 + 16 × M bytes; with limits set by
 //!   `set_limit`, four more doubles per limit). A bucket's second double is its room for tokens
 //!   given back while grants wait. Builds before it wrote 0 there and never read it, so the two

@@ -185,9 +185,6 @@ pub use rate::Rate;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 #[doc(inline)]
 pub use redis::{RedisKeyedRateLimiter, RedisRateLimiter};
-// Until the Redis limiters are one type per role (merged next).
-#[cfg(feature = "redis")]
-pub use redis::{RedisKeyedMultiRateLimiter, RedisMultiRateLimiter};
 pub use sink::PaceSinkExt;
 pub use stream::PaceExt;
 

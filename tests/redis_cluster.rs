@@ -10,10 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use paced::redis::{FailurePolicy, RedisLimiterError, TryAcquireError};
-use paced::{
-    Limit, Rate, RedisKeyedMultiRateLimiter, RedisKeyedRateLimiter, RedisMultiRateLimiter,
-    RedisRateLimiter,
-};
+use paced::{Limit, Rate, RedisKeyedRateLimiter, RedisRateLimiter};
 
 /// A private Redis Cluster: every node is killed (SIGKILL) on drop.
 struct Cluster {
@@ -306,8 +303,8 @@ async fn a_multi_limit_quota_lives_in_one_slot_and_is_exact_from_two_instances()
     };
     let urls = cluster.urls();
     let nodes = nodes(&urls);
-    let multi = |nodes: &[&str]| -> RedisMultiRateLimiter<2> {
-        RedisMultiRateLimiter::cluster_builder(nodes, "llm", ["requests", "tokens"])
+    let multi = |nodes: &[&str]| -> RedisRateLimiter<[u64; 2]> {
+        RedisRateLimiter::cluster_dimensions(nodes, "llm", ["requests", "tokens"])
             .limit("requests", Limit::bucket(slow(), 5))
             .limit("tokens", Limit::bucket(slow(), 100))
             .limit("tokens", Limit::window(1_000, Duration::from_secs(86_400)))
@@ -331,8 +328,8 @@ async fn a_multi_limit_quota_lives_in_one_slot_and_is_exact_from_two_instances()
     assert_eq!(granted, 3);
     assert_eq!(a.stats().errors + b.stats().errors, 0);
     // Per key, each key's limits in its own slot.
-    let keyed: RedisKeyedMultiRateLimiter<String, 2> =
-        RedisKeyedMultiRateLimiter::cluster_builder(&nodes, "tenants", ["requests", "tokens"])
+    let keyed: RedisKeyedRateLimiter<String, [u64; 2]> =
+        RedisKeyedRateLimiter::cluster_dimensions(&nodes, "tenants", ["requests", "tokens"])
             .limit("requests", Limit::bucket(slow(), 2))
             .limit("tokens", Limit::bucket(slow(), 100))
             .build()

@@ -1,5 +1,5 @@
 //! A fleet under stress on real servers: 4 processes, each on a multi-thread runtime of 8
-//! workers with 64 tasks on one `RedisMultiRateLimiter` handle, acquiring random costs on a
+//! workers with 64 tasks on one `RedisRateLimiter` handle, acquiring random costs on a
 //! two-limit quota (requests and tokens) and settling them up and down; mid-run the test
 //! `kill -9`s `redis-server` and starts it again. The server keeps an append-only file synced
 //! before every reply, so the restart keeps every charge it answered: one without its data would
@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use paced::redis::{FailurePolicy, RedisMultiRateLimiter};
+use paced::redis::{FailurePolicy, RedisRateLimiter};
 use paced::{Limit, Rate};
 
 #[allow(dead_code)]
@@ -72,7 +72,7 @@ fn worker_process() {
         .build()
         .unwrap();
     let events = runtime.block_on(async {
-        let quota = RedisMultiRateLimiter::builder(url, "stress", ["requests", "tokens"])
+        let quota = RedisRateLimiter::dimensions(url, "stress", ["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_second(80), LIMITS[0].1))
             .limit(
                 "tokens",

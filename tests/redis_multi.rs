@@ -1,4 +1,4 @@
-//! `RedisMultiRateLimiter` against a real, private `redis-server`: all or nothing, one round
+//! `RedisRateLimiter` against a real, private `redis-server`: all or nothing, one round
 //! trip per grant, the latest wait, settling down and up as Redis holds it, the format version,
 //! `set_limit` and `clear_limit` obeyed by other instances and processes, leases (taken by
 //! `try_acquire` and reservations, given back when they expire, never passing an earlier
@@ -12,8 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use paced::redis::{
-    FailurePolicy, RedisKeyedMultiRateLimiter, RedisLimiterError, RedisMultiRateLimiter,
-    TryAcquireError,
+    FailurePolicy, RedisKeyedRateLimiter, RedisLimiterError, RedisRateLimiter, TryAcquireError,
 };
 use paced::{ConfigError, Limit, Rate};
 
@@ -30,8 +29,8 @@ const WORKER: &str = "PACED_MULTI_WORKER";
 
 /// Requests and tokens, each so slow that no test refills a noticeable part of a token (one a
 /// minute: under 0.05 in 3 s).
-fn slow(url: &str, name: &str, requests: u64, tokens: u64) -> RedisMultiRateLimiter<2> {
-    RedisMultiRateLimiter::builder(url, name, ["requests", "tokens"])
+fn slow(url: &str, name: &str, requests: u64, tokens: u64) -> RedisRateLimiter<[u64; 2]> {
+    RedisRateLimiter::dimensions(url, name, ["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_minute(1), requests))
         .limit("tokens", Limit::bucket(Rate::per_minute(1), tokens))
         .build()
@@ -123,8 +122,8 @@ async fn one_round_trip_per_grant() {
 async fn the_wait_is_the_latest_of_the_limits() {
     let server = Server::start();
     // Requests: one every 100 ms, burst 1. Tokens: 100/s (one every 10 ms), burst 100.
-    let llm: RedisMultiRateLimiter<2> =
-        RedisMultiRateLimiter::builder(&server.url(), "latest", ["requests", "tokens"])
+    let llm: RedisRateLimiter<[u64; 2]> =
+        RedisRateLimiter::dimensions(&server.url(), "latest", ["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_second(10), 1))
             .limit("tokens", Limit::bucket(Rate::per_second(100), 100))
             .build()
@@ -171,8 +170,8 @@ async fn the_wait_is_the_latest_of_the_limits() {
 async fn settling_corrects_every_limit_in_redis() {
     let server = Server::start();
     let mut conn = admin(&server);
-    let llm: RedisMultiRateLimiter<2> =
-        RedisMultiRateLimiter::builder(&server.url(), "settle", ["requests", "tokens"])
+    let llm: RedisRateLimiter<[u64; 2]> =
+        RedisRateLimiter::dimensions(&server.url(), "settle", ["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_minute(1), 10))
             .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
             // Two limits on one dimension: both corrected.
@@ -219,8 +218,8 @@ async fn settling_corrects_every_limit_in_redis() {
 async fn a_waiter_that_goes_away_gives_its_charge_back() {
     let server = Server::start();
     let mut conn = admin(&server);
-    let llm: RedisMultiRateLimiter<2> =
-        RedisMultiRateLimiter::builder(&server.url(), "gone", ["requests", "tokens"])
+    let llm: RedisRateLimiter<[u64; 2]> =
+        RedisRateLimiter::dimensions(&server.url(), "gone", ["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_minute(1), 10))
             .limit("tokens", Limit::bucket(Rate::per_second(10), 100))
             .build()
@@ -270,8 +269,8 @@ async fn a_state_of_an_unknown_version_is_a_reply_error_left_as_it_is() {
     // A state of another number of limits is not this quota's either.
     let other = slow(&server.url(), "shape", 5, 100);
     other.acquire([1, 1]).await.unwrap();
-    let three: RedisMultiRateLimiter<1> =
-        RedisMultiRateLimiter::builder(&server.url(), "shape", ["requests"])
+    let three: RedisRateLimiter<[u64; 1]> =
+        RedisRateLimiter::dimensions(&server.url(), "shape", ["requests"])
             .limit("requests", Limit::bucket(Rate::per_minute(1), 5))
             .build()
             .unwrap();
@@ -286,8 +285,8 @@ async fn a_fixed_window_resets_at_its_boundaries_on_redis_time() {
     let server = Server::start();
     let mut conn = admin(&server);
     // At most 3 requests per second, from the Unix epoch's seconds, and a slow token bucket.
-    let llm: RedisMultiRateLimiter<2> =
-        RedisMultiRateLimiter::builder(&server.url(), "window", ["requests", "tokens"])
+    let llm: RedisRateLimiter<[u64; 2]> =
+        RedisRateLimiter::dimensions(&server.url(), "window", ["requests", "tokens"])
             .limit("requests", Limit::window(3, Duration::from_secs(1)))
             .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
             .build()
@@ -348,8 +347,8 @@ async fn a_fixed_window_resets_at_its_boundaries_on_redis_time() {
 async fn a_keyed_limiter_keeps_each_keys_limits_under_its_own_hash_tag() {
     let server = Server::start();
     let mut conn = admin(&server);
-    let tenants: RedisKeyedMultiRateLimiter<String, 2> =
-        RedisKeyedMultiRateLimiter::builder(&server.url(), "tenants", ["requests", "tokens"])
+    let tenants: RedisKeyedRateLimiter<String, [u64; 2]> =
+        RedisKeyedRateLimiter::dimensions(&server.url(), "tenants", ["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_minute(1), 5))
             .limit("tokens", Limit::bucket(Rate::per_minute(1), 100))
             .build()
@@ -386,7 +385,7 @@ async fn set_limit_is_kept_in_redis_for_every_instance_keeping_levels() {
     let server = Server::start();
     let mut conn = admin(&server);
     let build = || {
-        RedisMultiRateLimiter::builder(&server.url(), "set", ["requests", "tokens"])
+        RedisRateLimiter::dimensions(&server.url(), "set", ["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_minute(1), 5))
             .limit("tokens", Limit::bucket(Rate::per_minute(1), 100))
             .limit("tokens", Limit::window(200, Duration::from_secs(3_600)))
@@ -466,7 +465,7 @@ async fn set_limit_is_kept_in_redis_for_every_instance_keeping_levels() {
         }
     }
     // The keyed limiter sets one key's limit; the other keys keep the builder's.
-    let keyed = RedisKeyedMultiRateLimiter::<String, 1>::builder(&server.url(), "ks", ["r"])
+    let keyed = RedisKeyedRateLimiter::<String, [u64; 1]>::dimensions(&server.url(), "ks", ["r"])
         .limit("r", Limit::bucket(Rate::per_minute(1), 3))
         .build()
         .unwrap();
@@ -521,8 +520,12 @@ async fn another_process_obeys_a_limit_set_in_redis() {
 
 /// Requests (bucket of 50) and tokens (bucket of 1000 and 600 an hour), each refilling
 /// one a minute, under `name`, with a lease if given.
-fn leased(url: &str, name: &str, lease: Option<([u64; 2], Duration)>) -> RedisMultiRateLimiter<2> {
-    let mut builder = RedisMultiRateLimiter::builder(url, name, ["requests", "tokens"])
+fn leased(
+    url: &str,
+    name: &str,
+    lease: Option<([u64; 2], Duration)>,
+) -> RedisRateLimiter<[u64; 2]> {
+    let mut builder = RedisRateLimiter::dimensions(url, name, ["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_minute(1), 50))
         .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
         .limit("tokens", Limit::window(600, Duration::from_secs(3_600)));
@@ -607,7 +610,7 @@ async fn a_lease_is_charged_in_redis_at_once_and_grants_locally() {
     d.try_acquire([1, 1]).await.unwrap();
     assert_eq!(d.stats().round_trips, 3);
     // A lease of nothing is a configuration error.
-    let zero = RedisMultiRateLimiter::<2>::builder(&server.url(), "z", ["requests", "tokens"])
+    let zero = RedisRateLimiter::<[u64; 2]>::dimensions(&server.url(), "z", ["requests", "tokens"])
         .lease([0, 0], minute)
         .build();
     assert!(matches!(
@@ -624,25 +627,25 @@ fn the_configuration_is_checked() {
         .unwrap();
     let _guard = runtime.enter();
     let url = "redis://127.0.0.1:1/";
-    let error = |built: Result<RedisMultiRateLimiter<2>, RedisLimiterError>| match built {
+    let error = |built: Result<RedisRateLimiter<[u64; 2]>, RedisLimiterError>| match built {
         Err(RedisLimiterError::Config(e)) => e,
         other => panic!("{other:?}"),
     };
-    let window = RedisMultiRateLimiter::builder(url, "w", ["requests", "tokens"])
+    let window = RedisRateLimiter::dimensions(url, "w", ["requests", "tokens"])
         .limit("requests", Limit::window(0, Duration::from_secs(60)))
         .build();
     assert_eq!(error(window), ConfigError::ZeroQuota);
-    let unknown = RedisMultiRateLimiter::builder(url, "u", ["requests", "tokens"])
+    let unknown = RedisRateLimiter::dimensions(url, "u", ["requests", "tokens"])
         .limit("calls", Limit::bucket(Rate::per_second(1), 1))
         .build();
     assert_eq!(error(unknown), ConfigError::UnknownDimension);
-    let twice = RedisMultiRateLimiter::builder(url, "d", ["tokens", "tokens"]).build();
+    let twice = RedisRateLimiter::dimensions(url, "d", ["tokens", "tokens"]).build();
     assert_eq!(error(twice), ConfigError::DuplicateDimension);
-    let empty = RedisMultiRateLimiter::builder(url, "z", ["requests", "tokens"])
+    let empty = RedisRateLimiter::dimensions(url, "z", ["requests", "tokens"])
         .limit("tokens", Limit::bucket(Rate::per_second(1), 0))
         .build();
     assert_eq!(error(empty), ConfigError::ZeroBurst);
-    let share = RedisMultiRateLimiter::builder(url, "s", ["requests", "tokens"])
+    let share = RedisRateLimiter::dimensions(url, "s", ["requests", "tokens"])
         .failure_policy(FailurePolicy::FailOpen { share: 0.0 })
         .build();
     assert_eq!(error(share), ConfigError::Share);
@@ -654,8 +657,8 @@ const FLEET: [(f64, u64); 2] = [(20.0, 5), (100.0, 30)];
 /// The fleet's fixed window: at most 12 requests in each 500 ms from the Unix epoch.
 const WINDOW: (u64, Duration) = (12, Duration::from_millis(500));
 
-fn fleet(url: &str, name: &str) -> RedisMultiRateLimiter<2> {
-    RedisMultiRateLimiter::builder(url, name, ["requests", "tokens"])
+fn fleet(url: &str, name: &str) -> RedisRateLimiter<[u64; 2]> {
+    RedisRateLimiter::dimensions(url, name, ["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(20), FLEET[0].1))
         .limit("tokens", Limit::bucket(Rate::per_second(100), FLEET[1].1))
         .limit("requests", Limit::window(WINDOW.0, WINDOW.1))
@@ -807,8 +810,8 @@ const PROCESSES: usize = 4;
 /// The lease of [`fleet_leased`]: 2 requests and 20 tokens, for 50 ms.
 const LEASE: ([u64; 2], Duration) = ([2, 20], Duration::from_millis(50));
 
-fn fleet_leased(url: &str, name: &str) -> RedisMultiRateLimiter<2> {
-    RedisMultiRateLimiter::builder(url, name, ["requests", "tokens"])
+fn fleet_leased(url: &str, name: &str) -> RedisRateLimiter<[u64; 2]> {
+    RedisRateLimiter::dimensions(url, name, ["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(20), FLEET[0].1))
         .limit("tokens", Limit::bucket(Rate::per_second(100), FLEET[1].1))
         .limit("requests", Limit::window(WINDOW.0, WINDOW.1))
@@ -891,8 +894,8 @@ fn run_fleet(leased: bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_fail_closed_waits_and_fail_open_falls_back() {
     let mut server = Server::start();
-    let closed: RedisMultiRateLimiter<2> =
-        RedisMultiRateLimiter::builder(&server.url(), "kill", ["requests", "tokens"])
+    let closed: RedisRateLimiter<[u64; 2]> =
+        RedisRateLimiter::dimensions(&server.url(), "kill", ["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_second(100), 10))
             .limit("tokens", Limit::bucket(Rate::per_second(1_000), 100))
             .failure_policy(FailurePolicy::FailClosed {
@@ -902,8 +905,8 @@ async fn redis_killed_fail_closed_waits_and_fail_open_falls_back() {
             .response_timeout(Duration::from_millis(100))
             .build()
             .unwrap();
-    let open: RedisMultiRateLimiter<2> =
-        RedisMultiRateLimiter::builder(&server.url(), "kill", ["requests", "tokens"])
+    let open: RedisRateLimiter<[u64; 2]> =
+        RedisRateLimiter::dimensions(&server.url(), "kill", ["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_second(100), 10))
             .limit("tokens", Limit::bucket(Rate::per_second(1_000), 100))
             .failure_policy(FailurePolicy::FailOpen { share: 0.5 })
@@ -967,7 +970,7 @@ async fn clear_limit_gives_back_the_builders_limits_keeping_levels() {
     let server = Server::start();
     let mut conn = admin(&server);
     let build = || {
-        RedisMultiRateLimiter::builder(&server.url(), "clear", ["requests", "tokens"])
+        RedisRateLimiter::dimensions(&server.url(), "clear", ["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_minute(1), 5))
             .limit("tokens", Limit::bucket(Rate::per_minute(1), 100))
             .limit("tokens", Limit::window(200, Duration::from_secs(3_600)))
@@ -1016,7 +1019,7 @@ async fn clear_limit_gives_back_the_builders_limits_keeping_levels() {
     let exists: i64 = redis::cmd("EXISTS").arg("{none}").query(&mut conn).unwrap();
     assert_eq!(exists, 0);
     // Keyed: one key's limit cleared, back to the builder's 3.
-    let keyed = RedisKeyedMultiRateLimiter::<String, 1>::builder(&server.url(), "kc", ["r"])
+    let keyed = RedisKeyedRateLimiter::<String, [u64; 1]>::dimensions(&server.url(), "kc", ["r"])
         .limit("r", Limit::bucket(Rate::per_minute(1), 3))
         .build()
         .unwrap();
@@ -1054,8 +1057,8 @@ async fn another_process_obeys_a_limit_cleared_in_redis() {
 
 /// Requests (bucket of 10, 100/s) and tokens (bucket of 100, 1,000/s), failing open at half,
 /// with a 100 ms response timeout.
-fn failing_open(url: &str, name: &str) -> RedisMultiRateLimiter<2> {
-    RedisMultiRateLimiter::builder(url, name, ["requests", "tokens"])
+fn failing_open(url: &str, name: &str) -> RedisRateLimiter<[u64; 2]> {
+    RedisRateLimiter::dimensions(url, name, ["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(100), 10))
         .limit("tokens", Limit::bucket(Rate::per_second(1_000), 100))
         .failure_policy(FailurePolicy::FailOpen { share: 0.5 })
@@ -1065,7 +1068,7 @@ fn failing_open(url: &str, name: &str) -> RedisMultiRateLimiter<2> {
 }
 
 /// How many `[1, 1]` the fail-open fallback grants at once (Redis down).
-async fn fallback_grants(llm: &RedisMultiRateLimiter<2>) -> u32 {
+async fn fallback_grants(llm: &RedisRateLimiter<[u64; 2]>) -> u32 {
     let before = llm.stats().fallback;
     let mut granted = 0;
     for _ in 0..30 {
@@ -1078,7 +1081,7 @@ async fn fallback_grants(llm: &RedisMultiRateLimiter<2>) -> u32 {
 }
 
 /// Waits until `llm` is granted by Redis again, and its fallback's second is over.
-async fn back_on_redis(llm: &RedisMultiRateLimiter<2>) {
+async fn back_on_redis(llm: &RedisRateLimiter<[u64; 2]>) {
     let deadline = Instant::now() + Duration::from_secs(10);
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     loop {
@@ -1140,7 +1143,7 @@ async fn the_fail_open_fallback_follows_this_processs_set_and_clear_limit() {
     // A window set by this process: half of its quota.
     server.restart();
     back_on_redis(&llm).await;
-    let windowed = RedisMultiRateLimiter::builder(&server.url(), "win", ["requests", "tokens"])
+    let windowed = RedisRateLimiter::dimensions(&server.url(), "win", ["requests", "tokens"])
         .limit("requests", Limit::window(100, Duration::from_secs(3_600)))
         .failure_policy(FailurePolicy::FailOpen { share: 0.5 })
         .response_timeout(Duration::from_millis(100))
@@ -1161,7 +1164,7 @@ async fn an_expired_lease_is_given_back_never_above_a_burst() {
     // Requests refill fast (1,000/s, burst 50): full again before the lease expires, so its
     // give-back must leave the bucket at 50, not above. Tokens refill slowly: the bucket of
     // 1,000 and the hourly window of 600 get back what the lease did not grant.
-    let llm = RedisMultiRateLimiter::builder(&server.url(), "back", ["requests", "tokens"])
+    let llm = RedisRateLimiter::dimensions(&server.url(), "back", ["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(1_000), 50))
         .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
         .limit("tokens", Limit::window(600, Duration::from_secs(3_600)))
@@ -1185,7 +1188,7 @@ async fn an_expired_lease_is_given_back_never_above_a_burst() {
     llm.try_acquire([1, 575]).await.unwrap();
     // A lease that expires after its window is over gives nothing back to the new window
     // (nothing of it was charged there).
-    let hourly = RedisMultiRateLimiter::builder(&server.url(), "edge", ["requests"])
+    let hourly = RedisRateLimiter::dimensions(&server.url(), "edge", ["requests"])
         .limit("requests", Limit::window(100, Duration::from_millis(300)))
         .lease([10], Duration::from_millis(400))
         .build()
@@ -1202,7 +1205,7 @@ async fn an_expired_lease_is_given_back_never_above_a_burst() {
 async fn a_lease_never_passes_an_earlier_waiter_of_this_process() {
     let server = Server::start();
     // Requests: 5/s (one every 200 ms), burst 2; tokens plenty.
-    let llm = RedisMultiRateLimiter::builder(&server.url(), "fifo", ["requests", "tokens"])
+    let llm = RedisRateLimiter::dimensions(&server.url(), "fifo", ["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(5), 2))
         .limit("tokens", Limit::bucket(Rate::per_minute(1), 10_000))
         .lease([1, 100], Duration::from_secs(60))
@@ -1278,7 +1281,7 @@ async fn acquire_takes_a_lease_too_when_every_dimension_has_room() {
     assert_eq!((a.stats().round_trips, a.stats().from_lease), (1, 10));
     // A reservation that must wait finds no room beyond its cost in the dimension it waits
     // for: it takes no lease, and charges only its cost (the tokens' room is not held back).
-    let b = RedisMultiRateLimiter::builder(&server.url(), "wait", ["requests", "tokens"])
+    let b = RedisRateLimiter::dimensions(&server.url(), "wait", ["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(10), 1))
         .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
         .lease([5, 100], minute)

@@ -9,9 +9,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use paced::redis::{
-    RedisKeyedMultiRateLimiter, RedisKeyedRateLimiter, RedisMultiRateLimiter, TryAcquireError,
-};
+use paced::redis::{RedisKeyedRateLimiter, TryAcquireError};
 use paced::{Limit, Rate, RedisRateLimiter};
 
 #[allow(dead_code)]
@@ -150,8 +148,8 @@ fn tokens_limit() -> Limit {
 
 #[test]
 fn several_limits_release_at_the_charged_instants() {
-    on_every_flavor("RedisMultiRateLimiter", |url, round| async move {
-        let quota = RedisMultiRateLimiter::builder(&url, format!("multi-{round}"), ["tokens"])
+    on_every_flavor("RedisRateLimiter<[u64; 1]>", |url, round| async move {
+        let quota = RedisRateLimiter::dimensions(&url, format!("multi-{round}"), ["tokens"])
             .limit("tokens", tokens_limit())
             .build()
             .unwrap();
@@ -168,10 +166,10 @@ fn several_limits_release_at_the_charged_instants() {
 #[test]
 fn several_limits_with_leases_release_at_the_charged_instants() {
     on_every_flavor(
-        "RedisMultiRateLimiter with leases",
+        "RedisRateLimiter<[u64; 1]> with leases",
         |url, round| async move {
             let quota =
-                RedisMultiRateLimiter::builder(&url, format!("multi-lease-{round}"), ["tokens"])
+                RedisRateLimiter::dimensions(&url, format!("multi-lease-{round}"), ["tokens"])
                     .limit("tokens", tokens_limit())
                     .lease([10], Duration::from_millis(50))
                     .build()
@@ -189,20 +187,23 @@ fn several_limits_with_leases_release_at_the_charged_instants() {
 
 #[test]
 fn keyed_several_limits_release_at_the_charged_instants() {
-    on_every_flavor("RedisKeyedMultiRateLimiter", |url, round| async move {
-        let quota: RedisKeyedMultiRateLimiter<String, 1> =
-            RedisKeyedMultiRateLimiter::builder(&url, format!("keyed-multi-{round}"), ["tokens"])
-                .limit("tokens", tokens_limit())
-                .build()
-                .unwrap();
-        six_releases(move || {
-            let quota = quota.clone();
-            async move {
-                quota.acquire("tenant", [COST]).await.unwrap();
-            }
-        })
-        .await
-    });
+    on_every_flavor(
+        "RedisKeyedRateLimiter<String, [u64; 1]>",
+        |url, round| async move {
+            let quota: RedisKeyedRateLimiter<String, [u64; 1]> =
+                RedisKeyedRateLimiter::dimensions(&url, format!("keyed-multi-{round}"), ["tokens"])
+                    .limit("tokens", tokens_limit())
+                    .build()
+                    .unwrap();
+            six_releases(move || {
+                let quota = quota.clone();
+                async move {
+                    quota.acquire("tenant", [COST]).await.unwrap();
+                }
+            })
+            .await
+        },
+    );
 }
 
 /// A refund while a reservation waits: a takes 1,500 at 0; b reserves 1,000 (due at 250 ms); at 100 ms a
@@ -214,7 +215,7 @@ fn a_refund_while_a_reservation_waits_does_not_bunch_requests() {
     let server = Server::start();
     for workers in [0, 2, 8] {
         runtime(workers).block_on(async {
-            let quota = RedisMultiRateLimiter::builder(
+            let quota = RedisRateLimiter::dimensions(
                 &server.url(),
                 format!("refund-{workers}"),
                 ["tokens"],
@@ -307,7 +308,7 @@ fn a_cost_above_a_burst_is_never_on_every_redis_limiter() {
         let never = |e: TryAcquireError| matches!(e, TryAcquireError::NotUntil(n) if n.is_never());
         let long = Duration::from_secs(3_600);
 
-        let multi = RedisMultiRateLimiter::builder(&url, "never-multi", ["requests", "tokens"])
+        let multi = RedisRateLimiter::dimensions(&url, "never-multi", ["requests", "tokens"])
             .limit("requests", Limit::bucket(Rate::per_second(80), 8))
             .limit("tokens", tokens_limit())
             .build()
@@ -321,8 +322,8 @@ fn a_cost_above_a_burst_is_never_on_every_redis_limiter() {
         // Nothing was charged: a cost within every burst goes at once.
         assert!(multi.try_acquire([8, 1_500]).await.is_ok());
 
-        let keyed: RedisKeyedMultiRateLimiter<String, 2> =
-            RedisKeyedMultiRateLimiter::builder(&url, "never-keyed-multi", ["requests", "tokens"])
+        let keyed: RedisKeyedRateLimiter<String, [u64; 2]> =
+            RedisKeyedRateLimiter::dimensions(&url, "never-keyed-multi", ["requests", "tokens"])
                 .limit("requests", Limit::bucket(Rate::per_second(80), 8))
                 .limit("tokens", tokens_limit())
                 .build()
@@ -388,7 +389,7 @@ fn fail_open_grants_a_cost_dearer_than_a_second_of_the_fallback() {
                 took >= Duration::from_millis(1_850) && took < Duration::from_millis(3_000),
                 "{workers} workers: {took:?}"
             );
-            let multi = RedisMultiRateLimiter::builder(&nowhere(), "dear", ["tokens"])
+            let multi = RedisRateLimiter::dimensions(&nowhere(), "dear", ["tokens"])
                 .limit("tokens", Limit::bucket(Rate::per_second(100), 10))
                 .failure_policy(open)
                 .build()

@@ -43,6 +43,12 @@ pub(crate) mod sealed {
         type Adaptive: AdaptiveState;
         /// A [`KeyedRateLimiter`](crate::KeyedRateLimiter)'s, keyed by `K` and hashed by `S`.
         type Keyed<K, S>: KeyedState<K, S>;
+        /// A [`RedisRateLimiter`](crate::RedisRateLimiter)'s.
+        #[cfg(feature = "redis")]
+        type Redis: Clone + std::fmt::Debug;
+        /// A [`RedisKeyedRateLimiter`](crate::RedisKeyedRateLimiter)'s, of keys `K`.
+        #[cfg(feature = "redis")]
+        type RedisKeyed<K>: Clone + std::fmt::Debug;
     }
 
     /// What a [`RateLimiter`](crate::RateLimiter)'s state does the same way for every shape.
@@ -90,11 +96,19 @@ pub(crate) mod sealed {
         type Local = crate::limiter::rate_limiter::One;
         type Adaptive = crate::limiter::adaptive::One;
         type Keyed<K, S> = crate::limiter::keyed::One<K, S>;
+        #[cfg(feature = "redis")]
+        type Redis = crate::redis::state::One;
+        #[cfg(feature = "redis")]
+        type RedisKeyed<K> = crate::redis::state::KeyedOne<K>;
     }
 
     impl<const N: usize> Shape for [u64; N] {
         type Local = crate::limiter::multi::Several<N>;
         type Adaptive = crate::limiter::adaptive_multi::Several<N>;
         type Keyed<K, S> = crate::limiter::keyed_multi::Several<K, N, S>;
+        #[cfg(feature = "redis")]
+        type Redis = crate::redis::state::Several<N>;
+        #[cfg(feature = "redis")]
+        type RedisKeyed<K> = crate::redis::state::KeyedSeveral<K, N>;
     }
 }

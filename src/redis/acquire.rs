@@ -1,34 +1,32 @@
-//! The one acquisition path of both Redis limiters: `acquire`, `acquire_timeout`, `try_acquire`.
+//! The acquisition path of the one-limit Redis limiters (a `RedisKeyedRateLimiter<K>`, and
+//! the one key of a `RedisRateLimiter`): `acquire`, `acquire_timeout`, `try_acquire`.
 //!
 //! A reservation in Redis (or a lease, or the fallback), the wait it was given, the key's turn;
 //! retries, backoff and failure policy; the round trips, and the changes of a key's limit.
 
 use std::borrow::Borrow;
 use std::fmt::Display;
-use std::future::Future;
 use std::hash::Hash;
-use std::task::Poll;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::error::{RedisLimiterError, TryAcquireError};
+use super::fallback::{KeyedFallback, StandIn};
 use super::keyed::RedisKeyedRateLimiter;
-use super::lease::{Hold, ToReturn};
+use super::lease::Hold;
+use super::local::ToReturn;
 use super::policy::{self, FailurePolicy};
 use super::script::{wait_from_us, Answer, Call, Failure, Reply, REPLY_BACKOFF_MAX};
 use super::turns::Asking;
+use super::wait::{on_fallback, pause_after, spend_budget, Outages, WaitError};
 use crate::core::Nanos;
 use crate::engine::coop::poll_budget;
 use crate::error::{ConfigError, NotUntil};
+use crate::limiter::{KeyedRateLimiter, RateLimiter};
 use crate::rate::Rate;
 use crate::sync::lock;
-
-/// How a waiting acquisition ended without a grant (of either Redis limiter).
-pub(super) enum WaitError {
-    Limiter(RedisLimiterError),
-    Refused(NotUntil),
-}
 
 /// A grant not used yet: given back (see [`Hold::give_back`]) if its waiter goes away.
 struct Reserved<'a, 'h, K, Q>
@@ -50,123 +48,6 @@ where
     fn drop(&mut self) {
         self.hold.give_back(self.tokens, self.at_us);
     }
-}
-
-/// Spends one unit of the task's cooperative budget on a grant that needed no wait, yielding
-/// first if the budget is spent.
-pub(super) async fn spend_budget() {
-    std::future::poll_fn(poll_budget).await.made_progress();
-}
-
-/// A waiting acquisition's outages, of either Redis limiter: the fail-closed backoff (from
-/// 10 ms, doubling up to the policy's `max_backoff`) and deadline, counted from the first
-/// failed round trip.
-pub(super) struct Outages {
-    backoff: Duration,
-    since: Option<Instant>,
-}
-
-impl Outages {
-    pub(super) fn new() -> Outages {
-        Outages {
-            backoff: Duration::from_millis(10),
-            since: None,
-        }
-    }
-
-    /// After a round trip sent at `attempt` failed for an outage `e`: under `FailClosed`,
-    /// pauses (at most the `left` of a deadline, refusing once none is left) or, for a wait
-    /// that `gives_up`, gives up past the policy's deadline; under `FailOpen`, returns the
-    /// share for the caller's fallback.
-    pub(super) async fn wait_out(
-        &mut self,
-        policy: FailurePolicy,
-        e: redis::RedisError,
-        attempt: Instant,
-        left: Option<Duration>,
-        gives_up: bool,
-    ) -> Result<Option<f64>, WaitError> {
-        let since = *self.since.get_or_insert(attempt);
-        match policy {
-            FailurePolicy::FailClosed {
-                max_backoff,
-                deadline: give_up_after,
-            } => {
-                let mut pause = self.backoff;
-                if let Some(left) = left {
-                    if left.is_zero() {
-                        return Err(WaitError::Refused(NotUntil::after(self.backoff)));
-                    }
-                    pause = pause.min(left);
-                } else if gives_up && since.elapsed() >= give_up_after {
-                    return Err(WaitError::Limiter(RedisLimiterError::Unavailable(e)));
-                }
-                tokio::time::sleep(pause).await;
-                self.backoff = (self.backoff * 2).min(max_backoff.max(Duration::from_millis(1)));
-                Ok(None)
-            }
-            FailurePolicy::FailOpen { share } => Ok(Some(share)),
-        }
-    }
-}
-
-/// Waits on the fail-open fallback in charge until `until`: `grant` is its acquisition (with
-/// the caller's deadline, if any). Each time the fallback's second in charge ends, it asks
-/// whether Redis answers (`probe`: `None` if it does, else the end of the fallback's next
-/// second), keeping its place on the fallback meanwhile: a cost the fallback takes more than a
-/// second to refill is granted as debt, as in process, while the outage lasts. Once Redis
-/// answers it leaves the fallback (`Ok(None)`: the caller asks Redis), so that nobody is
-/// granted by a fallback long after Redis is back.
-pub(super) async fn on_fallback<T, G, P>(
-    grant: G,
-    mut until: Instant,
-    mut probe: impl FnMut() -> P,
-) -> Result<Option<T>, WaitError>
-where
-    G: Future<Output = Result<T, NotUntil>>,
-    P: Future<Output = Option<Instant>>,
-{
-    let mut grant = std::pin::pin!(grant);
-    loop {
-        let second = tokio::time::sleep_until(until);
-        if let First::Granted(granted) = first_of(grant.as_mut(), second).await {
-            return granted.map(Some).map_err(WaitError::Refused);
-        }
-        match first_of(grant.as_mut(), probe()).await {
-            First::Granted(granted) => return granted.map(Some).map_err(WaitError::Refused),
-            First::Other(None) => return Ok(None),
-            First::Other(Some(next)) => until = next,
-        }
-    }
-}
-
-/// Which of two futures completed first.
-enum First<G, O> {
-    Granted(G),
-    Other(O),
-}
-
-/// Polls `grant`, then `other`, until one completes; `grant` stays where it is (its place in
-/// a queue) if `other` completes first.
-async fn first_of<G: Future, O: Future>(
-    mut grant: std::pin::Pin<&mut G>,
-    other: O,
-) -> First<G::Output, O::Output> {
-    let mut other = std::pin::pin!(other);
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(granted) = grant.as_mut().poll(cx) {
-            return Poll::Ready(First::Granted(granted));
-        }
-        other.as_mut().poll(cx).map(First::Other)
-    })
-    .await
-}
-
-/// `acquire`'s pause before asking again after a refusal (only a wait with a deadline is
-/// refused; should one without be, it asks again): the refusal's wait, within [1 ms, 1 s].
-pub(super) async fn pause_after(refused: NotUntil) {
-    let pause = refused.retry_after().min(Duration::from_secs(1));
-    tokio::time::sleep(pause.max(Duration::from_millis(1))).await;
 }
 
 impl<K> RedisKeyedRateLimiter<K>
@@ -683,6 +564,53 @@ where
                 at_us,
             },
         })
+    }
+}
+
+/// The fail-open fallback of a keyed limiter (its state is in [`super::fallback`]).
+impl<K> RedisKeyedRateLimiter<K>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+{
+    /// The local limiter in charge of `key` while the fail-open fallback is: `share` of the
+    /// limit this process set for the key, else of the default limit.
+    ///
+    /// With the instant until which it stays in charge.
+    pub(super) fn fallback<Q>(&self, key: &Q) -> Option<(StandIn<K>, Instant)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let (fallback, until) = lock(&self.inner.fallback).current_until()?;
+        let (FailurePolicy::FailOpen { share }, Some((rate, burst))) = (
+            self.inner.policy,
+            lock(&self.inner.limits).get(key).copied(),
+        ) else {
+            return Some((StandIn::Default(fallback.default), until));
+        };
+        let mut own = lock(&fallback.own);
+        if let Some(limiter) = own.get(key) {
+            return Some((StandIn::Own(limiter.clone()), until));
+        }
+        let (rate, burst) = policy::share_of(rate, burst, share);
+        let limiter = RateLimiter::new(rate, burst);
+        own.insert(key.to_owned(), limiter.clone());
+        Some((StandIn::Own(limiter), until))
+    }
+
+    /// Puts the fallback in charge for a second: `share` of the default limit, and of the
+    /// limits this process set.
+    pub(super) fn open_fallback(&self, share: f64) {
+        let (rate, burst) = policy::share_of(self.inner.rate, self.inner.burst, share);
+        lock(&self.inner.fallback).open(|| KeyedFallback {
+            default: KeyedRateLimiter::new(rate, burst),
+            own: Arc::default(),
+        });
+    }
+
+    /// Redis answered: the outage, if any, is over.
+    pub(super) fn recovered(&self) {
+        lock(&self.inner.fallback).recovered();
     }
 }
 

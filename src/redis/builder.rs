@@ -1,36 +1,26 @@
-//! [`RedisLimiterBuilder`], the one builder of both Redis limiters, and its options.
+//! [`RedisLimiterBuilder`], the one builder of every Redis limiter, and its options.
 
-use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::Hash;
-use std::marker::PhantomData;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::connect::Target;
 use super::error::RedisLimiterError;
-use super::fallback::Fallback;
-use super::key::Naming;
-use super::keyed::{Inner, RedisKeyedRateLimiter};
-use super::limiter::RedisRateLimiter;
-use super::policy::{self, FailurePolicy};
-use super::script::{Counters, SCRIPT};
+use super::policy::FailurePolicy;
 use crate::rate::Rate;
-use crate::sync::Mutex;
 
-/// Builds a [`RedisRateLimiter`] ([`RedisRateLimiterBuilder`]) or a
-/// [`RedisKeyedRateLimiter`] ([`RedisKeyedRateLimiterBuilder`]): the same options for both.
-/// Made by [`RedisRateLimiter::builder`], [`RedisKeyedRateLimiter::builder`] and their
-/// `cluster_builder`s.
+/// Builds every Redis limiter: a [`RedisRateLimiter`](crate::redis::RedisRateLimiter) ([`RedisRateLimiterBuilder`](crate::redis::RedisRateLimiterBuilder)) or a
+/// [`RedisKeyedRateLimiter`](crate::redis::RedisKeyedRateLimiter) ([`RedisKeyedRateLimiterBuilder`](crate::redis::RedisKeyedRateLimiterBuilder)), of one limit or of several
+/// (`L` is the limiter it builds). The same options for all; the several-limit ones add their
+/// limits with [`limit`](RedisLimiterBuilder::limit). Made by [`RedisRateLimiter::builder`](crate::redis::RedisRateLimiter::builder),
+/// [`RedisKeyedRateLimiter::builder`](crate::redis::RedisKeyedRateLimiter::builder) (one limit), [`RedisRateLimiter::dimensions`](crate::redis::RedisRateLimiter::dimensions),
+/// [`RedisKeyedRateLimiter::dimensions`](crate::redis::RedisKeyedRateLimiter::dimensions) (several) and their `cluster_` forms.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
 /// use paced::redis::FailurePolicy;
-/// use paced::{Rate, RedisKeyedRateLimiter, RedisRateLimiter};
+/// use paced::{Limit, Rate, RedisKeyedRateLimiter, RedisRateLimiter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -43,99 +33,98 @@ use crate::sync::Mutex;
 ///     .response_timeout(Duration::from_millis(100))
 ///     .build()
 ///     .expect("a valid configuration");
-/// # let _ = (sms, per_user);
+/// let llm = RedisRateLimiter::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"])
+///     .limit("requests", Limit::bucket(Rate::per_minute(500), 50))
+///     .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
+///     .lease([5, 2_000], Duration::from_millis(200))
+///     .build()
+///     .expect("a valid configuration");
+/// # let _ = (sms, per_user, llm);
 /// # }
 /// ```
 #[must_use = "a builder does nothing until `build` is called"]
-pub struct RedisLimiterBuilder<L> {
-    options: Options,
-    limiter: PhantomData<fn() -> L>,
+pub struct RedisLimiterBuilder<L: sealed::Build> {
+    options: Options<L::Cost>,
+    pub(super) spec: L::Spec,
 }
 
-/// Builds a [`RedisRateLimiter`]; see [`RedisRateLimiter::builder`].
-///
-/// # Examples
-///
-/// ```
-/// use paced::redis::RedisRateLimiterBuilder;
-/// use paced::{Rate, RedisRateLimiter};
-///
-/// let builder: RedisRateLimiterBuilder =
-///     RedisRateLimiter::builder("redis://127.0.0.1/", "api", Rate::per_second(5), 5);
-/// # let _ = builder;
-/// ```
-pub type RedisRateLimiterBuilder = RedisLimiterBuilder<RedisRateLimiter>;
-
-/// Builds a [`RedisKeyedRateLimiter`]; see [`RedisKeyedRateLimiter::builder`].
-///
-/// # Examples
-///
-/// ```
-/// use paced::redis::RedisKeyedRateLimiterBuilder;
-/// use paced::{Rate, RedisKeyedRateLimiter};
-///
-/// let builder: RedisKeyedRateLimiterBuilder<String> =
-///     RedisKeyedRateLimiter::builder("redis://127.0.0.1/", "tenants", Rate::per_second(5), 5);
-/// # let _ = builder;
-/// ```
-pub type RedisKeyedRateLimiterBuilder<K> = RedisLimiterBuilder<RedisKeyedRateLimiter<K>>;
-
-/// What a builder was told (public in a private module: nameable by no user).
+/// What a builder was told, but for the limits (public in a private module: nameable by no
+/// user).
 #[derive(Debug)]
-pub struct Options {
-    target: Target,
-    name: String,
-    rate: Rate,
-    burst: u64,
-    lease: Option<(u64, Duration)>,
-    policy: FailurePolicy,
-    response_timeout: Duration,
+pub struct Options<C> {
+    pub(super) target: Target,
+    pub(super) name: String,
+    pub(super) lease: Option<(C, Duration)>,
+    pub(super) policy: FailurePolicy,
+    pub(super) response_timeout: Duration,
     #[cfg(feature = "metrics")]
-    metrics_name: Option<String>,
+    pub(super) metrics_name: Option<String>,
+}
+
+/// The limit of a one-limit builder (public in a private module: nameable by no user).
+#[derive(Debug)]
+pub struct OneLimit {
+    pub(super) rate: Rate,
+    pub(super) burst: u64,
 }
 
 pub(crate) mod sealed {
     /// How a Redis limiter is built from a builder's options: out of users' reach.
     pub trait Build: Sized {
-        fn build(options: super::Options) -> Result<Self, super::RedisLimiterError>;
+        /// What one request costs: what a lease holds at most.
+        type Cost: std::fmt::Debug;
+        /// Its limits, as the builder was told them.
+        type Spec: std::fmt::Debug;
+        fn build(
+            options: super::Options<Self::Cost>,
+            spec: Self::Spec,
+        ) -> Result<Self, super::RedisLimiterError>;
     }
 }
 
-impl<L> fmt::Debug for RedisLimiterBuilder<L> {
+impl<L: sealed::Build> fmt::Debug for RedisLimiterBuilder<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLimiterBuilder")
             .field("options", &self.options)
+            .field("limits", &self.spec)
             .finish()
     }
 }
 
-impl<L> RedisLimiterBuilder<L> {
+impl<L: sealed::Build> RedisLimiterBuilder<L> {
     /// Without leases, failing closed, with a 250 ms response timeout.
-    pub(super) fn new(target: Target, name: String, rate: Rate, burst: u64) -> Self {
+    pub(super) fn new(target: Target, name: String, spec: L::Spec) -> Self {
         RedisLimiterBuilder {
             options: Options {
                 target,
                 name,
-                rate,
-                burst,
                 lease: None,
                 policy: FailurePolicy::default(),
                 response_timeout: Duration::from_millis(250),
                 #[cfg(feature = "metrics")]
                 metrics_name: None,
             },
-            limiter: PhantomData,
+            spec,
         }
     }
 
-    /// Takes up to `max_tokens` from Redis per round trip and spends them locally, so that a
-    /// high rate does not cost one round trip per acquisition. Leased tokens unspent after
+    /// One limit's builder, with `burst` tokens refilled at `rate`.
+    pub(super) fn one(target: Target, name: String, rate: Rate, burst: u64) -> Self
+    where
+        L: sealed::Build<Spec = OneLimit>,
+    {
+        RedisLimiterBuilder::new(target, name, OneLimit { rate, burst })
+    }
+
+    /// Takes up to `max_tokens` (a `u64`, or one amount per dimension for several limits) from
+    /// Redis per round trip and spends them locally, so that a high rate does not cost one
+    /// round trip per acquisition. Leased tokens unspent after
     /// `max_age` (and any left when the last handle is dropped) are given back. The bound then
     /// holds to within `max_age` of refill; while waiting, a process waits for a whole lease
     /// rather than one token.
     ///
-    /// A [`RedisRateLimiter`] asks for a whole lease with every round trip. A
-    /// [`RedisKeyedRateLimiter`]'s leases are per key and only for keys in use: a key's first
+    /// A [`RedisRateLimiter`](crate::redis::RedisRateLimiter) asks for a whole lease with every round trip. A
+    /// [`RedisKeyedRateLimiter`](crate::redis::RedisKeyedRateLimiter)'s leases are per key and only for keys in use: a key's first
     /// request takes only its cost, and once a round trip of the key has granted, the key's
     /// next round trips within `max_age` take a lease (so a key not asked again within
     /// `max_age` never holds tokens it does not use, nor costs a round trip to give them back).
@@ -143,6 +132,25 @@ impl<L> RedisLimiterBuilder<L> {
     /// A lease never grants past an earlier request of this process for the same key (one the
     /// lease could not serve, waiting for its round trip or its reservation): later requests,
     /// `try_acquire` too, queue behind it or go to Redis, where its reservation is ahead.
+    ///
+    /// With several limits (one quota per key for a keyed limiter), a grant that goes to
+    /// Redis takes up to `max_tokens[d]` more of each dimension `d` (the least any of its
+    /// limits has room for beyond the cost, at the grant's instant), charged in Redis with the
+    /// cost. `try_acquire` takes what room there is in each dimension; a reservation
+    /// (`acquire`, `acquire_timeout`) takes a lease only if every dimension asked for has room
+    /// beyond its cost at its grant's instant (one that waits for a limit has none there, so
+    /// it takes none, and never waits longer for a lease); the lease is this process's once
+    /// the reservation is granted. What a lease has not granted when it expires, or when a new
+    /// lease replaces it, is given back in the background (one round trip), per dimension to
+    /// each of its limits, as a [`settle`](super::RedisPermit::settle) of a grant charged at
+    /// the lease's instant: a bucket never above its burst, a fixed window only while the
+    /// window the lease was charged in lasts. (If that round trip fails, or there is no
+    /// runtime, it stays charged: on the quota's side.) Every token a lease holds is charged
+    /// in Redis when the lease is taken, so Redis holds every limit to its bound; the grants a
+    /// lease makes come later, up to `max_age` after that charge, so the fleet's grants can
+    /// exceed a limit's bound over a span by at most what the leases taken in it held (a
+    /// fixed window: at most the leased tokens charged to the window before). A permit from a
+    /// lease is settled in Redis, as charged at the lease's instant.
     ///
     /// # Examples
     ///
@@ -156,9 +164,17 @@ impl<L> RedisLimiterBuilder<L> {
     ///     .lease(20, Duration::from_millis(5))
     ///     .build();
     /// assert!(busy.is_ok());
+    ///
+    /// // Up to 5 requests and 2,000 tokens ahead, for at most 200 ms.
+    /// let llm = paced::RedisRateLimiter::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"])
+    ///     .limit("requests", paced::Limit::bucket(Rate::per_minute(500), 50))
+    ///     .limit("tokens", paced::Limit::bucket(Rate::per_minute(40_000), 40_000))
+    ///     .lease([5, 2_000], Duration::from_millis(200))
+    ///     .build();
+    /// assert!(llm.is_ok());
     /// # }
     /// ```
-    pub fn lease(mut self, max_tokens: u64, max_age: Duration) -> Self {
+    pub fn lease(mut self, max_tokens: L::Cost, max_age: Duration) -> Self {
         self.options.lease = Some((max_tokens, max_age));
         self
     }
@@ -166,6 +182,12 @@ impl<L> RedisLimiterBuilder<L> {
     /// What to do while Redis is unreachable (default: [`FailurePolicy::default`]). Under
     /// `FailOpen`, each key falls back to `share` of its limit as this process knows it (the
     /// one it set with `set_limit`, else the default limit).
+    ///
+    /// With several limits, a local [`RateLimiter`](crate::RateLimiter) with `share` of every
+    /// limit stands in (one per key for a keyed limiter): of the limit this process set with
+    /// `set_limit` (and has not cleared), else of the builder's. A limit set by another process
+    /// lives in Redis only, which the outage hides: for it, the fallback takes `share` of the
+    /// builder's.
     ///
     /// # Examples
     ///
@@ -226,6 +248,8 @@ impl<L> RedisLimiterBuilder<L> {
     /// | `paced_redis_errors_total` | counter | failed round trips, with a label `kind`: `outage` (unreachable, slow, restarting) or `reply` (Redis answered with an error) |
     /// | `paced_redis_fallbacks_total` | counter | grants by the fail-open fallback |
     ///
+    /// With several limits, `paced_tokens_granted_total` counts the sum of a cost's amounts.
+    ///
     /// The counters of [`RedisStats`](super::RedisStats), for this process; the handles are
     /// registered by [`build`](RedisLimiterBuilder::build), with the recorder in force
     /// then, and shared by every clone. (Waits happen in Redis's reservations, not in a local
@@ -261,8 +285,9 @@ impl<L: sealed::Build> RedisLimiterBuilder<L> {
     /// # Errors
     ///
     /// [`RedisLimiterError::Config`] for a zero burst, a zero lease, a `FailOpen` share
-    /// outside `(0, 1]` or a zero response timeout; [`RedisLimiterError::Client`] for an
-    /// invalid URL (or no cluster node).
+    /// outside `(0, 1]` or a zero response timeout, and with several limits for a duplicated
+    /// or unknown dimension or an invalid limit; [`RedisLimiterError::Client`] for an invalid
+    /// URL (or no cluster node).
     ///
     /// # Examples
     ///
@@ -276,63 +301,6 @@ impl<L: sealed::Build> RedisLimiterBuilder<L> {
     /// # }
     /// ```
     pub fn build(self) -> Result<L, RedisLimiterError> {
-        L::build(self.options)
-    }
-}
-
-impl Options {
-    /// The state of a limiter that names its keys by `naming`; `eager_lease` asks for a whole
-    /// lease with every round trip, not only for keys in use.
-    fn inner<K>(self, naming: Naming, eager_lease: bool) -> Result<Inner<K>, RedisLimiterError> {
-        policy::validate(self.burst, self.response_timeout, self.lease, self.policy)?;
-        let (lease_tokens, lease_age) = self.lease.unwrap_or((0, Duration::ZERO));
-        let conn = self.target.connect(self.response_timeout)?;
-        Ok(Inner {
-            conn,
-            warmth: Arc::default(),
-            script: redis::Script::new(SCRIPT),
-            naming,
-            rate: self.rate,
-            burst: self.burst,
-            interval_us: policy::interval_us(self.rate),
-            policy: self.policy,
-            lease_tokens,
-            lease_age,
-            eager_lease,
-            sweeping: AtomicBool::new(false),
-            fallback: Mutex::new(Fallback::default()),
-            limits: Mutex::new(HashMap::new()),
-            keys: Mutex::new(HashMap::new()),
-            hasher: RandomState::new(),
-            counters: Counters {
-                #[cfg(feature = "metrics")]
-                metrics: self
-                    .metrics_name
-                    .as_deref()
-                    .map(crate::instrument::RedisMetrics::new),
-                ..Counters::default()
-            },
-        })
-    }
-}
-
-impl<K> sealed::Build for RedisKeyedRateLimiter<K>
-where
-    K: Hash + Eq + Send + Sync + 'static,
-{
-    fn build(options: Options) -> Result<Self, RedisLimiterError> {
-        let naming = Naming::prefixed(&options.name);
-        Ok(RedisKeyedRateLimiter {
-            inner: Arc::new(options.inner(naming, false)?),
-        })
-    }
-}
-
-impl sealed::Build for RedisRateLimiter {
-    fn build(options: Options) -> Result<Self, RedisLimiterError> {
-        let naming = Naming::Exact(options.name.clone());
-        Ok(RedisRateLimiter::from_keyed(RedisKeyedRateLimiter {
-            inner: Arc::new(options.inner(naming, true)?),
-        }))
+        L::build(self.options, self.spec)
     }
 }

@@ -8,11 +8,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::keyed::RedisKeyedRateLimiter;
-use super::policy::{self, FailurePolicy};
 use crate::error::NotUntil;
 use crate::limiter::{KeyedRateLimiter, RateLimiter};
-use crate::sync::{lock, Mutex};
+use crate::sync::Mutex;
 
 /// Under `FailOpen`, during an outage: the local limiter (kept for the whole outage, so that
 /// probing Redis again does not refill it) and, while it is in charge, until when.
@@ -70,8 +68,8 @@ impl<F: Clone> Fallback<F> {
 /// the key is first used during the outage). Kept for the whole outage, so that probing Redis
 /// again does not refill it.
 pub(super) struct KeyedFallback<K> {
-    default: KeyedRateLimiter<K>,
-    own: Arc<Mutex<HashMap<K, RateLimiter>>>,
+    pub(super) default: KeyedRateLimiter<K>,
+    pub(super) own: Arc<Mutex<HashMap<K, RateLimiter>>>,
 }
 
 impl<K> Clone for KeyedFallback<K> {
@@ -128,51 +126,5 @@ impl<K: Hash + Eq> StandIn<K> {
             StandIn::Default(keyed) => keyed.try_acquire(key, cost),
             StandIn::Own(own) => own.try_acquire(cost),
         }
-    }
-}
-
-impl<K> RedisKeyedRateLimiter<K>
-where
-    K: Hash + Eq + Send + Sync + 'static,
-{
-    /// The local limiter in charge of `key` while the fail-open fallback is: `share` of the
-    /// limit this process set for the key, else of the default limit.
-    ///
-    /// With the instant until which it stays in charge.
-    pub(super) fn fallback<Q>(&self, key: &Q) -> Option<(StandIn<K>, Instant)>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let (fallback, until) = lock(&self.inner.fallback).current_until()?;
-        let (FailurePolicy::FailOpen { share }, Some((rate, burst))) = (
-            self.inner.policy,
-            lock(&self.inner.limits).get(key).copied(),
-        ) else {
-            return Some((StandIn::Default(fallback.default), until));
-        };
-        let mut own = lock(&fallback.own);
-        if let Some(limiter) = own.get(key) {
-            return Some((StandIn::Own(limiter.clone()), until));
-        }
-        let (rate, burst) = policy::share_of(rate, burst, share);
-        let limiter = RateLimiter::new(rate, burst);
-        own.insert(key.to_owned(), limiter.clone());
-        Some((StandIn::Own(limiter), until))
-    }
-
-    /// Puts the fallback in charge for a second: `share` of the default limit, and of the
-    /// limits this process set.
-    pub(super) fn open_fallback(&self, share: f64) {
-        let (rate, burst) = policy::share_of(self.inner.rate, self.inner.burst, share);
-        lock(&self.inner.fallback).open(|| KeyedFallback {
-            default: KeyedRateLimiter::new(rate, burst),
-            own: Arc::default(),
-        });
-    }
-
-    /// Redis answered: the outage, if any, is over.
-    pub(super) fn recovered(&self) {
-        lock(&self.inner.fallback).recovered();
     }
 }

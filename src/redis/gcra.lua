@@ -1,5 +1,5 @@
--- paced's token bucket in Redis, on Redis's own clock: the one script of `RedisRateLimiter` and
--- `RedisKeyedRateLimiter`.
+-- paced's token bucket in Redis, on Redis's own clock: the one script of the one-limit
+-- `RedisRateLimiter` and `RedisKeyedRateLimiter`.
 --
 -- KEYS[1]  the quota's state: one byte, its format version (VERSION below, 1), then
 --          little-endian doubles. 17 bytes, <1, level, at>: the tokens it held (a fraction;

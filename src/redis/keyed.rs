@@ -9,25 +9,53 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::builder::RedisKeyedRateLimiterBuilder;
+use super::builder::sealed::Build;
+use super::builder::{OneLimit, Options, RedisLimiterBuilder};
 use super::connect::Target;
 use super::error::RedisLimiterError;
 use super::fallback::{Fallback, KeyedFallback};
 use super::key::Naming;
-use super::lease::KeyLocal;
-use super::policy::FailurePolicy;
-use super::script::{Conn, Counters};
+use super::local::KeyLocal;
+use super::policy::{self, FailurePolicy};
+use super::script::{Conn, Counters, SCRIPT};
 use super::stats::RedisStats;
 use super::turns::Warmth;
 #[allow(unused_imports)] // the docs' links
 use crate::error::NotUntil;
+use crate::limiter::Cost;
 #[allow(unused_imports)] // the docs' links
 use crate::limiter::{KeyedLimiter, KeyedRateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};
 
+/// Builds a [`RedisKeyedRateLimiter`] of one limit per key (`C = u64`; see
+/// [`RedisKeyedRateLimiter::builder`]) or of several (`C = [u64; N]`; see
+/// [`RedisKeyedRateLimiter::dimensions`]).
+///
+/// # Examples
+///
+/// ```
+/// use paced::redis::RedisKeyedRateLimiterBuilder;
+/// use paced::{Rate, RedisKeyedRateLimiter};
+///
+/// let builder: RedisKeyedRateLimiterBuilder<String> =
+///     RedisKeyedRateLimiter::builder("redis://127.0.0.1/", "tenants", Rate::per_second(5), 5);
+/// let several: RedisKeyedRateLimiterBuilder<String, [u64; 2]> =
+///     RedisKeyedRateLimiter::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"]);
+/// # let _ = (builder, several);
+/// ```
+pub type RedisKeyedRateLimiterBuilder<K, C = u64> =
+    RedisLimiterBuilder<RedisKeyedRateLimiter<K, C>>;
+
 /// One token bucket per key, shared by every process that uses the same Redis and prefix: a
 /// quota per tenant, per user or per partner across a fleet.
+///
+/// `C` is what one request costs ([`Cost`]): a `RedisKeyedRateLimiter<K>` (`C = u64`, built by
+/// [`builder`](RedisKeyedRateLimiter::builder)) holds one limit per key; a
+/// `RedisKeyedRateLimiter<K, [u64; N]>` (built by
+/// [`dimensions`](RedisKeyedRateLimiter::dimensions)) several limits per key, as a
+/// several-limit [`RedisRateLimiter`](crate::RedisRateLimiter) does for its one quota. The
+/// same methods on both; the cost's type differs. What follows is the one-limit form.
 ///
 /// Each key has [`RedisRateLimiter`](crate::RedisRateLimiter)'s semantics: capacity `burst`,
 /// starts full, refills at `rate`, evaluated atomically by the same Lua script on Redis's
@@ -96,12 +124,16 @@ use crate::sync::{lock, Mutex};
 /// # Ok(())
 /// # }
 /// ```
-pub struct RedisKeyedRateLimiter<K> {
-    pub(super) inner: Arc<Inner<K>>,
+pub struct RedisKeyedRateLimiter<K, C: Cost = u64> {
+    pub(crate) inner: C::RedisKeyed<K>,
 }
 
+/// A [`RedisKeyedRateLimiter`]'s state for one limit per key: public in a private module (see
+/// [`Cost`]).
+pub(crate) type KeyedOne<K> = Arc<Inner<K>>;
+
 /// What the handles of one limiter share.
-pub(super) struct Inner<K> {
+pub struct Inner<K> {
     pub(super) conn: Conn,
     /// Whether a round trip on `conn` has come back (see [`Warmth`]).
     pub(super) warmth: Arc<Warmth>,
@@ -134,7 +166,7 @@ pub(super) struct Inner<K> {
     pub(super) counters: Counters,
 }
 
-impl<K> Clone for RedisKeyedRateLimiter<K> {
+impl<K, C: Cost> Clone for RedisKeyedRateLimiter<K, C> {
     fn clone(&self) -> Self {
         RedisKeyedRateLimiter {
             inner: self.inner.clone(),
@@ -142,13 +174,20 @@ impl<K> Clone for RedisKeyedRateLimiter<K> {
     }
 }
 
-impl<K> fmt::Debug for RedisKeyedRateLimiter<K> {
+/// Shows the limiter's prefix, its limits and its failure policy.
+impl<K, C: Cost> fmt::Debug for RedisKeyedRateLimiter<K, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl<K> fmt::Debug for Inner<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisKeyedRateLimiter")
-            .field("prefix", &self.inner.naming.name())
-            .field("rate", &self.inner.rate)
-            .field("burst", &self.inner.burst)
-            .field("policy", &self.inner.policy)
+            .field("prefix", &self.naming.name())
+            .field("rate", &self.rate)
+            .field("burst", &self.burst)
+            .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
 }
@@ -181,7 +220,7 @@ where
         rate: Rate,
         burst: u64,
     ) -> RedisKeyedRateLimiterBuilder<K> {
-        RedisKeyedRateLimiterBuilder::new(Target::Url(url.into()), name.into(), rate, burst)
+        RedisKeyedRateLimiterBuilder::one(Target::Url(url.into()), name.into(), rate, burst)
     }
 
     /// A builder for per-key quotas under `name` (its prefix in Redis) on a Redis Cluster, reached through
@@ -221,7 +260,7 @@ where
         rate: Rate,
         burst: u64,
     ) -> RedisKeyedRateLimiterBuilder<K> {
-        RedisKeyedRateLimiterBuilder::new(Target::cluster(nodes), name.into(), rate, burst)
+        RedisKeyedRateLimiterBuilder::one(Target::cluster(nodes), name.into(), rate, burst)
     }
 
     /// Gives `key` its own limit, for every process: stored in Redis beside the key's bucket
@@ -301,5 +340,62 @@ where
     #[must_use]
     pub fn stats(&self) -> RedisStats {
         RedisStats::read(&self.inner.counters, lock(&self.inner.keys).len())
+    }
+}
+
+impl Options<u64> {
+    /// The state of a limiter of `limit` that names its keys by `naming`; `eager_lease` asks
+    /// for a whole lease with every round trip, not only for keys in use.
+    pub(super) fn inner<K>(
+        self,
+        limit: OneLimit,
+        naming: Naming,
+        eager_lease: bool,
+    ) -> Result<Inner<K>, RedisLimiterError> {
+        let OneLimit { rate, burst } = limit;
+        policy::validate(burst, self.response_timeout, self.lease, self.policy)?;
+        let (lease_tokens, lease_age) = self.lease.unwrap_or((0, Duration::ZERO));
+        let conn = self.target.connect(self.response_timeout)?;
+        Ok(Inner {
+            conn,
+            warmth: Arc::default(),
+            script: redis::Script::new(SCRIPT),
+            naming,
+            rate,
+            burst,
+            interval_us: policy::interval_us(rate),
+            policy: self.policy,
+            lease_tokens,
+            lease_age,
+            eager_lease,
+            sweeping: AtomicBool::new(false),
+            fallback: Mutex::new(Fallback::default()),
+            limits: Mutex::new(HashMap::new()),
+            keys: Mutex::new(HashMap::new()),
+            hasher: RandomState::new(),
+            counters: Counters {
+                #[cfg(feature = "metrics")]
+                metrics: self
+                    .metrics_name
+                    .as_deref()
+                    .map(crate::instrument::RedisMetrics::new),
+                ..Counters::default()
+            },
+        })
+    }
+}
+
+impl<K> Build for RedisKeyedRateLimiter<K>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+{
+    type Cost = u64;
+    type Spec = OneLimit;
+
+    fn build(options: Options<u64>, limit: OneLimit) -> Result<Self, RedisLimiterError> {
+        let naming = Naming::prefixed(&options.name);
+        Ok(RedisKeyedRateLimiter {
+            inner: Arc::new(options.inner(limit, naming, false)?),
+        })
     }
 }

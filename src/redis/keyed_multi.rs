@@ -1,21 +1,22 @@
-//! [`RedisKeyedMultiRateLimiter`]: a quota of several limits per key across a fleet, each key's
-//! limits in one Redis key `{name:key}`; every key is served by the one implementation of
-//! [`RedisMultiRateLimiter`].
+//! [`RedisKeyedRateLimiter<K, [u64; N]>`](RedisKeyedRateLimiter): a quota of several limits per
+//! key across a fleet, each key's limits in one Redis key `{name:key}`; every key is served by
+//! the one implementation of [`RedisRateLimiter<[u64; N]>`](RedisRateLimiter).
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::fmt::{self, Display};
 use std::hash::Hash;
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::builder::sealed::Build;
+use super::builder::{Options, RedisLimiterBuilder};
+use super::connect::Target;
 use super::error::{RedisLimiterError, TryAcquireError};
 use super::key::Naming;
-use super::multi::{
-    Inner, Quota, RedisMultiPermit, RedisMultiRateLimiter, RedisMultiRateLimiterBuilder,
-};
-use super::policy::FailurePolicy;
+use super::keyed::{RedisKeyedRateLimiter, RedisKeyedRateLimiterBuilder};
+use super::limiter::RedisRateLimiter;
+use super::multi::{Dimensions, Inner, Quota, RedisPermit, Several};
 use super::stats::RedisStats;
 use crate::limiter::Limit;
 use crate::sync::{lock, Mutex};
@@ -24,86 +25,93 @@ use crate::sync::{lock, Mutex};
 /// there are more than this many.
 const KEYS_KEPT: usize = 4_096;
 
-/// Builds a [`RedisKeyedMultiRateLimiter`]: the options of [`RedisMultiRateLimiterBuilder`].
-#[derive(Debug)]
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct RedisKeyedMultiRateLimiterBuilder<K, const N: usize> {
-    builder: RedisMultiRateLimiterBuilder<N>,
-    key: PhantomData<fn() -> K>,
-}
-
-impl<K, const N: usize> RedisKeyedMultiRateLimiterBuilder<K, N>
+impl<K, const N: usize> Build for RedisKeyedRateLimiter<K, [u64; N]>
 where
     K: Hash + Eq + Send + Sync + 'static,
 {
-    /// Adds `limit` on the dimension called `name`, for every key; see
-    /// [`RedisMultiRateLimiterBuilder::limit`].
-    pub fn limit(self, name: &str, limit: Limit) -> Self {
-        self.map(|b| b.limit(name, limit))
-    }
+    type Cost = [u64; N];
+    type Spec = Dimensions<N>;
 
-    /// See [`RedisMultiRateLimiterBuilder::failure_policy`]; under `FailOpen` each key falls
-    /// back to a local limiter of its own.
-    pub fn failure_policy(self, policy: FailurePolicy) -> Self {
-        self.map(|b| b.failure_policy(policy))
-    }
-
-    /// See [`RedisMultiRateLimiterBuilder::lease`]: a lease per key, in each process.
-    pub fn lease(self, max_tokens: [u64; N], max_age: Duration) -> Self {
-        self.map(|b| b.lease(max_tokens, max_age))
-    }
-
-    /// See [`RedisMultiRateLimiterBuilder::response_timeout`].
-    pub fn response_timeout(self, timeout: Duration) -> Self {
-        self.map(|b| b.response_timeout(timeout))
-    }
-
-    /// See [`RedisMultiRateLimiterBuilder::with_metrics`] (over all keys: keys are not labels).
-    #[cfg(feature = "metrics")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-    pub fn with_metrics(self, name: impl AsRef<str>) -> Self {
-        self.map(|b| b.with_metrics(name))
-    }
-
-    fn map(
-        self,
-        f: impl FnOnce(RedisMultiRateLimiterBuilder<N>) -> RedisMultiRateLimiterBuilder<N>,
-    ) -> Self {
-        RedisKeyedMultiRateLimiterBuilder {
-            builder: f(self.builder),
-            key: PhantomData,
-        }
-    }
-
-    /// The limiter; see [`RedisMultiRateLimiterBuilder::build`].
-    ///
-    /// # Errors
-    ///
-    /// As [`RedisMultiRateLimiterBuilder::build`].
-    pub fn build(self) -> Result<RedisKeyedMultiRateLimiter<K, N>, RedisLimiterError> {
-        let one = self.builder.build()?;
-        Ok(RedisKeyedMultiRateLimiter {
-            naming: Arc::new(Naming::Prefixed(one.inner.name.clone())),
-            inner: one.inner,
-            quotas: Arc::new(Mutex::new(HashMap::new())),
+    fn build(options: Options<[u64; N]>, spec: Dimensions<N>) -> Result<Self, RedisLimiterError> {
+        let one = RedisRateLimiter::<[u64; N]>::build(options, spec)?;
+        Ok(RedisKeyedRateLimiter {
+            inner: KeyedSeveral {
+                naming: Arc::new(Naming::Prefixed(one.inner.shared.name.clone())),
+                shared: one.inner.shared,
+                quotas: Arc::new(Mutex::new(HashMap::new())),
+            },
         })
     }
 }
 
+impl<K, const N: usize> RedisLimiterBuilder<RedisKeyedRateLimiter<K, [u64; N]>>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+{
+    /// Adds `limit` on the dimension called `name`, for every key; see
+    /// [`RedisRateLimiterBuilder::limit`](RedisLimiterBuilder::limit).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paced::{Limit, Rate, RedisKeyedRateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let per_tenant = RedisKeyedRateLimiter::<String, _>::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"])
+    ///     .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
+    ///     .limit("tokens", Limit::bucket(Rate::per_minute(10_000), 10_000))
+    ///     .build();
+    /// assert!(per_tenant.is_ok());
+    /// # }
+    /// ```
+    pub fn limit(mut self, name: &str, limit: Limit) -> Self {
+        self.spec.limit(name, limit);
+        self
+    }
+}
+
+/// A [`RedisKeyedRateLimiter`]'s state for several limits per key: public in a private
+/// module (see [`Cost`](crate::limiter::Cost)).
+pub struct KeyedSeveral<K, const N: usize> {
+    shared: Arc<Inner<N>>,
+    naming: Arc<Naming>,
+    quotas: Arc<Mutex<HashMap<K, Arc<Quota<N>>>>>,
+}
+
+impl<K, const N: usize> Clone for KeyedSeveral<K, N> {
+    fn clone(&self) -> Self {
+        KeyedSeveral {
+            shared: self.shared.clone(),
+            naming: self.naming.clone(),
+            quotas: self.quotas.clone(),
+        }
+    }
+}
+
+impl<K, const N: usize> fmt::Debug for KeyedSeveral<K, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisKeyedRateLimiter")
+            .field("name", &self.shared.name)
+            .field("keys", &lock(&self.quotas).len())
+            .finish_non_exhaustive()
+    }
+}
+
 /// A quota of several limits per key, across processes and machines, kept in Redis (feature
-/// `redis`): for every key, what a [`RedisMultiRateLimiter`] is for its one quota (each key's
+/// `redis`): for every key, what a [`RedisRateLimiter`] is for its one quota (each key's
 /// limits in one Redis key, `{name:key}`, so in one Cluster slot; checked and charged by one
 /// script call; the same failure policies), all keys under the same limits.
 ///
 /// # Examples
 ///
 /// ```no_run
-/// use paced::redis::RedisKeyedMultiRateLimiter;
+/// use paced::redis::RedisKeyedRateLimiter;
 /// use paced::{Limit, Rate};
 ///
 /// # async fn demo() -> Result<(), paced::redis::RedisLimiterError> {
-/// let per_tenant: RedisKeyedMultiRateLimiter<String, 2> =
-///     RedisKeyedMultiRateLimiter::builder("redis://127.0.0.1/", "llm", ["requests", "tokens"])
+/// let per_tenant: RedisKeyedRateLimiter<String, [u64; 2]> =
+///     RedisKeyedRateLimiter::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"])
 ///         .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
 ///         .limit("tokens", Limit::bucket(Rate::per_minute(10_000), 10_000))
 ///         .build()?;
@@ -112,67 +120,74 @@ where
 /// # Ok(())
 /// # }
 /// ```
-pub struct RedisKeyedMultiRateLimiter<K, const N: usize> {
-    inner: Arc<Inner<N>>,
-    naming: Arc<Naming>,
-    quotas: Arc<Mutex<HashMap<K, Arc<Quota<N>>>>>,
-}
-
-impl<K, const N: usize> Clone for RedisKeyedMultiRateLimiter<K, N> {
-    fn clone(&self) -> Self {
-        RedisKeyedMultiRateLimiter {
-            inner: self.inner.clone(),
-            naming: self.naming.clone(),
-            quotas: self.quotas.clone(),
-        }
-    }
-}
-
-impl<K, const N: usize> fmt::Debug for RedisKeyedMultiRateLimiter<K, N> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisKeyedMultiRateLimiter")
-            .field("name", &self.inner.name)
-            .field("keys", &lock(&self.quotas).len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl<K, const N: usize> RedisKeyedMultiRateLimiter<K, N>
+impl<K, const N: usize> RedisKeyedRateLimiter<K, [u64; N]>
 where
     K: Hash + Eq + Send + Sync + 'static,
 {
     /// A builder for quotas kept in the Redis server at `url`, key `k`'s under `{name:k}`,
-    /// with the dimensions `names`; see [`RedisMultiRateLimiter::builder`].
-    pub fn builder(
+    /// with the dimensions `names`, whose limits are added by
+    /// [`limit`](RedisLimiterBuilder::limit); see [`RedisRateLimiter::dimensions`]. (Quotas of
+    /// one limit per key are made by [`RedisKeyedRateLimiter::builder`].)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paced::{Limit, Rate, RedisKeyedRateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let per_tenant: RedisKeyedRateLimiter<String, [u64; 2]> =
+    ///     RedisKeyedRateLimiter::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"])
+    ///         .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
+    ///         .build()
+    ///         .unwrap();
+    /// # let _ = per_tenant;
+    /// # }
+    /// ```
+    pub fn dimensions(
         url: &str,
         name: impl Into<String>,
         names: [&str; N],
-    ) -> RedisKeyedMultiRateLimiterBuilder<K, N> {
-        RedisKeyedMultiRateLimiterBuilder {
-            builder: RedisMultiRateLimiter::builder(url, name, names),
-            key: PhantomData,
-        }
+    ) -> RedisKeyedRateLimiterBuilder<K, [u64; N]> {
+        RedisLimiterBuilder::new(
+            Target::Url(url.to_owned()),
+            name.into(),
+            Dimensions::new(names),
+        )
     }
 
-    /// [`builder`](Self::builder) for a Redis Cluster reached through `nodes`.
-    pub fn cluster_builder(
+    /// [`dimensions`](Self::dimensions) for a Redis Cluster reached through `nodes`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use paced::{Limit, Rate, RedisKeyedRateLimiter};
+    ///
+    /// # async fn demo() -> Result<(), paced::redis::RedisLimiterError> {
+    /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"];
+    /// let per_tenant: RedisKeyedRateLimiter<String, [u64; 2]> =
+    ///     RedisKeyedRateLimiter::cluster_dimensions(&nodes, "llm", ["requests", "tokens"])
+    ///         .limit("requests", Limit::bucket(Rate::per_minute(60), 10))
+    ///         .build()?;
+    /// let _permit = per_tenant.acquire("tenant-7", [1, 0]).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cluster_dimensions(
         nodes: &[&str],
         name: impl Into<String>,
         names: [&str; N],
-    ) -> RedisKeyedMultiRateLimiterBuilder<K, N> {
-        RedisKeyedMultiRateLimiterBuilder {
-            builder: RedisMultiRateLimiter::cluster_builder(nodes, name, names),
-            key: PhantomData,
-        }
+    ) -> RedisKeyedRateLimiterBuilder<K, [u64; N]> {
+        RedisLimiterBuilder::new(Target::cluster(nodes), name.into(), Dimensions::new(names))
     }
 
     /// `key`'s quota, as a one-key limiter over this limiter's connection and counters.
-    fn quota<Q>(&self, key: &Q) -> RedisMultiRateLimiter<N>
+    fn quota<Q>(&self, key: &Q) -> RedisRateLimiter<[u64; N]>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
-        let mut quotas = lock(&self.quotas);
+        let mut quotas = lock(&self.inner.quotas);
         let quota = match quotas.get(key) {
             Some(quota) => quota.clone(),
             None => {
@@ -181,29 +196,31 @@ where
                     // lease) and no limit set by this process (its fallback's).
                     quotas.retain(|_, q| Arc::strong_count(q) > 1 || q.has_own_limits());
                 }
-                let warmth = self.inner.warmth.clone();
-                let quota = Arc::new(Quota::new(self.naming.redis_key(key), warmth));
+                let warmth = self.inner.shared.warmth.clone();
+                let quota = Arc::new(Quota::new(self.inner.naming.redis_key(key), warmth));
                 quotas.insert(key.to_owned(), quota.clone());
                 quota
             }
         };
-        RedisMultiRateLimiter {
-            inner: self.inner.clone(),
-            quota,
+        RedisRateLimiter {
+            inner: Several {
+                shared: self.inner.shared.clone(),
+                quota,
+            },
         }
     }
 
     /// Waits until every limit of `key`'s quota grants `cost`; see
-    /// [`RedisMultiRateLimiter::acquire`].
+    /// the several-limit [`RedisRateLimiter`]'s `acquire`.
     ///
     /// # Errors
     ///
-    /// As [`RedisMultiRateLimiter::acquire`].
+    /// As the several-limit [`RedisRateLimiter`]'s `acquire`.
     pub async fn acquire<Q>(
         &self,
         key: &Q,
         cost: [u64; N],
-    ) -> Result<RedisMultiPermit<N>, RedisLimiterError>
+    ) -> Result<RedisPermit<N>, RedisLimiterError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
@@ -211,17 +228,17 @@ where
         self.quota(key).acquire(cost).await
     }
 
-    /// Waits at most `timeout` for `key`'s quota; see [`RedisMultiRateLimiter::acquire_timeout`].
+    /// Waits at most `timeout` for `key`'s quota; see the several-limit [`RedisRateLimiter`]'s `acquire_timeout`.
     ///
     /// # Errors
     ///
-    /// As [`RedisMultiRateLimiter::acquire_timeout`].
+    /// As the several-limit [`RedisRateLimiter`]'s `acquire_timeout`.
     pub async fn acquire_timeout<Q>(
         &self,
         key: &Q,
         cost: [u64; N],
         timeout: Duration,
-    ) -> Result<RedisMultiPermit<N>, TryAcquireError>
+    ) -> Result<RedisPermit<N>, TryAcquireError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
@@ -230,16 +247,16 @@ where
     }
 
     /// Grants `cost` of `key`'s quota if every limit holds it now; see
-    /// [`RedisMultiRateLimiter::try_acquire`].
+    /// the several-limit [`RedisRateLimiter`]'s `try_acquire`.
     ///
     /// # Errors
     ///
-    /// As [`RedisMultiRateLimiter::try_acquire`].
+    /// As the several-limit [`RedisRateLimiter`]'s `try_acquire`.
     pub async fn try_acquire<Q>(
         &self,
         key: &Q,
         cost: [u64; N],
-    ) -> Result<RedisMultiPermit<N>, TryAcquireError>
+    ) -> Result<RedisPermit<N>, TryAcquireError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
@@ -248,20 +265,20 @@ where
     }
 
     /// Replaces the limit at `index` of `key`'s quota in Redis, for every process, keeping its
-    /// level; see [`RedisMultiRateLimiter::set_limit`]. The other keys keep the builder's
+    /// level; see the several-limit [`RedisRateLimiter`]'s `set_limit`. The other keys keep the builder's
     /// limits. This process remembers it for its fail-open fallback, until
     /// [`clear_limit`](Self::clear_limit).
     ///
     /// # Errors
     ///
-    /// As [`RedisMultiRateLimiter::set_limit`].
+    /// As the several-limit [`RedisRateLimiter`]'s `set_limit`.
     ///
     /// # Examples
     ///
     /// ```no_run
     /// use paced::{Limit, Rate};
     ///
-    /// # async fn demo(per_tenant: paced::redis::RedisKeyedMultiRateLimiter<String, 2>) -> Result<(), paced::redis::RedisLimiterError> {
+    /// # async fn demo(per_tenant: paced::redis::RedisKeyedRateLimiter<String, [u64; 2]>) -> Result<(), paced::redis::RedisLimiterError> {
     /// // A premium tenant: ten times the requests (the builder's first limit).
     /// per_tenant.set_limit("tenant-7", 0, Limit::bucket(Rate::per_minute(600), 100)).await?;
     /// # Ok(())
@@ -281,17 +298,17 @@ where
     }
 
     /// Gives `key`'s quota the builder's limits again, for every process, keeping its levels;
-    /// see [`RedisMultiRateLimiter::clear_limit`]. This process forgets the limits it had set
+    /// see the several-limit [`RedisRateLimiter`]'s `clear_limit`. This process forgets the limits it had set
     /// for the key: its fail-open fallback takes `share` of the builder's again.
     ///
     /// # Errors
     ///
-    /// As [`RedisMultiRateLimiter::clear_limit`].
+    /// As the several-limit [`RedisRateLimiter`]'s `clear_limit`.
     ///
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn demo(per_tenant: paced::redis::RedisKeyedMultiRateLimiter<String, 2>) -> Result<(), paced::redis::RedisLimiterError> {
+    /// # async fn demo(per_tenant: paced::redis::RedisKeyedRateLimiter<String, [u64; 2]>) -> Result<(), paced::redis::RedisLimiterError> {
     /// per_tenant.clear_limit("tenant-7").await?;
     /// # Ok(())
     /// # }
@@ -306,6 +323,6 @@ where
 
     /// This process's counters, over all keys (`keys`: the keys this process knows now).
     pub fn stats(&self) -> RedisStats {
-        RedisStats::read(&self.inner.counters, lock(&self.quotas).len())
+        RedisStats::read(&self.inner.shared.counters, lock(&self.inner.quotas).len())
     }
 }

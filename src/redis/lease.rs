@@ -10,81 +10,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::keyed::{Inner, RedisKeyedRateLimiter};
+use super::local::{KeyLocal, Lease, ToReturn};
 use super::script::{bump, Call};
 use super::turns::{Asking, Turns};
 use crate::sync::lock;
-
-/// Tokens to give back and, while they are one reservation's alone, the Redis instant it was
-/// charged for: Redis takes the last grant's tokens back in full even while grants wait (see
-/// the script's "Tokens given back while grants wait").
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct ToReturn {
-    pub(super) tokens: u64,
-    pub(super) at_us: Option<u64>,
-}
-
-impl ToReturn {
-    /// Nothing to give back.
-    pub(super) const NOTHING: ToReturn = ToReturn {
-        tokens: 0,
-        at_us: None,
-    };
-
-    /// Adds tokens of no one reservation (a lease).
-    fn add(&mut self, tokens: u64) {
-        if tokens > 0 {
-            self.tokens = self.tokens.saturating_add(tokens);
-            self.at_us = None;
-        }
-    }
-
-    /// Adds a reservation's tokens, charged for Redis instant `at_us`.
-    fn add_reserved(&mut self, tokens: u64, at_us: u64) {
-        if tokens > 0 {
-            self.at_us = (self.tokens == 0).then_some(at_us);
-            self.tokens = self.tokens.saturating_add(tokens);
-        }
-    }
-}
-
-/// What this process keeps for one key while it is in use: while an acquisition is in
-/// flight, or a lease is held.
-pub(super) struct KeyLocal {
-    /// Acquisitions in flight.
-    users: usize,
-    redis: Arc<str>,
-    lease: Option<Lease>,
-    /// Tokens to give back with the key's next round trip: an expired or replaced lease, a
-    /// reservation whose waiter went away.
-    to_return: ToReturn,
-    /// With leases, one task at a time refills the key's lease; the others wait for it rather
-    /// than each asking Redis for a whole lease of its own.
-    refill: Arc<tokio::sync::Mutex<()>>,
-    /// The order of the key's reservations sent by this process.
-    turns: Arc<Turns>,
-    /// With leases, when the key was last granted (by Redis or from its lease): a key granted
-    /// within the lease age is in use, and its next round trip asks for a whole lease.
-    granted_at: Option<Instant>,
-}
-
-impl KeyLocal {
-    /// Whether the key was granted within `age` before `now`.
-    fn in_use(&self, now: Instant, age: Duration) -> bool {
-        self.granted_at
-            .is_some_and(|at| now.saturating_duration_since(at) < age)
-    }
-
-    /// Whether nothing needs the key's local state any more.
-    fn idle(&self, now: Instant, age: Duration) -> bool {
-        self.users == 0 && self.lease.is_none() && !self.in_use(now, age)
-    }
-}
-
-/// Tokens of one key taken from Redis ahead of use, spent locally.
-pub(super) struct Lease {
-    tokens: u64,
-    expires: Instant,
-}
 
 /// Gives `back` tokens of a key back to Redis, in the background (if there is a runtime; if
 /// not, or if it fails, they stay taken: on the quota's side).

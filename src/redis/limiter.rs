@@ -1,17 +1,21 @@
 //! [`RedisRateLimiter`]: a [`RedisKeyedRateLimiter`] with one key, named as given.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::builder::RedisRateLimiterBuilder;
+use super::builder::sealed::Build;
+use super::builder::{OneLimit, Options, RedisLimiterBuilder};
 use super::connect::Target;
 use super::error::{RedisLimiterError, TryAcquireError};
+use super::key::Naming;
 use super::keyed::RedisKeyedRateLimiter;
 use super::stats::RedisStats;
 #[allow(unused_imports)] // the docs' links
 use super::FailurePolicy;
 #[allow(unused_imports)] // the docs' links
 use crate::error::NotUntil;
+use crate::limiter::Cost;
 #[allow(unused_imports)] // the docs' links
 use crate::limiter::RateLimiter;
 use crate::rate::Rate;
@@ -19,16 +23,41 @@ use crate::rate::Rate;
 /// The one key of a [`RedisRateLimiter`]: its Redis key is the limiter's name, so the key
 /// itself writes nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(super) struct One;
+pub(super) struct OnlyKey;
 
-impl fmt::Display for One {
+impl fmt::Display for OnlyKey {
     fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
         Ok(())
     }
 }
 
+/// Builds a [`RedisRateLimiter`] of one limit (`C = u64`; see [`RedisRateLimiter::builder`])
+/// or of several (`C = [u64; N]`; see [`RedisRateLimiter::dimensions`]).
+///
+/// # Examples
+///
+/// ```
+/// use paced::redis::RedisRateLimiterBuilder;
+/// use paced::{Rate, RedisRateLimiter};
+///
+/// let builder: RedisRateLimiterBuilder =
+///     RedisRateLimiter::builder("redis://127.0.0.1/", "api", Rate::per_second(5), 5);
+/// let several: RedisRateLimiterBuilder<[u64; 2]> =
+///     RedisRateLimiter::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"]);
+/// # let _ = (builder, several);
+/// ```
+pub type RedisRateLimiterBuilder<C = u64> = RedisLimiterBuilder<RedisRateLimiter<C>>;
+
 /// A token bucket shared by every process that names the same Redis key: one quota across
 /// processes and machines (a consumer group on many hosts, one partner API key).
+///
+/// `C` is what one request costs ([`Cost`]): a `RedisRateLimiter` (`C = u64`, built by
+/// [`builder`](RedisRateLimiter::builder)) is one limit; a `RedisRateLimiter<[u64; N]>` (built
+/// by [`dimensions`](RedisRateLimiter::dimensions)) holds several limits over `N` dimensions
+/// (requests and tokens, say) in one Redis key, checked and charged at once, each grant a
+/// [`RedisPermit`](super::RedisPermit) to settle once its real cost is known. The same methods
+/// on both; the cost's type differs. What follows is the one-limit quota; the several-limit
+/// one is described with its methods.
 ///
 /// Same semantics as [`RateLimiter`]: capacity `burst`, starts full, refills at `rate`, a cost
 /// per acquisition; a cost above `burst` pays its debt before it is granted; a cost of 0 passes
@@ -107,14 +136,36 @@ impl fmt::Display for One {
 /// # Ok(())
 /// # }
 /// ```
+pub struct RedisRateLimiter<C: Cost = u64> {
+    pub(crate) inner: C::Redis,
+}
+
+impl<C: Cost> Clone for RedisRateLimiter<C> {
+    fn clone(&self) -> Self {
+        RedisRateLimiter {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// Shows the quota's key, its limits and its failure policy.
+impl<C: Cost> fmt::Debug for RedisRateLimiter<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+/// A [`RedisRateLimiter`]'s state for one limit: public in a private module (see [`Cost`]).
 #[derive(Clone)]
-pub struct RedisRateLimiter {
-    pub(super) keyed: RedisKeyedRateLimiter<One>,
+pub struct One {
+    pub(super) keyed: RedisKeyedRateLimiter<OnlyKey>,
 }
 
 impl RedisRateLimiter {
-    pub(super) fn from_keyed(keyed: RedisKeyedRateLimiter<One>) -> Self {
-        RedisRateLimiter { keyed }
+    pub(super) fn from_keyed(keyed: RedisKeyedRateLimiter<OnlyKey>) -> Self {
+        RedisRateLimiter {
+            inner: One { keyed },
+        }
     }
 
     /// A builder for the quota named `name` (its Redis key) on the Redis at `url`: `burst` tokens refilled at
@@ -139,7 +190,7 @@ impl RedisRateLimiter {
         rate: Rate,
         burst: u64,
     ) -> RedisRateLimiterBuilder {
-        RedisRateLimiterBuilder::new(Target::Url(url.into()), name.into(), rate, burst)
+        RedisRateLimiterBuilder::one(Target::Url(url.into()), name.into(), rate, burst)
     }
 
     /// A builder for the quota named `name` (its Redis key) on a Redis Cluster, reached through `nodes` (the
@@ -180,7 +231,7 @@ impl RedisRateLimiter {
         rate: Rate,
         burst: u64,
     ) -> RedisRateLimiterBuilder {
-        RedisRateLimiterBuilder::new(Target::cluster(nodes), name.into(), rate, burst)
+        RedisRateLimiterBuilder::one(Target::cluster(nodes), name.into(), rate, burst)
     }
 
     /// Waits until `cost` tokens are granted by the shared quota.
@@ -203,7 +254,7 @@ impl RedisRateLimiter {
     /// # }
     /// ```
     pub async fn acquire(&self, cost: u64) -> Result<(), RedisLimiterError> {
-        self.keyed.acquire(&One, cost).await
+        self.inner.keyed.acquire(&OnlyKey, cost).await
     }
 
     /// Waits until the shared quota grants `cost` tokens, if that can be within `timeout`;
@@ -236,7 +287,10 @@ impl RedisRateLimiter {
         cost: u64,
         timeout: Duration,
     ) -> Result<(), TryAcquireError> {
-        self.keyed.acquire_timeout(&One, cost, timeout).await
+        self.inner
+            .keyed
+            .acquire_timeout(&OnlyKey, cost, timeout)
+            .await
     }
 
     /// Grants `cost` if the shared quota holds it now; one round trip unless a lease holds it.
@@ -263,7 +317,7 @@ impl RedisRateLimiter {
     /// # }
     /// ```
     pub async fn try_acquire(&self, cost: u64) -> Result<(), TryAcquireError> {
-        self.keyed.try_acquire(&One, cost).await
+        self.inner.keyed.try_acquire(&OnlyKey, cost).await
     }
 
     /// Changes the limit for every process: stored in Redis beside the bucket (it does not
@@ -293,7 +347,7 @@ impl RedisRateLimiter {
     /// # }
     /// ```
     pub async fn set_limit(&self, rate: Rate, burst: u64) -> Result<(), RedisLimiterError> {
-        self.keyed.set_limit(&One, rate, burst).await
+        self.inner.keyed.set_limit(&OnlyKey, rate, burst).await
     }
 
     /// Gives the quota the limit it was built with again, for every process, keeping its level
@@ -313,7 +367,7 @@ impl RedisRateLimiter {
     /// # }
     /// ```
     pub async fn clear_limit(&self) -> Result<(), RedisLimiterError> {
-        self.keyed.clear_limit(&One).await
+        self.inner.keyed.clear_limit(&OnlyKey).await
     }
 
     /// This process's counters.
@@ -328,7 +382,7 @@ impl RedisRateLimiter {
     /// ```
     #[must_use]
     pub fn stats(&self) -> RedisStats {
-        self.keyed.stats()
+        self.inner.keyed.stats()
     }
 
     /// Gives back the unused tokens of the local lease now (also done when the last handle is
@@ -342,11 +396,11 @@ impl RedisRateLimiter {
     /// # }
     /// ```
     pub async fn return_lease(&self) {
-        self.keyed.return_lease(&One).await;
+        self.inner.keyed.return_lease(&OnlyKey).await;
     }
 }
 
-impl fmt::Debug for RedisRateLimiter {
+impl fmt::Debug for One {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let inner = &self.keyed.inner;
         f.debug_struct("RedisRateLimiter")
@@ -355,5 +409,17 @@ impl fmt::Debug for RedisRateLimiter {
             .field("burst", &inner.burst)
             .field("policy", &inner.policy)
             .finish_non_exhaustive()
+    }
+}
+
+impl Build for RedisRateLimiter {
+    type Cost = u64;
+    type Spec = OneLimit;
+
+    fn build(options: Options<u64>, limit: OneLimit) -> Result<Self, RedisLimiterError> {
+        let naming = Naming::Exact(options.name.clone());
+        Ok(RedisRateLimiter::from_keyed(RedisKeyedRateLimiter {
+            inner: Arc::new(options.inner(limit, naming, true)?),
+        }))
     }
 }

@@ -2,9 +2,9 @@
 //!
 //! - [`RedisRateLimiter`]: one limit for the whole fleet. [`RedisKeyedRateLimiter`]: one
 //!   such limit per key.
-//! - [`RedisMultiRateLimiter`]: several limits at once (requests and tokens, per minute and
+//! - [`RedisRateLimiter<[u64; N]>`](RedisRateLimiter): several limits at once (requests and tokens, per minute and
 //!   per day), each grant corrected once its real cost is known.
-//!   [`RedisKeyedMultiRateLimiter`]: one such quota per key.
+//!   [`RedisKeyedRateLimiter<K, [u64; N]>`](RedisKeyedRateLimiter): one such quota per key.
 //!
 //! All of them share the failure policy, the errors and the counters in this module. Each
 //! decision is one atomic script call, on Redis's clock.
@@ -43,18 +43,28 @@ mod keyed;
 mod keyed_multi;
 mod lease;
 mod limiter;
+mod local;
 mod multi;
 mod permit;
 mod policy;
 mod script;
 mod stats;
 mod turns;
+mod wait;
 
-pub use builder::{RedisKeyedRateLimiterBuilder, RedisLimiterBuilder, RedisRateLimiterBuilder};
+pub use builder::RedisLimiterBuilder;
 pub use error::{RedisLimiterError, TryAcquireError};
-pub use keyed::RedisKeyedRateLimiter;
-pub use keyed_multi::{RedisKeyedMultiRateLimiter, RedisKeyedMultiRateLimiterBuilder};
-pub use limiter::RedisRateLimiter;
-pub use multi::{RedisMultiPermit, RedisMultiRateLimiter, RedisMultiRateLimiterBuilder};
+pub use keyed::{RedisKeyedRateLimiter, RedisKeyedRateLimiterBuilder};
+pub use limiter::{RedisRateLimiter, RedisRateLimiterBuilder};
+pub use multi::RedisPermit;
 pub use policy::FailurePolicy;
 pub use stats::RedisStats;
+
+/// The handles' states, one per shape of [`Cost`](crate::limiter::Cost) (see `sealed::Shape`): public
+/// types in private modules.
+pub(crate) mod state {
+    pub(crate) use super::keyed::KeyedOne;
+    pub(crate) use super::keyed_multi::KeyedSeveral;
+    pub(crate) use super::limiter::One;
+    pub(crate) use super::multi::Several;
+}

@@ -1,5 +1,6 @@
 -- paced's several limits in Redis (token buckets and aligned fixed windows), all checked and
--- charged at once, on Redis's own clock: the one script of `RedisMultiRateLimiter`.
+-- charged at once, on Redis's own clock: the one script of `RedisRateLimiter<[u64; N]>` and
+-- `RedisKeyedRateLimiter<K, [u64; N]>`.
 --
 -- KEYS[1]  the quota's state, every limit of it in one string (so in one Cluster slot): one
 --          byte, its format version (VERSION below, 1), then little-endian doubles

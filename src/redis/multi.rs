@@ -1,5 +1,5 @@
-//! [`RedisMultiRateLimiter`]: several limits of one quota (token buckets, aligned fixed
-//! windows) across a fleet, checked and charged at once by one script call on Redis's clock, and [`RedisMultiPermit`], what a grant
+//! [`RedisRateLimiter<[u64; N]>`](RedisRateLimiter): several limits of one quota (token buckets, aligned fixed
+//! windows) across a fleet, checked and charged at once by one script call on Redis's clock, and [`RedisPermit`], what a grant
 //! charged (to settle).
 
 use std::fmt;
@@ -8,155 +8,69 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::acquire::{on_fallback, pause_after, spend_budget, Outages, WaitError};
+use super::builder::sealed::Build;
+use super::builder::{Options, RedisLimiterBuilder};
 use super::connect::Target;
 use super::error::{RedisLimiterError, TryAcquireError};
 use super::fallback::Fallback;
+use super::limiter::{RedisRateLimiter, RedisRateLimiterBuilder};
 use super::policy::{self, FailurePolicy};
 use super::script::{bump, evalsha, round_down, round_up, wait_from_us, Conn, Counters, Failure};
 use super::stats::RedisStats;
 use super::turns::{Asking, Turns, Warmth};
+use super::wait::{on_fallback, pause_after, spend_budget, Outages, WaitError};
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
 use crate::limiter::{Limit, Permit, RateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};
 
-/// The script of [`RedisMultiRateLimiter`]: every limit of a quota in one state of format
+/// The script of [`RedisRateLimiter`]: every limit of a quota in one state of format
 /// version 1 (a leading byte; see the script's header); a state of another version is a reply
 /// error, never misread nor overwritten.
 const SCRIPT: &str = include_str!("multi.lua");
 
-/// Builds a [`RedisMultiRateLimiter`]; made by [`RedisMultiRateLimiter::builder`] and
-/// [`RedisMultiRateLimiter::cluster_builder`].
+/// What a several-limit builder was told beyond the common options: the dimensions' names
+/// and the limits on them (public in a private module: nameable by no user).
 #[derive(Debug)]
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct RedisMultiRateLimiterBuilder<const N: usize> {
-    target: Target,
-    name: String,
+pub struct Dimensions<const N: usize> {
     names: [String; N],
     limits: Vec<(String, Limit)>,
-    policy: FailurePolicy,
-    response_timeout: Duration,
-    lease: Option<([u64; N], Duration)>,
-    #[cfg(feature = "metrics")]
-    metrics_name: Option<String>,
 }
 
-impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
-    /// Lets this process take, with a grant that goes to Redis, up to `max_tokens[d]` more of
-    /// each dimension `d` (the least any of its limits has room for beyond the cost, at the
-    /// grant's instant), charged in Redis with the cost, and grant later costs from what it
-    /// holds without a round trip for up to `max_age`. Off by default.
-    ///
-    /// [`try_acquire`](RedisMultiRateLimiter::try_acquire) takes what room there is in each
-    /// dimension. A reservation ([`acquire`](RedisMultiRateLimiter::acquire),
-    /// [`acquire_timeout`](RedisMultiRateLimiter::acquire_timeout)) takes a lease only if
-    /// every dimension asked for has room beyond its cost at its grant's instant (one that
-    /// waits for a limit has none there, so it takes none, and never waits longer for a
-    /// lease); the lease is this process's once the reservation is granted. All three grant
-    /// from a lease held.
-    ///
-    /// What a lease has not granted when it expires, or when a new lease replaces it, is given
-    /// back in the background (one round trip), per dimension to each of its limits, as a
-    /// [`settle`](RedisMultiPermit::settle) of a grant charged at the lease's instant: a
-    /// bucket never above its burst, a fixed window only while the window the lease was
-    /// charged in lasts. (If that round trip fails, or there is no runtime, it stays charged:
-    /// on the quota's side.)
-    ///
-    /// Every token a lease holds is charged in Redis when the lease is taken, so Redis holds
-    /// every limit to its bound; the grants a lease makes come later, up to `max_age` after
-    /// that charge, so the fleet's grants can exceed a limit's bound over a span by at most
-    /// what the leases taken in it held (a fixed window: at most the leased tokens charged to
-    /// the window before). A lease grants nothing while a reservation of this process for the
-    /// same quota is queued (in flight to Redis or waiting its turn): those go to Redis, behind
-    /// it, so a lease never passes an earlier waiter of this process. A permit from a lease is
-    /// settled in Redis, as charged at the lease's instant.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use paced::redis::RedisMultiRateLimiter;
-    /// use paced::{Limit, Rate};
-    ///
-    /// # async fn demo() -> Result<(), paced::redis::RedisLimiterError> {
-    /// let llm: RedisMultiRateLimiter<2> =
-    ///     RedisMultiRateLimiter::builder("redis://127.0.0.1/", "llm", ["requests", "tokens"])
-    ///         .limit("requests", Limit::bucket(Rate::per_minute(500), 50))
-    ///         .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
-    ///         // Up to 5 requests and 2,000 tokens ahead, for at most 200 ms.
-    ///         .lease([5, 2_000], Duration::from_millis(200))
-    ///         .build()?;
-    /// let _permit = llm.try_acquire([1, 300]).await;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lease(mut self, max_tokens: [u64; N], max_age: Duration) -> Self {
-        self.lease = Some((max_tokens, max_age));
-        self
+impl<const N: usize> Dimensions<N> {
+    pub(super) fn new(names: [&str; N]) -> Self {
+        Dimensions {
+            names: names.map(str::to_owned),
+            limits: Vec::new(),
+        }
     }
 
-    /// Adds `limit` on the dimension called `name`, as
-    /// [`RateLimiterBuilder::limit`](crate::limiter::RateLimiterBuilder::limit) does. A fixed
-    /// window's boundaries are on Redis's clock: `origin + k * window` in Unix time (an origin
-    /// given by [`Limit::aligned_to_instant`] is mapped through this machine's clock when the
-    /// limiter is built), in whole microseconds.
-    pub fn limit(mut self, name: &str, limit: Limit) -> Self {
+    pub(super) fn limit(&mut self, name: &str, limit: Limit) {
         self.limits.push((name.to_owned(), limit));
-        self
     }
+}
 
-    /// What to do while Redis is unreachable, as on the other Redis limiters. Under
-    /// `FailOpen`, a local [`RateLimiter`] with `share` of every limit stands in: of the
-    /// limit this process set with [`set_limit`](RedisMultiRateLimiter::set_limit) (and has
-    /// not cleared), else of the builder's. A limit set by another process lives in Redis
-    /// only, which the outage hides: for it, the fallback takes `share` of the builder's.
-    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
-        self.policy = policy;
-        self
-    }
+impl<const N: usize> Build for RedisRateLimiter<[u64; N]> {
+    type Cost = [u64; N];
+    type Spec = Dimensions<N>;
 
-    /// How long one round trip may take before it counts as an outage (default 250 ms; not
-    /// zero), as on the other Redis limiters.
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    /// Records to the `metrics` facade under `name`, the metrics of the other Redis limiters
-    /// (`paced_tokens_granted_total` counts the sum of a cost's amounts).
-    #[cfg(feature = "metrics")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-    pub fn with_metrics(mut self, name: impl AsRef<str>) -> Self {
-        self.metrics_name = Some(name.as_ref().to_owned());
-        self
-    }
-
-    /// The limiter, with one lazy connection: nothing is sent to Redis until the first
-    /// request. Needs a tokio runtime.
-    ///
-    /// # Errors
-    ///
-    /// [`RedisLimiterError::Config`] for a duplicated or unknown dimension, an invalid limit,
-    /// a `FailOpen` share outside `(0, 1]` or a zero response timeout;
-    /// [`RedisLimiterError::Client`] for an invalid URL.
-    pub fn build(self) -> Result<RedisMultiRateLimiter<N>, RedisLimiterError> {
+    fn build(options: Options<[u64; N]>, spec: Dimensions<N>) -> Result<Self, RedisLimiterError> {
         let config = |e| RedisLimiterError::Config(e);
-        policy::validate(1, self.response_timeout, None, self.policy)?;
-        if let Some((max_tokens, _)) = self.lease {
+        policy::validate(1, options.response_timeout, None, options.policy)?;
+        if let Some((max_tokens, _)) = options.lease {
             if max_tokens == [0; N] {
                 return Err(config(ConfigError::ZeroLease));
             }
         }
-        for (i, name) in self.names.iter().enumerate() {
-            if self.names[..i].contains(name) {
+        for (i, name) in spec.names.iter().enumerate() {
+            if spec.names[..i].contains(name) {
                 return Err(config(ConfigError::DuplicateDimension));
             }
         }
-        let mut limits = Vec::with_capacity(self.limits.len());
-        for (name, limit) in &self.limits {
-            let dim = self
+        let mut limits = Vec::with_capacity(spec.limits.len());
+        for (name, limit) in &spec.limits {
+            let dim = spec
                 .names
                 .iter()
                 .position(|n| n == name)
@@ -165,34 +79,63 @@ impl<const N: usize> RedisMultiRateLimiterBuilder<N> {
             let kind = Kind::of(limit);
             limits.push(RedisLimit { dim, kind });
         }
-        let conn = self.target.connect(self.response_timeout)?;
-        let name = super::key::escape(&self.name);
+        let conn = options.target.connect(options.response_timeout)?;
+        let name = super::key::escape(&options.name);
         let mut key = String::with_capacity(name.len() + 2);
         key.push('{');
         key.push_str(&name);
         key.push('}');
         let warmth = Arc::new(Warmth::default());
-        Ok(RedisMultiRateLimiter {
-            quota: Arc::new(Quota::new(key, warmth.clone())),
-            inner: Arc::new(Inner {
-                conn,
-                warmth,
-                script: redis::Script::new(SCRIPT),
-                name,
-                names: self.names,
-                limits,
-                policy: self.policy,
-                lease: self.lease,
-                counters: Counters {
-                    #[cfg(feature = "metrics")]
-                    metrics: self
-                        .metrics_name
-                        .as_deref()
-                        .map(crate::instrument::RedisMetrics::new),
-                    ..Counters::default()
-                },
-            }),
+        Ok(RedisRateLimiter {
+            inner: Several {
+                quota: Arc::new(Quota::new(key, warmth.clone())),
+                shared: Arc::new(Inner {
+                    conn,
+                    warmth,
+                    script: redis::Script::new(SCRIPT),
+                    name,
+                    names: spec.names,
+                    limits,
+                    policy: options.policy,
+                    lease: options.lease,
+                    counters: Counters {
+                        #[cfg(feature = "metrics")]
+                        metrics: options
+                            .metrics_name
+                            .as_deref()
+                            .map(crate::instrument::RedisMetrics::new),
+                        ..Counters::default()
+                    },
+                }),
+            },
         })
+    }
+}
+
+impl<const N: usize> RedisLimiterBuilder<RedisRateLimiter<[u64; N]>> {
+    /// Adds `limit` on the dimension called `name`, as
+    /// [`RateLimiterBuilder::limit`](crate::limiter::RateLimiterBuilder::limit) does. A fixed
+    /// window's boundaries are on Redis's clock: `origin + k * window` in Unix time (an origin
+    /// given by [`Limit::aligned_to_instant`] is mapped through this machine's clock when the
+    /// limiter is built), in whole microseconds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paced::{Limit, Rate, RedisRateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let llm = RedisRateLimiter::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"])
+    ///     .limit("requests", Limit::bucket(Rate::per_minute(500), 50))
+    ///     .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
+    ///     .build();
+    /// assert!(llm.is_ok());
+    /// # }
+    /// ```
+    pub fn limit(mut self, name: &str, limit: Limit) -> Self {
+        self.spec.limit(name, limit);
+        self
     }
 }
 
@@ -304,7 +247,7 @@ pub(super) struct Quota<const N: usize> {
     turns: Arc<Turns>,
     fallback: Mutex<Fallback<RateLimiter<[u64; N]>>>,
     lease: Mutex<Leased<N>>,
-    /// The limits this process set ([`RedisMultiRateLimiter::set_limit`]) and has not cleared,
+    /// The limits this process set ([`RedisRateLimiter::set_limit`]) and has not cleared,
     /// by index: what its fail-open fallback takes `share` of.
     own: Mutex<Vec<Option<Kind>>>,
 }
@@ -329,60 +272,29 @@ impl<const N: usize> Quota<N> {
     }
 }
 
-/// Several limits of one quota (token buckets and fixed windows) across processes and
-/// machines, kept in Redis (feature `redis`): a cost is one amount per dimension (`[u64; N]`), and a request is granted when
-/// every limit has room for its amount; all are checked and charged at one instant by one
-/// script call, on Redis's clock, all or nothing.
-///
-/// The Redis counterpart of [`RateLimiter`]: grants are first come, first served across
-/// the fleet (in the order Redis received them), each at the earliest instant at which every
-/// limit has room, never before an earlier grant (its wait is the latest of the limits').
-/// Every limit lives in one key, `{name}`, so on a Redis Cluster in one slot. A fixed
-/// window's boundaries are on Redis's clock. Leases (most grants without a round trip) with
-/// [`lease`](RedisMultiRateLimiterBuilder::lease). Every process must give the same
-/// limits (a state of another number of limits is a reply error);
-/// [`set_limit`](Self::set_limit) changes one for the whole fleet, in Redis, and
-/// [`clear_limit`](Self::clear_limit) gives the builder's back.
-///
-/// # Examples
-///
-/// ```no_run
-/// use paced::redis::RedisMultiRateLimiter;
-/// use paced::{Limit, Rate};
-///
-/// # async fn demo(estimate: u64) -> Result<(), paced::redis::RedisLimiterError> {
-/// let llm: RedisMultiRateLimiter<2> =
-///     RedisMultiRateLimiter::builder("redis://127.0.0.1/", "llm", ["requests", "tokens"])
-///         .limit("requests", Limit::bucket(Rate::per_minute(500), 50))
-///         .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
-///         .build()?;
-/// let permit = llm.acquire([1, estimate]).await?;
-/// let used = estimate / 2; // the answer's usage
-/// permit.settle([1, used]).await?;
-/// # Ok(())
-/// # }
-/// ```
-pub struct RedisMultiRateLimiter<const N: usize> {
-    pub(super) inner: Arc<Inner<N>>,
+/// A [`RedisRateLimiter`]'s state for several limits: public in a private module (see
+/// [`Cost`](crate::limiter::Cost)).
+pub struct Several<const N: usize> {
+    pub(super) shared: Arc<Inner<N>>,
     pub(super) quota: Arc<Quota<N>>,
 }
 
-impl<const N: usize> Clone for RedisMultiRateLimiter<N> {
+impl<const N: usize> Clone for Several<N> {
     fn clone(&self) -> Self {
-        RedisMultiRateLimiter {
-            inner: self.inner.clone(),
+        Several {
+            shared: self.shared.clone(),
             quota: self.quota.clone(),
         }
     }
 }
 
-impl<const N: usize> fmt::Debug for RedisMultiRateLimiter<N> {
+impl<const N: usize> fmt::Debug for Several<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisMultiRateLimiter")
+        f.debug_struct("RedisRateLimiter")
             .field("key", &self.quota.key)
-            .field("names", &self.inner.names)
-            .field("limits", &self.inner.limits)
-            .field("policy", &self.inner.policy)
+            .field("names", &self.shared.names)
+            .field("limits", &self.shared.limits)
+            .field("policy", &self.shared.policy)
             .finish_non_exhaustive()
     }
 }
@@ -395,43 +307,96 @@ enum Answer {
     Refused(Nanos),
 }
 
-impl<const N: usize> RedisMultiRateLimiter<N> {
+/// Several limits of one quota (token buckets and fixed windows) across processes and
+/// machines, kept in Redis (feature `redis`): a cost is one amount per dimension (`[u64; N]`), and a request is granted when
+/// every limit has room for its amount; all are checked and charged at one instant by one
+/// script call, on Redis's clock, all or nothing.
+///
+/// The Redis counterpart of [`RateLimiter`]: grants are first come, first served across
+/// the fleet (in the order Redis received them), each at the earliest instant at which every
+/// limit has room, never before an earlier grant (its wait is the latest of the limits').
+/// Every limit lives in one key, `{name}`, so on a Redis Cluster in one slot. A fixed
+/// window's boundaries are on Redis's clock. Leases (most grants without a round trip) with
+/// [`lease`](RedisRateLimiterBuilder::lease). Every process must give the same
+/// limits (a state of another number of limits is a reply error);
+/// [`set_limit`](Self::set_limit) changes one for the whole fleet, in Redis, and
+/// [`clear_limit`](Self::clear_limit) gives the builder's back.
+///
+/// # Examples
+///
+/// ```no_run
+/// use paced::redis::RedisRateLimiter;
+/// use paced::{Limit, Rate};
+///
+/// # async fn demo(estimate: u64) -> Result<(), paced::redis::RedisLimiterError> {
+/// let llm: RedisRateLimiter<[u64; 2]> =
+///     RedisRateLimiter::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"])
+///         .limit("requests", Limit::bucket(Rate::per_minute(500), 50))
+///         .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
+///         .build()?;
+/// let permit = llm.acquire([1, estimate]).await?;
+/// let used = estimate / 2; // the answer's usage
+/// permit.settle([1, used]).await?;
+/// # Ok(())
+/// # }
+/// ```
+impl<const N: usize> RedisRateLimiter<[u64; N]> {
     /// A builder for a quota kept in the Redis server at `url`, under the key `{name}`, with
-    /// the dimensions `names` (a cost gives one amount per name, in this order). Without
-    /// limits, failing closed, with a 250 ms response timeout.
-    pub fn builder(
+    /// the dimensions `names` (a cost gives one amount per name, in this order), whose limits
+    /// are added by [`limit`](RedisLimiterBuilder::limit). Without limits, failing closed,
+    /// with a 250 ms response timeout. (A quota of one limit is made by
+    /// [`RedisRateLimiter::builder`].)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use paced::{Limit, Rate, RedisRateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let llm: RedisRateLimiter<[u64; 2]> =
+    ///     RedisRateLimiter::dimensions("redis://127.0.0.1/", "llm", ["requests", "tokens"])
+    ///         .limit("requests", Limit::bucket(Rate::per_minute(500), 50))
+    ///         .limit("tokens", Limit::bucket(Rate::per_minute(40_000), 40_000))
+    ///         .build()
+    ///         .unwrap();
+    /// # let _ = llm;
+    /// # }
+    /// ```
+    pub fn dimensions(
         url: &str,
         name: impl Into<String>,
         names: [&str; N],
-    ) -> RedisMultiRateLimiterBuilder<N> {
-        Self::builder_for(Target::Url(url.to_owned()), name.into(), names)
+    ) -> RedisRateLimiterBuilder<[u64; N]> {
+        RedisLimiterBuilder::new(
+            Target::Url(url.to_owned()),
+            name.into(),
+            Dimensions::new(names),
+        )
     }
 
-    /// [`builder`](Self::builder) for a Redis Cluster reached through `nodes`.
-    pub fn cluster_builder(
+    /// [`dimensions`](Self::dimensions) for a Redis Cluster reached through `nodes`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use paced::{Limit, Rate, RedisRateLimiter};
+    ///
+    /// # async fn demo() -> Result<(), paced::redis::RedisLimiterError> {
+    /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"];
+    /// let llm = RedisRateLimiter::cluster_dimensions(&nodes, "llm", ["requests", "tokens"])
+    ///     .limit("requests", Limit::bucket(Rate::per_minute(500), 50))
+    ///     .build()?;
+    /// let _permit = llm.acquire([1, 0]).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cluster_dimensions(
         nodes: &[&str],
         name: impl Into<String>,
         names: [&str; N],
-    ) -> RedisMultiRateLimiterBuilder<N> {
-        Self::builder_for(Target::cluster(nodes), name.into(), names)
-    }
-
-    fn builder_for(
-        target: Target,
-        name: String,
-        names: [&str; N],
-    ) -> RedisMultiRateLimiterBuilder<N> {
-        RedisMultiRateLimiterBuilder {
-            target,
-            name,
-            names: names.map(str::to_owned),
-            limits: Vec::new(),
-            policy: FailurePolicy::default(),
-            response_timeout: Duration::from_millis(250),
-            lease: None,
-            #[cfg(feature = "metrics")]
-            metrics_name: None,
-        }
+    ) -> RedisRateLimiterBuilder<[u64; N]> {
+        RedisLimiterBuilder::new(Target::cluster(nodes), name.into(), Dimensions::new(names))
     }
 
     /// Waits until every limit grants `cost` (one amount per dimension), in one round trip
@@ -439,11 +404,11 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     ///
     /// # Errors
     ///
-    /// As [`RedisRateLimiter::acquire`](crate::RedisRateLimiter::acquire):
+    /// As the one-limit [`RedisRateLimiter`]'s `acquire`:
     /// [`RedisLimiterError::Unavailable`] once Redis has been unreachable for the fail-closed
     /// deadline, [`RedisLimiterError::Reply`] when Redis answers with an error. Nothing was
     /// taken.
-    pub async fn acquire(&self, cost: [u64; N]) -> Result<RedisMultiPermit<N>, RedisLimiterError> {
+    pub async fn acquire(&self, cost: [u64; N]) -> Result<RedisPermit<N>, RedisLimiterError> {
         loop {
             match self.reserve(cost, None).await {
                 Ok(permit) => return Ok(permit),
@@ -465,17 +430,17 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         &self,
         cost: [u64; N],
         timeout: Duration,
-    ) -> Result<RedisMultiPermit<N>, TryAcquireError> {
+    ) -> Result<RedisPermit<N>, TryAcquireError> {
         let deadline = Instant::now().checked_add(timeout);
         match self.reserve(cost, Some(deadline)).await {
             Ok(permit) => Ok(permit),
             Err(WaitError::Refused(refused)) => {
-                self.inner.counters.refuse();
+                self.inner.shared.counters.refuse();
                 Err(TryAcquireError::NotUntil(refused))
             }
             Err(WaitError::Limiter(RedisLimiterError::Reply(e))) => Err(TryAcquireError::Reply(e)),
             Err(WaitError::Limiter(_)) => {
-                self.inner.counters.refuse();
+                self.inner.shared.counters.refuse();
                 Err(TryAcquireError::NotUntil(NotUntil::after(
                     Duration::from_millis(10),
                 )))
@@ -492,11 +457,8 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     /// ([`NotUntil::is_never`] for a cost above a bucket's burst); while Redis is unreachable, under `FailClosed` a refusal with the retry backoff, under
     /// `FailOpen` the fallback's answer. [`TryAcquireError::Reply`] when Redis answers with an
     /// error.
-    pub async fn try_acquire(
-        &self,
-        cost: [u64; N],
-    ) -> Result<RedisMultiPermit<N>, TryAcquireError> {
-        let counters = &self.inner.counters;
+    pub async fn try_acquire(&self, cost: [u64; N]) -> Result<RedisPermit<N>, TryAcquireError> {
+        let counters = &self.inner.shared.counters;
         if cost == [0; N] {
             spend_budget().await;
             counters.grant(0);
@@ -526,7 +488,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             match trip {
                 Ok(Answer::Granted(_, at_us, leased)) => {
                     self.recovered();
-                    if let Some((_, max_age)) = self.inner.lease {
+                    if let Some((_, max_age)) = self.inner.shared.lease {
                         self.take_lease(&leased, at_us, max_age);
                     }
                     spend_budget().await;
@@ -537,7 +499,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                     Err(NotUntil::new(wait))
                 }
                 Err(Failure::Reply(e)) => return Err(TryAcquireError::Reply(e)),
-                Err(Failure::Outage(_)) => match self.inner.policy {
+                Err(Failure::Outage(_)) => match self.inner.shared.policy {
                     FailurePolicy::FailOpen { share } => {
                         self.open_fallback(share);
                         return Box::pin(self.try_acquire(cost)).await;
@@ -561,7 +523,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     }
 
     /// Replaces the limit at `index` (the number of
-    /// [`limit`](RedisMultiRateLimiterBuilder::limit) calls before it) in Redis, for every
+    /// [`limit`](RedisRateLimiterBuilder::limit) calls before it) in Redis, for every
     /// process from its next request, keeping its level as
     /// [`RateLimiter::set_limit`] does: a bucket keeps the tokens it holds (or lacks),
     /// capped at the new burst; a fixed window keeps what the current window used (carried
@@ -593,7 +555,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     /// ```no_run
     /// use paced::{Limit, Rate};
     ///
-    /// # async fn demo(llm: paced::redis::RedisMultiRateLimiter<2>) -> Result<(), paced::redis::RedisLimiterError> {
+    /// # async fn demo(llm: paced::redis::RedisRateLimiter<[u64; 2]>) -> Result<(), paced::redis::RedisLimiterError> {
     /// // The provider raised our token limit (the second `limit` of the builder).
     /// llm.set_limit(1, Limit::bucket(Rate::per_minute(80_000), 80_000)).await?;
     /// # Ok(())
@@ -603,6 +565,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         let config = RedisLimiterError::Config;
         let old = self
             .inner
+            .shared
             .limits
             .get(index)
             .ok_or(config(ConfigError::NoSuchLimit))?;
@@ -618,8 +581,8 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         match self.call("limit", self.spec(|_| 0.0), Some(extra)).await {
             Ok(_) => {
                 self.recovered();
-                let mut own = lock(&self.quota.own);
-                own.resize(self.inner.limits.len(), None);
+                let mut own = lock(&self.inner.quota.own);
+                own.resize(self.inner.shared.limits.len(), None);
                 own[index] = Some(new);
                 Ok(())
             }
@@ -645,7 +608,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn demo(llm: paced::redis::RedisMultiRateLimiter<2>) -> Result<(), paced::redis::RedisLimiterError> {
+    /// # async fn demo(llm: paced::redis::RedisRateLimiter<[u64; 2]>) -> Result<(), paced::redis::RedisLimiterError> {
     /// // Back to the limits the fleet was built with.
     /// llm.clear_limit().await?;
     /// # Ok(())
@@ -655,7 +618,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         match self.call("clear", self.spec(|_| 0.0), None).await {
             Ok(_) => {
                 self.recovered();
-                lock(&self.quota.own).clear();
+                lock(&self.inner.quota.own).clear();
                 Ok(())
             }
             Err(Failure::Reply(e)) => Err(RedisLimiterError::Reply(e)),
@@ -665,11 +628,11 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
 
     /// This process's counters (`keys` is 1: the quota's one key).
     pub fn stats(&self) -> RedisStats {
-        RedisStats::read(&self.inner.counters, 1)
+        RedisStats::read(&self.inner.shared.counters, 1)
     }
 
-    fn permit(&self, cost: [u64; N], charged: Charged<N>) -> RedisMultiPermit<N> {
-        RedisMultiPermit {
+    fn permit(&self, cost: [u64; N], charged: Charged<N>) -> RedisPermit<N> {
+        RedisPermit {
             limiter: self.clone(),
             cost,
             charged,
@@ -684,8 +647,8 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     /// The script's limits (five doubles each: kind, three numbers, `amount` of the limit's
     /// dimension).
     fn spec(&self, amount: impl Fn(usize) -> f64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.inner.limits.len() * 40);
-        for limit in &self.inner.limits {
+        let mut out = Vec::with_capacity(self.inner.shared.limits.len() * 40);
+        for limit in &self.inner.shared.limits {
             let values = limit.kind.values();
             for v in values.into_iter().chain([amount(limit.dim)]) {
                 out.extend_from_slice(&v.to_le_bytes());
@@ -697,9 +660,9 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     /// The script's lease argument, with leases: per limit, its dimension and the most to
     /// lease of it.
     fn lease_wanted(&self) -> Option<Vec<u8>> {
-        let (max_tokens, _) = self.inner.lease?;
-        let mut want = Vec::with_capacity(self.inner.limits.len() * 16);
-        for limit in &self.inner.limits {
+        let (max_tokens, _) = self.inner.shared.lease?;
+        let mut want = Vec::with_capacity(self.inner.shared.limits.len() * 16);
+        for limit in &self.inner.shared.limits {
             want.extend_from_slice(&(limit.dim as f64).to_le_bytes());
             let most = round_down(max_tokens[limit.dim]);
             want.extend_from_slice(&most.to_le_bytes());
@@ -726,12 +689,12 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         spec: Vec<u8>,
         extras: Vec<Vec<u8>>,
     ) -> Result<Vec<u64>, Failure> {
-        let inner = &self.inner;
+        let inner = &self.inner.shared;
         inner.counters.round_trip();
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(inner.script.get_hash())
             .arg(1)
-            .arg(&self.quota.key)
+            .arg(&self.inner.quota.key)
             .arg(mode)
             .arg(spec);
         for extra in extras {
@@ -741,7 +704,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             Conn::Single(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,
             Conn::Cluster(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,
         };
-        reply.map_err(|e| Failure::classify(e, &inner.counters, &self.quota.key, 0))
+        reply.map_err(|e| Failure::classify(e, &inner.counters, &self.inner.quota.key, 0))
     }
 
     async fn round_trip(
@@ -776,7 +739,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     /// a dimension).
     fn leased_per_dim(&self, leased: &[u64]) -> [u64; N] {
         let mut left = [0; N];
-        for (limit, &n) in self.inner.limits.iter().zip(leased) {
+        for (limit, &n) in self.inner.shared.limits.iter().zip(leased) {
             left[limit.dim] = n;
         }
         left
@@ -800,11 +763,11 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     /// Refused, a request that `asks` (one that will wait, not a try) is counted as waiting
     /// for the quota, in the same step, until it drops the returned [`Asking`].
     fn take_from_lease(&self, cost: [u64; N], asks: bool) -> Result<u64, Option<Asking>> {
-        if self.inner.lease.is_none() {
+        if self.inner.shared.lease.is_none() {
             return Err(None);
         }
-        let mut leased = lock(&self.quota.lease);
-        let asking = || Err(asks.then(|| self.quota.turns.ask()));
+        let mut leased = lock(&self.inner.quota.lease);
+        let asking = || Err(asks.then(|| self.inner.quota.turns.ask()));
         let Some(lease) = leased.held.as_mut() else {
             return asking();
         };
@@ -818,8 +781,10 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             return refused;
         }
         // A dimension without a limit needs no lease.
-        let limited = |d: usize| self.inner.limits.iter().any(|l| l.dim == d);
-        if !self.quota.turns.is_idle() || (0..N).any(|d| limited(d) && lease.left[d] < cost[d]) {
+        let limited = |d: usize| self.inner.shared.limits.iter().any(|l| l.dim == d);
+        if !self.inner.quota.turns.is_idle()
+            || (0..N).any(|d| limited(d) && lease.left[d] < cost[d])
+        {
             return asking();
         }
         for (left, c) in lease.left.iter_mut().zip(cost) {
@@ -838,7 +803,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             .checked_add(max_age)
             .unwrap_or(now + Duration::from_secs(86_400 * 365 * 30));
         let (old, sweep) = {
-            let mut slot = lock(&self.quota.lease);
+            let mut slot = lock(&self.inner.quota.lease);
             let old = slot.held.replace(Lease { left, until, at_us });
             let sweep = !std::mem::replace(&mut slot.sweeping, true);
             (old, sweep)
@@ -857,7 +822,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     /// trip, none if it holds nothing; if there is no runtime, or it fails, it stays charged:
     /// on the quota's side.
     fn give_back(&self, lease: Lease<N>) {
-        let limited = |d: usize| self.inner.limits.iter().any(|l| l.dim == d);
+        let limited = |d: usize| self.inner.shared.limits.iter().any(|l| l.dim == d);
         if (0..N).all(|d| !limited(d) || lease.left[d] == 0) {
             return;
         }
@@ -876,14 +841,14 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     /// last handle goes).
     fn sweep_leases(&self) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            lock(&self.quota.lease).sweeping = false;
+            lock(&self.inner.quota.lease).sweeping = false;
             return;
         };
         let this = self.clone();
         runtime.spawn(async move {
             loop {
                 let until = {
-                    let mut slot = lock(&this.quota.lease);
+                    let mut slot = lock(&this.inner.quota.lease);
                     match slot.held.as_ref().map(|l| l.until) {
                         None => {
                             slot.sweeping = false;
@@ -908,22 +873,22 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
 
     /// The fail-open fallback, while it is in charge.
     fn fallback(&self) -> Option<RateLimiter<[u64; N]>> {
-        lock(&self.quota.fallback).current()
+        lock(&self.inner.quota.fallback).current()
     }
 
     /// The fail-open fallback while it is in charge, and until when.
     fn fallback_until(&self) -> Option<(RateLimiter<[u64; N]>, Instant)> {
-        lock(&self.quota.fallback).current_until()
+        lock(&self.inner.quota.fallback).current_until()
     }
 
     /// Puts a local limiter at `share` of every limit in charge for a second: of the limit
     /// this process set, else of the builder's.
     fn open_fallback(&self, share: f64) {
-        let own = lock(&self.quota.own).clone();
-        lock(&self.quota.fallback).open(|| {
-            let names: [&str; N] = std::array::from_fn(|i| self.inner.names[i].as_str());
+        let own = lock(&self.inner.quota.own).clone();
+        lock(&self.inner.quota.fallback).open(|| {
+            let names: [&str; N] = std::array::from_fn(|i| self.inner.shared.names[i].as_str());
             let mut builder = RateLimiter::builder(names);
-            for (i, limit) in self.inner.limits.iter().enumerate() {
+            for (i, limit) in self.inner.shared.limits.iter().enumerate() {
                 let kind = own.get(i).copied().flatten().unwrap_or(limit.kind);
                 let local = match kind {
                     Kind::Bucket { rate, burst, .. } => {
@@ -940,28 +905,26 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                         Limit::window(quota, window).aligned_to(origin)
                     }
                 };
-                builder = builder.limit(&self.inner.names[limit.dim], local);
+                builder = builder.limit(&self.inner.shared.names[limit.dim], local);
             }
             // The limits were checked when this limiter was built.
-            builder
-                .build()
-                .expect("RedisMultiRateLimiter: valid limits")
+            builder.build().expect("RedisRateLimiter: valid limits")
         });
     }
 
     fn recovered(&self) {
-        lock(&self.quota.fallback).recovered();
+        lock(&self.inner.quota.fallback).recovered();
     }
 
     /// Whether Redis answers again, for a waiter on the fail-open fallback: `None` if it does
     /// (the outage is over), else the end of the fallback's next second in charge.
     async fn probe(&self) -> Option<Instant> {
-        self.inner.counters.round_trip();
-        if self.inner.conn.answers().await {
+        self.inner.shared.counters.round_trip();
+        if self.inner.shared.conn.answers().await {
             self.recovered();
             return None;
         }
-        if let FailurePolicy::FailOpen { share } = self.inner.policy {
+        if let FailurePolicy::FailOpen { share } = self.inner.shared.policy {
             self.open_fallback(share);
         }
         let second = Instant::now() + Duration::from_secs(1);
@@ -973,8 +936,8 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
         &self,
         cost: [u64; N],
         deadline: Option<Option<Instant>>,
-    ) -> Result<RedisMultiPermit<N>, WaitError> {
-        let counters = &self.inner.counters;
+    ) -> Result<RedisPermit<N>, WaitError> {
+        let counters = &self.inner.shared.counters;
         if cost == [0; N] {
             spend_budget().await;
             counters.grant(0);
@@ -1024,6 +987,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
             // A grant takes its place among this process's grants of the quota by the instant
             // Redis charged it for; anything else takes none.
             let (turn, answer) = self
+                .inner
                 .quota
                 .turns
                 .send(trip, |answer| match answer {
@@ -1053,7 +1017,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                     let mut permit = reserved.0.take().expect("the reservation, until granted");
                     permit.cost = cost;
                     // The lease is this process's from its grant's instant on.
-                    if let (Some((_, max_age)), true) = (self.inner.lease, lease != [0; N]) {
+                    if let (Some((_, max_age)), true) = (self.inner.shared.lease, lease != [0; N]) {
                         self.take_lease(&leased, at_us, max_age);
                     }
                     counters.grant(sum(cost));
@@ -1076,7 +1040,7 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
                     return Err(WaitError::Limiter(RedisLimiterError::Reply(e)));
                 }
                 Err(Failure::Outage(e)) => {
-                    let (policy, left) = (self.inner.policy, left(Instant::now()));
+                    let (policy, left) = (self.inner.shared.policy, left(Instant::now()));
                     let gives_up = deadline.is_none();
                     if let Some(share) =
                         outages.wait_out(policy, e, attempt, left, gives_up).await?
@@ -1089,10 +1053,10 @@ impl<const N: usize> RedisMultiRateLimiter<N> {
     }
 }
 
-/// What a grant of a [`RedisMultiRateLimiter`] charged, to [`settle`](Self::settle) once the
+/// What a grant of a [`RedisRateLimiter`] charged, to [`settle`](Self::settle) once the
 /// actual cost is known. Dropping it keeps its charge.
-pub struct RedisMultiPermit<const N: usize> {
-    limiter: RedisMultiRateLimiter<N>,
+pub struct RedisPermit<const N: usize> {
+    limiter: RedisRateLimiter<[u64; N]>,
     cost: [u64; N],
     charged: Charged<N>,
 }
@@ -1100,7 +1064,7 @@ pub struct RedisMultiPermit<const N: usize> {
 /// A grant charged in Redis whose waiter has not had it yet: if the waiter goes away, its
 /// whole cost is given back (settled to zero) in the background, in one round trip (if there
 /// is a runtime; if not, or if that fails, it stays taken: on the quota's side).
-struct Reserved<const N: usize>(Option<RedisMultiPermit<N>>);
+struct Reserved<const N: usize>(Option<RedisPermit<N>>);
 
 impl<const N: usize> Drop for Reserved<N> {
     fn drop(&mut self) {
@@ -1125,16 +1089,16 @@ enum Charged<const N: usize> {
     Nothing,
 }
 
-impl<const N: usize> fmt::Debug for RedisMultiPermit<N> {
+impl<const N: usize> fmt::Debug for RedisPermit<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisMultiPermit")
+        f.debug_struct("RedisPermit")
             .field("charged", &self.cost)
             .field("fallback", &matches!(self.charged, Charged::Local(_)))
             .finish_non_exhaustive()
     }
 }
 
-impl<const N: usize> RedisMultiPermit<N> {
+impl<const N: usize> RedisPermit<N> {
     /// The cost this grant charged, per dimension.
     pub fn charged(&self) -> [u64; N] {
         self.cost

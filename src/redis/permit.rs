@@ -8,7 +8,7 @@ use std::task::{Context, Poll, Waker};
 
 use super::error::TryAcquireError;
 use super::keyed::RedisKeyedRateLimiter;
-use super::limiter::{One, RedisRateLimiter};
+use super::limiter::{OnlyKey, RedisRateLimiter};
 use super::script::REPLY_RETRY;
 use crate::error::NotUntil;
 use crate::limiter::keyed_traits::sealed::{Arrival, KeyedSealed};
@@ -19,14 +19,14 @@ use crate::limiter::{KeyedLimiter, Limiter};
 pub(super) type Pending<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
 /// A stream's request in flight on a [`RedisRateLimiter`] (not nameable outside the crate).
-pub struct RedisPermit {
+pub struct RedisStreamPermit {
     acquire: Option<Pending<()>>,
     check: Option<Pending<Result<(), NotUntil>>>,
 }
 
-impl fmt::Debug for RedisPermit {
+impl fmt::Debug for RedisStreamPermit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisPermit")
+        f.debug_struct("RedisStreamPermit")
             .field(
                 "in_flight",
                 &(self.acquire.is_some() || self.check.is_some()),
@@ -58,10 +58,10 @@ impl Limiter for RedisRateLimiter {}
 /// A stream holds its item while the round trip is in flight: nothing is lost if it is
 /// dropped, and under `FailClosed` a shaping stream waits for Redis rather than give up.
 impl sealed::Sealed for RedisRateLimiter {
-    type Permit = RedisPermit;
+    type Permit = RedisStreamPermit;
 
-    fn permit(&self) -> RedisPermit {
-        RedisPermit {
+    fn permit(&self) -> RedisStreamPermit {
+        RedisStreamPermit {
             acquire: None,
             check: None,
         }
@@ -69,19 +69,19 @@ impl sealed::Sealed for RedisRateLimiter {
 
     fn poll_acquire(
         &self,
-        permit: Pin<&mut RedisPermit>,
+        permit: Pin<&mut RedisStreamPermit>,
         cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<()> {
         let quota = self.clone();
         poll_slot(&mut permit.get_mut().acquire, cx, || async move {
-            quota.keyed.acquire_patiently(&One, cost).await
+            quota.inner.keyed.acquire_patiently(&OnlyKey, cost).await
         })
     }
 
     fn poll_try_acquire(
         &self,
-        permit: Pin<&mut RedisPermit>,
+        permit: Pin<&mut RedisStreamPermit>,
         cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<Result<(), NotUntil>> {

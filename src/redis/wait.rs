@@ -1,0 +1,137 @@
+//! What every Redis limiter's acquisitions share, whatever their shape: how a wait ends
+//! without a grant, the cooperative budget of a grant that needed no wait, the backoff and
+//! failure policy of outages, the race of the fail-open fallback against Redis's recovery.
+
+use std::future::Future;
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::error::RedisLimiterError;
+use super::policy::FailurePolicy;
+use crate::engine::coop::poll_budget;
+use crate::error::NotUntil;
+
+/// How a waiting acquisition ended without a grant (of either Redis limiter).
+pub(super) enum WaitError {
+    Limiter(RedisLimiterError),
+    Refused(NotUntil),
+}
+
+/// Spends one unit of the task's cooperative budget on a grant that needed no wait, yielding
+/// first if the budget is spent.
+pub(super) async fn spend_budget() {
+    std::future::poll_fn(poll_budget).await.made_progress();
+}
+
+/// A waiting acquisition's outages, of either Redis limiter: the fail-closed backoff (from
+/// 10 ms, doubling up to the policy's `max_backoff`) and deadline, counted from the first
+/// failed round trip.
+pub(super) struct Outages {
+    backoff: Duration,
+    since: Option<Instant>,
+}
+
+impl Outages {
+    pub(super) fn new() -> Outages {
+        Outages {
+            backoff: Duration::from_millis(10),
+            since: None,
+        }
+    }
+
+    /// After a round trip sent at `attempt` failed for an outage `e`: under `FailClosed`,
+    /// pauses (at most the `left` of a deadline, refusing once none is left) or, for a wait
+    /// that `gives_up`, gives up past the policy's deadline; under `FailOpen`, returns the
+    /// share for the caller's fallback.
+    pub(super) async fn wait_out(
+        &mut self,
+        policy: FailurePolicy,
+        e: redis::RedisError,
+        attempt: Instant,
+        left: Option<Duration>,
+        gives_up: bool,
+    ) -> Result<Option<f64>, WaitError> {
+        let since = *self.since.get_or_insert(attempt);
+        match policy {
+            FailurePolicy::FailClosed {
+                max_backoff,
+                deadline: give_up_after,
+            } => {
+                let mut pause = self.backoff;
+                if let Some(left) = left {
+                    if left.is_zero() {
+                        return Err(WaitError::Refused(NotUntil::after(self.backoff)));
+                    }
+                    pause = pause.min(left);
+                } else if gives_up && since.elapsed() >= give_up_after {
+                    return Err(WaitError::Limiter(RedisLimiterError::Unavailable(e)));
+                }
+                tokio::time::sleep(pause).await;
+                self.backoff = (self.backoff * 2).min(max_backoff.max(Duration::from_millis(1)));
+                Ok(None)
+            }
+            FailurePolicy::FailOpen { share } => Ok(Some(share)),
+        }
+    }
+}
+
+/// Waits on the fail-open fallback in charge until `until`: `grant` is its acquisition (with
+/// the caller's deadline, if any). Each time the fallback's second in charge ends, it asks
+/// whether Redis answers (`probe`: `None` if it does, else the end of the fallback's next
+/// second), keeping its place on the fallback meanwhile: a cost the fallback takes more than a
+/// second to refill is granted as debt, as in process, while the outage lasts. Once Redis
+/// answers it leaves the fallback (`Ok(None)`: the caller asks Redis), so that nobody is
+/// granted by a fallback long after Redis is back.
+pub(super) async fn on_fallback<T, G, P>(
+    grant: G,
+    mut until: Instant,
+    mut probe: impl FnMut() -> P,
+) -> Result<Option<T>, WaitError>
+where
+    G: Future<Output = Result<T, NotUntil>>,
+    P: Future<Output = Option<Instant>>,
+{
+    let mut grant = std::pin::pin!(grant);
+    loop {
+        let second = tokio::time::sleep_until(until);
+        if let First::Granted(granted) = first_of(grant.as_mut(), second).await {
+            return granted.map(Some).map_err(WaitError::Refused);
+        }
+        match first_of(grant.as_mut(), probe()).await {
+            First::Granted(granted) => return granted.map(Some).map_err(WaitError::Refused),
+            First::Other(None) => return Ok(None),
+            First::Other(Some(next)) => until = next,
+        }
+    }
+}
+
+/// Which of two futures completed first.
+enum First<G, O> {
+    Granted(G),
+    Other(O),
+}
+
+/// Polls `grant`, then `other`, until one completes; `grant` stays where it is (its place in
+/// a queue) if `other` completes first.
+async fn first_of<G: Future, O: Future>(
+    mut grant: std::pin::Pin<&mut G>,
+    other: O,
+) -> First<G::Output, O::Output> {
+    let mut other = std::pin::pin!(other);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(granted) = grant.as_mut().poll(cx) {
+            return Poll::Ready(First::Granted(granted));
+        }
+        other.as_mut().poll(cx).map(First::Other)
+    })
+    .await
+}
+
+/// `acquire`'s pause before asking again after a refusal (only a wait with a deadline is
+/// refused; should one without be, it asks again): the refusal's wait, within [1 ms, 1 s].
+pub(super) async fn pause_after(refused: NotUntil) {
+    let pause = refused.retry_after().min(Duration::from_secs(1));
+    tokio::time::sleep(pause.max(Duration::from_millis(1))).await;
+}
