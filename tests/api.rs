@@ -531,3 +531,39 @@ async fn the_shared_verbs_on_every_in_process_handle() {
     adaptive.on_throttled(None);
     assert_eq!(adaptive.stats().throttled, 1);
 }
+
+/// The crate root names at most 20 items (with every feature): the limiters, the operators'
+/// traits, `Rate`, `Limit`, the modes, the errors and the modules; the rest lives in modules.
+#[test]
+fn the_root_has_at_most_twenty_items() {
+    let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs"))
+        .expect("src/lib.rs");
+    let mut names = Vec::new();
+    let mut statement = String::new();
+    for line in lib.lines().map(str::trim) {
+        if line.starts_with("pub mod ") {
+            names.push(line["pub mod ".len()..].trim_end_matches(';').to_owned());
+        } else if line.starts_with("pub use ") || !statement.is_empty() {
+            statement.push_str(line);
+            if line.ends_with(';') {
+                let list = statement
+                    .rsplit("::")
+                    .next()
+                    .unwrap_or_default()
+                    .trim_matches(|c| c == '{' || c == '}' || c == ';');
+                names.extend(
+                    list.split(',')
+                        .map(|n| n.trim().to_owned())
+                        .filter(|n| !n.is_empty()),
+                );
+                statement.clear();
+            }
+        }
+    }
+    assert!(
+        names.len() <= 20,
+        "{} items at the root: {names:?}",
+        names.len()
+    );
+    assert!(names.contains(&"RateLimiter".to_owned()), "{names:?}");
+}
