@@ -1,24 +1,17 @@
-//! One quota shared by many processes and machines, kept in Redis (feature `redis`).
+//! Limits shared by many processes and machines, kept in Redis (feature `redis`).
 //!
-//! - [`RedisRateLimiter`]: one limit for the whole fleet. [`RedisKeyedRateLimiter`]: one
-//!   such limit per key.
-//! - [`RedisRateLimiter<[u64; N]>`](RedisRateLimiter): several limits at once (requests and tokens, per minute and
-//!   per day), each grant corrected once its real cost is known.
-//!   [`RedisKeyedRateLimiter<K, [u64; N]>`](RedisKeyedRateLimiter): one such quota per key.
+//! - [`RedisRateLimiter`]: one limit for the whole fleet. `RedisRateLimiter<[u64; N]>`, built
+//!   by [`dimensions`](RedisRateLimiter::dimensions), holds several limits at once (requests
+//!   and tokens, per minute and per day); each grant is settled once its real cost is known.
+//! - [`RedisKeyedRateLimiter`]: the same, per key.
 //!
-//! All of them share the failure policy, the errors and the counters in this module. Each
-//! decision is one atomic script call, on Redis's clock.
+//! Each decision is one atomic script call on Redis's clock, so the machines' clocks do not
+//! matter. A process serves its waiters in the order Redis granted them, on every runtime.
+//! Streams and tower layers draw on a one-limit `RedisRateLimiter` (or a keyed one) as on a
+//! local limiter, through [`throttle_with`](crate::PaceExt::throttle_with).
 //!
-//! The bucket is paced's GCRA, evaluated by one Lua script on Redis's own clock, so the
-//! clocks of the client machines do not matter and every decision is atomic. Streams draw on
-//! it through [`throttle_with`](crate::PaceExt::throttle_with), as on a local limiter.
-//!
-//! `RedisRateLimiter` is a `RedisKeyedRateLimiter` with one key: both acquire, lease, fall
-//! back, back off and take turns through one implementation. A reservation waits out the wait
-//! Redis gave it on a tokio timer of its own, then for this process's grants of the key charged
-//! for earlier Redis instants: a process releases its grants at the instants Redis charged
-//! them, in Redis's order, on every runtime flavor. Redis waiters do not queue in the
-//! in-process limiters' waiter engine.
+//! This module holds what they share: the builder, the errors, the counters, and the
+//! [`FailurePolicy`] that says what to do while Redis cannot be reached.
 //!
 //! ```no_run
 //! use paced::redis::FailurePolicy;
