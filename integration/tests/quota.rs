@@ -3,8 +3,9 @@
 //! `L` in every second from the first, at 5 to 5,000 calls per second, for a token bucket and a
 //! fixed window, also when `L` changes mid-run.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
-#[path = "common/provider.rs"]
+#[path = "../../tests/common/provider.rs"]
 mod provider;
 
 use std::time::Duration;
