@@ -312,10 +312,10 @@ pub trait PaceExt: Stream {
         F: FnMut(&Self::Item) -> u64,
         M: ThrottleMode,
     {
-        match Throttle::try_new(self, rate, cost, burst, mode) {
-            Ok(throttle) => throttle,
-            Err(e) => panic!("PaceExt::throttle: {e}"),
-        }
+        ConfigError::or_panic(
+            self.try_throttle(rate, cost, burst, mode),
+            "PaceExt::throttle",
+        )
     }
 
     /// [`throttle`](PaceExt::throttle), or a [`ConfigError`] for a burst that cannot be: for a
@@ -426,10 +426,10 @@ pub trait PaceExt: Stream {
     where
         Self: Sized,
     {
-        match BatchedInterval::try_new(self, max_batch, interval) {
-            Ok(batched) => batched,
-            Err(e) => panic!("PaceExt::batched_interval: {e}"),
-        }
+        ConfigError::or_panic(
+            self.try_batched_interval(max_batch, interval),
+            "PaceExt::batched_interval",
+        )
     }
 
     /// [`batched_interval`](PaceExt::batched_interval), or a [`ConfigError`] for a batch size
@@ -496,10 +496,10 @@ pub trait PaceExt: Stream {
     where
         Self: Sized,
     {
-        match StaggeredStart::try_new(self, k, period) {
-            Ok(staggered) => staggered,
-            Err(e) => panic!("PaceExt::staggered_start: {e}"),
-        }
+        ConfigError::or_panic(
+            self.try_staggered_start(k, period),
+            "PaceExt::staggered_start",
+        )
     }
 
     /// [`staggered_start`](PaceExt::staggered_start), or a [`ConfigError`] for a `k` that
@@ -727,10 +727,10 @@ pub trait PaceExt: Stream {
         KF: FnMut(&Self::Item) -> Q::Key,
         F: FnMut(&Self::Item) -> Q::Cost,
     {
-        match ThrottleByKey::try_new(self, limiter, key, cost, capacity) {
-            Ok(paced) => paced,
-            Err(e) => panic!("PaceExt::throttle_by_key: {e}"),
-        }
+        ConfigError::or_panic(
+            self.try_throttle_by_key(limiter, key, cost, capacity),
+            "PaceExt::throttle_by_key",
+        )
     }
 
     /// [`throttle_by_key`](PaceExt::throttle_by_key), or a [`ConfigError`] for a capacity
