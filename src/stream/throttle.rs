@@ -54,12 +54,8 @@ impl<S: Stream, F, M> Throttle<S, F, M> {
         burst: u64,
         mode: M,
     ) -> Result<Self, ConfigError> {
-        if burst == 0 {
-            return Err(ConfigError::ZeroBurst);
-        }
-        let bucket = Bucket::new(rate.tokens(), rate.per().as_nanos(), burst);
         Ok(Throttle {
-            inner: Paced::costed(stream, bucket, ByItem(cost)),
+            inner: Paced::costed(stream, Bucket::try_of(rate, burst)?, ByItem(cost)),
             mode,
         })
     }
