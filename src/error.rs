@@ -347,6 +347,19 @@ pub enum ConfigError {
     LimitKind,
 }
 
+impl ConfigError {
+    /// What `built` holds, or a panic saying `what` was being built and why it could not be:
+    /// for the constructors that panic on a configuration that cannot be, beside their `try_`
+    /// twins that return the error.
+    #[track_caller]
+    pub(crate) fn or_panic<T>(built: Result<T, ConfigError>, what: &str) -> T {
+        match built {
+            Ok(value) => value,
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+}
+
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

@@ -9,7 +9,7 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{OnceLock, PoisonError, RwLock, RwLockReadGuard};
 
-use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
+use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram, Label};
 
 /// The label every metric carries: the limiter's name.
 const LABEL: &str = "limiter";
@@ -92,6 +92,17 @@ impl<T> Named<T> {
     }
 }
 
+/// The counters of a limiter called `name`, wherever its state is kept (in the process or in
+/// Redis): requests granted, requests refused, tokens granted.
+fn grant_counters(name: &str) -> [Counter; 3] {
+    let name = name.to_owned();
+    [
+        counter!("paced_grants_total", LABEL => name.clone()),
+        counter!("paced_refusals_total", LABEL => name.clone()),
+        counter!("paced_tokens_granted_total", LABEL => name),
+    ]
+}
+
 /// The handles of a shared limiter (one lane, or one per key).
 #[derive(Debug)]
 pub(crate) struct LimiterMetrics {
@@ -106,12 +117,13 @@ pub(crate) struct LimiterMetrics {
 impl LimiterMetrics {
     /// Registers the handles of the limiter called `name` with the recorder in force.
     pub(crate) fn new(name: &str) -> LimiterMetrics {
+        let [grants, refusals, tokens] = grant_counters(name);
         let name = name.to_owned();
         LimiterMetrics {
-            grants: counter!("paced_grants_total", LABEL => name.clone()),
-            refusals: counter!("paced_refusals_total", LABEL => name.clone()),
+            grants,
+            refusals,
             cancellations: counter!("paced_cancellations_total", LABEL => name.clone()),
-            tokens: counter!("paced_tokens_granted_total", LABEL => name.clone()),
+            tokens,
             wait: histogram!("paced_wait_seconds", LABEL => name.clone()),
             waiters: gauge!("paced_waiters", LABEL => name),
         }
@@ -136,23 +148,21 @@ pub(crate) struct AdaptiveMetrics {
 
 impl AdaptiveMetrics {
     pub(crate) fn new(name: &str) -> AdaptiveMetrics {
-        let name = name.to_owned();
-        AdaptiveMetrics {
-            rate: gauge!("paced_adaptive_rate", LABEL => name.clone()),
-            decreases: counter!("paced_adaptive_decreases_total", LABEL => name),
-        }
+        AdaptiveMetrics::labelled(&[Label::new(LABEL, name.to_owned())])
     }
 
     /// The handles of one adapted limit of an `Adaptive<[u64; N]>`: also labelled `limit = index`.
     pub(crate) fn for_limit(name: &str, index: usize) -> AdaptiveMetrics {
-        let (name, index) = (name.to_owned(), index.to_string());
+        AdaptiveMetrics::labelled(&[
+            Label::new(LABEL, name.to_owned()),
+            Label::new(LIMIT_LABEL, index.to_string()),
+        ])
+    }
+
+    fn labelled(labels: &[Label]) -> AdaptiveMetrics {
         AdaptiveMetrics {
-            rate: gauge!("paced_adaptive_rate", LABEL => name.clone(), LIMIT_LABEL => index.clone()),
-            decreases: counter!(
-                "paced_adaptive_decreases_total",
-                LABEL => name,
-                LIMIT_LABEL => index
-            ),
+            rate: gauge!("paced_adaptive_rate", labels.iter()),
+            decreases: counter!("paced_adaptive_decreases_total", labels.iter()),
         }
     }
 }
@@ -173,11 +183,12 @@ pub(crate) struct RedisMetrics {
 #[cfg(feature = "redis")]
 impl RedisMetrics {
     pub(crate) fn new(name: &str) -> RedisMetrics {
+        let [grants, refusals, tokens] = grant_counters(name);
         let name = name.to_owned();
         RedisMetrics {
-            grants: counter!("paced_grants_total", LABEL => name.clone()),
-            refusals: counter!("paced_refusals_total", LABEL => name.clone()),
-            tokens: counter!("paced_tokens_granted_total", LABEL => name.clone()),
+            grants,
+            refusals,
+            tokens,
             round_trips: counter!("paced_redis_round_trips_total", LABEL => name.clone()),
             outages: counter!("paced_redis_errors_total", LABEL => name.clone(), "kind" => "outage"),
             reply_errors: counter!("paced_redis_errors_total", LABEL => name.clone(), "kind" => "reply"),

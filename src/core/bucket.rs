@@ -23,6 +23,8 @@
 use std::fmt;
 
 use super::nanos::Nanos;
+use crate::error::ConfigError;
+use crate::rate::Rate;
 
 /// The answer to an offer: go now (and the cost has been charged), or not before a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +81,15 @@ impl Bucket {
             scale,
             burst,
         }
+    }
+
+    /// A full bucket refilled at `rate`, holding at most `burst` tokens; or
+    /// [`ConfigError::ZeroBurst`] for a burst of 0, through which no cost could ever pass.
+    pub(crate) fn try_of(rate: Rate, burst: u64) -> Result<Bucket, ConfigError> {
+        if burst == 0 {
+            return Err(ConfigError::ZeroBurst);
+        }
+        Ok(Bucket::new(rate.tokens(), rate.per().as_nanos(), burst))
     }
 
     /// A bucket that admits one unit of cost per `interval`, with no burst: the minimum-gap

@@ -230,24 +230,35 @@ mod tests {
 
     use super::*;
 
-    fn two() -> Limits<2> {
+    /// Requests (dimension 0) in a bucket of `requests_burst`, one per 100 ns; tokens
+    /// (dimension 1) in a bucket of `tokens_burst` refilled `tokens` per 1_000 ns, and in a
+    /// fixed window of `window` per 3_000 ns starting at `phase`.
+    fn requests_and_tokens(
+        requests_burst: u64,
+        tokens: u64,
+        tokens_burst: u64,
+        window: u64,
+        phase: u64,
+    ) -> Limits<2> {
         Limits::new(vec![
-            // 1 request per 100 ns, burst 2.
             Tagged {
                 dim: 0,
-                rule: Rule::Bucket(Bucket::new(1, 100, 2)),
+                rule: Rule::Bucket(Bucket::new(1, 100, requests_burst)),
             },
-            // 10 tokens per 1_000 ns, burst 10.
             Tagged {
                 dim: 1,
-                rule: Rule::Bucket(Bucket::new(10, 1_000, 10)),
+                rule: Rule::Bucket(Bucket::new(tokens, 1_000, tokens_burst)),
             },
-            // 15 tokens per fixed window of 3_000 ns.
             Tagged {
                 dim: 1,
-                rule: Rule::Window(FixedWindow::new(15, Nanos(3_000), Nanos(0))),
+                rule: Rule::Window(FixedWindow::new(window, Nanos(3_000), Nanos(phase))),
             },
         ])
+    }
+
+    /// Requests: burst 2; tokens: 10 per 1_000 ns, burst 10, and 15 per window.
+    fn two() -> Limits<2> {
+        requests_and_tokens(2, 10, 10, 15, 0)
     }
 
     #[test]
@@ -330,20 +341,7 @@ mod tests {
     fn applying_limits_keeps_levels() {
         let mut l = two();
         l.commit(Nanos(0), Nanos(0), [2, 10]);
-        let mut wider = Limits::<2>::new(vec![
-            Tagged {
-                dim: 0,
-                rule: Rule::Bucket(Bucket::new(1, 100, 5)),
-            },
-            Tagged {
-                dim: 1,
-                rule: Rule::Bucket(Bucket::new(20, 1_000, 10)),
-            },
-            Tagged {
-                dim: 1,
-                rule: Rule::Window(FixedWindow::new(30, Nanos(3_000), Nanos(0))),
-            },
-        ]);
+        let mut wider = requests_and_tokens(5, 20, 10, 30, 0);
         l.apply(Nanos(0), &wider);
         // Requests: still 0 of 5; tokens: the bucket still empty, the window 20 of 30 left.
         assert_eq!(l.available(Nanos(0)), [0, 0]);
@@ -408,11 +406,7 @@ mod tests {
             after in steps(),
             phase in 0u64..3_000,
         ) {
-            let fresh = || Limits::<2>::new(vec![
-                Tagged { dim: 0, rule: Rule::Bucket(Bucket::new(1, 100, 3)) },
-                Tagged { dim: 1, rule: Rule::Bucket(Bucket::new(10, 1_000, 20)) },
-                Tagged { dim: 1, rule: Rule::Window(FixedWindow::new(25, Nanos(3_000), Nanos(phase))) },
-            ]);
+            let fresh = || requests_and_tokens(3, 10, 20, 25, phase);
             let mut kept = fresh();
             let seen = run(&mut kept, 0, &before);
             let end = seen.last().map_or(0, |s| s.0);

@@ -168,33 +168,48 @@ mod tests {
         (out, now)
     }
 
-    #[test]
-    fn guava_warm_up() {
-        // RateLimiterTest.testWarmUp: 2 permits/s, 4 s warm-up, cold factor 3.
-        let mut l = WarmingUp::new(2, SEC, Nanos(4_000 * MS), 3.0);
-        let cold = [0.0, 1.38, 1.13, 0.88, 0.63, 0.5, 0.5, 0.5];
+    /// Guava's warm-up cycle for `permits` per second, 4 s warm-up: the waits of 8 acquires
+    /// from cold are `cold`; after repaying the last one (`stable_ms`, the stable interval)
+    /// and idling the whole warm-up, the same again; after repaying and idling only `short_ms`,
+    /// still warm: the stable interval from the second acquire on.
+    fn guava_cycle(permits: u64, cold_factor: f64, cold: [f64; 8], stable_ms: u64, short_ms: u64) {
+        let mut l = WarmingUp::new(permits, SEC, Nanos(4_000 * MS), cold_factor);
         let (w, now) = waits(&mut l, 0, 8);
         assert_eq!(w, cold);
-        // Repay the last acquire, then idle 4 s: cold again.
-        let (w, now) = waits(&mut l, now + 500 * MS + 4_000 * MS, 8);
+        let (w, now) = waits(&mut l, now + stable_ms * MS + 4_000 * MS, 8);
         assert_eq!(w, cold);
-        // Repay, then only 2 s idle: still warm.
-        let (w, _) = waits(&mut l, now + 500 * MS + 2_000 * MS, 8);
-        assert_eq!(w, [0.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]);
+        let (w, _) = waits(&mut l, now + stable_ms * MS + short_ms * MS, 8);
+        #[allow(clippy::cast_precision_loss)]
+        let stable = stable_ms as f64 / 1_000.0;
+        assert_eq!(
+            w,
+            [0.0, stable, stable, stable, stable, stable, stable, stable]
+        );
+    }
+
+    #[test]
+    fn guava_warm_up() {
+        // RateLimiterTest.testWarmUp: 2 permits/s, 4 s warm-up, cold factor 3; idle 2 s.
+        guava_cycle(
+            2,
+            3.0,
+            [0.0, 1.38, 1.13, 0.88, 0.63, 0.5, 0.5, 0.5],
+            500,
+            2_000,
+        );
     }
 
     #[test]
     fn guava_warm_up_with_cold_factor() {
-        // RateLimiterTest.testWarmUpWithColdFactor: 5 permits/s, 4 s warm-up, cold factor 10;
-        // here the cool-down interval (293 ms) differs from the stable one (200 ms).
-        let mut l = WarmingUp::new(5, SEC, Nanos(4_000 * MS), 10.0);
-        let cold = [0.0, 1.75, 1.26, 0.76, 0.3, 0.2, 0.2, 0.2];
-        let (w, now) = waits(&mut l, 0, 8);
-        assert_eq!(w, cold);
-        let (w, now) = waits(&mut l, now + 200 * MS + 4_000 * MS, 8);
-        assert_eq!(w, cold);
-        let (w, _) = waits(&mut l, now + 200 * MS + 1_000 * MS, 8);
-        assert_eq!(w, [0.0, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2]);
+        // RateLimiterTest.testWarmUpWithColdFactor: 5 permits/s, 4 s warm-up, cold factor 10,
+        // idle 1 s; here the cool-down interval (293 ms) differs from the stable one (200 ms).
+        guava_cycle(
+            5,
+            10.0,
+            [0.0, 1.75, 1.26, 0.76, 0.3, 0.2, 0.2, 0.2],
+            200,
+            1_000,
+        );
     }
 
     #[test]

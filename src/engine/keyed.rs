@@ -623,15 +623,11 @@ impl<K, S: BuildHasher, R: KeyRule> KeyedShared<K, S, R> {
         }
         let mut after = After::default();
         let out = f(&mut shard, now, units, &mut after);
-        #[cfg(feature = "metrics")]
-        let metrics = self.metrics.get();
-        drop(shard);
-        #[cfg(feature = "metrics")]
-        {
-            after.record(metrics.as_deref());
-            drop(metrics);
-        }
-        after.run();
+        after.unlock_then_run(
+            shard,
+            #[cfg(feature = "metrics")]
+            &self.metrics,
+        );
         if idle_ended {
             self.sweep_others(index, now);
         }

@@ -132,6 +132,28 @@ impl After {
         }
     }
 
+    /// Releases `guard`, the lock the events were decided under; records them to the handles
+    /// in force under it (read before it goes), then runs the deferred work: a woken task
+    /// should not find the lock still held, and tracing should not run under it.
+    #[inline]
+    pub(crate) fn unlock_then_run<G>(
+        self,
+        guard: G,
+        #[cfg(feature = "metrics")] metrics: &crate::instrument::Named<
+            crate::instrument::LimiterMetrics,
+        >,
+    ) {
+        #[cfg(feature = "metrics")]
+        let metrics = metrics.get();
+        drop(guard);
+        #[cfg(feature = "metrics")]
+        {
+            self.record(metrics.as_deref());
+            drop(metrics);
+        }
+        self.run();
+    }
+
     /// Runs the deferred work; call it after the lock is released.
     #[inline]
     pub(crate) fn run(self) {

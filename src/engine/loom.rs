@@ -28,16 +28,27 @@ fn ask<R: crate::core::Pace<Cost = u64>>(
     )
 }
 
+/// A thread that tries `tries` lock-free grants of 1 at `now`; it ends with how many it got.
+fn spawn_trier(
+    shared: &Arc<Shared<Bucket>>,
+    now: Nanos,
+    tries: usize,
+) -> thread::JoinHandle<usize> {
+    let shared = shared.clone();
+    thread::spawn(move || {
+        (0..tries)
+            .filter(|_| shared.try_acquire_at(Some(now), 1).is_ok())
+            .count()
+    })
+}
+
 #[test]
 fn grants_never_exceed_the_burst_and_cancel_leaves_nothing() {
     loom::model(|| {
         // Two tokens, refilled one per 1_000 ns; time stands still at 0 while they race.
         let shared = Arc::new(Shared::new(Bucket::new(1, 1_000, 2)));
 
-        let trier = {
-            let shared = shared.clone();
-            thread::spawn(move || usize::from(shared.try_acquire_at(Some(AT_ONCE), 1).is_ok()))
-        };
+        let trier = spawn_trier(&shared, AT_ONCE, 1);
         let quitter = {
             let shared = shared.clone();
             thread::spawn(move || {
@@ -114,14 +125,11 @@ fn a_lock_free_grant_never_overtakes_a_waiter() {
         let shared = Arc::new(Shared::new(Bucket::new(1, u128::from(LATER.0), 1)));
         assert!(shared.try_acquire_at(Some(AT_ONCE), 1).is_ok());
 
-        let trier = {
-            let shared = shared.clone();
-            thread::spawn(move || shared.try_acquire_at(Some(LATER), 1).is_ok())
-        };
+        let trier = spawn_trier(&shared, LATER, 1);
         // Queues: the token is not back at AT_ONCE.
         let mut ticket = None;
         assert!(!ask(&shared, &mut ticket, AT_ONCE));
-        let tried = trier.join().unwrap();
+        let tried = trier.join().unwrap() == 1;
         // The token that comes back at LATER goes to exactly one of them: to the waiter if it
         // queued first (a lock-free grant may not overtake it), else to the trier.
         let waited = ask(&shared, &mut ticket, LATER);
@@ -139,14 +147,7 @@ fn a_rate_change_racing_lock_free_grants_keeps_the_level() {
         // Two tokens, one back per 1_000 ns.
         let shared = Arc::new(Shared::new(Bucket::new(1, 1_000, 2)));
 
-        let trier = {
-            let shared = shared.clone();
-            thread::spawn(move || {
-                (0..2)
-                    .filter(|_| shared.try_acquire_at(Some(AT_ONCE), 1).is_ok())
-                    .count()
-            })
-        };
+        let trier = spawn_trier(&shared, AT_ONCE, 2);
         // Three tokens per 1_000 ns from now on: a new unit of time, and a new offset.
         shared.update_at(Some(AT_ONCE), |b, now| b.set_rate(now, 3, 1_000));
         let granted = trier.join().unwrap();

@@ -423,19 +423,13 @@ impl<R: Pace> Shared<R> {
         drop(st);
     }
 
-    /// Releases the lock, records the events `after` noted (with the handles as they were
-    /// under the lock), then does what the lane deferred: a woken task should not find the
-    /// mutex still held, and tracing should not run under it.
+    /// Releases the lock, then records and runs what `after` noted.
     fn unlock_then(&self, guard: MutexGuard<'_, Locked<R>>, after: After) {
-        #[cfg(feature = "metrics")]
-        let metrics = self.metrics.get();
-        drop(guard);
-        #[cfg(feature = "metrics")]
-        {
-            after.record(metrics.as_deref());
-            drop(metrics);
-        }
-        after.run();
+        after.unlock_then_run(
+            guard,
+            #[cfg(feature = "metrics")]
+            &self.metrics,
+        );
     }
 
     pub(crate) fn stats(&self) -> Stats {

@@ -318,10 +318,10 @@ pub trait PaceSinkExt<Item>: Sink<Item> {
         Self: Sized,
         F: FnMut(&Item) -> u64,
     {
-        match Throttle::try_new(self, rate, cost, burst) {
-            Ok(throttle) => throttle,
-            Err(e) => panic!("PaceSinkExt::throttle: {e}"),
-        }
+        ConfigError::or_panic(
+            self.try_throttle(rate, cost, burst),
+            "PaceSinkExt::throttle",
+        )
     }
 
     /// [`throttle`](PaceSinkExt::throttle), or a [`ConfigError`] for a burst that cannot be:

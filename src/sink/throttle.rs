@@ -39,10 +39,7 @@ pin_project! {
 
 impl<Si, Item, F> Throttle<Si, Item, F> {
     pub(crate) fn try_new(sink: Si, rate: Rate, cost: F, burst: u64) -> Result<Self, ConfigError> {
-        if burst == 0 {
-            return Err(ConfigError::ZeroBurst);
-        }
-        let bucket = Bucket::new(rate.tokens(), rate.per().as_nanos(), burst);
+        let bucket = Bucket::try_of(rate, burst)?;
         Ok(Throttle {
             inner: PacedSink::new(sink, Local::costed(bucket, ByItem(cost))),
         })

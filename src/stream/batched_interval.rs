@@ -125,17 +125,4 @@ impl<S: Stream> FusedStream for BatchedInterval<S> {
     }
 }
 
-impl<S> fmt::Debug for BatchedInterval<S>
-where
-    S: Stream + fmt::Debug,
-    S::Item: fmt::Debug,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BatchedInterval")
-            .field("source", &self.source)
-            .field("gate", &self.gate)
-            .field("batch", &self.batch)
-            .field("max_batch", &self.max_batch)
-            .finish()
-    }
-}
+debug_adapter!(BatchedInterval [S] [], source, gate, batch, max_batch);

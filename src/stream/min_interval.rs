@@ -102,32 +102,6 @@ accessors!(
     "futures_util::stream::iter([1, 2, 3]).min_interval(Duration::from_millis(10))"
 );
 
-impl<S: Stream> Stream for MinInterval<S> {
-    type Item = S::Item;
+forward_stream!(MinInterval [S: Stream] [S], S::Item, |me, cx| me.inner.poll_paced(cx));
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
-        self.project().inner.poll_paced(cx)
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        self.inner.size_hint()
-    }
-}
-
-impl<S: Stream> FusedStream for MinInterval<S> {
-    fn is_terminated(&self) -> bool {
-        self.inner.is_terminated()
-    }
-}
-
-impl<S> fmt::Debug for MinInterval<S>
-where
-    S: Stream + fmt::Debug,
-    S::Item: fmt::Debug,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MinInterval")
-            .field("inner", &self.inner)
-            .finish()
-    }
-}
+debug_adapter!(MinInterval [S] [], inner);

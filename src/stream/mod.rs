@@ -89,6 +89,88 @@ macro_rules! accessors {
     (@into $e:expr) => { $e.into_inner() };
 }
 
+/// `Stream` and `FusedStream` for an adapter over a `Paced` or a `SharedPaced` in its pinned
+/// field `inner`: `$poll` computes the next item from the projection `$me` and the context `$cx`;
+/// the size hint and the end are `inner`'s.
+macro_rules! forward_stream {
+    (
+        $adapter:ident [$($bound:tt)*] [$($param:tt)*],
+        $item:ty,
+        |$me:ident, $cx:ident| $poll:expr
+    ) => {
+        impl<$($bound)*> Stream for $adapter<$($param)*> {
+            type Item = $item;
+
+            fn poll_next(
+                self: Pin<&mut Self>,
+                $cx: &mut Context<'_>,
+            ) -> Poll<Option<Self::Item>> {
+                let $me = self.project();
+                $poll
+            }
+
+            fn size_hint(&self) -> (usize, Option<usize>) {
+                self.inner.size_hint()
+            }
+        }
+
+        impl<$($bound)*> FusedStream for $adapter<$($param)*> {
+            fn is_terminated(&self) -> bool {
+                self.inner.is_terminated()
+            }
+        }
+    };
+}
+
+/// `Debug` for an adapter, showing `$field`s: needs the stream and its items to be `Debug`,
+/// and whatever `$extra` bounds add.
+macro_rules! debug_adapter {
+    ($adapter:ident [$($param:ident),+] [$($extra:tt)*], $($field:ident),+) => {
+        impl<$($param),+> fmt::Debug for $adapter<$($param),+>
+        where
+            S: Stream + fmt::Debug,
+            S::Item: fmt::Debug,
+            $($extra)*
+        {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($adapter))
+                    $(.field(stringify!($field), &self.$field))+
+                    .finish()
+            }
+        }
+    };
+}
+
+/// What a one-item-at-a-time core (`Paced`, `SharedPaced`) forwards to its `Upstream` field
+/// `upstream`: the accessors, the end and the size hint. Inside the core's `impl` block.
+macro_rules! forward_upstream {
+    () => {
+        pub(crate) fn get_ref(&self) -> &S {
+            self.upstream.get_ref()
+        }
+
+        pub(crate) fn get_mut(&mut self) -> &mut S {
+            self.upstream.get_mut()
+        }
+
+        pub(crate) fn get_pin_mut(self: Pin<&mut Self>) -> Pin<&mut S> {
+            self.project().upstream.get_pin_mut()
+        }
+
+        pub(crate) fn into_inner(self) -> S {
+            self.upstream.into_inner()
+        }
+
+        pub(crate) fn is_terminated(&self) -> bool {
+            self.upstream.is_terminated()
+        }
+
+        pub(crate) fn size_hint(&self) -> (usize, Option<usize>) {
+            self.upstream.size_hint()
+        }
+    };
+}
+
 mod batched_interval;
 mod min_interval;
 mod paced;
@@ -230,10 +312,10 @@ pub trait PaceExt: Stream {
         F: FnMut(&Self::Item) -> u64,
         M: ThrottleMode,
     {
-        match Throttle::try_new(self, rate, cost, burst, mode) {
-            Ok(throttle) => throttle,
-            Err(e) => panic!("PaceExt::throttle: {e}"),
-        }
+        ConfigError::or_panic(
+            self.try_throttle(rate, cost, burst, mode),
+            "PaceExt::throttle",
+        )
     }
 
     /// [`throttle`](PaceExt::throttle), or a [`ConfigError`] for a burst that cannot be: for a
@@ -344,10 +426,10 @@ pub trait PaceExt: Stream {
     where
         Self: Sized,
     {
-        match BatchedInterval::try_new(self, max_batch, interval) {
-            Ok(batched) => batched,
-            Err(e) => panic!("PaceExt::batched_interval: {e}"),
-        }
+        ConfigError::or_panic(
+            self.try_batched_interval(max_batch, interval),
+            "PaceExt::batched_interval",
+        )
     }
 
     /// [`batched_interval`](PaceExt::batched_interval), or a [`ConfigError`] for a batch size
@@ -414,10 +496,10 @@ pub trait PaceExt: Stream {
     where
         Self: Sized,
     {
-        match StaggeredStart::try_new(self, k, period) {
-            Ok(staggered) => staggered,
-            Err(e) => panic!("PaceExt::staggered_start: {e}"),
-        }
+        ConfigError::or_panic(
+            self.try_staggered_start(k, period),
+            "PaceExt::staggered_start",
+        )
     }
 
     /// [`staggered_start`](PaceExt::staggered_start), or a [`ConfigError`] for a `k` that
@@ -645,10 +727,10 @@ pub trait PaceExt: Stream {
         KF: FnMut(&Self::Item) -> Q::Key,
         F: FnMut(&Self::Item) -> Q::Cost,
     {
-        match ThrottleByKey::try_new(self, limiter, key, cost, capacity) {
-            Ok(paced) => paced,
-            Err(e) => panic!("PaceExt::throttle_by_key: {e}"),
-        }
+        ConfigError::or_panic(
+            self.try_throttle_by_key(limiter, key, cost, capacity),
+            "PaceExt::throttle_by_key",
+        )
     }
 
     /// [`throttle_by_key`](PaceExt::throttle_by_key), or a [`ConfigError`] for a capacity

@@ -10,10 +10,18 @@ use pin_project_lite::pin_project;
 
 use super::upstream::Upstream;
 use crate::core::{Cost, Decision, Nanos, One, Pace};
+use crate::error::{NotUntil, RateExceeded};
 use crate::timer::{Lateness, PreciseTimer};
 
 /// An item let through, or refused with how long until it would have conformed.
 pub(crate) type Checked<T> = Result<T, (T, Nanos)>;
+
+/// An enforcing adapter's item: let through, or handed back in a [`RateExceeded`] that says how
+/// long until it would have conformed.
+#[inline]
+pub(crate) fn exceeded<T>(checked: Checked<T>) -> Result<T, RateExceeded<T>> {
+    checked.map_err(|(item, wait)| RateExceeded::new(item, NotUntil::new(wait)))
+}
 
 /// An item pulled from upstream that waits for its deadline.
 #[derive(Debug)]
@@ -60,29 +68,7 @@ impl<S: Stream, P, C> Paced<S, P, C> {
         self.timer.set_precise(true);
     }
 
-    pub(crate) fn get_ref(&self) -> &S {
-        self.upstream.get_ref()
-    }
-
-    pub(crate) fn get_mut(&mut self) -> &mut S {
-        self.upstream.get_mut()
-    }
-
-    pub(crate) fn get_pin_mut(self: Pin<&mut Self>) -> Pin<&mut S> {
-        self.project().upstream.get_pin_mut()
-    }
-
-    pub(crate) fn into_inner(self) -> S {
-        self.upstream.into_inner()
-    }
-
-    pub(crate) fn is_terminated(&self) -> bool {
-        self.upstream.is_terminated()
-    }
-
-    pub(crate) fn size_hint(&self) -> (usize, Option<usize>) {
-        self.upstream.size_hint()
-    }
+    forward_upstream!();
 
     /// Shaping: every item leaves, as soon as the rule allows.
     pub(crate) fn poll_paced(

@@ -34,29 +34,7 @@ impl<S: Stream, Q: Limiter> SharedPaced<S, Q> {
         }
     }
 
-    pub(crate) fn get_ref(&self) -> &S {
-        self.upstream.get_ref()
-    }
-
-    pub(crate) fn get_mut(&mut self) -> &mut S {
-        self.upstream.get_mut()
-    }
-
-    pub(crate) fn get_pin_mut(self: Pin<&mut Self>) -> Pin<&mut S> {
-        self.project().upstream.get_pin_mut()
-    }
-
-    pub(crate) fn into_inner(self) -> S {
-        self.upstream.into_inner()
-    }
-
-    pub(crate) fn is_terminated(&self) -> bool {
-        self.upstream.is_terminated()
-    }
-
-    pub(crate) fn size_hint(&self) -> (usize, Option<usize>) {
-        self.upstream.size_hint()
-    }
+    forward_upstream!();
 
     /// Shaping: every item leaves once the limiter grants its cost, in queue order.
     pub(crate) fn poll_granted(

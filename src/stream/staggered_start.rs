@@ -58,32 +58,6 @@ accessors!(
     "futures_util::stream::iter([1, 2, 3]).staggered_start(2, Duration::from_secs(1))"
 );
 
-impl<S: Stream> Stream for StaggeredStart<S> {
-    type Item = S::Item;
+forward_stream!(StaggeredStart [S: Stream] [S], S::Item, |me, cx| me.inner.poll_paced(cx));
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
-        self.project().inner.poll_paced(cx)
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        self.inner.size_hint()
-    }
-}
-
-impl<S: Stream> FusedStream for StaggeredStart<S> {
-    fn is_terminated(&self) -> bool {
-        self.inner.is_terminated()
-    }
-}
-
-impl<S> fmt::Debug for StaggeredStart<S>
-where
-    S: Stream + fmt::Debug,
-    S::Item: fmt::Debug,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StaggeredStart")
-            .field("inner", &self.inner)
-            .finish()
-    }
-}
+debug_adapter!(StaggeredStart [S] [], inner);

@@ -55,32 +55,6 @@ accessors!(
     "futures_util::stream::iter([1, 2, 3]).staggered_start_with(&paced::Stagger::new(1, Duration::from_secs(1)))"
 );
 
-impl<S: Stream> Stream for StaggeredStartWith<S> {
-    type Item = S::Item;
+forward_stream!(StaggeredStartWith [S: Stream] [S], S::Item, |me, cx| me.inner.poll_granted(cx, |_| 1));
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
-        self.project().inner.poll_granted(cx, |_| 1)
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        self.inner.size_hint()
-    }
-}
-
-impl<S: Stream> FusedStream for StaggeredStartWith<S> {
-    fn is_terminated(&self) -> bool {
-        self.inner.is_terminated()
-    }
-}
-
-impl<S> fmt::Debug for StaggeredStartWith<S>
-where
-    S: Stream + fmt::Debug,
-    S::Item: fmt::Debug,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StaggeredStartWith")
-            .field("inner", &self.inner)
-            .finish()
-    }
-}
+debug_adapter!(StaggeredStartWith [S] [], inner);

@@ -8,9 +8,9 @@ use futures_core::stream::FusedStream;
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
-use super::paced::Paced;
+use super::paced::{exceeded, Paced};
 use crate::core::{Bucket, ByItem};
-use crate::error::{ConfigError, NotUntil, RateExceeded};
+use crate::error::{ConfigError, RateExceeded};
 use crate::mode::{Enforcing, Shaping};
 use crate::rate::Rate;
 
@@ -54,12 +54,8 @@ impl<S: Stream, F, M> Throttle<S, F, M> {
         burst: u64,
         mode: M,
     ) -> Result<Self, ConfigError> {
-        if burst == 0 {
-            return Err(ConfigError::ZeroBurst);
-        }
-        let bucket = Bucket::new(rate.tokens(), rate.per().as_nanos(), burst);
         Ok(Throttle {
-            inner: Paced::costed(stream, bucket, ByItem(cost)),
+            inner: Paced::costed(stream, Bucket::try_of(rate, burst)?, ByItem(cost)),
             mode,
         })
     }
@@ -117,72 +113,16 @@ accessors!(
     "futures_util::stream::iter([1, 2, 3]).throttle(Rate::per_second(1), |_| 1, 1, Shaping)"
 );
 
-impl<S, F> Stream for Throttle<S, F, Shaping>
-where
-    S: Stream,
-    F: FnMut(&S::Item) -> u64,
-{
-    type Item = S::Item;
+forward_stream!(
+    Throttle [S: Stream, F: FnMut(&S::Item) -> u64] [S, F, Shaping],
+    S::Item,
+    |me, cx| me.inner.poll_paced(cx)
+);
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
-        self.project().inner.poll_paced(cx)
-    }
+forward_stream!(
+    Throttle [S: Stream, F: FnMut(&S::Item) -> u64] [S, F, Enforcing],
+    Result<S::Item, RateExceeded<S::Item>>,
+    |me, cx| me.inner.poll_checked(cx).map(|next| next.map(exceeded))
+);
 
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        self.inner.size_hint()
-    }
-}
-
-impl<S, F> Stream for Throttle<S, F, Enforcing>
-where
-    S: Stream,
-    F: FnMut(&S::Item) -> u64,
-{
-    type Item = Result<S::Item, RateExceeded<S::Item>>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.project().inner.poll_checked(cx).map(|next| {
-            next.map(|checked| {
-                checked.map_err(|(item, wait)| RateExceeded::new(item, NotUntil::new(wait)))
-            })
-        })
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        self.inner.size_hint()
-    }
-}
-
-impl<S, F> FusedStream for Throttle<S, F, Shaping>
-where
-    S: Stream,
-    F: FnMut(&S::Item) -> u64,
-{
-    fn is_terminated(&self) -> bool {
-        self.inner.is_terminated()
-    }
-}
-
-impl<S, F> FusedStream for Throttle<S, F, Enforcing>
-where
-    S: Stream,
-    F: FnMut(&S::Item) -> u64,
-{
-    fn is_terminated(&self) -> bool {
-        self.inner.is_terminated()
-    }
-}
-
-impl<S, F, M> fmt::Debug for Throttle<S, F, M>
-where
-    S: Stream + fmt::Debug,
-    S::Item: fmt::Debug,
-    M: fmt::Debug,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Throttle")
-            .field("inner", &self.inner)
-            .field("mode", &self.mode)
-            .finish()
-    }
-}
+debug_adapter!(Throttle [S, F, M] [M: fmt::Debug], inner, mode);

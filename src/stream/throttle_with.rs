@@ -8,8 +8,9 @@ use futures_core::stream::FusedStream;
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
+use super::paced::exceeded;
 use super::shared_paced::SharedPaced;
-use crate::error::{NotUntil, RateExceeded};
+use crate::error::RateExceeded;
 use crate::limiter::{Limiter, RateLimiter};
 use crate::mode::{Enforcing, Shaping};
 
@@ -62,79 +63,16 @@ accessors!(
     "futures_util::stream::iter([1, 2, 3]).throttle_with(&paced::RateLimiter::new(Rate::per_second(1), 1), |_| 1, Shaping)"
 );
 
-impl<S, F, Q> Stream for ThrottleWith<S, F, Shaping, Q>
-where
-    S: Stream,
-    F: FnMut(&S::Item) -> Q::Cost,
-    Q: Limiter,
-{
-    type Item = S::Item;
+forward_stream!(
+    ThrottleWith [S: Stream, F: FnMut(&S::Item) -> Q::Cost, Q: Limiter] [S, F, Shaping, Q],
+    S::Item,
+    |me, cx| me.inner.poll_granted(cx, me.cost)
+);
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
-        let me = self.project();
-        me.inner.poll_granted(cx, me.cost)
-    }
+forward_stream!(
+    ThrottleWith [S: Stream, F: FnMut(&S::Item) -> Q::Cost, Q: Limiter] [S, F, Enforcing, Q],
+    Result<S::Item, RateExceeded<S::Item>>,
+    |me, cx| me.inner.poll_checked(cx, me.cost).map(|next| next.map(exceeded))
+);
 
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        self.inner.size_hint()
-    }
-}
-
-impl<S, F, Q> Stream for ThrottleWith<S, F, Enforcing, Q>
-where
-    S: Stream,
-    F: FnMut(&S::Item) -> Q::Cost,
-    Q: Limiter,
-{
-    type Item = Result<S::Item, RateExceeded<S::Item>>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let me = self.project();
-        me.inner.poll_checked(cx, me.cost).map(|next| {
-            next.map(|checked| {
-                checked.map_err(|(item, wait)| RateExceeded::new(item, NotUntil::new(wait)))
-            })
-        })
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        self.inner.size_hint()
-    }
-}
-
-impl<S, F, Q> FusedStream for ThrottleWith<S, F, Shaping, Q>
-where
-    S: Stream,
-    F: FnMut(&S::Item) -> Q::Cost,
-    Q: Limiter,
-{
-    fn is_terminated(&self) -> bool {
-        self.inner.is_terminated()
-    }
-}
-
-impl<S, F, Q> FusedStream for ThrottleWith<S, F, Enforcing, Q>
-where
-    S: Stream,
-    F: FnMut(&S::Item) -> Q::Cost,
-    Q: Limiter,
-{
-    fn is_terminated(&self) -> bool {
-        self.inner.is_terminated()
-    }
-}
-
-impl<S, F, M, Q> fmt::Debug for ThrottleWith<S, F, M, Q>
-where
-    S: Stream + fmt::Debug,
-    S::Item: fmt::Debug,
-    M: fmt::Debug,
-    Q: Limiter,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ThrottleWith")
-            .field("inner", &self.inner)
-            .field("mode", &self.mode)
-            .finish()
-    }
-}
+debug_adapter!(ThrottleWith [S, F, M, Q] [M: fmt::Debug, Q: Limiter], inner, mode);

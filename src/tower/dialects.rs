@@ -438,12 +438,13 @@ fn split_digits(value: &str) -> (&str, &str) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use http::HeaderValue;
     use proptest::prelude::*;
 
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+    /// A header map of `pairs`, in order (a name given twice is sent twice).
+    pub(crate) fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (k, v) in pairs {
             map.append(*k, HeaderValue::from_str(v).unwrap());
@@ -457,13 +458,26 @@ mod tests {
         SystemTime::try_from(at).unwrap()
     }
 
+    /// The limits announced by a response with the headers `pairs`, at `noon()`.
+    fn read(pairs: &[(&'static str, &str)]) -> Vec<AnnouncedLimit> {
+        limits_from_headers(&headers(pairs), noon())
+    }
+
     fn limit(name: &str, dimension: Dimension, remaining: u64, reset: Duration) -> AnnouncedLimit {
         AnnouncedLimit::new(name, dimension, Announced::new(remaining, reset))
     }
 
-    fn with_limit(mut limit: AnnouncedLimit, max: u64) -> AnnouncedLimit {
-        limit.announced.limit = Some(max);
-        limit
+    /// [`limit`], announcing a limit of `max` too.
+    fn capped(
+        name: &str,
+        dimension: Dimension,
+        remaining: u64,
+        reset: Duration,
+        max: u64,
+    ) -> AnnouncedLimit {
+        let mut capped = limit(name, dimension, remaining, reset);
+        capped.announced.limit = Some(max);
+        capped
     }
 
     const SEC: Duration = Duration::from_secs(1);
@@ -573,64 +587,51 @@ mod tests {
 
     #[test]
     fn openai() {
-        let got = limits_from_headers(
-            &headers(&[
-                ("x-ratelimit-limit-requests", "10000"),
-                ("x-ratelimit-limit-tokens", "2000000"),
-                ("x-ratelimit-remaining-requests", "9999"),
-                ("x-ratelimit-remaining-tokens", "1999619"),
-                ("x-ratelimit-reset-requests", "6ms"),
-                ("x-ratelimit-reset-tokens", "11ms"),
-            ]),
-            noon(),
-        );
+        let got = read(&[
+            ("x-ratelimit-limit-requests", "10000"),
+            ("x-ratelimit-limit-tokens", "2000000"),
+            ("x-ratelimit-remaining-requests", "9999"),
+            ("x-ratelimit-remaining-tokens", "1999619"),
+            ("x-ratelimit-reset-requests", "6ms"),
+            ("x-ratelimit-reset-tokens", "11ms"),
+        ]);
         assert_eq!(
             got,
             [
-                with_limit(
-                    limit(
-                        "requests",
-                        Dimension::Requests,
-                        9999,
-                        Duration::from_millis(6)
-                    ),
+                capped(
+                    "requests",
+                    Dimension::Requests,
+                    9999,
+                    Duration::from_millis(6),
                     10_000
                 ),
-                with_limit(
-                    limit(
-                        "tokens",
-                        Dimension::Tokens,
-                        1_999_619,
-                        Duration::from_millis(11)
-                    ),
+                capped(
+                    "tokens",
+                    Dimension::Tokens,
+                    1_999_619,
+                    Duration::from_millis(11),
                     2_000_000
                 ),
             ]
         );
         // A free tier's day of requests; the tokens' reset broken: only the requests.
-        let got = limits_from_headers(
-            &headers(&[
-                ("x-ratelimit-limit-requests", "200"),
-                ("x-ratelimit-remaining-requests", "150"),
-                ("x-ratelimit-reset-requests", "6h28m48s"),
-                ("x-ratelimit-remaining-tokens", "40000"),
-                ("x-ratelimit-reset-tokens", "soon"),
-            ]),
-            noon(),
-        );
+        let got = read(&[
+            ("x-ratelimit-limit-requests", "200"),
+            ("x-ratelimit-remaining-requests", "150"),
+            ("x-ratelimit-reset-requests", "6h28m48s"),
+            ("x-ratelimit-remaining-tokens", "40000"),
+            ("x-ratelimit-reset-tokens", "soon"),
+        ]);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].announced.reset, Duration::from_secs(23_328));
         // A broken limit is no limit; a missing remaining count is no quota.
-        let got = limits_from_headers(
-            &headers(&[
-                ("x-ratelimit-limit-requests", "lots"),
-                ("x-ratelimit-remaining-requests", "3"),
-                ("x-ratelimit-reset-requests", "1s"),
-                ("x-ratelimit-limit-tokens", "100"),
-                ("x-ratelimit-reset-tokens", "1s"),
-            ]),
-            noon(),
-        );
+        let got = read(&[
+            ("x-ratelimit-limit-requests", "lots"),
+            ("x-ratelimit-remaining-requests", "3"),
+            ("x-ratelimit-reset-requests", "1s"),
+            ("x-ratelimit-limit-tokens", "100"),
+            ("x-ratelimit-reset-tokens", "1s"),
+        ]);
         assert_eq!(got, [limit("requests", Dimension::Requests, 3, SEC)]);
         for (remaining, reset) in [
             ("-1", "1s"),
@@ -642,80 +643,70 @@ mod tests {
             ("1", "1 s"),
             ("1", "3000000h"),
         ] {
-            let got = limits_from_headers(
-                &headers(&[
-                    ("x-ratelimit-remaining-requests", remaining),
-                    ("x-ratelimit-reset-requests", reset),
-                ]),
-                noon(),
-            );
+            let got = read(&[
+                ("x-ratelimit-remaining-requests", remaining),
+                ("x-ratelimit-reset-requests", reset),
+            ]);
             assert_eq!(got, [], "{remaining} {reset}");
         }
         // Long but within Go's range: capped at a year.
-        let got = limits_from_headers(
-            &headers(&[
-                ("x-ratelimit-remaining-requests", "1"),
-                ("x-ratelimit-reset-requests", "2000000h"),
-            ]),
-            noon(),
-        );
+        let got = read(&[
+            ("x-ratelimit-remaining-requests", "1"),
+            ("x-ratelimit-reset-requests", "2000000h"),
+        ]);
         assert_eq!(got[0].announced.reset, MAX_DELAY);
     }
 
     #[test]
     fn anthropic() {
-        let got = limits_from_headers(
-            &headers(&[
-                ("anthropic-ratelimit-requests-limit", "4000"),
-                ("anthropic-ratelimit-requests-remaining", "3999"),
-                (
-                    "anthropic-ratelimit-requests-reset",
-                    "2026-11-26T12:00:00.015Z",
-                ),
-                ("anthropic-ratelimit-tokens-limit", "480000"),
-                ("anthropic-ratelimit-tokens-remaining", "479000"),
-                ("anthropic-ratelimit-tokens-reset", "2026-11-26T12:00:01Z"),
-                ("anthropic-ratelimit-input-tokens-limit", "400000"),
-                ("anthropic-ratelimit-input-tokens-remaining", "399000"),
-                (
-                    "anthropic-ratelimit-input-tokens-reset",
-                    "2026-11-26T13:00:30+01:00",
-                ),
-                ("anthropic-ratelimit-output-tokens-limit", "80000"),
-                ("anthropic-ratelimit-output-tokens-remaining", "80000"),
-                (
-                    "anthropic-ratelimit-output-tokens-reset",
-                    "2026-11-26T11:59:00Z",
-                ),
-                ("retry-after", "1"),
-            ]),
-            noon(),
-        );
+        let got = read(&[
+            ("anthropic-ratelimit-requests-limit", "4000"),
+            ("anthropic-ratelimit-requests-remaining", "3999"),
+            (
+                "anthropic-ratelimit-requests-reset",
+                "2026-11-26T12:00:00.015Z",
+            ),
+            ("anthropic-ratelimit-tokens-limit", "480000"),
+            ("anthropic-ratelimit-tokens-remaining", "479000"),
+            ("anthropic-ratelimit-tokens-reset", "2026-11-26T12:00:01Z"),
+            ("anthropic-ratelimit-input-tokens-limit", "400000"),
+            ("anthropic-ratelimit-input-tokens-remaining", "399000"),
+            (
+                "anthropic-ratelimit-input-tokens-reset",
+                "2026-11-26T13:00:30+01:00",
+            ),
+            ("anthropic-ratelimit-output-tokens-limit", "80000"),
+            ("anthropic-ratelimit-output-tokens-remaining", "80000"),
+            (
+                "anthropic-ratelimit-output-tokens-reset",
+                "2026-11-26T11:59:00Z",
+            ),
+            ("retry-after", "1"),
+        ]);
         assert_eq!(
             got,
             [
-                with_limit(
-                    limit(
-                        "requests",
-                        Dimension::Requests,
-                        3999,
-                        Duration::from_millis(15)
-                    ),
+                capped(
+                    "requests",
+                    Dimension::Requests,
+                    3999,
+                    Duration::from_millis(15),
                     4000
                 ),
-                with_limit(limit("tokens", Dimension::Tokens, 479_000, SEC), 480_000),
-                with_limit(
-                    limit("input-tokens", Dimension::InputTokens, 399_000, 30 * SEC),
+                capped("tokens", Dimension::Tokens, 479_000, SEC, 480_000),
+                capped(
+                    "input-tokens",
+                    Dimension::InputTokens,
+                    399_000,
+                    30 * SEC,
                     400_000
                 ),
                 // In the past: restored now.
-                with_limit(
-                    limit(
-                        "output-tokens",
-                        Dimension::OutputTokens,
-                        80_000,
-                        Duration::ZERO
-                    ),
+                capped(
+                    "output-tokens",
+                    Dimension::OutputTokens,
+                    80_000,
+                    Duration::ZERO,
                     80_000
                 ),
             ]
@@ -728,24 +719,18 @@ mod tests {
             "1764158430",
             "",
         ] {
-            let got = limits_from_headers(
-                &headers(&[
-                    ("anthropic-ratelimit-requests-remaining", "1"),
-                    ("anthropic-ratelimit-requests-reset", bad),
-                ]),
-                noon(),
-            );
+            let got = read(&[
+                ("anthropic-ratelimit-requests-remaining", "1"),
+                ("anthropic-ratelimit-requests-reset", bad),
+            ]);
             assert_eq!(got, [], "{bad:?}");
         }
         // RFC 3339 lets a space stand for the `T`, and lower case for `T` and `Z`.
         for spelled in ["2026-11-26 12:00:30Z", "2026-11-26t12:00:30z"] {
-            let got = limits_from_headers(
-                &headers(&[
-                    ("anthropic-ratelimit-requests-remaining", "1"),
-                    ("anthropic-ratelimit-requests-reset", spelled),
-                ]),
-                noon(),
-            );
+            let got = read(&[
+                ("anthropic-ratelimit-requests-remaining", "1"),
+                ("anthropic-ratelimit-requests-reset", spelled),
+            ]);
             assert_eq!(
                 got,
                 [limit("requests", Dimension::Requests, 1, 30 * SEC)],
@@ -753,62 +738,44 @@ mod tests {
             );
         }
         // Far ahead: a year at most.
-        let got = limits_from_headers(
-            &headers(&[
-                ("anthropic-ratelimit-requests-remaining", "1"),
-                ("anthropic-ratelimit-requests-reset", "9000-01-01T00:00:00Z"),
-            ]),
-            noon(),
-        );
+        let got = read(&[
+            ("anthropic-ratelimit-requests-remaining", "1"),
+            ("anthropic-ratelimit-requests-reset", "9000-01-01T00:00:00Z"),
+        ]);
         assert_eq!(got[0].announced.reset, MAX_DELAY);
     }
 
     #[test]
     fn github() {
         let reset = (noon().duration_since(UNIX_EPOCH).unwrap().as_secs() + 1800).to_string();
-        let got = limits_from_headers(
-            &headers(&[
-                ("x-ratelimit-limit", "5000"),
-                ("x-ratelimit-remaining", "4987"),
-                ("x-ratelimit-reset", &reset),
-                ("x-ratelimit-used", "13"),
-                ("x-ratelimit-resource", "core"),
-            ]),
-            noon(),
-        );
+        let got = read(&[
+            ("x-ratelimit-limit", "5000"),
+            ("x-ratelimit-remaining", "4987"),
+            ("x-ratelimit-reset", &reset),
+            ("x-ratelimit-used", "13"),
+            ("x-ratelimit-resource", "core"),
+        ]);
         assert_eq!(
             got,
-            [with_limit(
-                limit("core", Dimension::Requests, 4987, 1800 * SEC),
-                5000
-            )]
+            [capped("core", Dimension::Requests, 4987, 1800 * SEC, 5000)]
         );
         // GraphQL counts points; a missing limit is remaining + used.
-        let got = limits_from_headers(
-            &headers(&[
-                ("x-ratelimit-remaining", "4900"),
-                ("x-ratelimit-reset", &reset),
-                ("x-ratelimit-used", "100"),
-                ("x-ratelimit-resource", "graphql"),
-            ]),
-            noon(),
-        );
+        let got = read(&[
+            ("x-ratelimit-remaining", "4900"),
+            ("x-ratelimit-reset", &reset),
+            ("x-ratelimit-used", "100"),
+            ("x-ratelimit-resource", "graphql"),
+        ]);
         assert_eq!(
             got,
-            [with_limit(
-                limit("graphql", Dimension::Units, 4900, 1800 * SEC),
-                5000
-            )]
+            [capped("graphql", Dimension::Units, 4900, 1800 * SEC, 5000)]
         );
         // The plain trio: "default", units unsaid; a used count that overflows is no limit.
-        let got = limits_from_headers(
-            &headers(&[
-                ("x-ratelimit-remaining", "18446744073709551615"),
-                ("x-ratelimit-reset", "60"),
-                ("x-ratelimit-used", "1"),
-            ]),
-            noon(),
-        );
+        let got = read(&[
+            ("x-ratelimit-remaining", "18446744073709551615"),
+            ("x-ratelimit-reset", "60"),
+            ("x-ratelimit-used", "1"),
+        ]);
         assert_eq!(
             got,
             [limit("default", Dimension::Units, u64::MAX, 60 * SEC)]
@@ -817,27 +784,24 @@ mod tests {
 
     #[test]
     fn ietf_several_policies() {
-        let got = limits_from_headers(
-            &headers(&[
-                (
-                    "ratelimit-policy",
-                    r#""minute";q=500;w=60, "day";q=10000;w=86400;qu="requests""#,
-                ),
-                (
-                    "ratelimit-policy",
-                    r#""bytes";q=1000000;w=60;qu="content-bytes""#,
-                ),
-                ("ratelimit", r#""day";r=9000;t=40000, "minute";r=250;t=30"#),
-                (
-                    "ratelimit",
-                    r#""bytes";r=5;t=1, "orphan";r=1;t=1, "broken";r=1"#,
-                ),
-                // Not read: the IETF fields win.
-                ("x-ratelimit-remaining", "1"),
-                ("x-ratelimit-reset", "1"),
-            ]),
-            noon(),
-        );
+        let got = read(&[
+            (
+                "ratelimit-policy",
+                r#""minute";q=500;w=60, "day";q=10000;w=86400;qu="requests""#,
+            ),
+            (
+                "ratelimit-policy",
+                r#""bytes";q=1000000;w=60;qu="content-bytes""#,
+            ),
+            ("ratelimit", r#""day";r=9000;t=40000, "minute";r=250;t=30"#),
+            (
+                "ratelimit",
+                r#""bytes";r=5;t=1, "orphan";r=1;t=1, "broken";r=1"#,
+            ),
+            // Not read: the IETF fields win.
+            ("x-ratelimit-remaining", "1"),
+            ("x-ratelimit-reset", "1"),
+        ]);
         let day = Announced::new(9000, 40_000 * SEC).with_policy(10_000, 86_400 * SEC);
         let minute = Announced::new(250, 30 * SEC).with_policy(500, 60 * SEC);
         let bytes = Announced::new(5, SEC).with_policy(1_000_000, 60 * SEC);
@@ -852,19 +816,16 @@ mod tests {
             ]
         );
         // The quota unit gives the dimension: paced's own several dimensions, and others.
-        let got = limits_from_headers(
-            &headers(&[
-                (
-                    "ratelimit-policy",
-                    r#""t";q=9;w=60;qu="tokens", "i";q=9;w=60;qu="input-tokens", "o";q=9;w=60;qu="output-tokens", "x";q=9;w=60;qu="widgets""#,
-                ),
-                (
-                    "ratelimit",
-                    r#""t";r=1;t=1, "i";r=1;t=1, "o";r=1;t=1, "x";r=1;t=1"#,
-                ),
-            ]),
-            noon(),
-        );
+        let got = read(&[
+            (
+                "ratelimit-policy",
+                r#""t";q=9;w=60;qu="tokens", "i";q=9;w=60;qu="input-tokens", "o";q=9;w=60;qu="output-tokens", "x";q=9;w=60;qu="widgets""#,
+            ),
+            (
+                "ratelimit",
+                r#""t";r=1;t=1, "i";r=1;t=1, "o";r=1;t=1, "x";r=1;t=1"#,
+            ),
+        ]);
         let dimensions: Vec<_> = got.iter().map(|l| l.dimension).collect();
         assert_eq!(
             dimensions,
@@ -876,84 +837,58 @@ mod tests {
             ]
         );
         // One item, no policy of its name: the first, as single-policy servers send it.
-        let got = limits_from_headers(
-            &headers(&[
-                ("ratelimit-policy", r#""p";q=100;w=60"#),
-                ("ratelimit", r#""default";r=50;t=30"#),
-            ]),
-            noon(),
-        );
+        let got = read(&[
+            ("ratelimit-policy", r#""p";q=100;w=60"#),
+            ("ratelimit", r#""default";r=50;t=30"#),
+        ]);
         assert_eq!(got[0].announced.limit, Some(100));
         // No item read: the de facto headers.
-        let got = limits_from_headers(
-            &headers(&[
-                ("ratelimit", r#""a";r=x;t=1, "b";t=2"#),
-                ("x-ratelimit-remaining", "7"),
-                ("x-ratelimit-reset", "9"),
-            ]),
-            noon(),
-        );
+        let got = read(&[
+            ("ratelimit", r#""a";r=x;t=1, "b";t=2"#),
+            ("x-ratelimit-remaining", "7"),
+            ("x-ratelimit-reset", "9"),
+        ]);
         assert_eq!(got, [limit("default", Dimension::Units, 7, 9 * SEC)]);
     }
 
     #[test]
     fn ietf_older_forms() {
         let window = Announced::new(25, 5 * SEC).with_policy(100, 60 * SEC);
+        let windowed = [AnnouncedLimit::new("default", Dimension::Requests, window)];
         // Draft 7, as express-rate-limit sends it.
-        let got = limits_from_headers(
-            &headers(&[
-                ("ratelimit-policy", "100;w=60"),
-                ("ratelimit", "limit=100, remaining=25, reset=5"),
-            ]),
-            noon(),
-        );
-        assert_eq!(
-            got,
-            [AnnouncedLimit::new("default", Dimension::Requests, window)]
-        );
+        let got = read(&[
+            ("ratelimit-policy", "100;w=60"),
+            ("ratelimit", "limit=100, remaining=25, reset=5"),
+        ]);
+        assert_eq!(got, windowed);
         // Drafts 1 to 6: three fields; the window in the limit's policy, or none.
-        let got = limits_from_headers(
-            &headers(&[
-                ("ratelimit-limit", "100, 100;w=60"),
-                ("ratelimit-remaining", "25"),
-                ("ratelimit-reset", "5"),
-            ]),
-            noon(),
-        );
+        let got = read(&[
+            ("ratelimit-limit", "100, 100;w=60"),
+            ("ratelimit-remaining", "25"),
+            ("ratelimit-reset", "5"),
+        ]);
+        assert_eq!(got, windowed);
+        let got = read(&[
+            ("ratelimit-limit", "100"),
+            ("ratelimit-remaining", "25"),
+            ("ratelimit-reset", "5"),
+            ("ratelimit-policy", "50;w=1"),
+        ]);
         assert_eq!(
             got,
-            [AnnouncedLimit::new("default", Dimension::Requests, window)]
-        );
-        let got = limits_from_headers(
-            &headers(&[
-                ("ratelimit-limit", "100"),
-                ("ratelimit-remaining", "25"),
-                ("ratelimit-reset", "5"),
-                ("ratelimit-policy", "50;w=1"),
-            ]),
-            noon(),
-        );
-        assert_eq!(
-            got,
-            [with_limit(
-                limit("default", Dimension::Requests, 25, 5 * SEC),
-                100
-            )]
+            [capped("default", Dimension::Requests, 25, 5 * SEC, 100)]
         );
         // Broken: the de facto headers, or nothing.
         for (remaining, reset) in [("-1", "5"), ("1", "5.5"), ("x", "5"), ("1", "")] {
-            let got = limits_from_headers(
-                &headers(&[
-                    ("ratelimit-remaining", remaining),
-                    ("ratelimit-reset", reset),
-                    ("x-ratelimit-remaining", "7"),
-                    ("x-ratelimit-reset", "9"),
-                ]),
-                noon(),
-            );
+            let got = read(&[
+                ("ratelimit-remaining", remaining),
+                ("ratelimit-reset", reset),
+                ("x-ratelimit-remaining", "7"),
+                ("x-ratelimit-reset", "9"),
+            ]);
             assert_eq!(got, [limit("default", Dimension::Units, 7, 9 * SEC)]);
             let dictionary = format!("limit=9, remaining={remaining}, reset={reset}");
-            let got = limits_from_headers(&headers(&[("ratelimit", &dictionary)]), noon());
+            let got = read(&[("ratelimit", &dictionary)]);
             assert_eq!(got, [], "{dictionary}");
         }
     }

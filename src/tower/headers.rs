@@ -115,16 +115,8 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
+    use crate::tower::dialects::tests::headers;
     use std::time::UNIX_EPOCH;
-
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (k, v) in pairs {
-            map.append(*k, HeaderValue::from_str(v).unwrap());
-        }
-        map
-    }
 
     #[test]
     fn retry_after_forms() {

@@ -49,6 +49,55 @@
 //! # }
 //! ```
 
+/// `get_ref`, `get_mut` and `into_inner` for a middleware service over its field `inner`. The
+/// doctests start with `$setup` (the `use` lines and whatever the layer needs) and build the
+/// service over `7u8` with `$make`.
+macro_rules! service_accessors {
+    ($service:ident [$($param:tt)*], $setup:literal, $make:literal) => {
+        impl<$($param)*> $service<$($param)*> {
+            /// The inner service.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            #[doc = $setup]
+            #[doc = concat!("let service = ", $make, ";")]
+            /// assert_eq!(*service.get_ref(), 7);
+            /// ```
+            pub fn get_ref(&self) -> &S {
+                &self.inner
+            }
+
+            /// The inner service, mutably.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            #[doc = $setup]
+            #[doc = concat!("let mut service = ", $make, ";")]
+            /// *service.get_mut() += 1;
+            /// assert_eq!(*service.get_ref(), 8);
+            /// ```
+            pub fn get_mut(&mut self) -> &mut S {
+                &mut self.inner
+            }
+
+            /// The inner service, unwrapped.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            #[doc = $setup]
+            #[doc = concat!("let service = ", $make, ";")]
+            /// assert_eq!(service.into_inner(), 7);
+            /// ```
+            pub fn into_inner(self) -> S {
+                self.inner
+            }
+        }
+    };
+}
+
 mod adaptive;
 #[cfg(feature = "http")]
 mod dialects;

@@ -52,63 +52,13 @@ impl<S, F, A> AdaptiveService<S, F, A> {
             classify,
         }
     }
-
-    /// The inner service.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use paced::tower::{AdaptiveLayer, Outcome};
-    /// use paced::{Adaptive, Rate, RateLimiter};
-    /// use tower_layer::Layer;
-    ///
-    /// let adaptive = Adaptive::new(
-    ///     RateLimiter::new(Rate::per_second(1), 1), Rate::per_second(1), Rate::per_second(1));
-    /// let service = AdaptiveLayer::new(&adaptive, |_: &Result<(), ()>| Outcome::Ignore).layer(7u8);
-    /// assert_eq!(*service.get_ref(), 7);
-    /// ```
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use paced::tower::{AdaptiveLayer, Outcome};
-    /// use paced::{Adaptive, Rate, RateLimiter};
-    /// use tower_layer::Layer;
-    ///
-    /// let adaptive = Adaptive::new(
-    ///     RateLimiter::new(Rate::per_second(1), 1), Rate::per_second(1), Rate::per_second(1));
-    /// let mut service =
-    ///     AdaptiveLayer::new(&adaptive, |_: &Result<(), ()>| Outcome::Ignore).layer(7u8);
-    /// *service.get_mut() += 1;
-    /// assert_eq!(*service.get_ref(), 8);
-    /// ```
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, unwrapped.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use paced::tower::{AdaptiveLayer, Outcome};
-    /// use paced::{Adaptive, Rate, RateLimiter};
-    /// use tower_layer::Layer;
-    ///
-    /// let adaptive = Adaptive::new(
-    ///     RateLimiter::new(Rate::per_second(1), 1), Rate::per_second(1), Rate::per_second(1));
-    /// let service = AdaptiveLayer::new(&adaptive, |_: &Result<(), ()>| Outcome::Ignore).layer(7u8);
-    /// assert_eq!(service.into_inner(), 7);
-    /// ```
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
 }
+
+service_accessors!(
+    AdaptiveService [S, F, A],
+    "use paced::tower::{AdaptiveLayer, Outcome};\nuse paced::{Adaptive, Rate, RateLimiter};\nuse tower_layer::Layer;\n\nlet adaptive = Adaptive::new(\n    RateLimiter::new(Rate::per_second(1), 1), Rate::per_second(1), Rate::per_second(1));",
+    "AdaptiveLayer::new(&adaptive, |_: &Result<(), ()>| Outcome::Ignore).layer(7u8)"
+);
 
 impl<S, F, A, Req> Service<Req> for AdaptiveService<S, F, A>
 where

@@ -78,59 +78,13 @@ impl<S, Q, C, M, A> RateLimit<S, Q, C, M, A> {
             answered,
         }
     }
-
-    /// The inner service.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use paced::tower::RateLimitLayer;
-    /// use paced::{Rate, RateLimiter};
-    /// use tower_layer::Layer;
-    ///
-    /// let limiter = RateLimiter::new(Rate::per_second(1), 1);
-    /// let service = RateLimitLayer::new(&limiter).layer(7u8);
-    /// assert_eq!(*service.get_ref(), 7);
-    /// ```
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use paced::tower::RateLimitLayer;
-    /// use paced::{Rate, RateLimiter};
-    /// use tower_layer::Layer;
-    ///
-    /// let limiter = RateLimiter::new(Rate::per_second(1), 1);
-    /// let mut service = RateLimitLayer::new(&limiter).layer(7u8);
-    /// *service.get_mut() += 1;
-    /// assert_eq!(*service.get_ref(), 8);
-    /// ```
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, unwrapped.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use paced::tower::RateLimitLayer;
-    /// use paced::{Rate, RateLimiter};
-    /// use tower_layer::Layer;
-    ///
-    /// let limiter = RateLimiter::new(Rate::per_second(1), 1);
-    /// let service = RateLimitLayer::new(&limiter).layer(7u8);
-    /// assert_eq!(service.into_inner(), 7);
-    /// ```
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
 }
+
+service_accessors!(
+    RateLimit [S, Q, C, M, A],
+    "use paced::tower::RateLimitLayer;\nuse paced::{Rate, RateLimiter};\nuse tower_layer::Layer;\n\nlet limiter = RateLimiter::new(Rate::per_second(1), 1);",
+    "RateLimitLayer::new(&limiter).layer(7u8)"
+);
 
 impl<S, Q, C, M, A: Clone> RateLimit<S, Q, C, M, A> {
     /// `call` for both flavours: the ready inner service goes into the future, a fresh clone
