@@ -339,10 +339,10 @@ pub enum ConfigError {
     ZeroQuota,
     /// A fixed [`Limit::window`](crate::Limit::window) of length zero.
     ZeroWindow,
-    /// A [`RateLimiter::set_limit`](crate::RateLimiter::set_limit) at an index where
+    /// A [`RateLimiter::set_limit`](crate::RateLimiter#method.set_limit-1) at an index where
     /// there is no limit.
     NoSuchLimit,
-    /// A [`RateLimiter::set_limit`](crate::RateLimiter::set_limit) that would turn a
+    /// A [`RateLimiter::set_limit`](crate::RateLimiter#method.set_limit-1) that would turn a
     /// bucket into a fixed window or the reverse.
     LimitKind,
 }

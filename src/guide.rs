@@ -387,7 +387,7 @@
 //!   real time). A waiter that is dropped has taken nothing.
 //! - **FIFO.** One queue in front of all the limits: a dear prompt at the head is not
 //!   overtaken by cheap ones, and `try_acquire` / `acquire_timeout` never jump the queue.
-//! - **Settling.** [`acquire`](crate::RateLimiter::acquire) returns a [`Permit`];
+//! - **Settling.** [`acquire`](crate::RateLimiter#method.acquire-1) returns a [`Permit`];
 //!   [`settle`](crate::limiter::Permit::settle)`([1, usage])` corrects the charge once the answer says
 //!   what the call used. A call the provider refused cost it nothing:
 //!   `settle([0, 0])` gives the whole charge back. Dropping a permit keeps its charge.

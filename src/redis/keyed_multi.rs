@@ -49,7 +49,7 @@ where
     K: Hash + Eq + Send + Sync + 'static,
 {
     /// Adds `limit` on the dimension called `name`, for every key; see
-    /// [`RedisRateLimiterBuilder::limit`](RedisLimiterBuilder::limit).
+    /// [`RedisRateLimiterBuilder::limit`](RedisLimiterBuilder#method.limit-1).
     ///
     /// # Examples
     ///
@@ -265,9 +265,10 @@ where
     }
 
     /// Replaces the limit at `index` of `key`'s quota in Redis, for every process, keeping its
-    /// level; see the several-limit [`RedisRateLimiter`]'s `set_limit`. The other keys keep the builder's
-    /// limits. This process remembers it for its fail-open fallback, until
-    /// [`clear_limit`](Self::clear_limit).
+    /// level, as the several-limit
+    /// [`RedisRateLimiter::set_limit`](crate::RedisRateLimiter#method.set_limit-1) does. The other
+    /// keys keep the builder's limits. This process remembers it for its fail-open fallback,
+    /// until [`clear_limit`](RedisKeyedRateLimiter#method.clear_limit-1).
     ///
     /// # Errors
     ///
