@@ -73,6 +73,11 @@ use crate::sync::{lock, Mutex, MutexGuard};
 /// Everything reads tokio's clock, so under paused time the rates are exact and repeatable.
 /// Cloning is cheap (an `Arc`); every clone is the same controller.
 ///
+/// Over a `RateLimiter<[u64; N]>` of several limits, an `Adaptive<[u64; N]>` (made by
+/// [`builder`](Adaptive::builder)) adapts each limit you choose on its own, with this law:
+/// a refusal that names the tokens limit lowers that limit only. Its methods are below, after
+/// those of one limit.
+///
 /// # Examples
 ///
 /// ```

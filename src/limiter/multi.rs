@@ -290,7 +290,8 @@ fn phase(origin: Origin, len: Nanos, base: Instant, now: Nanos) -> Nanos {
     Nanos(u64::try_from(phase).unwrap_or(0))
 }
 
-/// Builds a [`RateLimiter`]: names its dimensions, then takes its limits.
+/// Builds a `RateLimiter<[u64; N]>` of several limits: names its dimensions, then takes its
+/// limits. Made by [`RateLimiter::builder`].
 ///
 /// # Examples
 ///
@@ -819,7 +820,8 @@ impl<const N: usize> fmt::Debug for Several<N> {
     }
 }
 
-/// What a grant of a [`RateLimiter`] charged, to correct once the real cost is known.
+/// What a grant of a `RateLimiter<[u64; N]>` (several limits) charged, to correct once the
+/// real cost is known.
 ///
 /// Dropping a permit keeps its charge.
 ///

@@ -1053,8 +1053,9 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     }
 }
 
-/// What a grant of a [`RedisRateLimiter`] charged, to [`settle`](Self::settle) once the
-/// actual cost is known. Dropping it keeps its charge.
+/// What a grant of several limits charged (of a `RedisRateLimiter<[u64; N]>`, or of one key of
+/// a `RedisKeyedRateLimiter<K, [u64; N]>`), to [`settle`](Self::settle) once the actual cost
+/// is known. Dropping it keeps its charge.
 pub struct RedisPermit<const N: usize> {
     limiter: RedisRateLimiter<[u64; N]>,
     cost: [u64; N],
