@@ -186,8 +186,8 @@ impl<K, const N: usize, S> fmt::Debug for Several<K, N, S> {
 }
 
 /// Several limits per key, `KeyedRateLimiter<K, [u64; N]>`, shared by handle: each tenant's
-/// requests per minute AND tokens per minute (and per day), with the semantics of
-/// [`RateLimiter`] key by key.
+/// requests per minute AND tokens per minute (and per day), with the semantics of a
+/// `RateLimiter<[u64; N]>` key by key.
 ///
 /// A cost is one amount per dimension (`[u64; N]`, in the order the dimensions were named).
 /// Every key has its own copy of the limits (the builder's, or its own set with
@@ -198,16 +198,16 @@ impl<K, const N: usize, S> fmt::Debug for Several<K, N, S> {
 /// [`try_acquire`](KeyedRateLimiter#method.try_acquire-1) charges nothing when any limit
 /// refuses. [`acquire`](KeyedRateLimiter#method.acquire-1) returns a [`KeyedPermit`] whose
 /// [`settle`](KeyedPermit::settle) corrects an estimate once the answer is known, as
-/// [`Permit::settle`](crate::limiter::Permit::settle) does. The bound of [`RateLimiter`] holds
-/// for each key's limits.
+/// [`Permit::settle`](crate::limiter::Permit::settle) does. The bound of a `RateLimiter<[u64; N]>`
+/// holds for each key's limits.
 ///
 /// **Memory follows the keys in use**, as with one limit per key: a key is forgotten,
 /// without any call from you, once every one of its limits is as good as new (a bucket full,
 /// a fixed window with nothing charged or carried in the window in force) and nobody waits
 /// on it: such a key is indistinguishable from one never seen, and never forgotten before.
 /// [`tracked_keys`](KeyedRateLimiter::tracked_keys) counts exactly the others. Every key
-/// with state has a queue of its own (the one-word form of a key of a
-/// [`KeyedRateLimiter`] is for one bucket only).
+/// with state has a queue of its own (the one-word form of a key, with no queue, is for one
+/// limit per key only).
 ///
 /// Cloning is cheap (an `Arc`); every clone is the same limiter. Building one needs no
 /// runtime; waiting needs tokio's timer, and under paused time the schedule is exact.

@@ -312,7 +312,7 @@ enum Answer {
 /// every limit has room for its amount; all are checked and charged at one instant by one
 /// script call, on Redis's clock, all or nothing.
 ///
-/// The Redis counterpart of [`RateLimiter`]: grants are first come, first served across
+/// The Redis counterpart of a local `RateLimiter<[u64; N]>`: grants are first come, first served across
 /// the fleet (in the order Redis received them), each at the earliest instant at which every
 /// limit has room, never before an earlier grant (its wait is the latest of the limits').
 /// Every limit lives in one key, `{name}`, so on a Redis Cluster in one slot. A fixed
