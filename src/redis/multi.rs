@@ -404,7 +404,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     ///
     /// # Errors
     ///
-    /// As the one-limit [`RedisRateLimiter`]'s `acquire`:
+    /// As the one-limit [`RedisRateLimiter::acquire`]'s:
     /// [`RedisLimiterError::Unavailable`] once Redis has been unreachable for the fail-closed
     /// deadline, [`RedisLimiterError::Reply`] when Redis answers with an error. Nothing was
     /// taken.
