@@ -537,8 +537,8 @@
 //!   for its request; the provider charges them only when the call arrives, and its token
 //!   bucket, full until then, lost that refill. A later call then finds fewer tokens at the
 //!   provider than the client counted: rare (1 of 5,000), never impossible.
-//! - **Neither can give back unused tokens.** A one-limit `RateLimiter` keeps the estimate; where the
-//!   provider settles to the usage, the composed clients pace to estimates and take 1.16–1.54
+//! - **Neither can give back unused tokens.** A one-limit `RateLimiter` keeps the estimate; where
+//!   the provider settles to the usage, the composed clients pace to estimates and take 1.16–1.54
 //!   times as long as needed.
 //!
 //! One `RateLimiter<[u64; 2]>` grants both amounts at one instant (nothing is held while
@@ -1437,15 +1437,15 @@
 //! # Migrating from the git versions
 //!
 //! paced 1.0.0 is the first release on crates.io. Earlier versions lived only in git, under the
-//! name `pacer`: rename the dependency and the paths (`pacer::` becomes `paced::`, the metric
-//! names `pacer_*` become `paced_*`). The adapter types live in [`paced::stream`](crate::stream)
-//! and [`paced::sink`](crate::sink); permits, builders, counters, `Cost` and the `Limiter`
-//! traits in [`paced::limiter`](crate::limiter); the Redis types other than the two limiters
-//! in `paced::redis`; and [`NotUntil`] is the one refusal. A limiter of several limits is the
-//! type of one limit with a cost of `[u64; N]`: `MultiRateLimiter<N>` became
-//! `RateLimiter<[u64; N]>`, and so on for the keyed, adaptive and Redis limiters. The handles share one vocabulary (the
-//! table above). The first release has no deprecated items: where a name changed, the old one
-//! is gone, and the CHANGELOG's migration table gives the new one.
+//! name `pacer`: rename the dependency and the paths (`pacer::` becomes `paced::`, the metric names
+//! `pacer_*` become `paced_*`). The adapter types live in [`paced::stream`](crate::stream) and
+//! [`paced::sink`](crate::sink); permits, builders, counters, `Cost` and the `Limiter` traits in
+//! [`paced::limiter`](crate::limiter); the Redis types other than the two limiters in
+//! `paced::redis`; and [`NotUntil`] is the one refusal. A limiter of several limits is the type of
+//! one limit with a cost of `[u64; N]`: `MultiRateLimiter<N>` became `RateLimiter<[u64; N]>`, and
+//! so on for the keyed, adaptive and Redis limiters. The handles share one vocabulary (the table
+//! above). The first release has no deprecated items: where a name changed, the old one is gone,
+//! and the CHANGELOG's migration table gives the new one.
 //!
 //! The [CHANGELOG](https://docs.rs/crate/paced/latest/source/CHANGELOG.md) lists every
 //! change, with a migration table from each old name or signature to the new one.

@@ -542,11 +542,12 @@ impl<C: Cost> Adaptive<C> {
     /// Reports a call refused for going too fast (`429`, `503 Slow Down`), with the
     /// destination's `Retry-After` if it sent one.
     ///
-    /// The first refusal of an overload lowers the rate (see [`Adaptive`]). With several
-    /// limits, every adapted limit is lowered (for a refusal that names its limit, use
-    /// [`on_throttled_limit`](Adaptive::on_throttled_limit)). The refusals of the calls that
-    /// were already in flight then (or already had their tokens) do not lower it again. With `Some(d)`, nothing is granted to anyone on the limiter before `d` from
-    /// now ([`RateLimiter::pause_for`]); `Duration::MAX` saturates to a pause of centuries.
+    /// The first refusal of an overload lowers the rate (see [`Adaptive`]). With several limits,
+    /// every adapted limit is lowered (for a refusal that names its limit, use
+    /// [`on_throttled_limit`](Adaptive::on_throttled_limit)). The refusals of the calls that were
+    /// already in flight then (or already had their tokens) do not lower it again. With `Some(d)`,
+    /// nothing is granted to anyone on the limiter before `d` from now
+    /// ([`RateLimiter::pause_for`]); `Duration::MAX` saturates to a pause of centuries.
     ///
     /// # Examples
     ///
