@@ -574,7 +574,8 @@ impl<const N: usize> Adaptive<[u64; N]> {
         &self.inner.shared.limiter
     }
 
-    /// Waits until `cost` is granted: [`RateLimiter::acquire`](RateLimiter#method.acquire-1) on the limiter.
+    /// Waits until `cost` is granted: [`RateLimiter::acquire`](RateLimiter#method.acquire-1) on the
+    /// limiter.
     ///
     /// # Examples
     ///
@@ -651,7 +652,8 @@ impl<const N: usize> Adaptive<[u64; N]> {
             .await
     }
 
-    /// Per dimension, what could be taken now: [`RateLimiter::available`](RateLimiter#method.available-1).
+    /// Per dimension, what could be taken now:
+    /// [`RateLimiter::available`](RateLimiter#method.available-1).
     ///
     /// # Examples
     ///

@@ -299,10 +299,10 @@ where
         self.quota(key).set_limit(index, limit).await
     }
 
-    /// Gives `key`'s quota the builder's limits again, for every process, keeping its levels,
-    /// as the several-limit [`RedisRateLimiter::clear_limit`](RedisRateLimiter#method.clear_limit-1)
-    /// does. This process forgets the limits it had set for the key: its fail-open fallback
-    /// takes `share` of the builder's again.
+    /// Gives `key`'s quota the builder's limits again, for every process, keeping its levels, as
+    /// the several-limit [`RedisRateLimiter::clear_limit`](RedisRateLimiter#method.clear_limit-1)
+    /// does. This process forgets the limits it had set for the key: its fail-open fallback takes
+    /// `share` of the builder's again.
     ///
     /// # Errors
     ///

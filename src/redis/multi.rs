@@ -307,19 +307,19 @@ enum Answer {
     Refused(Nanos),
 }
 
-/// Several limits of one quota (token buckets and fixed windows) across processes and
-/// machines, kept in Redis (feature `redis`): a cost is one amount per dimension (`[u64; N]`), and a request is granted when
-/// every limit has room for its amount; all are checked and charged at one instant by one
-/// script call, on Redis's clock, all or nothing.
+/// Several limits of one quota (token buckets and fixed windows) across processes and machines,
+/// kept in Redis (feature `redis`): a cost is one amount per dimension (`[u64; N]`), and a request
+/// is granted when every limit has room for its amount; all are checked and charged at one instant
+/// by one script call, on Redis's clock, all or nothing.
 ///
-/// The Redis counterpart of a local `RateLimiter<[u64; N]>`: grants are first come, first served across
-/// the fleet (in the order Redis received them), each at the earliest instant at which every
-/// limit has room, never before an earlier grant (its wait is the latest of the limits').
-/// Every limit lives in one key, `{name}`, so on a Redis Cluster in one slot. A fixed
-/// window's boundaries are on Redis's clock. Leases (most grants without a round trip) with
-/// [`lease`](RedisRateLimiterBuilder::lease). Every process must give the same
-/// limits (a state of another number of limits is a reply error);
-/// [`set_limit`](RedisRateLimiter#method.set_limit-1) changes one for the whole fleet, in Redis, and
+/// The Redis counterpart of a local `RateLimiter<[u64; N]>`: grants are first come, first served
+/// across the fleet (in the order Redis received them), each at the earliest instant at which every
+/// limit has room, never before an earlier grant (its wait is the latest of the limits'). Every
+/// limit lives in one key, `{name}`, so on a Redis Cluster in one slot. A fixed window's boundaries
+/// are on Redis's clock. Leases (most grants without a round trip) with
+/// [`lease`](RedisRateLimiterBuilder::lease). Every process must give the same limits (a state of
+/// another number of limits is a reply error); [`set_limit`](RedisRateLimiter#method.set_limit-1)
+/// changes one for the whole fleet, in Redis, and
 /// [`clear_limit`](RedisRateLimiter#method.clear_limit-1) gives the builder's back.
 ///
 /// # Examples
@@ -522,24 +522,23 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         }
     }
 
-    /// Replaces the limit at `index` (the number of
-    /// [`limit`](RedisLimiterBuilder#method.limit-1) calls before it) in Redis, for every
-    /// process from its next request, keeping its level as
-    /// [`RateLimiter::set_limit`](crate::RateLimiter#method.set_limit-1) does: a bucket keeps the tokens it holds (or lacks),
-    /// capped at the new burst; a fixed window keeps what the current window used (carried
-    /// into the window of the new length that holds now). One round trip.
+    /// Replaces the limit at `index` (the number of [`limit`](RedisLimiterBuilder#method.limit-1)
+    /// calls before it) in Redis, for every process from its next request, keeping its level as
+    /// [`RateLimiter::set_limit`](crate::RateLimiter#method.set_limit-1) does: a bucket keeps the
+    /// tokens it holds (or lacks), capped at the new burst; a fixed window keeps what the current
+    /// window used (carried into the window of the new length that holds now). One round trip.
     ///
     /// The limits set are kept in the quota's key with its state, which then no longer
     /// expires (it is configuration, as a key's own limit of
     /// [`RedisKeyedRateLimiter::set_limit`](crate::RedisKeyedRateLimiter#method.set_limit-1) is);
-    /// deleting the key, or [`clear_limit`](RedisRateLimiter#method.clear_limit-1), gives the builders' limits
-    /// back.
+    /// deleting the key, or [`clear_limit`](RedisRateLimiter#method.clear_limit-1), gives the
+    /// builders' limits back.
     ///
-    /// This process also remembers the limit (until [`clear_limit`](RedisRateLimiter#method.clear_limit-1)), so
-    /// that under `FailOpen` its fallback grants `share` of it during an outage. A limit set
-    /// by another process is not known here (it is read from Redis by the script, which an
-    /// outage makes unreachable): this process's fallback takes `share` of the builder's
-    /// limit for it.
+    /// This process also remembers the limit (until
+    /// [`clear_limit`](RedisRateLimiter#method.clear_limit-1)), so that under `FailOpen` its
+    /// fallback grants `share` of it during an outage. A limit set by another process is not known
+    /// here (it is read from Redis by the script, which an outage makes unreachable): this
+    /// process's fallback takes `share` of the builder's limit for it.
     ///
     /// # Errors
     ///
@@ -591,11 +590,11 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         }
     }
 
-    /// Gives every limit of the quota the builder's limit again, for every process from its
-    /// next request, keeping levels as [`set_limit`](RedisRateLimiter#method.set_limit-1) does (a bucket's tokens
-    /// at most the builder's burst; a window's use of its current window). The quota's key
-    /// holds no limits any more, and expires again once every limit is back to full. This
-    /// process forgets the limits it had set: its fail-open fallback takes `share` of the
+    /// Gives every limit of the quota the builder's limit again, for every process from its next
+    /// request, keeping levels as [`set_limit`](RedisRateLimiter#method.set_limit-1) does (a
+    /// bucket's tokens at most the builder's burst; a window's use of its current window). The
+    /// quota's key holds no limits any more, and expires again once every limit is back to full.
+    /// This process forgets the limits it had set: its fail-open fallback takes `share` of the
     /// builder's limits again. One round trip.
     ///
     /// # Errors
