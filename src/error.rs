@@ -329,20 +329,21 @@ pub enum ConfigError {
     ZeroBatch,
     /// A `throttle_by_key` that may hold 0 items: none could ever wait for its key.
     ZeroCapacity,
-    /// A [`RateLimiter`](crate::RateLimiter) limit on a name that is not one of its
-    /// dimensions.
+    /// A limit of a limiter of several limits (built with `builder(names)`) on a name that is
+    /// not one of its dimensions.
     UnknownDimension,
-    /// A [`RateLimiter`](crate::RateLimiter) whose dimensions have the same name
-    /// twice.
+    /// A limiter of several limits whose dimensions have the same name twice.
     DuplicateDimension,
     /// A fixed [`Limit::window`](crate::Limit::window) of quota 0: nothing could ever pass.
     ZeroQuota,
     /// A fixed [`Limit::window`](crate::Limit::window) of length zero.
     ZeroWindow,
-    /// A [`RateLimiter::set_limit`](crate::RateLimiter::set_limit) at an index where
+    /// A `set_limit` of a limiter of several limits (such as
+    /// [`RateLimiter::set_limit`](crate::RateLimiter#method.set_limit-1)) at an index where
     /// there is no limit.
     NoSuchLimit,
-    /// A [`RateLimiter::set_limit`](crate::RateLimiter::set_limit) that would turn a
+    /// A `set_limit` of a limiter of several limits (such as
+    /// [`RateLimiter::set_limit`](crate::RateLimiter#method.set_limit-1)) that would turn a
     /// bucket into a fixed window or the reverse.
     LimitKind,
 }

@@ -370,7 +370,7 @@
 //! An LLM account allows R requests per minute AND T tokens per minute (and, on low tiers,
 //! per day), and the provider refuses a call when *any* of its limits lacks room. The token
 //! cost is an estimate when the call is sent and exact only in the answer's usage. A
-//! [`RateLimiter`] paces against all of it at once.
+//! [`RateLimiter`] of several limits, a `RateLimiter<[u64; N]>`, paces against all of it at once.
 //!
 //! **The model.**
 //!
@@ -387,7 +387,7 @@
 //!   real time). A waiter that is dropped has taken nothing.
 //! - **FIFO.** One queue in front of all the limits: a dear prompt at the head is not
 //!   overtaken by cheap ones, and `try_acquire` / `acquire_timeout` never jump the queue.
-//! - **Settling.** [`acquire`](crate::RateLimiter::acquire) returns a [`Permit`];
+//! - **Settling.** [`acquire`](crate::RateLimiter#method.acquire-1) returns a [`Permit`];
 //!   [`settle`](crate::limiter::Permit::settle)`([1, usage])` corrects the charge once the answer says
 //!   what the call used. A call the provider refused cost it nothing:
 //!   `settle([0, 0])` gives the whole charge back. Dropping a permit keeps its charge.
@@ -505,8 +505,10 @@
 //!
 //! The announced `remaining` says where the provider stands: a limiter built fresh starts
 //! full, so start it after the first answer, or charge what the provider says is used with
-//! one `acquire` before the stage starts. (An [`Adaptive`] paces a single rate instead, and
-//! takes only the limits that count requests: `binding_request_limit`.)
+//! one `acquire` before the stage starts. (An [`Adaptive`] of one limit paces a single rate
+//! instead, and takes only the limits that count requests: `binding_request_limit`. An
+//! `Adaptive<[u64; N]>` takes them all, with `on_limits`; see
+//! [Finding the limit](#finding-the-limit-adaptive).)
 //!
 //! **Two single limiters are not one.** The composition users write first awaits a
 //! [`RateLimiter`] per dimension, one after the other. It is not safe where both limits bind,
@@ -535,11 +537,11 @@
 //!   for its request; the provider charges them only when the call arrives, and its token
 //!   bucket, full until then, lost that refill. A later call then finds fewer tokens at the
 //!   provider than the client counted: rare (1 of 5,000), never impossible.
-//! - **Neither can give back unused tokens.** A `RateLimiter` keeps the estimate; where the
-//!   provider settles to the usage, the composed clients pace to estimates and take 1.16–1.54
+//! - **Neither can give back unused tokens.** A one-limit `RateLimiter` keeps the estimate; where
+//!   the provider settles to the usage, the composed clients pace to estimates and take 1.16–1.54
 //!   times as long as needed.
 //!
-//! One [`RateLimiter`] grants both amounts at one instant (nothing is held while
+//! One `RateLimiter<[u64; 2]>` grants both amounts at one instant (nothing is held while
 //! waiting for the other) and settles to the usage: no refusal, and the oracle's makespan, in
 //! every scenario.
 //!
@@ -557,9 +559,9 @@
 //! that settles that key only; `set_limit(&key, index, limit)` gives one key a bigger plan. A
 //! key is forgotten as soon as all its limits are as good as new (a bucket full, a window with
 //! nothing used in it), so memory follows the keys in use. `throttle_by_key` and
-//! `RateLimitLayer::keyed(..).cost(|req| [1, tokens])` take it as they take a
-//! [`KeyedRateLimiter`], and the keyed client layer settles each request on its key from the
-//! response in one line, as over a [`RateLimiter`]:
+//! `RateLimitLayer::keyed(..).cost(|req| [1, tokens])` take it as they take a keyed limiter
+//! of one limit, and the keyed client layer settles each request on its key from the
+//! response in one line, as over a `RateLimiter<[u64; N]>`:
 //! `RateLimitLayer::keyed(&tenants, |req| tenant(req)).cost(|req| [1, estimate(req)])
 //! .settle(|response| [1, usage(response)])`.
 //!
@@ -791,6 +793,12 @@
 //! name you give): both acquire, lease, fall back, back off and take turns through one
 //! implementation, and are built by one builder with the same options.
 //!
+//! **Several limits across the fleet.** `RedisRateLimiter::dimensions(url, name, names)`
+//! builds a `RedisRateLimiter<[u64; N]>`: the limits of a `RateLimiter<[u64; N]>` (buckets
+//! and fixed windows), kept in one Redis key and charged by one script call, all or nothing.
+//! A grant returns a `RedisPermit` to `settle` once the real cost is known.
+//! `RedisKeyedRateLimiter::dimensions` does the same per key.
+//!
 //! ## Across a fleet, per key
 //!
 //! When the limit is per tenant, per user or per partner rather than one for the account,
@@ -870,7 +878,8 @@
 //! ## Redis Cluster
 //!
 //! `RedisRateLimiter::cluster_builder(nodes, name, rate, burst)` and
-//! `RedisKeyedRateLimiter::cluster_builder(nodes, name, rate, burst)` return the same builders,
+//! `RedisKeyedRateLimiter::cluster_builder(nodes, name, rate, burst)` (and `cluster_dimensions`
+//! for several limits) return the same builders,
 //! with the same options, on the `redis` crate's async cluster client: `nodes` are the URLs of some
 //! of the cluster's nodes (one that answers is enough). The script touches one key (the single
 //! quota's, or a keyed quota's `{p:k}`, which holds the key's own limit too), so each decision is
@@ -1284,6 +1293,12 @@
 //! constants and a plain AIMD (`cargo bench -p paced-benches --features unstable-laws --bench adaptive`: the
 //! laws it compares are outside semver).
 //!
+//! **Several limits.** Over a `RateLimiter<[u64; N]>`, an `Adaptive<[u64; N]>` (made by
+//! [`Adaptive::builder`](crate::Adaptive::builder)) learns each limit you choose on its own.
+//! A refusal that names its limit (`on_throttled_limit`, `on_throttled_dimension`) lowers
+//! that limit only; one that names none lowers them all; `on_limits` (feature `http`) sets
+//! each limit from the headers.
+//!
 //! # Metrics
 //!
 //! With the `metrics` feature, every limiter that has `stats()` can also record to the
@@ -1422,12 +1437,15 @@
 //! # Migrating from the git versions
 //!
 //! paced 1.0.0 is the first release on crates.io. Earlier versions lived only in git, under the
-//! name `pacer`: rename the dependency and the paths (`pacer::` becomes `paced::`, the metric
-//! names `pacer_*` become `paced_*`). The adapter types live in [`paced::stream`](crate::stream)
-//! and [`paced::sink`](crate::sink), the Redis types other than the two limiters in
-//! `paced::redis`, and [`NotUntil`] is the one refusal. The handles share one vocabulary (the
-//! table above). The first release has no deprecated items: where a name changed, the old one
-//! is gone, and the CHANGELOG's migration table gives the new one.
+//! name `pacer`: rename the dependency and the paths (`pacer::` becomes `paced::`, the metric names
+//! `pacer_*` become `paced_*`). The adapter types live in [`paced::stream`](crate::stream) and
+//! [`paced::sink`](crate::sink); permits, builders, counters, `Cost` and the `Limiter` traits in
+//! [`paced::limiter`](crate::limiter); the Redis types other than the two limiters in
+//! `paced::redis`; and [`NotUntil`] is the one refusal. A limiter of several limits is the type of
+//! one limit with a cost of `[u64; N]`: `MultiRateLimiter<N>` became `RateLimiter<[u64; N]>`, and
+//! so on for the keyed, adaptive and Redis limiters. The handles share one vocabulary (the table
+//! above). The first release has no deprecated items: where a name changed, the old one is gone,
+//! and the CHANGELOG's migration table gives the new one.
 //!
 //! The [CHANGELOG](https://docs.rs/crate/paced/latest/source/CHANGELOG.md) lists every
 //! change, with a migration table from each old name or signature to the new one.

@@ -73,6 +73,11 @@ use crate::sync::{lock, Mutex, MutexGuard};
 /// Everything reads tokio's clock, so under paused time the rates are exact and repeatable.
 /// Cloning is cheap (an `Arc`); every clone is the same controller.
 ///
+/// Over a `RateLimiter<[u64; N]>` of several limits, an `Adaptive<[u64; N]>` (made by
+/// [`builder`](Adaptive::builder)) adapts each limit you choose on its own, with this law:
+/// a refusal that names the tokens limit lowers that limit only. Its methods are below, after
+/// those of one limit.
+///
 /// # Examples
 ///
 /// ```
@@ -537,12 +542,12 @@ impl<C: Cost> Adaptive<C> {
     /// Reports a call refused for going too fast (`429`, `503 Slow Down`), with the
     /// destination's `Retry-After` if it sent one.
     ///
-    /// The first refusal of an overload lowers the rate (see [`Adaptive`]); with several
-    /// limits, every adapted limit is lowered (a refusal that names its limit:
-    /// [`on_throttled_limit`](Adaptive::on_throttled_limit)). the refusals of
-    /// the calls that were already in flight then (or already had their tokens) do not lower
-    /// it again. With `Some(d)`, nothing is granted to anyone on the limiter before `d` from
-    /// now ([`RateLimiter::pause_for`]); `Duration::MAX` saturates to a pause of centuries.
+    /// The first refusal of an overload lowers the rate (see [`Adaptive`]). With several limits,
+    /// every adapted limit is lowered (for a refusal that names its limit, use
+    /// [`on_throttled_limit`](Adaptive::on_throttled_limit)). The refusals of the calls that were
+    /// already in flight then (or already had their tokens) do not lower it again. With `Some(d)`,
+    /// nothing is granted to anyone on the limiter before `d` from now
+    /// ([`RateLimiter::pause_for`]); `Duration::MAX` saturates to a pause of centuries.
     ///
     /// # Examples
     ///

@@ -203,11 +203,11 @@ impl<const N: usize> AdaptiveBuilder<N> {
 /// announcements, and keeps each at the rate found, within its own `[min, max]`.
 ///
 /// Each adapted limit (chosen by its index, as
-/// [`set_limit`](RateLimiter::set_limit) numbers them) has a control law of its own, the
+/// [`set_limit`](RateLimiter#method.set_limit-1) numbers them) has a control law of its own, the
 /// one an [`Adaptive`] of one limit describes: a refusal lowers it to 80 % of the rate
 /// measured (once per overload), successes probe it back up along a cubic curve, and an
 /// announced quota sets it and holds it there. The rates are set with
-/// [`set_limit`](RateLimiter::set_limit): each bucket keeps its level and its burst.
+/// [`set_limit`](RateLimiter#method.set_limit-1): each bucket keeps its level and its burst.
 /// Fixed windows cannot be adapted (their quota is the provider's contract, not a rate).
 ///
 /// - [`on_success`](Adaptive::on_success): every adapted limit probes up.
@@ -218,7 +218,7 @@ impl<const N: usize> AdaptiveBuilder<N> {
 ///   lowers every adapted limit**. Any of them may have refused, and lowering one that did not
 ///   costs little: its next announcement sets it back, or the curve climbs back within
 ///   seconds; leaving the one that did refuse unchanged would be refused again.
-/// - [`on_quota`](Adaptive::on_quota) / `on_limits` (feature `http`): an
+/// - [`on_quota`](Adaptive#method.on_quota-1) / `on_limits` (feature `http`): an
 ///   announced limit sets the limits it is routed to. By default an announcement named as a
 ///   dimension of the limiter (`"requests"`, `"tokens"`, `"input-tokens"`,
 ///   `"output-tokens"`, as `paced::tower::limits_from_headers` (feature `http`) names
@@ -574,7 +574,8 @@ impl<const N: usize> Adaptive<[u64; N]> {
         &self.inner.shared.limiter
     }
 
-    /// Waits until `cost` is granted: [`RateLimiter::acquire`] on the limiter.
+    /// Waits until `cost` is granted: [`RateLimiter::acquire`](RateLimiter#method.acquire-1) on the
+    /// limiter.
     ///
     /// # Examples
     ///
@@ -594,11 +595,11 @@ impl<const N: usize> Adaptive<[u64; N]> {
     }
 
     /// Takes `cost` now if every limit has room and nobody waits:
-    /// [`RateLimiter::try_acquire`] on the limiter.
+    /// [`RateLimiter::try_acquire`](RateLimiter#method.try_acquire-1) on the limiter.
     ///
     /// # Errors
     ///
-    /// [`NotUntil`], as [`RateLimiter::try_acquire`] says.
+    /// [`NotUntil`], as [`RateLimiter::try_acquire`](RateLimiter#method.try_acquire-1) says.
     ///
     /// # Examples
     ///
@@ -618,7 +619,7 @@ impl<const N: usize> Adaptive<[u64; N]> {
     }
 
     /// Waits for `cost` only if it can be had within `timeout`:
-    /// [`RateLimiter::acquire_timeout`] on the limiter.
+    /// [`RateLimiter::acquire_timeout`](RateLimiter#method.acquire_timeout-1) on the limiter.
     ///
     /// # Errors
     ///
@@ -651,7 +652,8 @@ impl<const N: usize> Adaptive<[u64; N]> {
             .await
     }
 
-    /// Per dimension, what could be taken now: [`RateLimiter::available`].
+    /// Per dimension, what could be taken now:
+    /// [`RateLimiter::available`](RateLimiter#method.available-1).
     ///
     /// # Examples
     ///

@@ -56,7 +56,7 @@ impl<K, const N: usize, S> fmt::Debug for KeyedRateLimiterBuilder<K, N, S> {
 
 impl<K, const N: usize, S: BuildHasher> KeyedRateLimiterBuilder<K, N, S> {
     /// Adds `limit` on the dimension called `name`, for every key. Its index (for
-    /// [`set_limit`](KeyedRateLimiter::set_limit)) is the number of limits added before
+    /// [`set_limit`](KeyedRateLimiter#method.set_limit-1)) is the number of limits added before
     /// it. A dimension may have several limits (per minute AND per day), or none.
     ///
     /// # Examples
@@ -186,28 +186,28 @@ impl<K, const N: usize, S> fmt::Debug for Several<K, N, S> {
 }
 
 /// Several limits per key, `KeyedRateLimiter<K, [u64; N]>`, shared by handle: each tenant's
-/// requests per minute AND tokens per minute (and per day), with the semantics of
-/// [`RateLimiter`] key by key.
+/// requests per minute AND tokens per minute (and per day), with the semantics of a
+/// `RateLimiter<[u64; N]>` key by key.
 ///
 /// A cost is one amount per dimension (`[u64; N]`, in the order the dimensions were named).
 /// Every key has its own copy of the limits (the builder's, or its own set with
-/// [`set_limit`](KeyedRateLimiter::set_limit)) and its own FIFO queue: a key's head
+/// [`set_limit`](KeyedRateLimiter#method.set_limit-1)) and its own FIFO queue: a key's head
 /// waiter is granted at the earliest instant at which every one of the key's limits has room
 /// (the latest of their own ready times), all of them charged at that one instant, and it
 /// never waits for another key. A waiter that is dropped has taken nothing;
-/// [`try_acquire`](KeyedRateLimiter::try_acquire) charges nothing when any limit
-/// refuses. [`acquire`](KeyedRateLimiter::acquire) returns a [`KeyedPermit`] whose
+/// [`try_acquire`](KeyedRateLimiter#method.try_acquire-1) charges nothing when any limit
+/// refuses. [`acquire`](KeyedRateLimiter#method.acquire-1) returns a [`KeyedPermit`] whose
 /// [`settle`](KeyedPermit::settle) corrects an estimate once the answer is known, as
-/// [`Permit::settle`](crate::limiter::Permit::settle) does. The bound of [`RateLimiter`] holds
-/// for each key's limits.
+/// [`Permit::settle`](crate::limiter::Permit::settle) does. The bound of a `RateLimiter<[u64; N]>`
+/// holds for each key's limits.
 ///
 /// **Memory follows the keys in use**, as with one limit per key: a key is forgotten,
 /// without any call from you, once every one of its limits is as good as new (a bucket full,
 /// a fixed window with nothing charged or carried in the window in force) and nobody waits
 /// on it: such a key is indistinguishable from one never seen, and never forgotten before.
 /// [`tracked_keys`](KeyedRateLimiter::tracked_keys) counts exactly the others. Every key
-/// with state has a queue of its own (the one-word form of a key of a
-/// [`KeyedRateLimiter`] is for one bucket only).
+/// with state has a queue of its own (the one-word form of a key, with no queue, is for one
+/// limit per key only).
 ///
 /// Cloning is cheap (an `Arc`); every clone is the same limiter. Building one needs no
 /// runtime; waiting needs tokio's timer, and under paused time the schedule is exact.
@@ -281,7 +281,7 @@ impl<K, const N: usize, S: BuildHasher> KeyedRateLimiter<K, [u64; N], S> {
     /// Waits until `cost` of `key` is granted, behind the key's earlier waiters only, and
     /// charges every one of the key's limits at that one instant.
     ///
-    /// As [`RateLimiter::acquire`](crate::RateLimiter::acquire), key by key: the
+    /// As [`RateLimiter::acquire`](crate::RateLimiter#method.acquire-1), key by key: the
     /// key's head waiter goes at the latest of its limits' ready times; a cost of 0 in a
     /// dimension asks nothing of its limits; dropping the future gives its place to the next
     /// waiter of the key, having taken nothing. The [`KeyedPermit`] owns a copy of the key
@@ -464,13 +464,13 @@ impl<K, const N: usize, S: BuildHasher> KeyedRateLimiter<K, [u64; N], S> {
     /// Gives `key` its own limit at `index` (the number of
     /// [`limit`](KeyedRateLimiterBuilder::limit) calls before it; a tenant on a bigger
     /// plan), its other limits kept. It takes effect at once, also for the key's waiters,
-    /// keeping the level as [`RateLimiter::set_limit`](crate::RateLimiter::set_limit)
+    /// keeping the level as [`RateLimiter::set_limit`](crate::RateLimiter#method.set_limit-1)
     /// does. Per-key limits are configuration: kept until
-    /// [`clear_limit`](KeyedRateLimiter::clear_limit), whether or not the key has state.
+    /// [`clear_limit`](KeyedRateLimiter#method.clear_limit-1), whether or not the key has state.
     ///
     /// # Panics
     ///
-    /// Panics if [`try_set_limit`](KeyedRateLimiter::try_set_limit) refuses the change,
+    /// Panics if [`try_set_limit`](KeyedRateLimiter#method.try_set_limit-1) refuses the change,
     /// with the message `"KeyedRateLimiter::set_limit: {error}"`.
     ///
     /// # Examples
@@ -498,7 +498,7 @@ impl<K, const N: usize, S: BuildHasher> KeyedRateLimiter<K, [u64; N], S> {
         }
     }
 
-    /// Gives `key` its own limit at `index`, as [`set_limit`](KeyedRateLimiter::set_limit)
+    /// Gives `key` its own limit at `index`, as [`set_limit`](KeyedRateLimiter#method.set_limit-1)
     /// does, or refuses a change that cannot be and changes nothing.
     ///
     /// # Errors

@@ -112,10 +112,10 @@ use sealed::{Arrival, KeyedSealed};
 /// (`paced::tower::RateLimitLayer::keyed`, feature `tower`) draw on: [`KeyedRateLimiter`] in
 /// this process and, with the `redis` feature, `RedisKeyedRateLimiter` across processes.
 ///
-/// A `KeyedRateLimiter<K, [u64; N]>` (several limits per key) is one too: each says what a request
-/// costs, its `Cost`, as [`Limiter`] does: `u64`, or `[u64; N]` for a
-/// `KeyedRateLimiter<K, [u64; N]>` (`|req| [1, req.tokens]`). Generic code that passes one number
-/// says so: `Q: KeyedLimiter<Cost = u64>`.
+/// Each says what a request costs, its `Cost`, as [`Limiter`] does: `u64` for one limit per
+/// key, or `[u64; N]` for a `KeyedRateLimiter<K, [u64; N]>` of several limits per key
+/// (`|req| [1, req.tokens]`). Generic code that passes one number says so:
+/// `Q: KeyedLimiter<Cost = u64>`.
 ///
 /// The key type is the limiter's (`Q: KeyedLimiter<Key = String>` in a bound). As [`Limiter`] is,
 /// it is sealed, and its machinery is out of reach: the adapters rely on the exact semantics

@@ -23,10 +23,14 @@ mod cost;
 mod keyed;
 mod keyed_multi;
 pub(crate) mod keyed_traits;
-mod multi;
 mod rate_limiter;
 mod stagger;
 pub(crate) mod traits;
+
+// After `rate_limiter`: rustdoc lists `RateLimiter`'s impl blocks in this order, so the
+// one-limit methods come first on its page and `RateLimiter::acquire` links to them, as for
+// the other limiters. The several-limit methods are `#method.acquire-1` and so on.
+mod multi;
 
 pub use crate::stats::Stats;
 #[doc(no_inline)]

@@ -23,7 +23,7 @@ use crate::stats::Stats;
 /// One limit of one dimension of a [`RateLimiter`]: a token bucket or a fixed window.
 ///
 /// A value, checked where the limiter is built ([`RateLimiterBuilder::build`]) or
-/// changed ([`RateLimiter::try_set_limit`]).
+/// changed ([`try_set_limit`](RateLimiter#method.try_set_limit-1)).
 ///
 /// - [`Limit::bucket`]`(rate, burst)`: at most `burst` at once, refilled at `rate`: in any
 ///   span `[t, t + w]` at most `burst + w * rate` is granted.
@@ -290,7 +290,8 @@ fn phase(origin: Origin, len: Nanos, base: Instant, now: Nanos) -> Nanos {
     Nanos(u64::try_from(phase).unwrap_or(0))
 }
 
-/// Builds a [`RateLimiter`]: names its dimensions, then takes its limits.
+/// Builds a `RateLimiter<[u64; N]>` of several limits: names its dimensions, then takes its
+/// limits. Made by [`RateLimiter::builder`].
 ///
 /// # Examples
 ///
@@ -312,7 +313,7 @@ pub struct RateLimiterBuilder<const N: usize> {
 
 impl<const N: usize> RateLimiterBuilder<N> {
     /// Adds `limit` on the dimension called `name`. Its index (for
-    /// [`set_limit`](RateLimiter::set_limit)) is the number of limits added before it.
+    /// [`set_limit`](RateLimiter#method.set_limit-1)) is the number of limits added before it.
     /// A dimension may have several limits (per minute AND per day), or none.
     ///
     /// # Examples
@@ -417,7 +418,7 @@ impl<const N: usize> Clone for Several<N> {
 ///   has room: the latest of the limits' own ready times, never later (plus tokio's 1 ms tick
 ///   in real time). All limits are charged at that one instant.
 /// - **Fair.** One FIFO queue for all limits: a dear request at the head is not overtaken by
-///   cheap ones, and [`try_acquire`](RateLimiter::try_acquire) never jumps the queue.
+///   cheap ones, and [`try_acquire`](RateLimiter#method.try_acquire-1) never jumps the queue.
 /// - **Charged at the grant.** A waiter that is dropped has taken nothing.
 /// - **Never stuck.** A cost above a bucket's burst waits until the bucket is full and the
 ///   excess has flowed in; a cost above a fixed window's quota waits for an unused window and
@@ -434,7 +435,7 @@ impl<const N: usize> Clone for Several<N> {
 /// Cloning is cheap (an `Arc`); every clone is the same limiter. Building one needs no runtime;
 /// waiting needs tokio's timer, and under paused time the schedule is exact.
 ///
-/// [`acquire`]: RateLimiter::acquire
+/// [`acquire`]: RateLimiter#method.acquire-1
 ///
 /// # Examples
 ///
@@ -629,7 +630,7 @@ impl<const N: usize> RateLimiter<[u64; N]> {
     ///
     /// # Panics
     ///
-    /// Panics if [`try_set_limit`](RateLimiter::try_set_limit) refuses the change, with
+    /// Panics if [`try_set_limit`](RateLimiter#method.try_set_limit-1) refuses the change, with
     /// the message `"RateLimiter::set_limit: {error}"`.
     ///
     /// # Examples
@@ -651,7 +652,7 @@ impl<const N: usize> RateLimiter<[u64; N]> {
         }
     }
 
-    /// Replaces the limit at `index`, as [`set_limit`](RateLimiter::set_limit) does, or
+    /// Replaces the limit at `index`, as [`set_limit`](RateLimiter#method.set_limit-1) does, or
     /// refuses a change that cannot be and changes nothing.
     ///
     /// # Errors
@@ -819,7 +820,8 @@ impl<const N: usize> fmt::Debug for Several<N> {
     }
 }
 
-/// What a grant of a [`RateLimiter`] charged, to correct once the real cost is known.
+/// What a grant of a `RateLimiter<[u64; N]>` (several limits) charged, to correct once the
+/// real cost is known.
 ///
 /// Dropping a permit keeps its charge.
 ///

@@ -113,6 +113,12 @@ impl Pace for Limit {
 /// Cloning is cheap (an `Arc`); every clone is the same limiter. Building one needs no runtime;
 /// waiting needs tokio's timer, and under paused time the schedule is exact.
 ///
+/// With a cost of `[u64; N]`, a `RateLimiter<[u64; N]>` (made by
+/// [`builder`](RateLimiter::builder)) holds several limits at once: requests AND tokens per
+/// minute, say. A request waits until every limit has room, and its grant returns a
+/// [`Permit`](crate::limiter::Permit) to settle once the real cost is known. Its methods are
+/// below, after those of one limit.
+///
 /// # Examples
 ///
 /// ```

@@ -148,13 +148,13 @@ pub(crate) mod sealed {
 use sealed::{Draw, Sealed};
 
 /// A limiter shared by handle that streams, sinks and tower layers can draw on:
-/// [`RateLimiter`], [`Stagger`], [`RateLimiter`](crate::RateLimiter) and, with the `redis` feature,
-/// `RedisRateLimiter`.
+/// [`RateLimiter`] (of one limit or of several), [`Stagger`] and, with the `redis` feature, a
+/// `RedisRateLimiter` of one limit.
 ///
-/// Each says what a request costs, its `Cost`: one number (`u64`) for the limiters of one
-/// limit, one amount per dimension (`[u64; N]`) for a [`RateLimiter<[u64; N]>`](crate::RateLimiter), so the same
-/// `throttle_with` takes `|_| 1` for one and `|req| [1, req.tokens]` for the other. Code generic
-/// over a limiter of one number says so: `Q: Limiter<Cost = u64>`.
+/// Each says what a request costs, its `Cost`: one number (`u64`) for a limiter of one limit,
+/// one amount per dimension (`[u64; N]`) for a `RateLimiter<[u64; N]>`. So the same
+/// `throttle_with` takes `|_| 1` for one and `|req| [1, req.tokens]` for the other. Code
+/// generic over a limiter of one limit says so: `Q: Limiter<Cost = u64>`.
 ///
 /// It is a trait rather than an enum so that each limiter keeps its own waiting machinery
 /// without boxing or dispatch on the local hot path, and so that a stream's type says which

@@ -49,7 +49,7 @@ where
     K: Hash + Eq + Send + Sync + 'static,
 {
     /// Adds `limit` on the dimension called `name`, for every key; see
-    /// [`RedisRateLimiterBuilder::limit`](RedisLimiterBuilder::limit).
+    /// [`RedisRateLimiterBuilder::limit`](RedisLimiterBuilder#method.limit-1).
     ///
     /// # Examples
     ///
@@ -210,12 +210,12 @@ where
         }
     }
 
-    /// Waits until every limit of `key`'s quota grants `cost`; see
-    /// the several-limit [`RedisRateLimiter`]'s `acquire`.
+    /// Waits until every limit of `key`'s quota grants `cost`, as the several-limit
+    /// [`RedisRateLimiter::acquire`](RedisRateLimiter#method.acquire-1) does.
     ///
     /// # Errors
     ///
-    /// As the several-limit [`RedisRateLimiter`]'s `acquire`.
+    /// As [`RedisRateLimiter::acquire`](RedisRateLimiter#method.acquire-1)'s.
     pub async fn acquire<Q>(
         &self,
         key: &Q,
@@ -228,11 +228,12 @@ where
         self.quota(key).acquire(cost).await
     }
 
-    /// Waits at most `timeout` for `key`'s quota; see the several-limit [`RedisRateLimiter`]'s `acquire_timeout`.
+    /// Waits at most `timeout` for `key`'s quota, as the several-limit
+    /// [`RedisRateLimiter::acquire_timeout`](RedisRateLimiter#method.acquire_timeout-1) does.
     ///
     /// # Errors
     ///
-    /// As the several-limit [`RedisRateLimiter`]'s `acquire_timeout`.
+    /// As [`RedisRateLimiter::acquire_timeout`](RedisRateLimiter#method.acquire_timeout-1)'s.
     pub async fn acquire_timeout<Q>(
         &self,
         key: &Q,
@@ -246,12 +247,12 @@ where
         self.quota(key).acquire_timeout(cost, timeout).await
     }
 
-    /// Grants `cost` of `key`'s quota if every limit holds it now; see
-    /// the several-limit [`RedisRateLimiter`]'s `try_acquire`.
+    /// Grants `cost` of `key`'s quota if every limit holds it now, as the several-limit
+    /// [`RedisRateLimiter::try_acquire`](RedisRateLimiter#method.try_acquire-1) does.
     ///
     /// # Errors
     ///
-    /// As the several-limit [`RedisRateLimiter`]'s `try_acquire`.
+    /// As [`RedisRateLimiter::try_acquire`](RedisRateLimiter#method.try_acquire-1)'s.
     pub async fn try_acquire<Q>(
         &self,
         key: &Q,
@@ -265,13 +266,14 @@ where
     }
 
     /// Replaces the limit at `index` of `key`'s quota in Redis, for every process, keeping its
-    /// level; see the several-limit [`RedisRateLimiter`]'s `set_limit`. The other keys keep the builder's
-    /// limits. This process remembers it for its fail-open fallback, until
-    /// [`clear_limit`](Self::clear_limit).
+    /// level, as the several-limit
+    /// [`RedisRateLimiter::set_limit`](RedisRateLimiter#method.set_limit-1) does. The other
+    /// keys keep the builder's limits. This process remembers it for its fail-open fallback,
+    /// until [`clear_limit`](RedisKeyedRateLimiter#method.clear_limit-1).
     ///
     /// # Errors
     ///
-    /// As the several-limit [`RedisRateLimiter`]'s `set_limit`.
+    /// As [`RedisRateLimiter::set_limit`](RedisRateLimiter#method.set_limit-1)'s.
     ///
     /// # Examples
     ///
@@ -297,13 +299,14 @@ where
         self.quota(key).set_limit(index, limit).await
     }
 
-    /// Gives `key`'s quota the builder's limits again, for every process, keeping its levels;
-    /// see the several-limit [`RedisRateLimiter`]'s `clear_limit`. This process forgets the limits it had set
-    /// for the key: its fail-open fallback takes `share` of the builder's again.
+    /// Gives `key`'s quota the builder's limits again, for every process, keeping its levels, as
+    /// the several-limit [`RedisRateLimiter::clear_limit`](RedisRateLimiter#method.clear_limit-1)
+    /// does. This process forgets the limits it had set for the key: its fail-open fallback takes
+    /// `share` of the builder's again.
     ///
     /// # Errors
     ///
-    /// As the several-limit [`RedisRateLimiter`]'s `clear_limit`.
+    /// As [`RedisRateLimiter::clear_limit`](RedisRateLimiter#method.clear_limit-1)'s.
     ///
     /// # Examples
     ///

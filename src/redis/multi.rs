@@ -307,20 +307,20 @@ enum Answer {
     Refused(Nanos),
 }
 
-/// Several limits of one quota (token buckets and fixed windows) across processes and
-/// machines, kept in Redis (feature `redis`): a cost is one amount per dimension (`[u64; N]`), and a request is granted when
-/// every limit has room for its amount; all are checked and charged at one instant by one
-/// script call, on Redis's clock, all or nothing.
+/// Several limits of one quota (token buckets and fixed windows) across processes and machines,
+/// kept in Redis (feature `redis`): a cost is one amount per dimension (`[u64; N]`), and a request
+/// is granted when every limit has room for its amount; all are checked and charged at one instant
+/// by one script call, on Redis's clock, all or nothing.
 ///
-/// The Redis counterpart of [`RateLimiter`]: grants are first come, first served across
-/// the fleet (in the order Redis received them), each at the earliest instant at which every
-/// limit has room, never before an earlier grant (its wait is the latest of the limits').
-/// Every limit lives in one key, `{name}`, so on a Redis Cluster in one slot. A fixed
-/// window's boundaries are on Redis's clock. Leases (most grants without a round trip) with
-/// [`lease`](RedisRateLimiterBuilder::lease). Every process must give the same
-/// limits (a state of another number of limits is a reply error);
-/// [`set_limit`](Self::set_limit) changes one for the whole fleet, in Redis, and
-/// [`clear_limit`](Self::clear_limit) gives the builder's back.
+/// The Redis counterpart of a local `RateLimiter<[u64; N]>`: grants are first come, first served
+/// across the fleet (in the order Redis received them), each at the earliest instant at which every
+/// limit has room, never before an earlier grant (its wait is the latest of the limits'). Every
+/// limit lives in one key, `{name}`, so on a Redis Cluster in one slot. A fixed window's boundaries
+/// are on Redis's clock. Leases (most grants without a round trip) with
+/// [`lease`](RedisRateLimiterBuilder::lease). Every process must give the same limits (a state of
+/// another number of limits is a reply error); [`set_limit`](RedisRateLimiter#method.set_limit-1)
+/// changes one for the whole fleet, in Redis, and
+/// [`clear_limit`](RedisRateLimiter#method.clear_limit-1) gives the builder's back.
 ///
 /// # Examples
 ///
@@ -343,7 +343,7 @@ enum Answer {
 impl<const N: usize> RedisRateLimiter<[u64; N]> {
     /// A builder for a quota kept in the Redis server at `url`, under the key `{name}`, with
     /// the dimensions `names` (a cost gives one amount per name, in this order), whose limits
-    /// are added by [`limit`](RedisLimiterBuilder::limit). Without limits, failing closed,
+    /// are added by [`limit`](RedisLimiterBuilder#method.limit-1). Without limits, failing closed,
     /// with a 250 ms response timeout. (A quota of one limit is made by
     /// [`RedisRateLimiter::builder`].)
     ///
@@ -404,7 +404,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     ///
     /// # Errors
     ///
-    /// As the one-limit [`RedisRateLimiter`]'s `acquire`:
+    /// As the one-limit [`RedisRateLimiter::acquire`]'s:
     /// [`RedisLimiterError::Unavailable`] once Redis has been unreachable for the fail-closed
     /// deadline, [`RedisLimiterError::Reply`] when Redis answers with an error. Nothing was
     /// taken.
@@ -522,24 +522,23 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         }
     }
 
-    /// Replaces the limit at `index` (the number of
-    /// [`limit`](RedisRateLimiterBuilder::limit) calls before it) in Redis, for every
-    /// process from its next request, keeping its level as
-    /// [`RateLimiter::set_limit`] does: a bucket keeps the tokens it holds (or lacks),
-    /// capped at the new burst; a fixed window keeps what the current window used (carried
-    /// into the window of the new length that holds now). One round trip.
+    /// Replaces the limit at `index` (the number of [`limit`](RedisLimiterBuilder#method.limit-1)
+    /// calls before it) in Redis, for every process from its next request, keeping its level as
+    /// [`RateLimiter::set_limit`](crate::RateLimiter#method.set_limit-1) does: a bucket keeps the
+    /// tokens it holds (or lacks), capped at the new burst; a fixed window keeps what the current
+    /// window used (carried into the window of the new length that holds now). One round trip.
     ///
     /// The limits set are kept in the quota's key with its state, which then no longer
     /// expires (it is configuration, as a key's own limit of
-    /// [`RedisKeyedRateLimiter::set_limit`](crate::RedisKeyedRateLimiter::set_limit) is);
-    /// deleting the key, or [`clear_limit`](Self::clear_limit), gives the builders' limits
-    /// back.
+    /// [`RedisKeyedRateLimiter::set_limit`](crate::RedisKeyedRateLimiter#method.set_limit-1) is);
+    /// deleting the key, or [`clear_limit`](RedisRateLimiter#method.clear_limit-1), gives the
+    /// builders' limits back.
     ///
-    /// This process also remembers the limit (until [`clear_limit`](Self::clear_limit)), so
-    /// that under `FailOpen` its fallback grants `share` of it during an outage. A limit set
-    /// by another process is not known here (it is read from Redis by the script, which an
-    /// outage makes unreachable): this process's fallback takes `share` of the builder's
-    /// limit for it.
+    /// This process also remembers the limit (until
+    /// [`clear_limit`](RedisRateLimiter#method.clear_limit-1)), so that under `FailOpen` its
+    /// fallback grants `share` of it during an outage. A limit set by another process is not known
+    /// here (it is read from Redis by the script, which an outage makes unreachable): this
+    /// process's fallback takes `share` of the builder's limit for it.
     ///
     /// # Errors
     ///
@@ -591,16 +590,16 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         }
     }
 
-    /// Gives every limit of the quota the builder's limit again, for every process from its
-    /// next request, keeping levels as [`set_limit`](Self::set_limit) does (a bucket's tokens
-    /// at most the builder's burst; a window's use of its current window). The quota's key
-    /// holds no limits any more, and expires again once every limit is back to full. This
-    /// process forgets the limits it had set: its fail-open fallback takes `share` of the
+    /// Gives every limit of the quota the builder's limit again, for every process from its next
+    /// request, keeping levels as [`set_limit`](RedisRateLimiter#method.set_limit-1) does (a
+    /// bucket's tokens at most the builder's burst; a window's use of its current window). The
+    /// quota's key holds no limits any more, and expires again once every limit is back to full.
+    /// This process forgets the limits it had set: its fail-open fallback takes `share` of the
     /// builder's limits again. One round trip.
     ///
     /// # Errors
     ///
-    /// As [`set_limit`](Self::set_limit)'s, but for the limit's own checks:
+    /// As [`set_limit`](RedisRateLimiter#method.set_limit-1)'s, but for the limit's own checks:
     /// [`RedisLimiterError::Unavailable`] at once while Redis is unreachable,
     /// [`RedisLimiterError::Reply`] when it answers with an error (a quota whose limits are of
     /// another kind than the builder's): nothing was changed.
@@ -1053,8 +1052,9 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     }
 }
 
-/// What a grant of a [`RedisRateLimiter`] charged, to [`settle`](Self::settle) once the
-/// actual cost is known. Dropping it keeps its charge.
+/// What a grant of several limits charged (of a `RedisRateLimiter<[u64; N]>`, or of one key of
+/// a `RedisKeyedRateLimiter<K, [u64; N]>`), to [`settle`](Self::settle) once the actual cost
+/// is known. Dropping it keeps its charge.
 pub struct RedisPermit<const N: usize> {
     limiter: RedisRateLimiter<[u64; N]>,
     cost: [u64; N],
