@@ -540,9 +540,9 @@ pub trait PaceExt: Stream {
     /// for its amounts, all charged at that one instant, so every limit's bound holds for the
     /// emitted items. An estimate cannot be corrected here (the item is handed on, and its
     /// answer comes later): to settle from the answer, call
-    /// [`RateLimiter::acquire`](crate::RateLimiter::acquire) and
-    /// [`Permit::settle`](crate::limiter::Permit::settle), or use the tower layer's `settle` (feature
-    /// `tower`).
+    /// [`RateLimiter::acquire`](crate::RateLimiter#method.acquire-1) and
+    /// [`Permit::settle`](crate::limiter::Permit::settle), or use the tower layer's `settle`
+    /// (feature `tower`).
     ///
     /// The limiter's bound holds across all its users together. [`Shaping`](crate::Shaping)
     /// waits in the limiter's queue, in arrival order with every other user, and charges the

@@ -187,7 +187,7 @@ impl<B, E, const N: usize>
     /// limiter for its `Retry-After`.
     ///
     /// It only reports: the pacing is the caller's, with
-    /// [`acquire`](crate::Adaptive::acquire) and the cost of each call.
+    /// [`acquire`](crate::Adaptive#method.acquire-1) and the cost of each call.
     ///
     /// # Examples
     ///

@@ -96,9 +96,9 @@ impl<F, Q: KeyedLimiter> RateLimitLayer<ByKey<Q::Key, F, Q::Hasher, Q>> {
     /// request draws on (a client's IP address or API key, a tenant, a destination host).
     /// Requests of different keys never wait for each other.
     ///
-    /// `limiter` is any [`KeyedLimiter`]: a [`KeyedRateLimiter`](crate::KeyedRateLimiter), a
-    /// `KeyedRateLimiter<K, [u64; N]>` (several limits per key, a cost of `[u64; N]`, settled from
-    /// the response with [`settle`](RateLimitLayer::settle)) or,
+    /// `limiter` is any [`KeyedLimiter`]: a [`KeyedRateLimiter`](crate::KeyedRateLimiter) of one
+    /// limit per key or of several (a cost of `[u64; N]`, settled from the response with
+    /// [`settle`](RateLimitLayer#method.settle-1)) or,
     /// with the `redis` feature, a `RedisKeyedRateLimiter` whose per-key limiters a whole fleet
     /// of servers shares. Over Redis, a shaping request waits by the Redis limiter's own
     /// `acquire` (leases, retries and failure policy included), and an enforcing one is
@@ -235,7 +235,8 @@ impl<const N: usize, C, M: sealed::Settles> RateLimitLayer<RateLimiter<[u64; N]>
     /// answer says what it was; a server that charges what it serves knows the cost from the
     /// request (its size, the tokens it asks for), and one that learns it only from its own
     /// answer charges the request's estimate with [`cost`](RateLimitLayer::cost) and
-    /// corrects it in its handler with [`RateLimiter::acquire`] and
+    /// corrects it in its handler with
+    /// [`RateLimiter::acquire`](crate::RateLimiter#method.acquire-1) and
     /// [`Permit::settle`](crate::limiter::Permit::settle) instead of the layer.
     ///
     /// ```compile_fail
