@@ -177,8 +177,11 @@ mod timer;
 pub mod tower;
 
 pub use error::{ConfigError, NotUntil};
-#[doc(inline)]
-pub use limiter::{Adaptive, KeyedRateLimiter, Limit, RateLimiter, Stagger};
+pub use limiter::adaptive::Adaptive;
+pub use limiter::keyed::KeyedRateLimiter;
+pub use limiter::multi::Limit;
+pub use limiter::rate_limiter::RateLimiter;
+pub use limiter::stagger::Stagger;
 pub use mode::{Enforcing, Shaping};
 pub use rate::Rate;
 #[cfg(feature = "redis")]

@@ -15,26 +15,25 @@
 //! - `AdaptiveLaw` (feature `unstable-laws`): the control laws an [`Adaptive`] can follow,
 //!   outside semver.
 
-mod adaptive;
+pub(crate) mod adaptive;
 mod adaptive_multi;
 #[cfg(feature = "http")]
 mod announced;
 mod cost;
-mod keyed;
+pub(crate) mod keyed;
 mod keyed_multi;
 pub(crate) mod keyed_traits;
-mod rate_limiter;
-mod stagger;
+pub(crate) mod rate_limiter;
+pub(crate) mod stagger;
 pub(crate) mod traits;
 
 // After `rate_limiter`: rustdoc lists `RateLimiter`'s impl blocks in this order, so the
 // one-limit methods come first on its page and `RateLimiter::acquire` links to them, as for
 // the other limiters. The several-limit methods are `#method.acquire-1` and so on.
-mod multi;
+pub(crate) mod multi;
 
 pub use crate::stats::Stats;
-#[doc(no_inline)]
-pub use adaptive::Adaptive;
+pub(crate) use adaptive::Adaptive;
 #[cfg(feature = "unstable-laws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-laws")))]
 pub use adaptive::AdaptiveLaw;
@@ -43,15 +42,11 @@ pub use adaptive_multi::AdaptiveBuilder;
 #[cfg(feature = "http")]
 pub use announced::{AnnouncedLimit, Dimension};
 pub use cost::Cost;
-#[doc(no_inline)]
-pub use keyed::KeyedRateLimiter;
+pub(crate) use keyed::KeyedRateLimiter;
 pub use keyed_multi::{KeyedPermit, KeyedRateLimiterBuilder};
 pub use keyed_traits::KeyedLimiter;
-#[doc(no_inline)]
-pub use multi::Limit;
+pub(crate) use multi::Limit;
 pub use multi::{Permit, RateLimiterBuilder};
-#[doc(no_inline)]
-pub use rate_limiter::RateLimiter;
-#[doc(no_inline)]
-pub use stagger::Stagger;
+pub(crate) use rate_limiter::RateLimiter;
+pub(crate) use stagger::Stagger;
 pub use traits::Limiter;
