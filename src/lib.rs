@@ -188,7 +188,9 @@ pub use rate::Rate;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 #[doc(inline)]
 pub use redis::{RedisKeyedRateLimiter, RedisRateLimiter};
+#[doc(inline)]
 pub use sink::PaceSinkExt;
+#[doc(inline)]
 pub use stream::PaceExt;
 
 /// The README's code blocks, compiled as doctests so they cannot rot. They are whole programs,
