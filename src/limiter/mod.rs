@@ -33,7 +33,6 @@ pub(crate) mod traits;
 pub(crate) mod multi;
 
 pub use crate::stats::Stats;
-pub(crate) use adaptive::Adaptive;
 #[cfg(feature = "unstable-laws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-laws")))]
 pub use adaptive::AdaptiveLaw;

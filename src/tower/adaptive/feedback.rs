@@ -1,7 +1,7 @@
 //! [`Feedback`]: what an `AdaptiveLayer` reports to (an `Adaptive` of one limit, or of several
 //! with feature `http`), and [`LimitsOutcome`], what a response says of each limit of several.
 
-use crate::limiter::Adaptive;
+use crate::Adaptive;
 
 use super::outcome::Outcome;
 
@@ -54,10 +54,10 @@ mod http {
     use std::time::{Duration, SystemTime};
 
     use super::{sealed, Feedback};
-    use crate::limiter::Adaptive;
     use crate::tower::dialects::limits_from_headers;
     use crate::tower::headers::retry_after;
     use crate::tower::AnnouncedLimit;
+    use crate::Adaptive;
 
     /// What a response says of each limit of several, for an
     /// [`Adaptive`] of several limits (feature `http`): the classifier of

@@ -8,7 +8,7 @@ use std::task::{ready, Context, Poll};
 use pin_project_lite::pin_project;
 
 use super::feedback::Feedback;
-use crate::limiter::Adaptive;
+use crate::Adaptive;
 
 pin_project! {
     /// Response future of [`AdaptiveService`]: the inner future, whose result is classified

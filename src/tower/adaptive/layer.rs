@@ -7,7 +7,7 @@ use tower_layer::Layer;
 #[cfg(feature = "http")]
 use super::outcome::Outcome;
 use super::service::AdaptiveService;
-use crate::limiter::Adaptive;
+use crate::Adaptive;
 
 /// A tower [`Layer`] that reports the outcome of every response of the inner service to an
 /// [`Adaptive`], as `classify(&result)` reads it, so that the controller finds the
@@ -174,7 +174,7 @@ impl<B, E> AdaptiveLayer<fn(&Result<http::Response<B>, E>) -> Outcome> {
 impl<B, E, const N: usize>
     AdaptiveLayer<
         fn(&Result<http::Response<B>, E>) -> super::LimitsOutcome,
-        crate::limiter::Adaptive<[u64; N]>,
+        crate::Adaptive<[u64; N]>,
     >
 {
     /// A layer over an HTTP client that reports each response to `adaptive`, an
@@ -229,7 +229,7 @@ impl<B, E, const N: usize>
     /// assert_eq!(adaptive.rate(1), Some(Rate::per_second(800))); // tokens lowered
     /// # }
     /// ```
-    pub fn http_multi(adaptive: &crate::limiter::Adaptive<[u64; N]>) -> Self {
+    pub fn http_multi(adaptive: &crate::Adaptive<[u64; N]>) -> Self {
         AdaptiveLayer {
             adaptive: adaptive.clone(),
             classify: super::classify_http_limits::<B, E>,

@@ -7,7 +7,7 @@ use tower_service::Service;
 
 use super::feedback::Feedback;
 use super::future::AdaptiveFuture;
-use crate::limiter::Adaptive;
+use crate::Adaptive;
 
 /// A service that reports each response of `S` to an [`Adaptive`]: built by
 /// [`AdaptiveLayer`], which documents it.
