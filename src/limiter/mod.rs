@@ -7,13 +7,14 @@
 //!   the real cost is known.
 //! - [`RateLimiterBuilder`], [`KeyedRateLimiterBuilder`] and [`AdaptiveBuilder`]: the builders
 //!   of the limiters of several limits.
-//! - [`Stats`] and [`AdaptiveStats`]: a limiter's counters, and an [`Adaptive`]'s.
+//! - [`Stats`] and [`AdaptiveStats`]: a limiter's counters, and an
+//!   [`Adaptive`](crate::Adaptive)'s.
 //! - [`Announced`]: one limit a response announced in its headers, for
-//!   [`Adaptive::on_quota`].
+//!   [`Adaptive::on_quota`](crate::Adaptive::on_quota).
 //! - [`Limiter`] and [`KeyedLimiter`]: what `throttle_with`, `throttle_by_key` and the tower
 //!   layers accept: any shared limiter, any keyed one.
-//! - `AdaptiveLaw` (feature `unstable-laws`): the control laws an [`Adaptive`] can follow,
-//!   outside semver.
+//! - `AdaptiveLaw` (feature `unstable-laws`): the control laws an
+//!   [`Adaptive`](crate::Adaptive) can follow, outside semver.
 
 pub(crate) mod adaptive;
 mod adaptive_multi;
