@@ -124,6 +124,10 @@ async fn pacing_a_partition_queue_keeps_the_member() {
         consumer.store_offset_from_message(&m).unwrap();
     }
     main.abort();
+    // Wait until the task is gone: it holds a handle of the consumer, and a consumer closed
+    // after the broker (dropped at the end of this function, or when the runtime shuts down)
+    // waits for it forever.
+    let _ = main.await;
     let revoked = consumer.context().revoked.load(Ordering::SeqCst);
     eprintln!(
         "split: offsets {offsets:?} in {:?}, {revoked} revoked",
