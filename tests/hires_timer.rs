@@ -7,7 +7,7 @@
 //! comes out once and in order, and that no item leaves before the pacing bound allows, with
 //! the bound checked on the real clock, for every entry point. Under paused time nothing
 //! changes: the timer thread is not woken and the schedule is the plain timer's
-//! (tests/precise.rs runs the same checks).
+//! (tests/paced/precise.rs runs the same checks).
 #![cfg(target_os = "linux")]
 // Each test has a runtime of its own and holds `serial()` for its whole run, awaits included:
 // the lock orders tests on different threads, not tasks on one runtime.

@@ -168,7 +168,7 @@ impl FixedWindow {
     }
 }
 
-/// The naive window `tests/multi.rs` uses too.
+/// The naive window `tests/paced/multi.rs` uses too.
 #[cfg(test)]
 #[path = "../../tests/common/naive_window.rs"]
 mod naive_window;

@@ -45,6 +45,7 @@ pub use cost::Cost;
 pub(crate) use keyed::KeyedRateLimiter;
 pub use keyed_multi::{KeyedPermit, KeyedRateLimiterBuilder};
 pub use keyed_traits::KeyedLimiter;
+#[cfg(feature = "redis")]
 pub(crate) use multi::Limit;
 pub use multi::{Permit, RateLimiterBuilder};
 pub(crate) use rate_limiter::RateLimiter;

@@ -3,7 +3,7 @@
 //! precision, refilled by multiplying the elapsed time by the rate, with nothing of the
 //! real bucket's representation (no arrival time, no time units, no saturation).
 //!
-//! `#[path]`-included by `src/core/bucket.rs`'s tests and by `tests/rate_limiter.rs`.
+//! `#[path]`-included by `src/core/bucket.rs`'s tests and by `tests/paced/rate_limiter.rs`.
 #![allow(dead_code, unreachable_pub)]
 
 use std::cmp::Ordering;

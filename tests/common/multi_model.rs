@@ -1,4 +1,4 @@
-//! The obviously correct limits of `tests/multi.rs` and `tests/keyed_multi.rs`, in whole
+//! The obviously correct limits of `tests/paced/multi.rs` and `tests/paced/keyed_multi.rs`, in whole
 //! milliseconds: a bucket as a level (in milliseconds of refill: one token is `per` of them)
 //! that grows by one per millisecond up to the burst, a fixed window as its own list of
 //! charges with the carry computed window by window.

@@ -1,5 +1,5 @@
 //! The obviously correct fixed window, shared by `FixedWindow`'s unit proptest and
-//! `tests/multi.rs`: every window's own charges, each window starting with what the one before
+//! `tests/paced/multi.rs`: every window's own charges, each window starting with what the one before
 //! used above the quota. Times in any unit (nanoseconds there, milliseconds here).
 #![allow(dead_code, unreachable_pub)]
 

@@ -1,6 +1,6 @@
 //! A simulated provider with a hidden limit, and clients that find it with an [`Adaptive`]:
 //! the test bed of `integration/tests/adaptive_convergence.rs` and `integration/tests/quota.rs`,
-//! reused by `tests/adaptive.rs`, `benches/adaptive.rs` and `examples/adaptive_partner.rs` (by
+//! reused by `tests/paced/adaptive.rs`, `benches/adaptive.rs` and `examples/adaptive_partner.rs` (by
 //! `#[path]`).
 //!
 //! The provider is a token bucket of rate `L` and burst `B` on its own side. A call that finds

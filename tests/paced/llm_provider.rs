@@ -4,9 +4,9 @@
 //! `tests/llm_http.rs`).
 //!
 //! The table of every client × scenario prints with
-//! `cargo test --test llm_provider -- --nocapture table`.
+//! `cargo test --test paced -- --nocapture llm_provider::table`.
 
-#[path = "common/llm.rs"]
+#[path = "../common/llm.rs"]
 mod llm;
 
 use std::time::Duration;

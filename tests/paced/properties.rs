@@ -5,7 +5,7 @@
 //! definitions: the bound, order and no loss, never early, and promptness within the one
 //! tick that tokio's timer adds (a deadline rounded up to the next millisecond).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! `Stagger` and the stream adapters over shared limiters.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! leaves at its exact time; and that when nobody moves the clock, the schedule is exactly
 //! the plain timer's.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! across all users, each user's order, no starvation, and exact accounting when waiters are
 //! cancelled at random moments.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

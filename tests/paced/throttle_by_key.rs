@@ -1,6 +1,6 @@
 //! `throttle_by_key`: scenarios, manners and property tests, under paused time.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::pin::pin;

@@ -1,7 +1,7 @@
 //! `throttle_with` over a `RateLimiter`: a stream of LLM requests, each costing one request
 //! and its estimated tokens, keeps every limit's bound and its order, under paused time.
 
-mod common;
+use crate::common;
 
 use std::pin::pin;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! `min_interval`: its scenarios and edge cases, under paused time.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! `staggered_start`: its scenarios and edge cases, under paused time.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

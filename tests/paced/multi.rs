@@ -311,10 +311,10 @@ async fn acquire_timeout_refuses_at_once_and_takes_nothing() {
     assert_eq!(start.elapsed(), ms(500));
 }
 
-#[path = "common/naive_window.rs"]
+#[path = "../common/naive_window.rs"]
 mod naive_window;
 
-#[path = "common/multi_model.rs"]
+#[path = "../common/multi_model.rs"]
 mod model;
 
 mod exact {

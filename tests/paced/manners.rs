@@ -1,8 +1,6 @@
 //! What every adapter owes its users beyond its schedule: no runtime to build, no wake-ups
 //! while idle, clean drops, fused ends, honest size hints, auto traits, multi-thread use.
 
-mod common;
-
 use std::time::Duration;
 
 use futures_util::stream::{self, FusedStream};

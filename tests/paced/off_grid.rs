@@ -2,7 +2,7 @@
 //! `tokio::time::advance` can. Deadlines must still be met exactly (never early) and no later
 //! than the next timer tick.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

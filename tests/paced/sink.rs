@@ -2,7 +2,7 @@
 //! `PollSender`, a `FramedWrite` over an in-memory socket, `futures::channel::mpsc`), under
 //! paused time.
 
-mod common;
+use crate::common;
 
 use std::pin::{pin, Pin};
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! `RateLimiter`: its scenarios and edge cases, under paused time unless marked.
 
-mod common;
-#[path = "common/exact.rs"]
+use crate::common;
+#[path = "../common/exact.rs"]
 mod exact;
 
 use std::future::Future;

@@ -348,10 +348,10 @@ fn names_are_checked() {
     assert_eq!(zero.err(), Some(ConfigError::ZeroQuota));
 }
 
-#[path = "common/naive_window.rs"]
+#[path = "../common/naive_window.rs"]
 mod naive_window;
 
-#[path = "common/multi_model.rs"]
+#[path = "../common/multi_model.rs"]
 mod model;
 
 mod exact {

@@ -1,6 +1,6 @@
 //! `KeyedRateLimiter`: one bucket per key, under paused time unless marked.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -463,7 +463,7 @@ async fn a_mass_expiry_keeps_exactly_the_keys_in_use() {
     assert_eq!(limiter.available(&200_000), 1);
 }
 
-#[path = "common/exact.rs"]
+#[path = "../common/exact.rs"]
 mod exact;
 
 /// One step of a random run against one exact bucket per key.

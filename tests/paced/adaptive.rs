@@ -5,8 +5,8 @@
 //! rates above 500/s are checked in a few fixed scenarios and the property tests draw `L`
 //! from 5 to 500 per second.
 
-mod common;
-#[path = "common/provider.rs"]
+use crate::common;
+#[path = "../common/provider.rs"]
 mod provider;
 
 use std::sync::Arc;
