@@ -512,10 +512,10 @@
 //!
 //! **Two single limiters are not one.** The composition users write first awaits a
 //! [`RateLimiter`] per dimension, one after the other. It is not safe where both limits bind,
-//! and it cannot settle. `tests/paced/llm_provider.rs` measures both orders against a simulated
+//! and it cannot settle. `integration/tests/llm_provider.rs` measures both orders against a simulated
 //! provider (requests and tokens per minute, refusing a call when either lacks room) and an
-//! exact oracle, 5,000 prompts from 64 workers under paused time (`cargo test --test
-//! llm_provider -- --nocapture table`):
+//! exact oracle, 5,000 prompts from 64 workers under paused time (`cargo test -p
+//! paced-integration --test llm_provider -- --nocapture table`):
 //!
 //! | scenario (provider's limits) | requests then tokens | tokens then requests | `RateLimiter<[u64; 2]>` |
 //! |---|---|---|---|

@@ -1,6 +1,6 @@
 //! A simulated LLM provider with several limits, a seeded workload, the exact oracle and the
 //! worker pool that drives a client against the provider: the proof harness for pacing against
-//! several limits at once (`tests/paced/llm_provider.rs`, by `#[path]`).
+//! several limits at once (`integration/tests/llm_provider.rs`, by `#[path]`).
 //!
 //! Nothing here uses paced: the provider is written naively, in integer nanoseconds, so that
 //! the limiter can be judged against it.

@@ -15,7 +15,6 @@ mod batched_interval;
 mod coop;
 mod keyed;
 mod keyed_multi;
-mod llm_provider;
 mod manners;
 mod min_interval;
 mod multi;

@@ -1,12 +1,12 @@
 //! Pacing against several limits at once: clients of a simulated LLM provider
 //! (`common/llm.rs`: requests and tokens per minute, estimates corrected to the true usage)
 //! measured against the exact oracle under paused time (the same over real HTTP:
-//! `tests/llm_http.rs`).
+//! `integration/tests/llm_http.rs`).
 //!
 //! The table of every client × scenario prints with
-//! `cargo test --test paced -- --nocapture llm_provider::table`.
+//! `cargo test -p paced-integration --test llm_provider -- --nocapture table`.
 
-#[path = "../common/llm.rs"]
+#[path = "../../tests/common/llm.rs"]
 mod llm;
 
 use std::time::Duration;
