@@ -93,7 +93,7 @@ enum Stage {
     Sleeping,
     /// Armed on the process's timer thread (real time).
     SubTick,
-    /// Yielding until the deadline, in real time.
+    /// Yielding until the deadline, in real time; yielded last at the clock in `spun`.
     Yielding,
     /// `precise()` under paused time: yielded once, at the clock in `spun`.
     YieldedPaused,
@@ -125,7 +125,7 @@ pin_project! {
         clock: Clock,
         // Every wait ends on time (see `set_precise`).
         precise: bool,
-        // The low 32 bits of the clock when a precise wait under paused time last yielded.
+        // The low 32 bits of the clock when the wait last yielded.
         spun: u32,
         #[pin]
         sleep: Option<Sleep>,
@@ -220,6 +220,8 @@ impl Timer {
                     hires::woke(origin + deadline.to_duration(), origin + now.to_duration());
                 }
                 *me.stage = Stage::Starting;
+                // The clock may have been paused meanwhile: ask again.
+                *me.clock = Clock::Unknown;
             }
             if now >= deadline {
                 *me.stage = Stage::Idle;
@@ -245,8 +247,18 @@ impl Timer {
                 continue;
             }
             if *me.stage == Stage::Yielding {
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
+                // Truncated as in `poll_paused_precise`. A running clock moves across a yield;
+                // one that stood still was paused meanwhile (`tokio::time::pause`), and
+                // yielding on would keep the runtime busy, so that it never advances the clock.
+                let low = now.0 as u32;
+                if *me.spun != low {
+                    *me.spun = low;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                *me.clock = Clock::Paused;
+                *me.stage = Stage::Starting;
+                continue;
             }
             let left = deadline.saturating_sub(now);
             if left > SUB_TICK_SPAN {
@@ -264,6 +276,7 @@ impl Timer {
                 }
                 SubTick::Yield => {
                     *me.stage = Stage::Yielding;
+                    *me.spun = now.0 as u32;
                     cx.waker().wake_by_ref();
                     return Poll::Pending;
                 }
@@ -279,6 +292,7 @@ impl Timer {
                         continue;
                     }
                     *me.stage = Stage::Yielding;
+                    *me.spun = now.0 as u32;
                     cx.waker().wake_by_ref();
                     return Poll::Pending;
                 }
@@ -374,4 +388,58 @@ pub(crate) fn clock_runs() -> bool {
 #[inline]
 pub(crate) fn since(origin: Instant, now: Instant) -> Nanos {
     Nanos::from_duration(now.saturating_duration_since(origin))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::task::Waker;
+
+    use super::*;
+
+    /// A wait that yields for its last microseconds in real time, when the test pauses the
+    /// clock meanwhile, goes back to tokio's timer instead of yielding on: a task that always
+    /// yields keeps the runtime busy, and a busy runtime never advances a paused clock.
+    #[test]
+    fn a_clock_paused_while_a_wait_yields_sends_it_to_the_sleep() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let mut timer = std::pin::pin!(Timer::new());
+            let now = timer.as_mut().now();
+            let deadline = now.saturating_add(Nanos::from_duration(Duration::from_millis(5)));
+            {
+                // Where the timer thread's `SubTick::Yield` leaves a wait.
+                let me = timer.as_mut().project();
+                *me.deadline = deadline;
+                *me.stage = Stage::Yielding;
+                *me.clock = Clock::Real;
+                *me.spun = now.0 as u32;
+            }
+            tokio::time::pause();
+            let mut cx = Context::from_waker(Waker::noop());
+            // The clock moved between the last yield and the pause: one more yield...
+            let first = timer
+                .as_mut()
+                .poll_until(&mut cx, deadline, Lateness::Costly);
+            assert!(first.is_pending());
+            // ...across which it stands still: the wait sleeps on tokio's timer.
+            let second = timer
+                .as_mut()
+                .poll_until(&mut cx, deadline, Lateness::Costly);
+            assert!(second.is_pending());
+            assert_eq!(timer.stage, Stage::Sleeping);
+            // And ends at its deadline, rounded up to tokio's tick. The ticks count from the
+            // runtime's start, not from this timer's origin (read a few microseconds later),
+            // so the rounding may reach just past one tick of the origin's count.
+            let ended = std::future::poll_fn(|cx| {
+                timer.as_mut().poll_until(cx, deadline, Lateness::Costly)
+            })
+            .await;
+            assert!(ended >= deadline, "{ended:?} before {deadline:?}");
+            let latest = deadline.saturating_add(TICK).saturating_add(TICK);
+            assert!(ended < latest, "{ended:?} after {deadline:?}");
+        });
+    }
 }

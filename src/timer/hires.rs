@@ -73,34 +73,59 @@ impl Timer {
 }
 
 /// The timer of process `pid` (the caller's), started on the first call; `None` if its thread
-/// could not be started.
+/// could not be started. A start that failed (the process at its limit of threads, say) is
+/// tried again after [`RETRY`], not on every wait meanwhile.
 ///
 /// Kept with the process id it was started in: a process forked from one that had started it
 /// has no such thread (`fork` copies only the calling thread), and its waits would never be
 /// woken, so it starts its own.
 fn timer(pid: u32) -> Option<Arc<Timer>> {
-    static TIMER: RwLock<Option<(u32, Option<Arc<Timer>>)>> = RwLock::new(None);
+    static TIMER: RwLock<Option<(u32, Started)>> = RwLock::new(None);
+    let usable = |started: &Started| match started {
+        Started::Running(timer) => Some(Some(Arc::clone(timer))),
+        Started::Failed(at) if at.elapsed() < RETRY => Some(None),
+        Started::Failed(_) => None,
+    };
     {
         let current = TIMER
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some((started_in, timer)) = &*current {
+        if let Some((started_in, started)) = &*current {
             if *started_in == pid {
-                return timer.clone();
+                if let Some(timer) = usable(started) {
+                    return timer;
+                }
             }
         }
     }
     let mut current = TIMER
         .write()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    match &*current {
-        Some((started_in, timer)) if *started_in == pid => timer.clone(),
-        _ => {
-            let timer = Timer::start();
-            *current = Some((pid, timer.clone()));
-            timer
+    if let Some((started_in, started)) = &*current {
+        if *started_in == pid {
+            if let Some(timer) = usable(started) {
+                return timer;
+            }
         }
     }
+    let timer = Timer::start();
+    let started = match &timer {
+        Some(timer) => Started::Running(Arc::clone(timer)),
+        None => Started::Failed(std::time::Instant::now()),
+    };
+    *current = Some((pid, started));
+    timer
+}
+
+/// How long after a failed start of the timer thread the next wait tries again; the waits
+/// meanwhile sleep on tokio's wheel.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// The timer thread of a process, or when it last failed to start.
+#[derive(Debug)]
+enum Started {
+    Running(Arc<Timer>),
+    Failed(std::time::Instant),
 }
 
 /// What the waits and the timer thread share.

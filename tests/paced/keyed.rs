@@ -463,8 +463,7 @@ async fn a_mass_expiry_keeps_exactly_the_keys_in_use() {
     assert_eq!(limiter.available(&200_000), 1);
 }
 
-#[path = "../common/exact.rs"]
-mod exact;
+use crate::exact;
 
 /// One step of a random run against one exact bucket per key.
 #[derive(Clone, Debug)]

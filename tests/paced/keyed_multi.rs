@@ -348,11 +348,7 @@ fn names_are_checked() {
     assert_eq!(zero.err(), Some(ConfigError::ZeroQuota));
 }
 
-#[path = "../common/naive_window.rs"]
-mod naive_window;
-
-#[path = "../common/multi_model.rs"]
-mod model;
+use crate::multi_model as model;
 
 mod exact {
 

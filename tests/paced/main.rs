@@ -8,6 +8,13 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+// The models more than one file checks against, compiled once.
+#[path = "../common/exact.rs"]
+mod exact;
+#[path = "../common/multi_model.rs"]
+mod multi_model;
+#[path = "../common/naive_window.rs"]
+mod naive_window;
 
 mod adaptive;
 mod api;

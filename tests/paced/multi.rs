@@ -311,11 +311,7 @@ async fn acquire_timeout_refuses_at_once_and_takes_nothing() {
     assert_eq!(start.elapsed(), ms(500));
 }
 
-#[path = "../common/naive_window.rs"]
-mod naive_window;
-
-#[path = "../common/multi_model.rs"]
-mod model;
+use crate::multi_model as model;
 
 mod exact {
 

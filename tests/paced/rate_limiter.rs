@@ -1,8 +1,7 @@
 //! `RateLimiter`: its scenarios and edge cases, under paused time unless marked.
 
 use crate::common;
-#[path = "../common/exact.rs"]
-mod exact;
+use crate::exact;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
