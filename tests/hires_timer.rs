@@ -440,3 +440,42 @@ proptest! {
         prop_assert_eq!(timer_wakeups(), before);
     }
 }
+
+/// A wait armed on the timer thread when the test pauses tokio's clock (`tokio::time::pause`):
+/// the thread's wake-up finds the clock paused, and the wait goes to a `Sleep`, which the paused
+/// clock then advances to. (Armed on the thread again instead, it would be woken in real time
+/// forever, its paused deadline never reached.)
+#[test]
+fn a_clock_paused_while_a_wait_is_armed_still_reaches_its_deadline() {
+    let _serial = serial();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        let result = runtime.block_on(async {
+            let start = tokio::time::Instant::now();
+            let s = stream::iter(0..2u64).throttle(Rate::per_second(100), |_| 1, 1, Shaping);
+            let mut s = pin!(s);
+            assert_eq!(s.next().await, Some(0));
+            let mut next = pin!(s.next());
+            // Burst 1, 10 ms: armed on the timer thread.
+            let first = poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx))).await;
+            assert!(first.is_pending());
+            tokio::time::pause();
+            let item = next.await;
+            (item, start.elapsed())
+        });
+        let _ = done.send(result);
+    });
+    // Generous: only a wait that never ends fails here.
+    let (item, elapsed) = finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the wait never ended");
+    assert_eq!(item, Some(1));
+    assert!(
+        elapsed >= Duration::from_millis(10),
+        "left after {elapsed:?}"
+    );
+}
