@@ -81,32 +81,18 @@ impl Timer {
 /// woken, so it starts its own.
 fn timer(pid: u32) -> Option<Arc<Timer>> {
     static TIMER: RwLock<Option<(u32, Started)>> = RwLock::new(None);
-    let usable = |started: &Started| match started {
-        Started::Running(timer) => Some(Some(Arc::clone(timer))),
-        Started::Failed(at) if at.elapsed() < RETRY => Some(None),
-        Started::Failed(_) => None,
-    };
-    {
-        let current = TIMER
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some((started_in, started)) = &*current {
-            if *started_in == pid {
-                if let Some(timer) = usable(started) {
-                    return timer;
-                }
-            }
-        }
+    let known = TIMER
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(timer) = known_to(&known, pid) {
+        return timer;
     }
+    drop(known);
     let mut current = TIMER
         .write()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some((started_in, started)) = &*current {
-        if *started_in == pid {
-            if let Some(timer) = usable(started) {
-                return timer;
-            }
-        }
+    if let Some(timer) = known_to(&current, pid) {
+        return timer;
     }
     let timer = Timer::start();
     let started = match &timer {
@@ -115,6 +101,20 @@ fn timer(pid: u32) -> Option<Arc<Timer>> {
     };
     *current = Some((pid, started));
     timer
+}
+
+/// What process `pid` has of its timer, as `current` records it: the timer, or `None` while a
+/// failed start is recent; `None` (outer) if it is to be started (again).
+fn known_to(current: &Option<(u32, Started)>, pid: u32) -> Option<Option<Arc<Timer>>> {
+    match current {
+        Some((started_in, Started::Running(timer))) if *started_in == pid => {
+            Some(Some(Arc::clone(timer)))
+        }
+        Some((started_in, Started::Failed(at))) if *started_in == pid && at.elapsed() < RETRY => {
+            Some(None)
+        }
+        _ => None,
+    }
 }
 
 /// How long after a failed start of the timer thread the next wait tries again; the waits
