@@ -47,6 +47,11 @@
 //!   burst), so a change never hands out a fresh burst. A `try_` form returns the
 //!   [`ConfigError`](crate::ConfigError) that the plain form panics with; on Redis an invalid
 //!   limit is the error's `Config` case.
+//! - **Streams, sinks and tower layers** draw on every `RateLimiter`, `Stagger`,
+//!   `KeyedRateLimiter` and Redis handle, one limit or several: `throttle_with` and
+//!   `RateLimitLayer::new` on a handle without keys, `throttle_by_key` and
+//!   `RateLimitLayer::keyed` on a keyed one. Over several limits, the layer's `settle` corrects
+//!   each request's charge from its answer.
 //! - **Naming metrics twice**: the last name given wins; every clone of a handle records under
 //!   it.
 //! - **Panics** are for programmer errors only, each named in the method's `# Panics`, and their

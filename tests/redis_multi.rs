@@ -1302,7 +1302,161 @@ async fn acquire_takes_a_lease_too_when_every_dimension_has_room() {
     assert_eq!(b.stats().round_trips, 3);
 }
 
+/// A tower layer over several limits in Redis (a client of an LLM API across a fleet) charges
+/// each request's estimate, then settles it in Redis from the answer, in the background.
+#[cfg(feature = "tower")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tower_layer_settles_in_redis_from_the_answer() {
+    use paced::tower::RateLimitLayer;
+    use tower::{ServiceBuilder, ServiceExt};
+
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let llm = slow(&server.url(), "tower", 10, 1_000);
+    let complete = ServiceBuilder::new()
+        .layer(
+            RateLimitLayer::new(&llm)
+                .cost(|_: &&str| [1, 500]) // the estimate
+                .settle(|used: &u64| [1, *used]),
+        )
+        .service_fn(|_: &str| async { Ok::<u64, std::convert::Infallible>(200) });
+    assert_eq!(complete.clone().oneshot("hello").await.unwrap(), 200);
+    // Charged the estimate; the answer's 200 tokens are settled in a round trip of its own.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let state = levels(&mut conn, "{tower}");
+        assert_near(state[0], 9.0);
+        if (state[1] - 800.0).abs() < 0.05 {
+            break;
+        }
+        assert_near(state[1], 500.0);
+        assert!(Instant::now() < deadline, "not settled: {state:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(llm.stats().granted, 1);
+
+    // Keyed: the settle corrects the request's key only.
+    let tenants: RedisKeyedRateLimiter<String, [u64; 2]> =
+        RedisKeyedRateLimiter::dimensions(&server.url(), "tenants-tower", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_minute(1), 10))
+            .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
+            .build()
+            .unwrap();
+    let complete = ServiceBuilder::new()
+        .layer(
+            RateLimitLayer::keyed(&tenants, |tenant: &&str| tenant.to_string())
+                .cost(|_: &&str| [1, 500])
+                .settle(|used: &u64| [1, *used]),
+        )
+        .service_fn(|_: &str| async { Ok::<u64, std::convert::Infallible>(300) });
+    complete.clone().oneshot("a").await.unwrap();
+    complete.oneshot("b").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for key in ["{tenants-tower:a}", "{tenants-tower:b}"] {
+        loop {
+            let state = levels(&mut conn, key);
+            assert_near(state[0], 9.0);
+            if (state[1] - 700.0).abs() < 0.05 {
+                break;
+            }
+            assert_near(state[1], 500.0);
+            assert!(Instant::now() < deadline, "{key} not settled: {state:?}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// Tokens 1,000/s with a bucket of 100, requests that never bind: at 50 tokens an item, two
+/// items at once, then one every 50 ms.
+fn fifty_ms_apart(url: &str, name: &str) -> RedisRateLimiter<[u64; 2]> {
+    RedisRateLimiter::dimensions(url, name, ["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_second(1_000), 100))
+        .limit("tokens", Limit::bucket(Rate::per_second(1_000), 100))
+        .build()
+        .unwrap()
+}
+
+/// Every item once and in order, item `i` (from the third on) no earlier than `i - 1` times
+/// 50 ms after `start` (Redis's clock, on this machine: within a millisecond of ours).
+fn assert_fifty_ms_apart(out: &[(u32, Duration)], n: u32) {
+    let items: Vec<u32> = out.iter().map(|&(i, _)| i).collect();
+    assert_eq!(items, (0..n).collect::<Vec<_>>(), "lost or reordered");
+    for &(i, at) in out {
+        let earliest = Duration::from_millis(50 * u64::from(i.saturating_sub(1)));
+        assert!(
+            at + Duration::from_millis(1) >= earliest,
+            "item {i} at {at:?}, before {earliest:?}"
+        );
+    }
+}
+
+/// The several-limit limiters are `Limiter`s and `KeyedLimiter`s as the one-limit ones are: a
+/// shaping stream, an enforcing stream and a keyed stream draw on every limit in Redis.
+async fn streams_draw_on_every_limit() {
+    use futures_util::StreamExt;
+    use paced::{Enforcing, PaceExt, Shaping};
+
+    let server = Server::start();
+    let llm = fifty_ms_apart(&server.url(), "stream");
+    let start = Instant::now();
+    let out: Vec<(u32, Duration)> = futures_util::stream::iter(0..6u32)
+        .throttle_with(&llm, |_| [1, 50], Shaping)
+        .map(|i| (i, start.elapsed()))
+        .collect()
+        .await;
+    assert_fifty_ms_apart(&out, 6);
+    assert_eq!(llm.stats().granted, 6);
+
+    // Enforcing: what does not conform now comes back, charging nothing.
+    let strict = fifty_ms_apart(&server.url(), "enforcing");
+    let out: Vec<_> = futures_util::stream::iter(0..3u32)
+        .throttle_with(&strict, |_| [1, 50], Enforcing)
+        .collect()
+        .await;
+    assert!(out[0].is_ok() && out[1].is_ok(), "{out:?}");
+    let Err(refused) = &out[2] else {
+        panic!("the third conformed: {out:?}");
+    };
+    assert!(
+        refused.retry_after() > Duration::from_millis(30),
+        "{refused:?}"
+    );
+    assert!(
+        refused.retry_after() <= Duration::from_millis(50),
+        "{refused:?}"
+    );
+    assert_eq!(strict.stats().granted, 2);
+
+    // Keyed: each key its own limits, the keys side by side.
+    let per_tenant: RedisKeyedRateLimiter<String, [u64; 2]> =
+        RedisKeyedRateLimiter::dimensions(&server.url(), "keyed-stream", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_second(1_000), 100))
+            .limit("tokens", Limit::bucket(Rate::per_second(1_000), 100))
+            .build()
+            .unwrap();
+    let start = Instant::now();
+    let out: Vec<(String, u32, Duration)> = futures_util::stream::iter(0..10u32)
+        .map(|i| (if i % 2 == 0 { "a" } else { "b" }, i / 2))
+        .throttle_by_key(&per_tenant, |&(key, _)| key.to_string(), |_| [1, 50], 16)
+        .map(|(key, i)| (key.to_string(), i, start.elapsed()))
+        .collect()
+        .await;
+    for key in ["a", "b"] {
+        let of_key: Vec<(u32, Duration)> = out
+            .iter()
+            .filter(|(k, _, _)| k == key)
+            .map(|&(_, i, at)| (i, at))
+            .collect();
+        assert_fifty_ms_apart(&of_key, 5);
+    }
+    // The keys do not wait for each other: both are done about when one alone would be (their
+    // last items at 150 ms).
+    let last = out.iter().map(|&(_, _, at)| at).max().unwrap();
+    assert!(last < Duration::from_millis(290), "{last:?}");
+}
+
 on_every_flavor!(
+    streams_draw_on_every_limit,
     the_wait_is_the_latest_of_the_limits,
     a_lease_never_passes_an_earlier_waiter_of_this_process,
 );

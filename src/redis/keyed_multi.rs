@@ -3,6 +3,7 @@
 //! the one implementation of [`RedisRateLimiter<[u64; N]>`](RedisRateLimiter).
 
 use std::borrow::Borrow;
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::fmt::{self, Display};
 use std::hash::Hash;
@@ -39,6 +40,7 @@ where
                 naming: Arc::new(Naming::Prefixed(one.inner.shared.name.clone())),
                 shared: one.inner.shared,
                 quotas: Arc::new(Mutex::new(HashMap::new())),
+                hasher: RandomState::new(),
             },
         })
     }
@@ -77,6 +79,8 @@ pub struct KeyedSeveral<K, const N: usize> {
     shared: Arc<Inner<N>>,
     naming: Arc<Naming>,
     quotas: Arc<Mutex<HashMap<K, Arc<Quota<N>>>>>,
+    /// How a stream over this limiter files its held items by key.
+    pub(super) hasher: RandomState,
 }
 
 impl<K, const N: usize> Clone for KeyedSeveral<K, N> {
@@ -85,6 +89,7 @@ impl<K, const N: usize> Clone for KeyedSeveral<K, N> {
             shared: self.shared.clone(),
             naming: self.naming.clone(),
             quotas: self.quotas.clone(),
+            hasher: self.hasher.clone(),
         }
     }
 }
@@ -182,7 +187,7 @@ where
     }
 
     /// `key`'s quota, as a one-key limiter over this limiter's connection and counters.
-    fn quota<Q>(&self, key: &Q) -> RedisRateLimiter<[u64; N]>
+    pub(super) fn quota<Q>(&self, key: &Q) -> RedisRateLimiter<[u64; N]>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,

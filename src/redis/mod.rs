@@ -7,9 +7,10 @@
 //!
 //! Each decision is one atomic script call on Redis's clock, so the machines' clocks do not
 //! matter. A process serves its waiters in the order Redis granted them, on every runtime.
-//! Streams and tower layers draw on the one-limit forms as on a local limiter: a
+//! Streams, sinks and tower layers draw on them as on a local limiter, one limit or several: a
 //! `RedisRateLimiter` through [`throttle_with`](crate::PaceExt::throttle_with), a
-//! `RedisKeyedRateLimiter<K>` through [`throttle_by_key`](crate::PaceExt::throttle_by_key).
+//! `RedisKeyedRateLimiter` through [`throttle_by_key`](crate::PaceExt::throttle_by_key). Over
+//! several limits, a tower layer's `settle` corrects each request's charge from its answer.
 //!
 //! This module holds what they share: the builder, the errors, the counters, and the
 //! [`FailurePolicy`] that says what to do while Redis cannot be reached.

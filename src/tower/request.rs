@@ -346,9 +346,9 @@ impl<Resp, G> Answered<Resp, G> for KeepCharge {
 }
 
 /// Settles each request's [`Permit`] (or, over a
-/// [`KeyedRateLimiter`](crate::KeyedRateLimiter), its [`KeyedPermit`]) from its
-/// response: built by [`RateLimitLayer::settle`](super::RateLimitLayer::settle), which
-/// documents it.
+/// [`KeyedRateLimiter`](crate::KeyedRateLimiter), its [`KeyedPermit`]; over a several-limit
+/// Redis limiter, its `RedisPermit`) from its response: built by
+/// [`RateLimitLayer::settle`](super::RateLimitLayer::settle), which documents it.
 ///
 /// # Examples
 ///
@@ -381,6 +381,24 @@ where
 {
     fn answered(&self, grant: Permit<N>, response: &Resp) {
         grant.settle((self.settle)(response));
+    }
+}
+
+/// Over a several-limit Redis limiter the correction is one round trip, made in the
+/// background on the current runtime: the response goes on at once. (Should that round trip
+/// fail, the charge stays, as `RedisPermit::settle` says.)
+#[cfg(feature = "redis")]
+impl<Resp, F, const N: usize> Answered<Resp, crate::redis::RedisPermit<N>> for SettleFrom<F>
+where
+    F: Fn(&Resp) -> [u64; N],
+{
+    fn answered(&self, grant: crate::redis::RedisPermit<N>, response: &Resp) {
+        let actual = (self.settle)(response);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = grant.settle(actual).await;
+            });
+        }
     }
 }
 

@@ -1,15 +1,17 @@
 //! [`RateLimitLayer`]: wraps a service in a [`RateLimit`] over a shared limiter.
 
 use std::fmt;
-use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 
 use tower_layer::Layer;
 
 use super::service::RateLimit;
-use crate::limiter::{KeyedLimiter, KeyedRateLimiter, Limiter, RateLimiter};
+use crate::limiter::{KeyedLimiter, Limiter};
 use crate::mode::{Enforcing, Shaping};
+use crate::tower::request::sealed::Answered;
 use crate::tower::request::{ByKey, KeepCharge, OnePerRequest, SettleFrom};
+#[cfg(doc)]
+use crate::{KeyedRateLimiter, RateLimiter};
 
 /// A tower [`Layer`] that makes every request draw its cost from a limiter shared by handle
 /// before it reaches the inner service.
@@ -220,7 +222,7 @@ mod sealed {
 impl sealed::Settles for Shaping {}
 impl sealed::Settles for Enforcing {}
 
-impl<const N: usize, C, M: sealed::Settles> RateLimitLayer<RateLimiter<[u64; N]>, C, M> {
+impl<Q: Limiter, C, M: sealed::Settles> RateLimitLayer<Q, C, M> {
     /// Settles each request's charge from its response: once the inner service answers
     /// `Ok(response)`, the request's [`Permit`](crate::limiter::Permit) is settled with
     /// `settle(&response)`, the cost it really had (the usage an LLM answer reports). A
@@ -229,7 +231,10 @@ impl<const N: usize, C, M: sealed::Settles> RateLimitLayer<RateLimiter<[u64; N]>
     /// does. An `Err` from the inner service, or a response future dropped before the answer,
     /// keeps the charge: what the estimate took stays taken.
     ///
-    /// For a layer over a [`RateLimiter`], shaping or enforcing. An announcing layer
+    /// For a layer over a several-limit [`RateLimiter`], shaping or enforcing, or over a
+    /// several-limit `RedisRateLimiter` (feature `redis`), which settles in Redis in the
+    /// background: one round trip after the answer, the response going on at once. An
+    /// announcing layer
     /// ([`headers`](RateLimitLayer::headers)) does not settle, and the two do not combine
     /// (neither order compiles): `settle` is for a client, whose cost is an estimate until the
     /// answer says what it was; a server that charges what it serves knows the cost from the
@@ -287,12 +292,10 @@ impl<const N: usize, C, M: sealed::Settles> RateLimitLayer<RateLimiter<[u64; N]>
     /// assert_eq!(start.elapsed(), Duration::from_secs(2));
     /// # }
     /// ```
-    pub fn settle<Resp, F>(
-        self,
-        settle: F,
-    ) -> RateLimitLayer<RateLimiter<[u64; N]>, C, M, SettleFrom<F>>
+    pub fn settle<Resp, F>(self, settle: F) -> RateLimitLayer<Q, C, M, SettleFrom<F>>
     where
-        F: Fn(&Resp) -> [u64; N] + Clone,
+        F: Fn(&Resp) -> Q::Cost + Clone,
+        SettleFrom<F>: Answered<Resp, Q::Grant>,
     {
         RateLimitLayer {
             limiter: self.limiter,
@@ -303,15 +306,7 @@ impl<const N: usize, C, M: sealed::Settles> RateLimitLayer<RateLimiter<[u64; N]>
     }
 }
 
-/// A keyed multi-limit quota with its key function, as [`RateLimitLayer::keyed`] makes it.
-type KeyedMulti<K, F, S, const N: usize> = ByKey<K, F, S, KeyedRateLimiter<K, [u64; N], S>>;
-
-impl<K, F, S, const N: usize, C, M> RateLimitLayer<KeyedMulti<K, F, S, N>, C, M>
-where
-    K: Hash + Eq + Clone,
-    S: BuildHasher,
-    M: sealed::Settles,
-{
+impl<K, F, S, Q: KeyedLimiter, C, M: sealed::Settles> RateLimitLayer<ByKey<K, F, S, Q>, C, M> {
     /// Settles each request's charge on its key from its response, as
     /// [`settle`](RateLimitLayer::settle) does over a [`RateLimiter`]: once the inner
     /// service answers `Ok(response)`, the request's [`KeyedPermit`](crate::limiter::KeyedPermit) is
@@ -322,7 +317,9 @@ where
     /// untouched. An `Err` from the inner service, or a response future dropped before the
     /// answer, keeps the charge.
     ///
-    /// For a keyed layer over a [`KeyedRateLimiter`], shaping or enforcing. As over a
+    /// For a keyed layer over a several-limit [`KeyedRateLimiter`], shaping or enforcing, or
+    /// over a several-limit `RedisKeyedRateLimiter` (feature `redis`, settled in Redis in the
+    /// background). As over a
     /// [`RateLimiter`], an announcing layer ([`headers`](RateLimitLayer::headers)) does
     /// not settle, and the two do not combine (neither order compiles).
     ///
@@ -398,9 +395,10 @@ where
     pub fn settle<Resp, G>(
         self,
         settle: G,
-    ) -> RateLimitLayer<KeyedMulti<K, F, S, N>, C, M, SettleFrom<G>>
+    ) -> RateLimitLayer<ByKey<K, F, S, Q>, C, M, SettleFrom<G>>
     where
-        G: Fn(&Resp) -> [u64; N] + Clone,
+        G: Fn(&Resp) -> Q::Cost + Clone,
+        SettleFrom<G>: Answered<Resp, Q::Grant>,
     {
         RateLimitLayer {
             limiter: self.limiter,
