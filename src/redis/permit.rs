@@ -28,13 +28,16 @@ pub struct RedisStreamPermit {
 
 impl fmt::Debug for RedisStreamPermit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisStreamPermit")
-            .field(
-                "in_flight",
-                &(self.acquire.is_some() || self.check.is_some()),
-            )
-            .finish()
+        let in_flight = self.acquire.is_some() || self.check.is_some();
+        debug_permit(f, "RedisStreamPermit", in_flight)
     }
+}
+
+/// What a permit shows: whether a round trip of it is in flight.
+fn debug_permit(f: &mut fmt::Formatter<'_>, name: &str, in_flight: bool) -> fmt::Result {
+    f.debug_struct(name)
+        .field("in_flight", &in_flight)
+        .finish_non_exhaustive()
 }
 
 /// Polls the request in flight in `slot`, starting it with `start` if there is none, and
@@ -116,9 +119,7 @@ impl<K> Unpin for RedisKeyPermit<K> {}
 
 impl<K> fmt::Debug for RedisKeyPermit<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisKeyPermit")
-            .field("in_flight", &self.acquire.is_some())
-            .finish_non_exhaustive()
+        debug_permit(f, "RedisKeyPermit", self.acquire.is_some())
     }
 }
 
@@ -260,12 +261,8 @@ impl<const N: usize> Unpin for RedisSeveralPermit<N> {}
 
 impl<const N: usize> fmt::Debug for RedisSeveralPermit<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisSeveralPermit")
-            .field(
-                "in_flight",
-                &(self.acquire.is_some() || self.check.is_some()),
-            )
-            .finish_non_exhaustive()
+        let in_flight = self.acquire.is_some() || self.check.is_some();
+        debug_permit(f, "RedisSeveralPermit", in_flight)
     }
 }
 

@@ -211,6 +211,16 @@ impl<Q, C, M, A> RateLimitLayer<Q, C, M, A> {
             answered: self.answered,
         }
     }
+
+    /// The same layer, doing `answered` with each answer.
+    fn answering<A2>(self, answered: A2) -> RateLimitLayer<Q, C, M, A2> {
+        RateLimitLayer {
+            limiter: self.limiter,
+            cost: self.cost,
+            mode: self.mode,
+            answered,
+        }
+    }
 }
 
 mod sealed {
@@ -297,12 +307,7 @@ impl<Q: Limiter, C, M: sealed::Settles> RateLimitLayer<Q, C, M> {
         F: Fn(&Resp) -> Q::Cost + Clone,
         SettleFrom<F>: Answered<Resp, Q::Grant>,
     {
-        RateLimitLayer {
-            limiter: self.limiter,
-            cost: self.cost,
-            mode: self.mode,
-            answered: SettleFrom { settle },
-        }
+        self.answering(SettleFrom { settle })
     }
 }
 
@@ -400,12 +405,7 @@ impl<K, F, S, Q: KeyedLimiter, C, M: sealed::Settles> RateLimitLayer<ByKey<K, F,
         G: Fn(&Resp) -> Q::Cost + Clone,
         SettleFrom<G>: Answered<Resp, Q::Grant>,
     {
-        RateLimitLayer {
-            limiter: self.limiter,
-            cost: self.cost,
-            mode: self.mode,
-            answered: SettleFrom { settle },
-        }
+        self.answering(SettleFrom { settle })
     }
 }
 
