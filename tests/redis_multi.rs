@@ -1391,7 +1391,7 @@ fn assert_fifty_ms_apart(out: &[(u32, Duration)], n: u32) {
 }
 
 /// The several-limit limiters are `Limiter`s and `KeyedLimiter`s as the one-limit ones are: a
-/// shaping stream, an enforcing stream and a keyed stream draw on every limit in Redis.
+/// shaping stream, an enforcing stream, a keyed stream and a sink draw on every limit in Redis.
 async fn streams_draw_on_every_limit() {
     use futures_util::StreamExt;
     use paced::{Enforcing, PaceExt, Shaping};
@@ -1453,6 +1453,22 @@ async fn streams_draw_on_every_limit() {
     // last items at 150 ms).
     let last = out.iter().map(|&(_, _, at)| at).max().unwrap();
     assert!(last < Duration::from_millis(290), "{last:?}");
+
+    // A sink: each item is handed on once every limit has room.
+    use futures_util::SinkExt;
+    use paced::PaceSinkExt;
+    let into = fifty_ms_apart(&server.url(), "sink");
+    let (tx, rx) = futures_channel::mpsc::unbounded::<u32>();
+    let mut sink = Box::pin(tx.throttle_with(&into, |_| [1, 50]));
+    let start = Instant::now();
+    let received = tokio::spawn(rx.map(move |i| (i, start.elapsed())).collect::<Vec<_>>());
+    for i in 0..5u32 {
+        sink.send(i).await.unwrap();
+    }
+    sink.close().await.unwrap();
+    drop(sink);
+    assert_fifty_ms_apart(&received.await.unwrap(), 5);
+    assert_eq!(into.stats().granted, 5);
 }
 
 on_every_flavor!(
