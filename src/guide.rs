@@ -22,16 +22,17 @@
 //!
 //! # Every handle, every operation
 //!
-//! The same operation has the same name and shape on every handle. Each handle holds one limit
-//! or several: with one, `cost` is a `u64` in the limiter's tokens; with several
-//! ([below](#several-limits-at-once)), it is a `[u64; N]`, one amount per dimension, a grant
-//! returns a permit to `settle`, `available` answers one amount per dimension, and
-//! `set_limit(index, limit)` changes one limit. The type's name and the verbs stay. Keys are
-//! passed by reference (`&Q` where `K: Borrow<Q>`, so `&str` for `String` keys), and every
-//! refusal is a [`NotUntil`](crate::NotUntil). The Redis handles
-//! answer through the network, so their verbs are `async` and return a `Result` whose error
-//! says what failed (`paced::redis::RedisLimiterError`; `TryAcquireError` for `try_acquire`
-//! and `acquire_timeout`, which tells a refusal, with its `NotUntil`, from a failure).
+//! The same operation has the same name and shape on every handle. A handle holds one limit or
+//! several. With one, `cost` is a `u64` in the limiter's tokens. With several
+//! ([below](#several-limits-at-once)), `cost` is a `[u64; N]`, one amount per dimension. A
+//! grant then returns a permit to `settle`, `available` answers one amount per dimension, and
+//! `set_limit(index, limit)` changes one limit. The type's name and the verbs stay the same.
+//!
+//! Keys are passed by reference (`&Q` where `K: Borrow<Q>`, so `&str` for `String` keys).
+//! Every refusal is a [`NotUntil`](crate::NotUntil). The Redis handles answer through the
+//! network, so their verbs are `async` and return a `Result`. Its error says what failed:
+//! `paced::redis::RedisLimiterError`, or `TryAcquireError` for `try_acquire` and
+//! `acquire_timeout`, which tells a refusal (with its `NotUntil`) from a failure.
 //!
 //! | operation | `RateLimiter` | `Stagger` | `KeyedRateLimiter` | `Adaptive` | `RedisRateLimiter` | `RedisKeyedRateLimiter` |
 //! |---|---|---|---|---|---|---|
@@ -43,28 +44,28 @@
 //! | counters | `stats() -> Stats` | `stats() -> Stats` | `stats() -> Stats` | `stats() -> AdaptiveStats` | `stats() -> RedisStats` | `stats() -> RedisStats` |
 //! | metrics | `with_metrics(name)` | `with_metrics(name)` | `with_metrics(name)` | `with_metrics(name)` | builder's `with_metrics(name)` | builder's `with_metrics(name)` |
 //!
-//! - **Changing a limit keeps the level**: the tokens in the bucket stay (capped at a lower
+//! - **Changing a limit keeps the level.** The tokens in the bucket stay (capped at a lower
 //!   burst), so a change never hands out a fresh burst. A `try_` form returns the
-//!   [`ConfigError`](crate::ConfigError) that the plain form panics with; on Redis an invalid
+//!   [`ConfigError`](crate::ConfigError) that the plain form panics with. On Redis an invalid
 //!   limit is the error's `Config` case.
 //! - **Streams, sinks and tower layers** draw on every `RateLimiter`, `Stagger`,
-//!   `KeyedRateLimiter` and Redis handle, one limit or several: `throttle_with` and
+//!   `KeyedRateLimiter` and Redis handle, with one limit or several. Use `throttle_with` and
 //!   `RateLimitLayer::new` on a handle without keys, `throttle_by_key` and
 //!   `RateLimitLayer::keyed` on a keyed one. Over several limits, the layer's `settle` corrects
 //!   each request's charge from its answer.
-//! - **Naming metrics twice**: the last name given wins; every clone of a handle records under
+//! - **Naming metrics twice.** The last name wins, and every clone of the handle records under
 //!   it.
-//! - **Panics** are for programmer errors only, each named in the method's `# Panics`, and their
-//!   messages start with the method's path (`RateLimiter::new: ...`).
-//! - **Counters**: `granted` and `rejected` count this limiter's own grants and refusals;
-//!   `Adaptive`'s `successes` and `throttled` count the answers you reported (a server's
-//!   refusal is *throttled*, the limiter's own is *rejected*).
+//! - **Panics** are for programmer errors only. Each is named in the method's `# Panics`, and
+//!   its message starts with the method's path (`RateLimiter::new: ...`).
+//! - **Counters.** `granted` and `rejected` count the limiter's own grants and refusals.
+//!   `Adaptive`'s `successes` and `throttled` count the answers you reported. A server's
+//!   refusal is *throttled*; the limiter's own is *rejected*.
 //!
 //! # Testing your code with paused time
 //!
-//! All timing uses [`tokio::time::Instant`] and [`tokio::time::Sleep`], so under paused time a
+//! All timing uses [`tokio::time::Instant`] and [`tokio::time::Sleep`]. Under paused time a
 //! test runs instantly and sees the exact schedule. Write your test as
-//! `#[tokio::test(start_paused = true)] async fn ...`; the examples here use the same runtime
+//! `#[tokio::test(start_paused = true)] async fn ...`. The examples here use the same runtime
 //! through `#[tokio::main(flavor = "current_thread", start_paused = true)]`:
 //!
 //! ```
@@ -88,12 +89,12 @@
 //!
 //! - Only a `current_thread` runtime can be paused (`#[tokio::test]` builds one by default).
 //! - An adapter that waits arms exactly one timer; an idle adapter arms none. So auto-advance
-//!   jumps straight to the next deadline, and a stream that waits "forever" (a cost of
+//!   jumps straight to the next deadline. A stream that waits "forever" (a cost of
 //!   `u64::MAX`, `min_interval(Duration::MAX)`) never hangs a test wrapped in
 //!   [`tokio::time::timeout`].
 //! - Whole-millisecond schedules come out exact. tokio's timer rounds a deadline up to its
 //!   1 ms tick, so a fractional deadline (333.33 ms) shows up at the next millisecond
-//!   (334 ms); `tokio::time::advance` moves the clock exactly, off the tick grid:
+//!   (334 ms). `tokio::time::advance` moves the clock exactly, off the tick grid:
 //!
 //! ```
 //! use std::time::Duration;
@@ -112,14 +113,14 @@
 //! ```
 //!
 //! The shared limiters, the keyed limiter, the Sink adapters, the tower layer and [`Adaptive`]
-//! read the same clock, so all of them can be tested this way. [`RedisRateLimiter`] decides on
+//! read the same clock, so you can test all of them this way. [`RedisRateLimiter`] decides on
 //! Redis's clock, which paused time does not move.
 //!
 //! # The operators in depth
 //!
 //! [`PaceExt`] adds the operators to every [`Stream`](futures_core::Stream). Each adapter holds
-//! at most one upstream item (`batched_interval`: one batch), pulls the next one only when it
-//! has emitted the last, and arms its timer only while an item waits. Building one needs no
+//! at most one upstream item (`batched_interval`: one batch). It pulls the next item only after
+//! it emitted the last, and arms its timer only while an item waits. Building one needs no
 //! runtime; polling it needs tokio's timer.
 //!
 //! Timelines (items ready at 0 ms unless shown):
@@ -142,22 +143,23 @@
 //!   0s: ● ●   1s: ● ●   2s: ●
 //! ```
 //!
-//! **`throttle(rate, cost, burst, mode)`** is a token bucket: it holds at most `burst`
-//! tokens, starts full and refills at `rate`; an item costs `cost(&item)` tokens. The cost
-//! emitted in any window `[t, t + w]` is at most `burst + w × rate`, so `burst` is the most
-//! that leaves at one instant. Tokens are charged when an item is *emitted*, not when it is
-//! pulled from upstream. The [`Rate`] is an exact fraction (3 per second is one token every
-//! 333,333,333⅓ ns, with no drift), reduced to lowest terms, ordered by how fast it flows, and
-//! its constructors are `const fn`s, so a rate written in the code can be a `const`.
+//! **`throttle(rate, cost, burst, mode)`** is a token bucket. It holds at most `burst` tokens,
+//! starts full and refills at `rate`. An item costs `cost(&item)` tokens. The cost emitted in
+//! any window `[t, t + w]` is at most `burst + w × rate`, so at most `burst` leaves at one
+//! instant. Tokens are charged when an item is *emitted*, not when it is pulled from upstream.
+//!
+//! A [`Rate`] is an exact fraction: 3 per second is one token every 333,333,333⅓ ns, with no
+//! drift. It is reduced to lowest terms and ordered by how fast it flows. Its constructors are
+//! `const fn`s, so a rate in your code can be a `const`.
 //!
 //! - [`Shaping`] delays an item until its tokens are there. An item that costs more than the
-//!   whole bucket waits until the bucket is full and the rest of its cost has flowed in, then
-//!   leaves the bucket empty (Akka Streams' rule): it is never stuck.
-//! - [`Enforcing`] never delays: the stream yields `Result<T, RateExceeded<T>>`, and a
-//!   non-conforming item comes back at once in a [`RateExceeded`], with the item
+//!   whole bucket waits until the bucket is full and the rest of its cost has flowed in. It
+//!   then leaves the bucket empty (Akka Streams' rule), so it is never stuck.
+//! - [`Enforcing`] never delays. The stream yields `Result<T, RateExceeded<T>>`. An item that
+//!   does not conform comes back at once in a [`RateExceeded`], with the item
 //!   ([`into_inner`](crate::stream::RateExceeded::into_inner)) and its [`NotUntil`]
-//!   ([`not_until`](crate::stream::RateExceeded::not_until)). A refused item takes no tokens. An
-//!   item dearer than `burst` never conforms: [`NotUntil::is_never`] is true.
+//!   ([`not_until`](crate::stream::RateExceeded::not_until)). A refused item takes no tokens.
+//!   An item dearer than `burst` never conforms: [`NotUntil::is_never`] is true.
 //!
 //! ```
 //! use std::time::Duration;
@@ -179,13 +181,17 @@
 //! # }
 //! ```
 //!
-//! **`min_interval(d)`** keeps consecutive items at least `d` apart, counted from the previous
-//! item's emission as read from the clock, not from a timer tick: a late timer can only make
-//! gaps longer. **`batched_interval(n, d)`** emits batches of `1..=n` items at least `d` apart;
-//! a batch leaves at the first moment allowed with everything that has arrived, never empty,
-//! and one wake-up releases a whole batch, which is how to go beyond the 1,000 wake-ups per
-//! second of tokio's timer. **`staggered_start(k, period)`** lets at most `k` items through in
-//! any window of `period`: item `i` leaves no earlier than item `i - k` plus `period`.
+//! **`min_interval(d)`** keeps consecutive items at least `d` apart. The gap counts from the
+//! previous item's emission as read from the clock, not from a timer tick, so a late timer can
+//! only make gaps longer.
+//!
+//! **`batched_interval(n, d)`** emits batches of `1..=n` items at least `d` apart. A batch
+//! leaves at the first allowed moment with everything that has arrived, and is never empty.
+//! One wake-up releases a whole batch: use it to go beyond the 1,000 wake-ups per second of
+//! tokio's timer.
+//!
+//! **`staggered_start(k, period)`** lets at most `k` items through in any window of `period`.
+//! Item `i` leaves no earlier than item `i - k` plus `period`.
 //!
 //! Operators compose, and every adapter gives its stream back with `get_ref`, `get_mut`,
 //! `get_pin_mut` and `into_inner`:
@@ -224,31 +230,32 @@
 //! ```
 //!
 //! **On time, by default.** tokio's `Sleep` wakes up to two ticks after its deadline. A bucket
-//! with spare tokens for 3 ms absorbs that, and its waits sleep on the tick. A wait that a late
-//! wake-up would cost rate (burst 1, `min_interval`, the head of a shared limiter at burst 1)
-//! ends on time instead: on Linux, paced's timer thread (one per process, started on the first
-//! such wait) wakes the task shortly before its time, and the task yields for the last stretch,
-//! as long as recent wake-ups were late (at most 200 µs). So
-//! `throttle(Rate::per_second(500), |_| 1, 1, Shaping)` delivers about 500 a second (0.95 to
-//! 0.99 of it on the test VM, against 0.65 on the tick), at less CPU per item than governor's
-//! timer thread on average (figures in BENCHMARKS.md). An idle adapter holds nothing of it,
-//! and the thread sleeps while no wait needs it. An item never leaves early: the thread only
-//! wakes the task, and a read of tokio's clock lets the item go. Under paused time nothing
-//! changes (the thread counts real time, which a paused test does not move): every wait is a
-//! `Sleep` and the schedule is exact. It needs nothing of the runtime (no IO driver) and
+//! with spare tokens for 3 ms absorbs that, and its waits sleep on the tick. Some waits would
+//! lose rate to a late wake-up: burst 1, `min_interval`, the head of a shared limiter at burst
+//! 1. On Linux these end on time. paced's timer thread wakes the task shortly before its time,
+//! and the task yields for the last stretch (at most 200 µs, and only while recent wake-ups were
+//! late). There is one such thread per process, started on the first such wait.
+//!
+//! So `throttle(Rate::per_second(500), |_| 1, 1, Shaping)` delivers about 500 a second: 0.95 to
+//! 0.99 of it on the test VM, against 0.65 on the tick. It costs less CPU per item than
+//! governor's timer thread on average (figures in BENCHMARKS.md). An idle adapter holds
+//! nothing of the thread, and the thread sleeps while no wait needs it. An item never leaves
+//! early: the thread only wakes the task, and a read of tokio's clock lets the item go. Under
+//! paused time nothing changes, because the thread counts real time: every wait is a `Sleep`
+//! and the schedule is exact. The thread needs nothing of the runtime (no IO driver) and
 //! nothing but the standard library.
 //!
-//! Where there is no such timer the waits sleep on the tick, as tokio-stream's do: on other
-//! systems, and if the thread cannot be started.
+//! Where there is no such timer, the waits sleep on the tick, as tokio-stream's do. That is the
+//! case on other systems, and if the thread cannot be started.
 //!
 //! **`precise()`.** `throttle(..)` with [`Shaping`] and `min_interval(d)` accept
-//! [`.precise()`](crate::stream::Throttle::precise): every wait then ends on time, whatever the
-//! bucket absorbs, and where there is no high-resolution timer the timer sleeps only until two
-//! ticks before an item's time and the rest of the wait is spent yielding to the scheduler and
-//! reading the clock again, so an item leaves within microseconds of its time there too. While
-//! an item is that close to its time the task stays busy: at sub-millisecond rates that is most
-//! of a core. Under paused time the clock does not move across a yield, so the wait falls back
-//! to the timer and the schedule is exactly that of the plain operator.
+//! [`.precise()`](crate::stream::Throttle::precise). Every wait then ends on time, whatever the
+//! bucket absorbs. Without a high-resolution timer, the timer sleeps until two ticks before
+//! the item's time, and the task spends the rest yielding and reading the clock. The item
+//! leaves within microseconds of its time there too. While an item is that close to its time
+//! the task stays busy: at sub-millisecond rates that is most of a core. Under paused time the
+//! clock does not move across a yield, so the wait falls back to the timer, and the schedule
+//! is exactly that of the plain operator.
 //!
 //! The adapter types are in [`paced::stream`](crate::stream), with the [`ThrottleMode`] trait
 //! that [`Shaping`] and [`Enforcing`] implement.
@@ -594,12 +601,12 @@
 //!
 //! # Per-key limits
 //!
-//! Real quotas are per destination. An SMS router reads one stream of messages and sends each
-//! through one of several providers, each with its own messages-per-second limit; a Kafka
-//! consumer fans events out to many tenants' APIs, each with its own quota.
-//! [`KeyedRateLimiter`] keeps one token bucket and one FIFO queue per key, shared by handle
-//! like [`RateLimiter`], and [`throttle_by_key`](crate::PaceExt::throttle_by_key) paces one
-//! stream by it without letting a slow key hold up the others:
+//! Real quotas are per destination. An SMS router sends each message through one of several
+//! providers, each with its own messages-per-second limit. A Kafka consumer fans events out to
+//! many tenants' APIs, each with its own quota. [`KeyedRateLimiter`] keeps one token bucket
+//! and one FIFO queue per key, shared by handle like [`RateLimiter`].
+//! [`throttle_by_key`](crate::PaceExt::throttle_by_key) paces one stream by it, and a slow key
+//! does not hold up the others:
 //!
 //! ```
 //! use futures_util::StreamExt;
@@ -640,42 +647,35 @@
 //! ```
 //!
 //! - **Per key, what `RateLimiter` promises.** In any window `[t, t + w]` a key is granted at
-//!   most `burst + w × rate` of its own limit, its requests are served in arrival order, a cost
-//!   above the burst pays its debt, a cost of 0 passes, a dropped waiter has taken nothing.
+//!   most `burst + w × rate` of its own limit. Its requests are served in arrival order. A cost
+//!   above the burst pays its debt, a cost of 0 passes, and a dropped waiter has taken nothing.
 //!   [`set_limit`](crate::KeyedRateLimiter::set_limit) and
-//!   [`clear_limit`](crate::KeyedRateLimiter::clear_limit) change one key's limit at once, also for
-//!   its waiters, keeping its level.
+//!   [`clear_limit`](crate::KeyedRateLimiter::clear_limit) change one key's limit at once,
+//!   also for its waiters, and keep its level.
 //! - **No head-of-line blocking.** `throttle_by_key(limiter, key, cost, capacity)` holds up to
-//!   `capacity` items, in a queue per key; an item whose key has tokens leaves at once while
-//!   other keys' items wait, each key's items leave in their upstream order, and a held item
-//!   leaves when its key allows (plus tokio's 1 ms tick), never later because of another key.
-//!   With `capacity` items held it pulls nothing more from upstream: that is the backpressure,
-//!   and the memory bound. The oldest held item of each key waits in its key's queue as any
-//!   other waiter does, behind the key's other users, and is woken when its turn comes; the
-//!   items behind it wait in the adapter. `capacity == 0` panics.
+//!   `capacity` items. An item whose key has tokens leaves at once while other keys' items
+//!   wait. Each key's items leave in their upstream order. A held item leaves when its key
+//!   allows (plus tokio's 1 ms tick), never later because of another key. With `capacity`
+//!   items held, it pulls nothing more from upstream: that is the backpressure and the memory
+//!   bound. Each key's oldest held item waits its turn behind the key's other users.
+//!   `capacity == 0` panics.
 //! - **Shared.** Several streams and tasks on one `KeyedRateLimiter` share each key's quota
 //!   (one provider account used by every partition), FIFO per key.
-//! - **Borrowed keys.** Every method that takes a key by reference takes any borrowed form of
-//!   it: a `KeyedRateLimiter<String>` is asked with a `&str`, and a key that has state is found
-//!   without allocating. Keys are hashed with std's `RandomState` unless you give another
-//!   `BuildHasher` to [`with_hasher`](crate::KeyedRateLimiter::with_hasher).
+//! - **Borrowed keys.** Methods take any borrowed form of the key: ask a
+//!   `KeyedRateLimiter<String>` with a `&str`. Finding a key does not allocate. Keys are hashed
+//!   with std's `RandomState` unless you give another `BuildHasher` to
+//!   [`with_hasher`](crate::KeyedRateLimiter::with_hasher).
 //! - **Memory follows the keys in use.** A key whose bucket is full again and that nobody waits
-//!   for is indistinguishable from a key never seen, so it is forgotten without any call from
-//!   you, and never before: [`tracked_keys()`](crate::KeyedRateLimiter::tracked_keys) counts
-//!   exactly the keys that are not full or have waiters. A million keys touched once hold no
-//!   memory one refill period later: the first operation after that forgets them all. Under a
-//!   steady load the table forgets full keys as it goes and before it would grow, and shrinks
-//!   only below an eighth full, so it does not move back and forth. (governor's keyed limiter
-//!   keeps every key until you call `retain_recent()`.) Per-key limits are configuration and
-//!   are kept.
-//! - **Per key, a word.** While nobody waits on a key and its limit is the default, its whole
-//!   state is one `u64` beside the key in the table (16 bytes a slot for `u64` keys: as much
-//!   heap per key as governor's); a key that waits, or has a limit of its own, also has a queue.
-//! - **The locks.** The keys are spread over a few shards (four per core, 4 to 64), each behind
-//!   its own short mutex. A key is hashed once per call before any mutex is taken; the table
-//!   hashes the keys it holds again only when it grows or shrinks (it keeps keys, not hashes,
-//!   to save 8 bytes a key). The key's `Eq` runs under the mutex, in a look-up made before
-//!   anything changes, so a panicking `Eq` leaves the table consistent.
+//!   for is the same as a key never seen. So it is forgotten without any call from you, and
+//!   never before. [`tracked_keys()`](crate::KeyedRateLimiter::tracked_keys) counts exactly the
+//!   keys that are not full or have waiters. A million keys touched once hold no memory one
+//!   refill period later: the first operation after that forgets them all. Under a steady load
+//!   full keys are forgotten as the table goes, and it does not grow and shrink back and forth.
+//!   (governor's keyed limiter keeps every key until you call `retain_recent()`.) Per-key
+//!   limits are configuration and are kept.
+//! - **Small.** An idle key under the default limit takes 16 bytes for `u64` keys, as much
+//!   heap per key as governor's. [The design](#the-design) says how the table is laid out and
+//!   locked.
 //!
 //! ```
 //! use paced::{KeyedRateLimiter, Rate};
@@ -696,11 +696,10 @@
 //!
 //! # Across machines (Redis)
 //!
-//! A Kafka consumer group runs on many machines, and the partner API or SMS provider it calls
-//! allows N requests per second for the whole account. With the `redis` feature,
-//! [`RedisRateLimiter`] keeps one token bucket in Redis under a key you name, and every
-//! process that names the key shares it. Its builder, [`FailurePolicy`], errors and counters
-//! are in [`paced::redis`][redis].
+//! A Kafka consumer group runs on many machines. The partner API it calls allows N requests
+//! per second for the whole account. With the `redis` feature, [`RedisRateLimiter`] keeps one
+//! token bucket in Redis under a key you name. Every process that names the key shares it. Its
+//! builder, [`FailurePolicy`], errors and counters are in [`paced::redis`][redis].
 //!
 //! ```no_run
 //! # #[cfg(feature = "redis")]
@@ -725,102 +724,94 @@
 //! }
 //! ```
 //!
-//! - **Same bucket, Redis's clock.** The bucket is the same GCRA as [`RateLimiter`] (rate,
-//!   burst, a cost per acquisition, a cost above the burst pays its debt), evaluated atomically
-//!   by one Lua script (`EVALSHA`, loaded once and again after `NOSCRIPT`) on Redis's `TIME`,
-//!   so the clients' clocks do not matter. A request is one `TIME`, one `GET` and at most one
-//!   write; numbers go to the script and rest in Redis as binary doubles (Lua's `struct`
-//!   library), since parsing and printing decimals was most of the script's own cost, after a
-//!   byte that names the state's format ([upgrading a fleet](#upgrading-a-fleet)). The key
-//!   expires once the bucket is full: idle quotas vanish.
-//! - **The bound, to within a round trip.** Four processes sharing one key at 200/s, burst 20,
-//!   for 3 s keep `burst + w × rate` in every window of their merged timeline, counting one
-//!   round trip of slack, and use the quota to within 2 % (`tests/redis.rs`).
-//! - **Waiting is a reservation** (as Go's `rate.Limiter.Wait`): a request that cannot go at
-//!   once is charged in Redis at once and told how long to wait, so each acquisition is one
-//!   round trip, waiters are served in the order their requests reached Redis, and a large
-//!   request is not starved by small ones. A waiter dropped before its turn gives its tokens
-//!   back with the key's next round trip or, once nothing uses the key, in the background,
-//!   whichever comes first.
-//! - **Released at the instant Redis charged.** Each grant carries the Redis instant it was
-//!   charged for. A reservation sleeps out its wait on a tokio timer of its own, then lets this
-//!   process's grants of the key for earlier instants go first; it also waits for the answers
-//!   to requests sent before it, but no longer. So on every runtime flavor and worker count a
-//!   process releases its grants at the instants Redis charged them, in Redis's order: never
-//!   earlier, late by at most a round trip and tokio's tick. Tasks reach the connection and
-//!   read their replies in any order on a multi-thread runtime; the instant does not depend on
-//!   that. Redis waiters do not queue in the in-process waiter engine.
-//! - **Tokens given back while grants wait.** A grant charged for a later instant cannot move:
-//!   its process sleeps until then. Tokens given back meanwhile (a `settle` below the charge,
-//!   an unused lease, a waiter that went away) could let a new request go at that same instant
-//!   and break the bound. So they are held back: a bucket takes them back at the latest waiting
-//!   grant's instant, and only as many as it would hold beside the waiting grants (a burst
-//!   minus the most a waiting grant found in it). The rest is lost, as a full bucket loses its
-//!   refill. `RedisRateLimiter<[u64; N]>` keeps that room in Redis; the one-limit script, which has
-//!   no room for it in its format, takes back nothing while grants wait, except the last
-//!   grant's own tokens, which come back whole. In process, tokens given back reach the
-//!   waiters at once instead: there the waiters' instants are not fixed yet.
+//! - **Same bucket, Redis's clock.** The bucket works as in [`RateLimiter`]: rate, burst, a
+//!   cost per acquisition, and a cost above the burst pays its debt. Redis decides atomically,
+//!   on its own clock, so the clients' clocks do not matter. A request is one round trip. The
+//!   key expires once the bucket is full, so idle quotas vanish.
+//! - **The bound, to within a round trip.** Four processes share one key at 200/s, burst 20,
+//!   for 3 s. They keep `burst + w × rate` in every window of their merged timeline, counting
+//!   one round trip of slack, and use the quota to within 2 % (`tests/redis.rs`).
+//! - **Waiting is a reservation** (as Go's `rate.Limiter.Wait`). A request that cannot go at
+//!   once is charged in Redis at once and told how long to wait. So each acquisition is one
+//!   round trip, waiters are served in the order their requests reached Redis, and small
+//!   requests do not starve a large one. A waiter dropped before its turn gives its tokens back.
+//!   They return with the key's next round trip or, once nothing uses the key, in the
+//!   background, whichever comes first.
+//! - **Released at the instant Redis charged.** On every runtime flavor and worker count, a
+//!   process releases its grants at the instants Redis charged them, in Redis's order. A grant
+//!   is never early, and late by at most a round trip and tokio's tick.
+//! - **Tokens given back while grants wait.** A grant charged for a later instant cannot move.
+//!   Tokens given back meanwhile (a `settle` below the charge, an unused lease, a waiter that
+//!   went away) could let a new request go at that same instant and break the bound. So a
+//!   bucket takes them back only at the latest waiting grant's instant, and only as many as fit
+//!   beside the waiting grants (a burst minus the most a waiting grant found in it). The rest is
+//!   lost, as a full bucket loses its refill. The one-limit `RedisRateLimiter` takes back
+//!   nothing while grants wait, except the last grant's own tokens, which come back whole.
+//!   `RedisRateLimiter<[u64; N]>` does take them back as described. In process, tokens given
+//!   back reach the waiters at once.
 //! - **One limit for the fleet, changed at run time.** `set_limit(rate, burst)` stores a new
-//!   limit in Redis beside the bucket, so every process's next request obeys it (the level is
-//!   kept, in tokens); `clear_limit()` gives back the limit the quota was built with.
-//!   `acquire_timeout(cost, timeout)` refuses, uncharged, a request that would wait too long.
+//!   limit in Redis, and every process's next request obeys it. The level is kept, in tokens.
+//!   `clear_limit()` restores the limit the quota was built with. `acquire_timeout(cost,
+//!   timeout)` refuses, uncharged, a request that would wait too long.
 //! - **Leases** (`.lease(m, max_age)`) take up to `m` tokens per round trip and spend them
-//!   locally; unspent ones are given back after `max_age` or when the limiter is dropped. They
-//!   cut round trips per 1,000 grants more than tenfold; the bound then holds to within
+//!   locally. Unspent tokens go back after `max_age` or when the limiter is dropped. Leases cut
+//!   round trips per 1,000 grants more than tenfold. The price: the bound holds to within
 //!   `max_age` of refill, and a process waits for a whole lease rather than one token.
-//! - **Faults** follow the policy you choose. `FailClosed { max_backoff, deadline }` grants
-//!   nothing without Redis: it retries with capped exponential backoff, `acquire` returns
-//!   `RedisLimiterError::Unavailable` after the deadline, and a shaping stream holds its item and
-//!   waits (nothing lost). The quota is never exceeded; the price is a stall.
-//!   `FailOpen { share }` keeps going: each process falls back to a local limiter at `share` of
-//!   the rate and burst and tries Redis again every second. Nothing stalls; the price is that
-//!   with `n` processes the total can reach `n × share` of the quota during the outage. A
-//!   request waiting on the fallback asks Redis again each time the fallback's second in
-//!   charge ends, keeping its place on the fallback (a cost dearer than a second of the
-//!   fallback's refill is granted as debt, as in process), and leaves it once Redis answers:
-//!   nobody is granted by a fallback long after Redis is back. (A fallback is in charge for a
-//!   second after the last failed round trip; the connection is tried again at a backoff of
-//!   up to 500 ms, so it can stay in charge up to about 1.75 s after Redis is back.) The
-//!   connection reconnects by itself, nothing panics, and no stream item is lost or
-//!   duplicated: the tests kill Redis mid-run and restart it a second later under both
-//!   policies, and a stress test (`tests/redis_fleet_stress.rs`: 4 processes of 8 workers and
-//!   64 tasks each on a two-limit quota, settling up and down) checks every bound on the
-//!   merged timeline across a `kill -9`.
+//! - **Faults** follow the policy you choose:
+//!   - `FailClosed { max_backoff, deadline }` grants nothing without Redis. It retries with
+//!     capped exponential backoff. `acquire` returns `RedisLimiterError::Unavailable` after the
+//!     deadline. A shaping stream holds its item and waits, so nothing is lost. The quota is
+//!     never exceeded; the price is a stall.
+//!   - `FailOpen { share }` keeps going. Each process falls back to a local limiter at `share`
+//!     of the rate and burst, and tries Redis again every second. Nothing stalls; the price is
+//!     that `n` processes can reach `n × share` of the quota during the outage. A request
+//!     waiting on the fallback keeps its place there and asks Redis again every second. Once
+//!     Redis answers, it leaves the fallback. A cost dearer than a second of the fallback's
+//!     refill is granted as debt, as in process. A fallback stays in charge for a second after
+//!     the last failed round trip, and the connection is retried at a backoff of up to 500 ms.
+//!     So it can stay in charge up to about 1.75 s after Redis is back.
+//!
+//!   The connection reconnects by itself, nothing panics, and no stream item is lost or
+//!   duplicated. The tests kill Redis mid-run and restart it a second later under both
+//!   policies. A stress test (`tests/redis_fleet_stress.rs`: 4 processes of 8 workers and 64
+//!   tasks each on a two-limit quota, settling up and down) checks every bound on the merged
+//!   timeline across a `kill -9`.
 //! - **A Redis that loses its data** (no persistence, or a failover that loses the last
-//!   writes) forgets the reservations it had scheduled. Until they fall due, new grants come on
-//!   top of them: across such a loss the fleet may exceed the bound by what was reserved and
-//!   not yet due, plus a burst (the lost bucket comes back full). Run Redis with an
-//!   append-only file (`appendonly yes`, `appendfsync always` or `everysec`) where that
-//!   matters; the stress test keeps its bound across a `kill -9` with `appendfsync always`.
+//!   writes) forgets the reservations it had scheduled. New grants then come on top of them.
+//!   Across such a loss the fleet may exceed the bound by what was reserved and not yet due,
+//!   plus a burst (the lost bucket comes back full). Where that matters, run Redis with an
+//!   append-only file (`appendonly yes`, `appendfsync always` or `everysec`). The stress test
+//!   keeps its bound across a `kill -9` with `appendfsync always`.
 //! - The feature needs Rust 1.88 (the `redis` crate's minimum); the default build needs 1.85.
 //!
-//! A [`RedisRateLimiter`] is a [`RedisKeyedRateLimiter`] with one key (whose Redis key is the
-//! name you give): both acquire, lease, fall back, back off and take turns through one
-//! implementation, and are built by one builder with the same options.
+//! A [`RedisRateLimiter`] is a [`RedisKeyedRateLimiter`] with one key, the name you give. Both
+//! share one builder, the same options and the same behaviour.
 //!
 //! **Several limits across the fleet.** `RedisRateLimiter::dimensions(url, name, names)`
-//! builds a `RedisRateLimiter<[u64; N]>`: the limits of a `RateLimiter<[u64; N]>` (buckets
-//! and fixed windows), kept in one Redis key and charged by one script call, all or nothing.
-//! A grant returns a `RedisPermit` to `settle` once the real cost is known.
+//! builds a `RedisRateLimiter<[u64; N]>`. It has the limits of a `RateLimiter<[u64; N]>`
+//! (buckets and fixed windows), kept in one Redis key and charged all or nothing. A grant
+//! returns a `RedisPermit` to `settle` once the real cost is known.
 //! `RedisKeyedRateLimiter::dimensions` does the same per key.
 //!
 //! ## Across a fleet, per key
 //!
-//! When the limit is per tenant, per user or per partner rather than one for the account,
-//! [`RedisKeyedRateLimiter`] keeps one such bucket per key in
-//! Redis, with the same script, reservations, failure policy and reply errors, and
-//! [`KeyedRateLimiter`]'s per-key semantics (borrowed keys: `&str` for `String` keys). A key
-//! `k` under prefix `p` lives in the Redis key `{p:k}` (a Cluster hash tag; `%`, `{`, `}` and
-//! `:` percent-encoded), which expires once its bucket is full again, so idle keys cost
-//! nothing. `set_limit(key, rate, burst)` stores a key's own limit in the same Redis key (which
-//! then has no expiry), so the one read of every request sees it: every process's next request
-//! for the key obeys it, keeping the key's level in tokens.
-//! `try_acquire` never writes on a refusal; `acquire_timeout` refuses, uncharged, a request
-//! that would wait too long. Three processes on two keys keep each key's `burst + w × rate`
-//! to within a round trip (`tests/redis_keyed.rs`), and so do four processes with a thousand
-//! tasks each over 1,000 keys with limits of various sizes, FIFO per key within each process,
-//! a limit lowered by one process obeyed by the others' next requests
-//! (`tests/redis_keyed_fleet.rs`).
+//! When the limit is per tenant, user or partner, [`RedisKeyedRateLimiter`] keeps one such
+//! bucket per key in Redis. It has the same reservations, failure policy and reply errors, and
+//! [`KeyedRateLimiter`]'s per-key semantics (borrowed keys: `&str` for `String` keys).
+//!
+//! - A key `k` under prefix `p` lives in the Redis key `{p:k}`, a Cluster hash tag (`%`, `{`,
+//!   `}` and `:` are percent-encoded). It expires once its bucket is full again, so idle keys
+//!   cost nothing.
+//! - `set_limit(key, rate, burst)` stores a key's own limit in the same Redis key, which then
+//!   has no expiry. Every process's next request for the key obeys it, and the key's level is
+//!   kept in tokens.
+//! - `try_acquire` never writes on a refusal. `acquire_timeout` refuses, uncharged, a request
+//!   that would wait too long.
+//! - Three processes on two keys keep each key's `burst + w × rate` to within a round trip
+//!   (`tests/redis_keyed.rs`). So do four processes with a thousand tasks each over 1,000 keys
+//!   with limits of various sizes (`tests/redis_keyed_fleet.rs`). There each key stays FIFO
+//!   within each process, and a limit lowered by one process is obeyed by the others' next
+//!   requests.
 //!
 //! ```no_run
 //! # #[cfg(feature = "redis")]
@@ -839,14 +830,12 @@
 //! }
 //! ```
 //!
-//! Streams and tower draw on it as on a [`KeyedRateLimiter`]: `throttle_by_key` and
-//! `RateLimitLayer::keyed` take any [`KeyedLimiter`]. A stream's oldest item of each key waits
-//! by the Redis limiter's own `acquire`, one request per key at a time, so each key's items
-//! still leave in upstream order and no key holds up another; a reply error on one key holds
-//! that key's items (retried at a backoff up to 1 s, each failure counted in
-//! `stats().reply_errors` and logged at error level) while the other keys go on. An
-//! enforcing layer refuses with the Redis `try_acquire`'s `NotUntil` (a `429` with
-//! `Retry-After`).
+//! Streams and tower use it as they use a [`KeyedRateLimiter`]: `throttle_by_key` and
+//! `RateLimitLayer::keyed` take any [`KeyedLimiter`]. Each key's items still leave in upstream
+//! order, and no key holds up another. A reply error on one key holds that key's items while
+//! the other keys go on. They are retried at a backoff up to 1 s, and each failure is counted
+//! in `stats().reply_errors` and logged at error level. An enforcing layer refuses with the
+//! Redis `try_acquire`'s `NotUntil` (a `429` with `Retry-After`).
 //!
 //! ```no_run
 //! # #[cfg(feature = "redis")]
@@ -864,40 +853,43 @@
 //!
 //! ### Capacity on paper
 //!
-//! Redis runs scripts on one core per master, so at `c` of Redis CPU per round trip a master
-//! serves `1 s / c` round trips per second: 67 k at 15 µs (10–19 µs measured per round trip on
-//! one server, BENCHMARKS.md), 33 k at the 30 µs measured per master on a local cluster.
-//! Planned at half load, `u = 0.5`, that is 33 k (17 k). A lease of `m` tokens that the process
-//! spends within its age makes each round trip `m` grants (`m × 33 k` grants/s per master); a
-//! key the process does not ask again within the age takes no lease and costs a round trip
-//! per grant. Masters = `N × r × c / (u × m)` for `N` tenants at `r` requests per second:
+//! Redis runs scripts on one core per master. At `c` of Redis CPU per round trip, a master
+//! serves `1 s / c` round trips per second. That is 67 k at 15 µs (10–19 µs measured per round
+//! trip on one server, BENCHMARKS.md), or 33 k at the 30 µs measured per master on a local
+//! cluster. Planned at half load, `u = 0.5`, that is 33 k (17 k). A lease of `m` tokens that
+//! the process spends within its age makes each round trip `m` grants (`m × 33 k` grants/s per
+//! master). A key the process does not ask again within the age takes no lease, and costs a
+//! round trip per grant. For `N` tenants at `r` requests per second, masters =
+//! `N × r × c / (u × m)`:
 //!
 //! - 1 M tenants at 10/s, no lease: `10⁶ × 10/s × 15 µs / 0.5 = 300` masters (600 at 30 µs).
 //! - Kafka records keyed by tenant (each tenant's records go to one consumer) and
 //!   `lease(10, 1 s)`: `10⁷ × 15 µs / (0.5 × 10) = 30` masters (60). The price: a tenant's
-//!   bound loosens by `rate × age`, 10 more deliveries in any window, and a waiting `acquire`
-//!   of a tenant in use waits for a whole lease.
+//!   bound loosens by `rate × age`, 10 more deliveries in any window. A waiting `acquire` of a
+//!   tenant in use waits for a whole lease.
 //! - Records spread over 40 consumers without a key: each sees a tenant at 0.25/s, so no lease
-//!   is reused within 1 s; leave leases off (they would cost nothing more, but bring nothing).
+//!   is reused within 1 s. Leave leases off: they would cost nothing more, but bring nothing.
 //!
 //! ## Redis Cluster
 //!
 //! `RedisRateLimiter::cluster_builder(nodes, name, rate, burst)` and
 //! `RedisKeyedRateLimiter::cluster_builder(nodes, name, rate, burst)` (and `cluster_dimensions`
-//! for several limits) return the same builders,
-//! with the same options, on the `redis` crate's async cluster client: `nodes` are the URLs of some
-//! of the cluster's nodes (one that answers is enough). The script touches one key (the single
-//! quota's, or a keyed quota's `{p:k}`, which holds the key's own limit too), so each decision is
-//! still one atomic script on one master, and the keys of a keyed limiter spread over all the
-//! masters. The client follows redirections and, when a master fails and its replica takes over,
-//! finds the new master by itself; until then the round trips on that master's slots fail within
-//! the `response_timeout` (a `MOVED` left over from the failover included) and the failure policy
-//! applies to them, while keys on the other masters go on. Replication is asynchronous, so a
-//! failover may lose the failed master's last charges. `tests/redis_cluster.rs` starts a private
-//! cluster of three masters and three replicas, `kill -9`s a master mid-run and checks that nothing
-//! is granted beyond the bound under `FailClosed` (no acquire lost), that `FailOpen` stays within
-//! its per-outage allowance, and that every limiter recovers (about 2.5 s with
-//! `cluster-node-timeout 1000`).
+//! for several limits) return the same builders, with the same options, on the `redis` crate's
+//! async cluster client. `nodes` are the URLs of some of the cluster's nodes; one that answers
+//! is enough.
+//!
+//! - Each decision is still atomic on one master: a quota is one Redis key (a keyed quota's
+//!   `{p:k}` holds the key's own limit too). The keys of a keyed limiter spread over all the
+//!   masters.
+//! - The client follows redirections. When a master fails and its replica takes over, the
+//!   client finds the new master by itself. Until then, round trips on that master's slots fail within the
+//!   `response_timeout` (a `MOVED` left over from the failover included), and the failure
+//!   policy applies. Keys on the other masters go on.
+//! - Replication is asynchronous, so a failover may lose the failed master's last charges.
+//! - `tests/redis_cluster.rs` starts a private cluster of three masters and three replicas and
+//!   `kill -9`s a master mid-run. Nothing is granted beyond the bound under `FailClosed` (no
+//!   acquire lost), `FailOpen` stays within its per-outage allowance, and every limiter
+//!   recovers (about 2.5 s with `cluster-node-timeout 1000`).
 //!
 //! ```no_run
 //! # #[cfg(feature = "redis")]
@@ -914,61 +906,53 @@
 //!
 //! ## Upgrading a fleet
 //!
-//! Every process that names a quota reads and writes the same Redis key, so during a rolling
-//! deploy old and new processes share it. Its state carries a format version, so that a mixed
-//! fleet fails loudly rather than wrongly.
+//! During a rolling deploy, old and new processes share the same Redis keys. Each key's state
+//! carries a format version, so a mixed fleet fails loudly rather than wrongly.
 //!
-//! - **What this version writes.** A key holds one byte, the format version `1`, then
-//!   little-endian doubles: the bucket's level and Redis's time (17 bytes), and for a key with
-//!   its own limit that limit's interval and burst (33 bytes). Every write (a grant, a
-//!   reservation, tokens given back, `set_limit`, `clear_limit`) stores version 1; a refusal
-//!   writes nothing, and a full bucket under the default limit is no key at all.
-//! - **What it reads.** Version 1 only. A key whose first byte is anything else (a later
-//!   paced's format, or a string that is not a paced quota) is answered with an error that
-//!   names both versions, `ERR paced: the key K holds format version 2, which this paced does
-//!   not read (it reads version 1): …`, and is left as it is: not read as version 1, not reset,
-//!   not overwritten, nothing granted. It is a reply error, not an outage: `acquire` returns
-//!   `RedisLimiterError::Reply`, `try_acquire` `TryAcquireError::Reply`, `FailOpen` does not
-//!   fall back, every one is counted in `stats().reply_errors` and logged at error level
-//!   (feature `tracing`), a waiting stream holds its items and asks again at a backoff up to
-//!   1 s, and an enforcing one refuses them with a `retry_after` of 1 s. A
-//!   version-1 state of the wrong length or with impossible numbers is "not a paced quota",
-//!   the same kind of error. 1.0 is the first format: builds before it stored other forms
-//!   (text, or doubles without a version), which 1.0 does not read; such a key answers the
-//!   error until it is deleted or expires.
-//! - **Several limits** (`RedisRateLimiter<[u64; N]>`) keep version 1 too: one byte, the latest
-//!   grant's instant, then two doubles per limit (9 + 16 × M bytes; with limits set by
-//!   `set_limit`, four more doubles per limit). A bucket's second double is its room for tokens
-//!   given back while grants wait. Builds before it wrote 0 there and never read it, so the two
-//!   share a key: such a build leaves the room as it finds it, and this one reads its 0 as no
-//!   room, which only holds tokens back.
+//! - **What this version writes.** Format version `1`, on every write: a grant, a reservation,
+//!   tokens given back, `set_limit`, `clear_limit`. A refusal writes nothing, and a full bucket
+//!   under the default limit is no key at all. [The design](#the-design) gives the byte layout.
+//! - **What it reads.** Version 1 only. Any other key is answered with an error that names
+//!   both versions: `ERR paced: the key K holds format version 2, which this paced does not
+//!   read (it reads version 1): …`. That covers a later paced's format, a string that is not a
+//!   paced quota, and a version-1 state of the wrong length or with impossible numbers. The key
+//!   is left as it is: not read as version 1, not reset, not overwritten, nothing granted.
+//! - **It is a reply error, not an outage.** `acquire` returns `RedisLimiterError::Reply` and
+//!   `try_acquire` returns `TryAcquireError::Reply`. `FailOpen` does not fall back. Each error
+//!   is counted in `stats().reply_errors` and logged at error level (feature `tracing`). A
+//!   waiting stream holds its items and asks again at a backoff up to 1 s. An enforcing one
+//!   refuses them with a `retry_after` of 1 s.
+//! - **Builds before 1.0** stored other forms (text, or doubles without a version), which 1.0
+//!   does not read. Such a key answers the error until it is deleted or expires.
+//! - **Several limits** (`RedisRateLimiter<[u64; N]>`) keep version 1 too. Earlier builds
+//!   wrote 0 where a bucket keeps its room for tokens given back while grants wait, and never
+//!   read it. The two share a key: such a build leaves the room as it finds it, and this one
+//!   reads 0 as no room, which only holds tokens back.
 //!
-//! A process fails on every key stored in a version it does not read, so a format 2 is rolled
-//! out readers first:
+//! A process fails on every key in a version it does not read. So roll out a format 2 readers
+//! first:
 //!
-//! 1. **Readers.** Deploy a paced that reads versions 1 and 2 but still writes 1 to every
-//!    process that shares the quotas. While it rolls out beside 1.0, every key stays version
-//!    1, which both read.
+//! 1. **Readers.** Deploy to every process that shares the quotas a paced that reads versions
+//!    1 and 2 but still writes 1. While it rolls out beside 1.0, every key stays version 1,
+//!    which both read.
 //! 2. **Writers.** Once no process that reads only version 1 is left, switch the writers to 2
-//!    (a later release, or an option of the same one, off by default). Writers of 1 and of 2
-//!    can then run side by side: each reads both, and a key holds its last writer's version.
+//!    (a later release, or an option of the same one, off by default). Writers of 1 and 2 can
+//!    then run side by side: each reads both, and a key holds its last writer's version.
 //! 3. **Dropping version 1**, if ever, only when no key can hold it. A key under the default
-//!    limit is rewritten by its next grant and expires once its bucket is full again, but a
-//!    key with its own limit has no expiry and keeps version 1 until a request writes it (a
-//!    refusal does not): rewrite those first.
+//!    limit is rewritten by its next grant and expires once its bucket is full. A key with its
+//!    own limit has no expiry and keeps version 1 until a request writes it (a refusal does
+//!    not). Rewrite those first.
 //!
-//! A rollback runs the same steps backwards: writers back to 1 first, and back to a paced
-//! that reads only 1 once no key holds version 2 (rewritten by writers of 1, or expired; the
-//! keys with their own limits do not expire).
+//! A rollback runs the same steps backwards. Move writers back to 1 first. Go back to a paced
+//! that reads only 1 once no key holds version 2 (rewritten by writers of 1, or expired; keys
+//! with their own limits do not expire).
 //!
-//! This version does its part: it writes version 1 on every write and refuses any other
-//! version, so a writer of 2 deployed too early shows at once, on exactly the keys it wrote, in
-//! the `reply_errors` and error log of every 1.0 process, and nothing is granted from a
-//! misread state. A paced that brings format 2 must read both 1 and 2 in its one script (each
-//! decision stays one atomic `EVALSHA`; scripts are named by their SHA, so old and new ones
-//! coexist in Redis), write 1 until told otherwise, keep the version in the first byte, and
-//! name in its error the versions it reads. `tests/redis_format.rs` has worker processes read
-//! each other's states and `redis-cli` write a version 2 under them.
+//! This version does its part. It writes version 1 and refuses any other. So a writer of 2
+//! deployed too early shows at once, on exactly the keys it wrote, in the `reply_errors` and
+//! error log of every 1.0 process. Nothing is granted from a misread state. A paced that
+//! brings format 2 must read both 1 and 2, write 1 until told otherwise, keep the version in
+//! the first byte, and name in its error the versions it reads. `tests/redis_format.rs` has
+//! worker processes read each other's states, and `redis-cli` write a version 2 under them.
 //!
 //! # Pacing a Kafka consumer
 //!
@@ -1412,28 +1396,62 @@
 //! core            clock-free arithmetic: the GCRA bucket, the sliding window, Guava's warm-up
 //! ```
 //!
-//! - **The core** decides *when*, and never reads a clock: every function takes `now` and
-//!   answers with a time, in integer nanoseconds with the rate as an exact fraction (no float
-//!   but Guava's warm-up curve, no drift, deadlines rounded up, everything saturating). It is
-//!   unit- and property-tested with plain numbers. The stream and Sink operators that pace
-//!   only themselves (`throttle`, `min_interval`, `batched_interval`, `staggered_start`) use
-//!   it directly: one held item, one timer.
-//! - **The engine** puts a rule in front of a FIFO queue (a lane) and decides every request
-//!   under a short lock in a few arithmetic steps; a request is charged when it is granted,
+//! - **The core** decides *when*, and never reads a clock. Every function takes `now` and
+//!   answers with a time, in integer nanoseconds, with the rate as an exact fraction. There is
+//!   no float but Guava's warm-up curve, no drift; deadlines are rounded up and everything
+//!   saturates. It is unit- and property-tested with plain numbers. The stream and Sink
+//!   operators that pace only themselves (`throttle`, `min_interval`, `batched_interval`,
+//!   `staggered_start`) use it directly: one held item, one timer.
+//! - **The engine** puts a rule in front of a FIFO queue (a lane). It decides every request
+//!   under a short lock in a few arithmetic steps. A request is charged when it is granted,
 //!   never before. Only the head of a queue sleeps, and a grant wakes exactly the next waiter.
 //!   A `RateLimiter` adds a lock-free path (one compare-and-swap on a packed word) while its
-//!   queue is empty; the keyed table keeps one lane per key, hashed outside the lock, and
-//!   forgets a lane as soon as it is full and idle.
+//!   queue is empty.
+//! - **The keyed table** keeps one lane per key and forgets a lane as soon as it is full and
+//!   idle. While nobody waits on a key and its limit is the default, its whole state is one
+//!   `u64` beside the key (16 bytes a slot for `u64` keys). A key that waits, or has a limit of
+//!   its own, also has a queue. The keys are spread over a few shards (four per core, 4 to 64),
+//!   each behind its own short mutex. A key is hashed once per call, before any mutex is
+//!   taken. The table hashes its keys again only when it grows or shrinks: it keeps keys, not
+//!   hashes, to save 8 bytes a key. It forgets full keys before it would grow, and shrinks only
+//!   below an eighth full. The key's `Eq` runs under the mutex, in a look-up made before
+//!   anything changes, so a panicking `Eq` leaves the table consistent. In `throttle_by_key`,
+//!   the oldest held item of each key waits in its key's queue like any other waiter; the
+//!   items behind it wait in the adapter.
 //! - **The limiters** are handles (`Arc`s) over the engine: [`RateLimiter`] (a bucket or a
 //!   warm-up curve, with a pause), [`Stagger`] (a window), [`KeyedRateLimiter`] (a bucket per
-//!   key), [`Adaptive`] (a controller that sets a `RateLimiter`'s rate). [`RedisRateLimiter`]
-//!   runs the same GCRA in a Lua script on Redis; its waiters do not go through the engine
-//!   (Redis keeps the queue): a reservation sleeps out the wait Redis gave it on a tokio timer
-//!   of its own, then waits behind this process's grants for earlier Redis instants.
-//! - **The entry points** are thin: a stream adapter, a Sink adapter, a tower layer or a task
-//!   asks a limiter through the same waiter, so every one of them has the same promises, and
-//!   refuses with the same [`NotUntil`]. Every configuration value that cannot be is a
+//!   key), [`Adaptive`] (a controller that sets a `RateLimiter`'s rate).
+//! - **The entry points** are thin. A stream adapter, a Sink adapter, a tower layer or a task
+//!   asks a limiter through the same waiter. So every one of them has the same promises and
+//!   refuses with the same [`NotUntil`]. Every impossible configuration value is a
 //!   [`ConfigError`].
+//! - **Redis.** [`RedisRateLimiter`] runs the same GCRA in one Lua script on Redis, on Redis's
+//!   `TIME`. The script is sent as `EVALSHA`, loaded once and again after `NOSCRIPT`. A request
+//!   is one `TIME`, one `GET` and at most one write. A [`RedisRateLimiter`] is a
+//!   [`RedisKeyedRateLimiter`] with one key: both acquire, lease, fall back, back off and take
+//!   turns through one implementation. A key's own limit is stored beside its bucket in the
+//!   same Redis key, so the one read of every request sees it.
+//! - **Redis waiters** do not go through the engine: Redis keeps the queue. Each grant carries
+//!   the Redis instant it was charged for. A reservation sleeps out its wait on a tokio timer
+//!   of its own. Then it lets this process's grants of the key for earlier instants go first.
+//!   It also waits for the answers to requests sent before it, but no longer. On a
+//!   multi-thread runtime, tasks reach the connection and read their replies in any order; the
+//!   instant does not depend on that. A stream's oldest item of each key waits by the Redis
+//!   limiter's own `acquire`, one request per key at a time.
+//! - **Tokens given back in Redis** wait for the latest waiting grant's instant, because its
+//!   process sleeps until then. `RedisRateLimiter<[u64; N]>` keeps the room for them in Redis.
+//!   The one-limit format has no room for it. In process, tokens given back reach the waiters
+//!   at once: there the waiters' instants are not fixed yet.
+//! - **Redis's stored format.** Numbers go to the script and rest in Redis as binary doubles
+//!   (Lua's `struct` library): parsing and printing decimals was most of the script's own cost.
+//!   A one-limit key holds one byte, the format version `1`, then little-endian doubles: the
+//!   bucket's level and Redis's time (17 bytes), and for a key with its own limit that limit's
+//!   interval and burst (33 bytes). Several limits keep version 1 too: one byte, the latest
+//!   grant's instant, then two doubles per limit (9 + 16 × M bytes; with limits set by
+//!   `set_limit`, four more doubles per limit). A bucket's second double is its room for tokens
+//!   given back while grants wait. A paced that brings a format 2 reads both versions in its
+//!   one script, so each decision stays one atomic `EVALSHA`. Scripts are named by their SHA,
+//!   so old and new ones coexist in Redis.
 //!
 //! The crate forbids `unsafe` code. Its one dependency beyond tokio and the futures traits is
 //! `hashbrown` (without default features), because the keyed table is looked up by a hash
