@@ -265,19 +265,17 @@
 //! # Sharing a limiter
 //!
 //! A real quota is rarely per stream. [`RateLimiter`] (a token bucket) and [`Stagger`] (a
-//! sliding window) are shared by handle: clone them into any number of tasks and streams, and
-//! they all draw on one limiter. Tasks call [`acquire`](crate::RateLimiter::acquire),
+//! sliding window) are shared by handle. Clone them into any number of tasks and streams, and
+//! all draw on one limiter. Tasks call [`acquire`](crate::RateLimiter::acquire),
 //! [`try_acquire`](crate::RateLimiter::try_acquire) or
-//! [`acquire_timeout`](crate::RateLimiter::acquire_timeout); streams draw with
+//! [`acquire_timeout`](crate::RateLimiter::acquire_timeout). Streams use
 //! [`throttle_with`](crate::PaceExt::throttle_with) and
-//! [`staggered_start_with`](crate::PaceExt::staggered_start_with).
+//! [`staggered_start_with`](crate::PaceExt::staggered_start_with). The verbs are those of the
+//! [table above](#every-handle-every-operation).
 //!
-//! Every in-process handle speaks the same verbs: `acquire`, `try_acquire`, `acquire_timeout`,
-//! `available` (a `u64`), `set_limit` / `try_set_limit`, `stats` and `with_metrics` (keyed:
-//! the same, with a `&key` first; a [`Stagger`] start costs one). Like a tokio `Semaphore`, a
-//! grant that needs no wait spends a unit of the task's cooperative budget (`tokio::task::coop`),
-//! so a task looping on a limiter that never binds still lets the other tasks of its thread
-//! run; `try_acquire`, synchronous, spends none.
+//! Like a tokio `Semaphore`, a grant that needs no wait spends a unit of the task's
+//! cooperative budget (`tokio::task::coop`). So a task looping on a limiter that never binds
+//! still lets the other tasks of its thread run. `try_acquire` is synchronous and spends none.
 //!
 //! ```
 //! use std::time::Duration;
@@ -315,35 +313,36 @@
 //! What the shared limiters promise:
 //!
 //! - **The bound across all users.** The tokens granted in any window `[t, t + w]` are at most
-//!   `burst + w × rate` ([`Stagger`]: at most `k` grants in any window of `period`), whoever
-//!   asked.
-//! - **Fair.** Waiters are served in arrival order. A large request is not overtaken by a
-//!   stream of small ones, and `try_acquire` / `acquire_timeout` never jump the queue.
-//! - **Cancellation gives back.** A request is charged when it is granted, never before: a
+//!   `burst + w × rate`, whoever asked. A [`Stagger`] grants at most `k` in any window of
+//!   `period`.
+//! - **Fair.** Waiters are served in arrival order. Small requests do not overtake a large one,
+//!   and `try_acquire` / `acquire_timeout` never jump the queue.
+//! - **Cancellation gives back.** A request is charged when it is granted, never before. A
 //!   dropped future or stream has taken nothing, and the next waiter moves up at once.
-//! - **No thundering herd.** Only the head of the queue sleeps on a timer; a grant wakes
+//! - **No thundering herd.** Only the head of the queue sleeps on a timer. A grant wakes
 //!   exactly the next waiter.
-//! - **Changeable at run time.** [`set_rate`](crate::RateLimiter::set_rate) and
-//!   [`set_burst`](crate::RateLimiter::set_burst) (and [`Stagger::set_limit`]) take effect at once,
-//!   also for those waiting: the level (stored tokens, or what a waiter lacks) is kept in
-//!   tokens and the new rate applies from that instant. Every setter that can be given an
-//!   impossible value has a `try_` form returning a [`ConfigError`]
-//!   ([`try_set_burst`](crate::RateLimiter::try_set_burst), [`Stagger::try_set_limit`]), and so has
-//!   every constructor.
+//! - **Changeable at run time.** [`set_rate`](crate::RateLimiter::set_rate),
+//!   [`set_burst`](crate::RateLimiter::set_burst) and [`Stagger::set_limit`] take effect at
+//!   once, also for waiters. The level (stored tokens, or what a waiter lacks) is kept, and the
+//!   new rate applies from that instant. Every constructor, and every setter that can be given
+//!   an impossible value, has a `try_` form that returns a [`ConfigError`]
+//!   ([`try_set_burst`](crate::RateLimiter::try_set_burst), [`Stagger::try_set_limit`]).
 //! - **Guava's warm-up.**
 //!   [`RateLimiter::warming_up(rate, warmup, cold_factor)`](crate::RateLimiter::warming_up)
-//!   follows Guava's `SmoothWarmingUp`: after an idle spell permits start `cold_factor` times
-//!   slower and speed up to `rate` as stored permits are spent (2/s, 4 s, factor 3: waits of
-//!   0, 1.375, 1.125, 0.875, 0.625, 0.5 s...). As in Guava, a request waits for the previous
-//!   one's price. A warming-up limiter has no burst: [`burst`](crate::RateLimiter::burst) is `None`
-//!   and `set_burst` panics (`try_set_burst` returns [`ConfigError::NoBurst`]).
-//! - **A pause for everyone.** [`pause_for(d)`](crate::RateLimiter::pause_for) grants nothing to
-//!   anyone before `d` from now (a server's `Retry-After`); waiters keep their order.
+//!   follows Guava's `SmoothWarmingUp`. After an idle spell, permits start `cold_factor` times
+//!   slower and speed up to `rate` as stored permits are spent. With 2/s, 4 s and factor 3 the
+//!   waits are 0, 1.375, 1.125, 0.875, 0.625, 0.5 s... As in Guava, a request waits for the
+//!   previous one's price. A warming-up limiter has no burst:
+//!   [`burst`](crate::RateLimiter::burst) is `None`, `set_burst` panics and `try_set_burst`
+//!   returns [`ConfigError::NoBurst`].
+//! - **A pause for everyone.** [`pause_for(d)`](crate::RateLimiter::pause_for) grants nothing
+//!   to anyone before `d` from now (use it for a server's `Retry-After`). Waiters keep their
+//!   order.
 //! - **Observable.** [`stats()`](crate::RateLimiter::stats) gives granted, rejected, waiting
-//!   now and total time waited; the `tracing` feature adds debug-level events when a request is
-//!   delayed or refused. `Debug` shows a limiter's identity only (clones show the same), never
-//!   its shared state: read that with [`rate`](crate::RateLimiter::rate),
-//!   [`burst`](crate::RateLimiter::burst) and [`available`](crate::RateLimiter::available).
+//!   now and total time waited. The `tracing` feature adds debug-level events when a request is
+//!   delayed or refused. `Debug` shows only a limiter's identity (clones show the same). Read
+//!   its state with [`rate`](crate::RateLimiter::rate), [`burst`](crate::RateLimiter::burst)
+//!   and [`available`](crate::RateLimiter::available).
 //!
 //! ```
 //! use std::time::Duration;
@@ -369,39 +368,38 @@
 //! # }
 //! ```
 //!
-//! Semantics shared with the stream operators: a cost above `burst` is allowed and pays its
-//! debt before it passes; a cost of 0 passes at once; `try_acquire` of a cost above `burst` is
-//! refused with a [`NotUntil`] that [`is_never`](crate::NotUntil::is_never).
+//! As with the stream operators, a cost above `burst` is allowed and pays its debt before it
+//! passes. A cost of 0 passes at once. `try_acquire` of a cost above `burst` is refused with a
+//! [`NotUntil`] that [`is_never`](crate::NotUntil::is_never).
 //!
 //! `throttle_with` takes any [`Limiter`]: a [`RateLimiter`], a [`Stagger`] (one per item,
-//! whatever the cost) or a [`RedisRateLimiter`]. The trait is sealed: the adapters rely on the
-//! exact semantics of these quotas.
+//! whatever the cost) or a [`RedisRateLimiter`]. The trait is sealed, because the adapters rely
+//! on the exact semantics of these quotas.
 //!
 //! # Several limits at once
 //!
-//! An LLM account allows R requests per minute AND T tokens per minute (and, on low tiers,
-//! per day), and the provider refuses a call when *any* of its limits lacks room. The token
-//! cost is an estimate when the call is sent and exact only in the answer's usage. A
-//! [`RateLimiter`] of several limits, a `RateLimiter<[u64; N]>`, paces against all of it at once.
+//! An LLM account allows R requests per minute AND T tokens per minute (on low tiers, per day
+//! too). The provider refuses a call when *any* limit lacks room. The token cost is an
+//! estimate when you send the call, and exact only in the answer's usage. A `RateLimiter<[u64;
+//! N]>`, a [`RateLimiter`] of several limits, paces against all of them at once.
 //!
 //! **The model.**
 //!
 //! - **Dimensions** are named once, in the builder: `["requests", "tokens"]`. A **cost** is one
 //!   amount per dimension, in that order: a `[u64; N]` such as `[1, estimate]`. The shape is
-//!   the type (`RateLimiter<[u64; 2]>`); the names are checked when the limiter is built (a
-//!   limit on an unknown name is a [`ConfigError`]).
-//! - **Limits**: each dimension has any number of them (per minute AND per day), or none.
-//!   `.limit(name, limit)` adds one; its index, for `set_limit`, is the number added before
-//!   it.
-//! - **One grant at one instant.** A request is granted when every limit has room for its
-//!   amount, and every limit is charged at that one instant. The head of the queue is granted
-//!   at the latest of the limits' own ready times, never later (plus tokio's 1 ms tick in
-//!   real time). A waiter that is dropped has taken nothing.
-//! - **FIFO.** One queue in front of all the limits: a dear prompt at the head is not
-//!   overtaken by cheap ones, and `try_acquire` / `acquire_timeout` never jump the queue.
-//! - **Settling.** [`acquire`](crate::RateLimiter#method.acquire-1) returns a [`Permit`];
-//!   [`settle`](crate::limiter::Permit::settle)`([1, usage])` corrects the charge once the answer says
-//!   what the call used. A call the provider refused cost it nothing:
+//!   the type (`RateLimiter<[u64; 2]>`). The names are checked when the limiter is built: a
+//!   limit on an unknown name is a [`ConfigError`].
+//! - **Limits.** Each dimension has any number of limits (per minute AND per day), or none.
+//!   `.limit(name, limit)` adds one. Its index, for `set_limit`, is the number added before it.
+//! - **One grant at one instant.** A request is granted when every limit has room for it, and
+//!   every limit is charged at that instant. The head of the queue is granted at the latest of
+//!   the limits' own ready times, never later (plus tokio's 1 ms tick in real time). A dropped
+//!   waiter has taken nothing.
+//! - **FIFO.** One queue serves all the limits. Cheap prompts do not overtake a dear one at the
+//!   head, and `try_acquire` / `acquire_timeout` never jump the queue.
+//! - **Settling.** [`acquire`](crate::RateLimiter#method.acquire-1) returns a [`Permit`].
+//!   [`settle`](crate::limiter::Permit::settle)`([1, usage])` corrects the charge once the
+//!   answer says what the call used. A call the provider refused cost nothing there:
 //!   `settle([0, 0])` gives the whole charge back. Dropping a permit keeps its charge.
 //!
 //! ```
@@ -438,30 +436,30 @@
 //! ```
 //!
 //! Overlapping the calls (`buffer_unordered(n)` over a stream of prompts, or tasks) changes
-//! nothing above: the limiter is shared by handle, and every clone draws on the same limits in
-//! the same queue. `cargo run -p paced-integration --example llm_pipeline` runs such a stage
-//! against a local OpenAI-style server that enforces four limits exactly (requests and tokens,
-//! per minute and per day) and refuses with 429: none is refused.
+//! nothing: every clone of the limiter draws on the same limits in the same queue. `cargo run
+//! -p paced-integration --example llm_pipeline` runs such a stage against a local
+//! OpenAI-style server. The server enforces four limits exactly (requests and tokens, per
+//! minute and per day) and refuses with 429. It refuses none.
 //!
 //! **Two kinds of limit**, for the two ways providers count:
 //!
-//! - [`Limit::bucket`](crate::Limit::bucket)`(rate, burst)`, a token bucket: at most `burst`
-//!   at once, refilled continuously at `rate`. This is how OpenAI's and Anthropic's per-minute
-//!   limits (requests, tokens, Anthropic's input and output tokens) work: capacity flows back
-//!   as time passes instead of resetting on the minute. `Limit::bucket(Rate::per_minute(l), l)`
-//!   for a limit of `l` per minute.
-//! - [`Limit::window`](crate::Limit::window)`(quota, window)`, a fixed window: at most `quota`
-//!   per window, the windows aligned to an origin, by default the Unix epoch, so a day runs
-//!   from midnight UTC and an hour starts on the hour
-//!   ([`aligned_to`](crate::Limit::aligned_to) a `SystemTime` moves it;
-//!   [`aligned_to_instant`](crate::Limit::aligned_to_instant) takes a tokio `Instant`, exact
-//!   under paused time, for tests). This is how daily caps that reset at midnight UTC work,
-//!   and GitHub's hourly window (its `X-RateLimit-Reset` is the epoch second the window
-//!   ends: `aligned_to(UNIX_EPOCH + Duration::from_secs(reset))`).
+//! - [`Limit::bucket`](crate::Limit::bucket)`(rate, burst)` is a token bucket: at most `burst`
+//!   at once, refilled continuously at `rate`. OpenAI's and Anthropic's per-minute limits work
+//!   this way (requests, tokens, Anthropic's input and output tokens): capacity flows back over
+//!   time instead of resetting on the minute. For a limit of `l` per minute, use
+//!   `Limit::bucket(Rate::per_minute(l), l)`.
+//! - [`Limit::window`](crate::Limit::window)`(quota, window)` is a fixed window: at most
+//!   `quota` per window. Windows are aligned to the Unix epoch by default, so a day runs from
+//!   midnight UTC and an hour starts on the hour. [`aligned_to`](crate::Limit::aligned_to) a
+//!   `SystemTime` moves the origin. [`aligned_to_instant`](crate::Limit::aligned_to_instant)
+//!   takes a tokio `Instant`, exact under paused time, for tests. Daily caps that reset at
+//!   midnight UTC work this way. So does GitHub's hourly window: its `X-RateLimit-Reset` is
+//!   the epoch second the window ends, so use `aligned_to(UNIX_EPOCH +
+//!   Duration::from_secs(reset))`.
 //!
 //! A daily cap is not a bucket of a day. A bucket of burst `q` and rate `q` per day is full at
-//! midnight, so `q` may go at 00:00; by 23:59 nearly `q` has flowed back in, and that may go
-//! too: up to `2q` within one calendar day, which a provider counting per calendar day
+//! midnight, so `q` may go at 00:00. By 23:59 nearly `q` has flowed back in, and that may go
+//! too. That is up to `2q` in one calendar day, which a provider counting per calendar day
 //! refuses. A fixed window of `q` per day lets `q` through in each calendar day, and no more:
 //!
 //! ```
@@ -485,49 +483,59 @@
 //! # }
 //! ```
 //!
-//! **The bound**, as [`RateLimiter`] states it and its tests check it: with no upward
-//! correction, for every bucket limit the cost charged in any span `[t, t + w]` is at most
-//! `burst + w × rate`, and for every fixed-window limit the cost charged in any `k`
-//! consecutive windows is at most `k × quota` (so at most `quota` in each window when no
-//! single cost exceeds the quota). With corrections, each counted at its instant: the same,
-//! plus the debt still unpaid at the end of the span (an upward correction is a cost already
-//! spent at the provider: it cannot be refused, only paid back by making later grants wait).
-//! Downward corrections never let more through than the bound.
+//! **The bound.** [`RateLimiter`] states it and its tests check it. Without upward
+//! corrections:
 //!
-//! What a correction does, per dimension: a smaller amount gives the difference back at once,
-//! never beyond a limit's room (a bucket's level caps at its burst; a fixed window gives back
-//! only within the window the grant was charged in, and never below nothing used), and wakes
-//! the waiters it now admits; a larger amount is charged as debt (a bucket's level goes below
-//! zero, a fixed window's use above its quota, the excess carried into the next windows), so
-//! later grants wait. So estimate from above (the prompt's tokens plus `max_tokens`): every
-//! correction is then downward, and the plain bound holds.
+//! - for a bucket limit, the cost charged in any span `[t, t + w]` is at most
+//!   `burst + w × rate`;
+//! - for a fixed-window limit, the cost charged in any `k` consecutive windows is at most
+//!   `k × quota`. That is at most `quota` in each window when no single cost exceeds the quota.
+//!
+//! With corrections, each counted at its instant, the bound grows by the debt still unpaid at
+//! the end of the span. An upward correction is a cost already spent at the provider. It
+//! cannot be refused, only paid back by making later grants wait. Downward corrections never
+//! let more through than the bound.
+//!
+//! **What a correction does**, per dimension:
+//!
+//! - A smaller amount gives the difference back at once and wakes the waiters it now admits.
+//!   It never gives back beyond a limit's room: a bucket's level caps at its burst, and a fixed
+//!   window gives back only within the window the grant was charged in, never below nothing
+//!   used.
+//! - A larger amount is charged as debt, so later grants wait. A bucket's level goes below
+//!   zero; a fixed window's use goes above its quota, and the excess is carried into the next
+//!   windows.
+//!
+//! So estimate from above (the prompt's tokens plus `max_tokens`). Every correction is then
+//! downward, and the plain bound holds.
 //!
 //! **Reading the limits from the headers.** With the `http` feature,
-//! `paced::tower::limits_from_headers` reads every limit a response announces, each with its
-//! name, what it counts (`Dimension::Requests`, `Tokens`, `InputTokens`, `OutputTokens`, or
-//! `Units` for a cost the destination does not name) and where it stands (`remaining`,
-//! `reset`, and its `limit` and `window` when announced). Each maps onto a [`Limit`]:
+//! `paced::tower::limits_from_headers` reads every limit a response announces. Each comes with
+//! its name, what it counts and where it stands. It counts `Dimension::Requests`, `Tokens`,
+//! `InputTokens`, `OutputTokens`, or `Units` (a cost the destination does not name). Where it
+//! stands is `remaining`, `reset`, and `limit` and `window` when announced. Each maps onto a
+//! [`Limit`]:
 //!
 //! | dialect | what it announces | the limits to build |
 //! |---|---|---|
-//! | IETF draft, several policies | `RateLimit-Policy: "minute";q=500;w=60, "day";q=10000;w=86400` and `RateLimit: "minute";r=250;t=30, ...` | one limit per policy, `q` per `w` seconds, on the dimension its quota unit names (`qu`, requests by default). The draft does not say whether a policy refills or resets: a bucket `Limit::bucket(Rate::new(q, w), q)` if it refills, a window `Limit::window(q, w)` aligned to the reset (`now + t`) if it resets; both on the same dimension when unsure (what keeps both keeps either) |
-//! | OpenAI | `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, resets as Go durations (`6m0s`) | `"requests"`: `Limit::bucket(Rate::per_minute(limit), limit)`; `"tokens"`: the same with the tokens' limit. The headers name one limit per dimension: a daily limit of the account's tier goes in as `Limit::window(q, 86_400 s)`, from its limits page |
-//! | Anthropic | `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}`, resets in RFC 3339 | a bucket per minute for each; input and output tokens are separate limits, so three dimensions: `RateLimiter<[u64; 3]>` over `["requests", "input-tokens", "output-tokens"]`, a cost of `[1, prompt_tokens, max_tokens]` settled to `[1, input, output]` |
+//! | IETF draft, several policies | `RateLimit-Policy: "minute";q=500;w=60, "day";q=10000;w=86400` and `RateLimit: "minute";r=250;t=30, ...` | one limit per policy, `q` per `w` seconds, on the dimension its quota unit names (`qu`, requests by default). The draft does not say if a policy refills or resets. If it refills: `Limit::bucket(Rate::new(q, w), q)`. If it resets: `Limit::window(q, w)` aligned to the reset (`now + t`). Unsure: both on the same dimension (what keeps both keeps either) |
+//! | OpenAI | `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, resets as Go durations (`6m0s`) | `"requests"`: `Limit::bucket(Rate::per_minute(limit), limit)`; `"tokens"`: the same with the tokens' limit. The headers name one limit per dimension. Add your tier's daily limit from its limits page as `Limit::window(q, 86_400 s)` |
+//! | Anthropic | `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}`, resets in RFC 3339 | a bucket per minute for each. Input and output tokens are separate limits, so use three dimensions: `RateLimiter<[u64; 3]>` over `["requests", "input-tokens", "output-tokens"]`, a cost of `[1, prompt_tokens, max_tokens]` settled to `[1, input, output]` |
 //! | GitHub | `X-RateLimit-Limit`, `-Remaining`, `-Reset` (epoch seconds), `-Used`, `-Resource` | per resource (`core`, `search`; `graphql` counts points, `Units`): `Limit::window(limit, 3_600 s).aligned_to(UNIX_EPOCH + reset)` |
 //!
-//! The announced `remaining` says where the provider stands: a limiter built fresh starts
-//! full, so start it after the first answer, or charge what the provider says is used with
-//! one `acquire` before the stage starts. (An [`Adaptive`] of one limit paces a single rate
-//! instead, and takes only the limits that count requests: `binding_request_limit`. An
-//! `Adaptive<[u64; N]>` takes them all, with `on_limits`; see
-//! [Finding the limit](#finding-the-limit-adaptive).)
+//! The announced `remaining` says where the provider stands. A new limiter starts full. So
+//! start it after the first answer, or charge what the provider says is used with one
+//! `acquire` before the stage starts. An [`Adaptive`] of one limit paces a single rate
+//! instead, and takes only the limits that count requests (`binding_request_limit`). An
+//! `Adaptive<[u64; N]>` takes them all, with `on_limits` (see
+//! [Finding the limit](#finding-the-limit-adaptive)).
 //!
-//! **Two single limiters are not one.** The composition users write first awaits a
-//! [`RateLimiter`] per dimension, one after the other. It is not safe where both limits bind,
-//! and it cannot settle. `integration/tests/llm_provider.rs` measures both orders against a simulated
-//! provider (requests and tokens per minute, refusing a call when either lacks room) and an
-//! exact oracle, 5,000 prompts from 64 workers under paused time (`cargo test -p
-//! paced-integration --test llm_provider -- --nocapture table`):
+//! **Two single limiters are not one.** Users often first await one [`RateLimiter`] per
+//! dimension, one after the other. That is not safe where both limits bind, and it cannot
+//! settle. `integration/tests/llm_provider.rs` measures both orders against a simulated
+//! provider and an exact oracle. The provider has requests and tokens per minute, and refuses
+//! a call when either lacks room. The test sends 5,000 prompts from 64 workers under paused
+//! time (`cargo test -p paced-integration --test llm_provider -- --nocapture table`):
 //!
 //! | scenario (provider's limits) | requests then tokens | tokens then requests | `RateLimiter<[u64; 2]>` |
 //! |---|---|---|---|
@@ -537,43 +545,42 @@
 //! | both bind (30/min burst 10; 40,000 tokens/min), usage = estimate | **242**, 1.007 | **1**, 1.001 | 0, 1.000 |
 //! | both bind, settles to 30–100 % | **242**, **1.168** | 0, **1.160** | 0, 1.000 |
 //!
-//! (refusals, then the makespan over the oracle's: 1.542 is 11,565.5 s where 7,501.2 s were
+//! (Refusals, then the makespan over the oracle's. 1.542 is 11,565.5 s where 7,501.2 s were
 //! enough.)
 //!
-//! - **Requests then tokens is unsafe.** A call takes its request, then waits for its tokens
-//!   holding it. Meanwhile the request limiter keeps granting, to calls that queue behind it
-//!   for tokens; when the tokens come, cheap prompts that took their requests long ago leave
-//!   in a bunch, faster than the provider's request bucket refills, and it refuses them: 242
-//!   of 5,000.
+//! - **Requests then tokens is unsafe.** A call takes its request, then holds it while it
+//!   waits for its tokens. Meanwhile the request limiter keeps granting to calls that queue
+//!   behind it. When the tokens come, cheap prompts that took their requests long ago leave in
+//!   a bunch. That is faster than the provider's request bucket refills, so it refuses them:
+//!   242 of 5,000.
 //! - **Tokens then requests can still lose refill.** A call holds its tokens while it waits
-//!   for its request; the provider charges them only when the call arrives, and its token
+//!   for its request. The provider charges them only when the call arrives, so its token
 //!   bucket, full until then, lost that refill. A later call then finds fewer tokens at the
-//!   provider than the client counted: rare (1 of 5,000), never impossible.
-//! - **Neither can give back unused tokens.** A one-limit `RateLimiter` keeps the estimate; where
-//!   the provider settles to the usage, the composed clients pace to estimates and take 1.16–1.54
-//!   times as long as needed.
+//!   provider than the client counted. This is rare (1 of 5,000), but possible.
+//! - **Neither can give back unused tokens.** A one-limit `RateLimiter` keeps the estimate.
+//!   Where the provider settles to the usage, the composed clients pace to estimates and take
+//!   1.16–1.54 times as long as needed.
 //!
-//! One `RateLimiter<[u64; 2]>` grants both amounts at one instant (nothing is held while
-//! waiting for the other) and settles to the usage: no refusal, and the oracle's makespan, in
-//! every scenario.
+//! One `RateLimiter<[u64; 2]>` grants both amounts at one instant, so nothing is held while
+//! waiting for the other. It settles to the usage. In every scenario: no refusal, and the
+//! oracle's makespan.
 //!
-//! **In real time**, a call is counted by the provider a little after the limiter granted
-//! it, and not always in the same order: a call delayed longer than the one after it makes
-//! the provider's bucket lose refill the limiter counted on. Leave a margin of the jitter you
-//! expect times the rate. The example's server counts to the token exactly, and tokens bind
-//! there all the time: with buckets as large as the server's, it refused 46 to 88 calls in
-//! runs of 360 (a millisecond of jitter is 40 tokens at its rate); 1 % smaller (10 ms of
-//! refill), none. The example keeps 5 %.
+//! **In real time**, the provider counts a call a little after the limiter granted it, and not
+//! always in the same order. A call delayed longer than the one after it makes the provider's
+//! bucket lose refill that the limiter counted on. Leave a margin: the jitter you expect times
+//! the rate. The example's server counts to the token exactly, and tokens bind there all the
+//! time. With buckets as large as the server's, it refused 46 to 88 calls in runs of 360 (a
+//! millisecond of jitter is 40 tokens at its rate). With buckets 1 % smaller (10 ms of
+//! refill), it refused none. The example keeps 5 %.
 //!
-//! **Per key** (each tenant's or each API key's own requests and tokens per minute), a
-//! [`KeyedRateLimiter`] gives every key its own copy of the limits and its own FIFO queue,
-//! with the same verbs taking the key first: `acquire(&key, [1, estimate])` returns a permit
-//! that settles that key only; `set_limit(&key, index, limit)` gives one key a bigger plan. A
-//! key is forgotten as soon as all its limits are as good as new (a bucket full, a window with
-//! nothing used in it), so memory follows the keys in use. `throttle_by_key` and
-//! `RateLimitLayer::keyed(..).cost(|req| [1, tokens])` take it as they take a keyed limiter
-//! of one limit, and the keyed client layer settles each request on its key from the
-//! response in one line, as over a `RateLimiter<[u64; N]>`:
+//! **Per key** (each tenant's or API key's own requests and tokens per minute), use a
+//! [`KeyedRateLimiter`]. Every key gets its own copy of the limits and its own FIFO queue. The
+//! verbs are the same, with the key first. `acquire(&key, [1, estimate])` returns a permit
+//! that settles that key only. `set_limit(&key, index, limit)` gives one key a bigger plan. A
+//! key is forgotten once all its limits are as good as new (a bucket full, a window with
+//! nothing used), so memory follows the keys in use. `throttle_by_key` and
+//! `RateLimitLayer::keyed` take it as they take a keyed limiter of one limit. The keyed client
+//! layer settles each request on its key from the response:
 //! `RateLimitLayer::keyed(&tenants, |req| tenant(req)).cost(|req| [1, estimate(req)])
 //! .settle(|response| [1, usage(response)])`.
 //!
