@@ -964,20 +964,20 @@
 //! # Pacing a Kafka consumer
 //!
 //! paced knows no Kafka client: its operators take any stream. The workspace member `kafka/`
-//! (`paced-kafka`, unpublished) runs what follows with rdkafka against a real broker (tansu),
-//! and its tests check each claim here: `cargo test -p paced-kafka`.
+//! (`paced-kafka`, unpublished) runs what follows with rdkafka against a real broker (tansu).
+//! Its tests check each claim here: `cargo test -p paced-kafka`.
 //!
 //! **Offsets.** By default rdkafka stores a message's offset when it hands the message to the
 //! application, and commits the stored offsets every few seconds. A pacing stage holds
 //! messages. If the process dies, the committed offset may be past messages the stage held,
 //! and they are never delivered. So set `enable.auto.offset.store=false`, and store each
-//! offset yourself with `store_offset_from_message`, after the sink accepted the message.
+//! offset yourself with `store_offset_from_message` once the sink accepted the message.
 //! `enable.auto.commit=true` still commits what was stored. After a crash, the messages
 //! delivered since the last commit are delivered again: at least once, none lost. In
-//! `kafka/tests/kill.rs` a consumer process is killed with SIGKILL after 201 of 600
-//! messages; the next one in the group delivers the rest. The committed offsets were never past
-//! what the sink had, and the duplicates (3, with commits every 200 ms) were exactly the
-//! messages delivered after the last commit.
+//! `kafka/tests/kill.rs` a consumer is killed with SIGKILL after 201 of 600 messages, and the
+//! next one in the group delivers the rest. The committed offsets were never past what the
+//! sink had. The duplicates (3, with commits every 200 ms) were exactly the messages delivered
+//! after the last commit.
 //!
 //! **A stream per partition.** One stream for the whole consumer lets one partition's backlog
 //! hold up the others. rdkafka's `split_partition_queue` gives a stream per partition; pace
@@ -988,17 +988,17 @@
 //! on a global [`RateLimiter`], then `throttle_by_key` on a [`KeyedRateLimiter`]). Each stage
 //! charges its limiter when it emits into the next, and the next can hold the item. Only the
 //! stage nearest the sink keeps its bound exactly at the sink. The other's bound is exceeded
-//! there by up to one held item per partition. Charge both limits together instead, at the
-//! instant the message is delivered: one [`RateLimiter`] with a dimension per partition
-//! and one for the topic, and a cost of 1 on the message's partition and 1 on the topic. A
-//! request is granted on all its dimensions at once, or not at all.
+//! there by up to one held item per partition. Instead, charge both limits together when the
+//! message is delivered. Use one [`RateLimiter`] with a dimension per partition and one for
+//! the topic, and a cost of 1 on the message's partition and 1 on the topic. A request is
+//! granted on all its dimensions at once, or not at all.
 //!
 //! Its queue serves requests in order, so it must not hold a partition whose own bucket is
-//! empty: that request would hold up every other partition. So a message whose partition has
-//! room (`available`) waits in the queue with `acquire`. There it waits only for the topic's
-//! bucket: no other partition's stream charges its partition's. The partitions waiting there
-//! take the topic's tokens in turn. A message whose partition is empty calls `try_acquire`
-//! and sleeps for the time it returns: it stays out of the queue.
+//! empty: that would hold up every other partition. So a message whose partition has room
+//! (`available`) waits in the queue with `acquire`. There it waits only for the topic's
+//! bucket, since no other stream charges its partition. The partitions waiting there take the
+//! topic's tokens in turn. A message whose partition is empty calls `try_acquire` and sleeps
+//! for the time it returns, out of the queue.
 //!
 #![cfg_attr(not(doctest), doc = include_str!("guide/kafka_consumer.md"))]
 //!
@@ -1011,21 +1011,21 @@
 //!
 //! **A consumer group across machines.** A rebalance moves a partition to another process.
 //! With a limiter in each process, the new owner starts with a full bucket, and the
-//! partition's rate is not held across the move. Keep the partition's bucket in Redis: a
+//! partition's rate is not held across the move. Keep the partition's bucket in Redis: use a
 //! [`RedisKeyedRateLimiter`] keyed by partition (feature `redis`), named after the topic, as
 //! the one stage. A limit in the process could not be charged in the same step. In
-//! `kafka/tests/group.rs` three consumer processes share it; one joins and another leaves
-//! mid-run; on the merged timeline of arrivals each partition kept its bound, and no message
-//! was lost. A message that a process held when its partition was taken away is still
-//! delivered, but its offset can no longer be stored (rdkafka says `Erroneous state`): the new
-//! owner delivers it again.
+//! `kafka/tests/group.rs` three consumer processes share it, and one joins and another leaves
+//! mid-run. On the merged timeline of arrivals each partition kept its bound, and no message
+//! was lost. A message that a process held when it lost its partition is still delivered. But
+//! its offset can no longer be stored (rdkafka says `Erroneous state`), so the new owner
+//! delivers it again.
 //!
 //! **Pacing slowly: `max.poll.interval.ms`.** librdkafka takes a member out of its group when
 //! the application has not polled the consumer for `max.poll.interval.ms` (default 5 minutes).
-//! rdkafka's `StreamConsumer` wakes its main queue's streams at half that interval, but a paced stream
-//! that holds a message does not poll its upstream until the message leaves. So pacing
-//! `consumer.stream()` itself slower than the interval gets the member evicted:
-//! `kafka/tests/slow.rs` sets the interval to 1 s and paces one message every 2.5 s; the
+//! rdkafka's `StreamConsumer` wakes its main queue's streams at half that interval. But a
+//! paced stream that holds a message does not poll its upstream until the message leaves. So
+//! pacing `consumer.stream()` itself slower than the interval gets the member evicted.
+//! `kafka/tests/slow.rs` sets the interval to 1 s and paces one message every 2.5 s: the
 //! stream yields `PollExceeded` and the partition is revoked. Two ways out:
 //!
 //! - Split the partition queues, pace those, and keep a task polling the main queue, as above.
@@ -1034,8 +1034,8 @@
 //!   below `session.timeout.ms` (librdkafka refuses to create the client).
 //!
 //! The example `kafka_pipeline` (`cargo run -p paced-kafka --example kafka_pipeline`) runs
-//! all of this against a broker of its own, and prints each partition's delivered rate beside
-//! its bound, and the topic's beside the global one.
+//! all of this against its own broker. It prints each partition's delivered rate beside its
+//! bound, and the topic's beside the global one.
 //!
 //! # Pacing a Sink
 //!
@@ -1043,8 +1043,8 @@
 //! codec, a channel into a worker that calls a partner's API. [`PaceSinkExt`] puts the same
 //! operators on every `futures::Sink`: `throttle(rate, cost, burst)`,
 //! `throttle_with(&quota, cost)` (any [`Limiter`], shared with streams and tasks) and
-//! `min_interval(d)`; the adapter types are in [`paced::sink`](crate::sink). The writer just
-//! sends; each item is handed to the inner sink when it conforms.
+//! `min_interval(d)`. The adapter types are in [`paced::sink`](crate::sink). The writer just
+//! sends, and each item is handed to the inner sink when it conforms.
 //!
 //! ```
 //! use futures_util::{Sink, SinkExt};
@@ -1079,25 +1079,24 @@
 //! # }
 //! ```
 //!
-//! - **One item held, the writer waits.** An item that does not conform is held; `poll_ready`
+//! - **One item held, the writer waits.** An item that does not conform is held. `poll_ready`
 //!   says ready only once nothing is held and the inner sink is ready, so `send` waits exactly
 //!   as long as pacing requires. `poll_flush` and `poll_close` hand the held item on first, at
 //!   its time. The promises are those of the stream operators: bound, order, nothing lost, at
 //!   most a 1 ms tick late, exact under paused time, one timer armed only while an item waits.
 //! - **Charged when handed on.** The inner sink's readiness is checked *before* the tokens are
-//!   taken, so a full channel or a slow socket never costs quota, and with a shared limiter the
-//!   writer joins the queue only once its sink can take the item (and leaves it again, to join
-//!   at the back later, if its sink stops being ready meanwhile: a stuck sink does not hold up
-//!   the quota). An item never handed on (the sink dropped, or `take_held()`) is charged
-//!   nothing and gives its place in the queue back. While an item waits, the inner sink is
-//!   flushed, so a buffering sink puts each item on the wire at its time, also under
-//!   `send_all`.
+//!   taken, so a full channel or a slow socket never costs quota. With a shared limiter, the
+//!   writer joins the queue only once its sink can take the item. If its sink stops being
+//!   ready meanwhile, it leaves the queue and joins at the back later, so a stuck sink does not
+//!   hold up the quota. An item never handed on (the sink dropped, or `take_held()`) is charged
+//!   nothing and gives its place back. While an item waits, the inner sink is flushed, so a
+//!   buffering sink puts each item on the wire at its time, also under `send_all`.
 //! - **Errors.** The inner sink's error comes out of `poll_ready`, `poll_flush` or `poll_close`
-//!   unchanged; the held item stays held and is tried again by the next call, or can be taken
+//!   unchanged. The held item stays held and is tried again by the next call, or you take it
 //!   back with `take_held()`.
-//! - **A framed socket** is both a `Stream` and a `Sink`, so with [`PaceExt`] in scope too,
-//!   name the trait: `PaceSinkExt::throttle(framed, rate, cost, burst)`. The sink adapters
-//!   pass the reading side through unpaced.
+//! - **A framed socket** is both a `Stream` and a `Sink`. With [`PaceExt`] in scope too, name
+//!   the trait: `PaceSinkExt::throttle(framed, rate, cost, burst)`. The sink adapters pass the
+//!   reading side through unpaced.
 //!
 //! # tower and HTTP
 //!
