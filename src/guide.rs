@@ -1101,17 +1101,16 @@
 //! # tower and HTTP
 //!
 //! The rate-limited thing is often an HTTP API called through a tower `Service` (hyper, tonic,
-//! reqwest with tower, axum's own clients). With the `tower` feature,
-//! [`RateLimitLayer`] puts a shared quota in front of any service. tower's own `RateLimit`
-//! keeps its window inside the service, so every clone (every connection of an axum app, every
-//! task that builds the stack) starts a fresh limit (axum #2634, tower #794), and it is a fixed
-//! window that cannot charge a cost per request. Here every clone draws on the same
-//! [`RateLimiter`], [`Stagger`], [`RedisRateLimiter`] or, one bucket per client or destination,
-//! a [`KeyedRateLimiter`] or a [`RedisKeyedRateLimiter`] (`RateLimitLayer::keyed(&limiter, |req|
-//! key)`).
+//! reqwest with tower, axum's own clients). With the `tower` feature, [`RateLimitLayer`] puts
+//! a shared quota in front of any service. tower's own `RateLimit` keeps its window inside the
+//! service. So every clone (every connection of an axum app, every task that builds the stack)
+//! starts a fresh limit (axum #2634, tower #794). It is also a fixed window that cannot charge
+//! a cost per request. Here every clone draws on the same [`RateLimiter`], [`Stagger`] or
+//! [`RedisRateLimiter`]. For one bucket per client or destination, use a [`KeyedRateLimiter`]
+//! or a [`RedisKeyedRateLimiter`] (`RateLimitLayer::keyed(&limiter, |req| key)`).
 //!
 //! **Clients: shaping** (the default). A request waits for its tokens, FIFO with every other
-//! user of the quota, then goes to the inner service; `.cost(|req| ..)` charges per request
+//! user of the quota, then goes to the inner service. `.cost(|req| ..)` charges per request
 //! (default 1). A response future dropped while it waits gives its place back and is charged
 //! nothing. Nothing is refused, so the error type is the inner service's.
 //!
@@ -1141,52 +1140,56 @@
 //! # fn main() {}
 //! ```
 //!
-//! **Readiness.** `poll_ready` is the inner service's and takes no token (a request's cost and
-//! key are only known in `call`, and a token reserved by a caller that never calls would be
-//! lost). `call` moves the inner service just made ready into the response future, which calls
-//! it the moment the tokens are granted: the inner service is never called unready, and the
-//! limit holds where requests leave, even under backpressure. Hence `S: Clone`, the usual tower
-//! pattern.
+//! **Readiness.** `poll_ready` is the inner service's and takes no token. A request's cost
+//! and key are only known in `call`, and a token reserved by a caller that never calls would
+//! be lost. `call` moves the inner service, just made ready, into the response future. The
+//! future calls it the moment the tokens are granted. So the inner service is never called
+//! unready, and the limit holds where requests leave, even under backpressure. Hence
+//! `S: Clone`, the usual tower pattern.
 //!
 //! **Servers: enforcing** (`.enforcing()`). A request that does not conform now is refused at
-//! once with a [`NotUntil`] (also named [`RateLimited`] in the tower module), charged nothing,
-//! and never reaches the handler. Errors are boxed ([`BoxError`]), as tower's `LoadShed` and
-//! `Timeout` do and axum's `HandleErrorLayer` expects; other errors pass through unchanged. A
-//! server answers `429 Too Many Requests` with `Retry-After:`
-//! [`retry_after_secs()`](crate::NotUntil::retry_after_secs) (rounded up, so a client that
-//! waits that long conforms):
+//! once with a [`NotUntil`] (also named [`RateLimited`] in the tower module). It is charged
+//! nothing and never reaches the handler. Errors are boxed ([`BoxError`]), as tower's
+//! `LoadShed` and `Timeout` do and axum's `HandleErrorLayer` expects. Other errors pass through
+//! unchanged. A server answers `429 Too Many Requests` with `Retry-After:`
+//! [`retry_after_secs()`](crate::NotUntil::retry_after_secs). It is rounded up, so a client
+//! that waits that long conforms:
 //!
 #![cfg_attr(not(doctest), doc = include_str!("guide/axum_server.md"))]
 //!
-//! **Proved over real HTTP** on 127.0.0.1 (`integration/tests/tower_http.rs`): 1,500 requests
-//! from 30 tasks through the layer at an axum server's limit of 1,000/s got zero 429s and used
-//! 93–97 % of the limit; 64 services built from tower's `RateLimitLayer` sent 192 requests in
-//! 0.15–0.3 s against a limit of 200/s, while the same from paced's layer kept it (0.91 s, the
-//! least the limit allows); an axum app keyed by client IP answers 429 with a `Retry-After`
-//! that is enough. `cargo run -p paced-integration --features tower --example http_client` and
+//! **Proved over real HTTP** on 127.0.0.1 (`integration/tests/tower_http.rs`):
+//!
+//! - 1,500 requests from 30 tasks through the layer, at an axum server's limit of 1,000/s, got
+//!   zero 429s and used 93–97 % of the limit.
+//! - 64 services built from tower's `RateLimitLayer` sent 192 requests in 0.15–0.3 s against a
+//!   limit of 200/s. The same from paced's layer kept it (0.91 s, the least the limit allows).
+//! - An axum app keyed by client IP answers 429 with a `Retry-After` that is enough.
+//!
+//! `cargo run -p paced-integration --features tower --example http_client` and
 //! `--example http_server` show both sides.
 //!
 //! **Finding the limit over HTTP.** [`AdaptiveLayer`] reports every response to an
-//! [`Adaptive`] (see [Finding the limit](#finding-the-limit-adaptive)), as a classifier you
-//! write reads it: [`Outcome`]`::Success`, `Outcome::Throttled { retry_after }` or
-//! `Outcome::Ignore`. paced does not depend on `http`, so the classifier for `http::Response`
-//! is yours; a [`RateLimitLayer`] over `adaptive.limiter()` below it paces the requests at the
-//! rate found:
+//! [`Adaptive`] (see [Finding the limit](#finding-the-limit-adaptive)). A classifier you write
+//! reads the response as [`Outcome`]`::Success`, `Outcome::Throttled { retry_after }` or
+//! `Outcome::Ignore`. paced does not depend on `http`, so you write the classifier for
+//! `http::Response`. A [`RateLimitLayer`] over `adaptive.limiter()` below it paces the
+//! requests at the rate found:
 //!
 #![cfg_attr(not(doctest), doc = include_str!("guide/hyper_client.md"))]
 //!
-//! - A response is reported when its future completes, and returned unchanged; a future
-//!   dropped before (a timeout, a cancelled task) reports nothing, nor does `Outcome::Ignore`.
-//! - `Retry-After` is parsed in its delta-seconds form; the HTTP-date form reads as a refusal
+//! - A response is reported when its future completes, and returned unchanged. A future
+//!   dropped before that (a timeout, a cancelled task) reports nothing, nor does
+//!   `Outcome::Ignore`.
+//! - `Retry-After` is parsed in its delta-seconds form. The HTTP-date form reads as a refusal
 //!   without a delay. The header has whole seconds only, so a server rounds a 20 ms wait up to
-//!   1 s, and the client honours it, pausing for everyone. That costs goodput (0.72–0.91 of the
-//!   limit on the simulated provider, against 0.97–0.99 without `Retry-After`; figures in
+//!   1 s, and the client honours it, pausing for everyone. That costs goodput: 0.72–0.91 of the
+//!   limit on the simulated provider, against 0.97–0.99 without `Retry-After` (figures in
 //!   BENCHMARKS.md). If your partner tolerates it, classify with `retry_after: None`.
 //!
 //! ## Announcing the quota (feature `http`)
 //!
 //! An enforcing layer can tell its clients their quota on every response, allowed or
-//! refused, so that a client paces to it instead of probing:
+//! refused. A client can then pace to it instead of probing:
 //! `RateLimitLayer::new(&quota).enforcing().headers(QuotaHeaders::Both)`. A token bucket maps
 //! onto the fields as follows (see `paced::tower::QuotaHeaders`):
 //!
@@ -1196,20 +1199,27 @@
 //! | `RateLimit: "default";r=R;t=T` | `R` the whole tokens left; `T` the seconds until full again, rounded up |
 //! | `X-RateLimit-Limit`, `-Remaining`, `-Reset` | the burst, the tokens left, the seconds until full (a delay, not an epoch time) |
 //!
-//! A refused request is answered by the layer itself: `429 Too Many Requests`, `Retry-After`
-//! (whole seconds, rounded up; none for a request whose cost is above the burst, which never
-//! conforms) and the same headers. The values are read just after the decision, so under
-//! concurrency they may already count a request decided a moment later: `remaining` is never
-//! more than there is, and `reset` never early. Plain token buckets announce (a
-//! `RateLimiter` that is not warming up, a key of a `KeyedRateLimiter`), and so does a
-//! [`RateLimiter`]: one IETF policy per limit, named after its dimension and window
-//! (`"requests-minute";q=500;w=60, "tokens-minute";q=40000;w=60;qu="tokens"`, a repeated name
-//! taking `-2`, `-3`), with a `RateLimit` item for each (a fixed window's `t` is the time until
-//! its window ends), and the `X-RateLimit-*` trio of the limit with the fewest tokens left; a
-//! keyed layer over a [`KeyedRateLimiter`] announces every limit of the request's key
-//! the same way. `paced::tower::limits_from_headers` reads them back, each on its dimension.
-//! Other quotas (a warming `RateLimiter`, the Redis limiters) send `Retry-After` alone. A server knows a request's cost from the request, so an announcing
-//! layer does not settle: `headers()` and `settle()` do not combine (a compile error).
+//! The layer itself answers a refused request: `429 Too Many Requests`, `Retry-After` and the
+//! same headers. `Retry-After` is in whole seconds, rounded up. There is none for a request
+//! whose cost is above the burst, which never conforms. The values are read just after the
+//! decision. Under concurrency they may already count a request decided a moment later:
+//! `remaining` is never more than there is, and `reset` is never early.
+//!
+//! Which quotas announce:
+//!
+//! - Plain token buckets: a `RateLimiter` that is not warming up, a key of a
+//!   `KeyedRateLimiter`.
+//! - A [`RateLimiter`] of several limits. It sends one IETF policy per limit, named after its
+//!   dimension and window: `"requests-minute";q=500;w=60,
+//!   "tokens-minute";q=40000;w=60;qu="tokens"`. A repeated name takes `-2`, `-3`. Each limit
+//!   has its `RateLimit` item; a fixed window's `t` is the time until its window ends. The
+//!   `X-RateLimit-*` trio is that of the limit with the fewest tokens left. A keyed layer over
+//!   a [`KeyedRateLimiter`] of several limits announces every limit of the request's key the
+//!   same way. `paced::tower::limits_from_headers` reads them back, each on its dimension.
+//! - Other quotas (a warming `RateLimiter`, the Redis limiters) send `Retry-After` alone.
+//!
+//! A server knows a request's cost from the request, so an announcing layer does not settle.
+//! `headers()` and `settle()` do not combine (a compile error).
 //!
 //! # Finding the limit (Adaptive)
 //!
