@@ -1223,12 +1223,12 @@
 //!
 //! # Finding the limit (Adaptive)
 //!
-//! **A partner API that answers 429.** The partner does not publish its limit, lowers it when
-//! it is busy, and shares it with its other clients; all you learn is a
+//! **A partner API that answers 429.** The partner does not publish its limit. It lowers it
+//! when busy, and shares it with its other clients. All you learn is a
 //! `429 Too Many Requests`, sometimes with a `Retry-After`. A fixed rate either wastes capacity
-//! or hammers the partner. An [`Adaptive`] sets a [`RateLimiter`]'s rate from the answers:
-//! report each outcome with [`on_success`](crate::Adaptive::on_success) or
-//! [`on_throttled`](crate::Adaptive::on_throttled) and it finds the limit, within `[min, max]`:
+//! or hammers the partner. An [`Adaptive`] sets a [`RateLimiter`]'s rate from the answers.
+//! Report each outcome with [`on_success`](crate::Adaptive::on_success) or
+//! [`on_throttled`](crate::Adaptive::on_throttled), and it finds the limit within `[min, max]`:
 //!
 //! ```
 //! use std::time::Duration;
@@ -1279,39 +1279,40 @@
 //! # }
 //! ```
 //!
-//! After a refusal the rate drops to 80 % of the rate calls were really sent at, once per
-//! overload (the refusals of the calls already in flight do not count again), and a
-//! `Retry-After` pauses the limiter for everyone
-//! ([`RateLimiter::pause_for`]). Then it probes up along a cubic curve: quickly at first, flat
-//! near the rate where the limit was found, faster again beyond it in case the limit rose. The
-//! climb back takes 2 s, or the time of 40 calls where that is longer, so the one refusal that
-//! ends each cycle stays a small share of its calls. Time paused by a `Retry-After` counts
-//! neither as probing time nor as sending time. The controller sets the rate only; the
-//! limiter's burst stays yours (give it at least 2, and at least `max × 1 ms`). Everything
-//! reads tokio's clock: under paused time it is exact and repeatable.
-//! `cargo run -p paced-integration --example adaptive_partner` plots the rate finding a
-//! partner's 200/s and following it down to 100/s.
+//! After a refusal the rate drops to 80 % of the rate calls were really sent at. It drops
+//! once per overload: the refusals of calls already in flight do not count again. A
+//! `Retry-After` pauses the limiter for everyone ([`RateLimiter::pause_for`]). Then the rate
+//! probes up along a cubic curve. It climbs quickly at first, flattens near the rate where the
+//! limit was found, and speeds up beyond it in case the limit rose. The climb back takes 2 s,
+//! or the time of 40 calls where that is longer. So the one refusal that ends each cycle stays
+//! a small share of its calls. Time paused by a `Retry-After` counts neither as probing time
+//! nor as sending time.
+//!
+//! The controller sets only the rate. The limiter's burst stays yours: give it at least 2, and
+//! at least `max × 1 ms`. Everything reads tokio's clock, so under paused time it is exact and
+//! repeatable. `cargo run -p paced-integration --example adaptive_partner` plots the rate
+//! finding a partner's 200/s and following it down to 100/s.
 //!
 //! On a simulated provider (a hidden token bucket of rate `L`, from 5/s to 5,000/s) the default
-//! law kept 0.97–0.99 of `L` with 0.01–2 % of the calls refused; it settled within 10 s after
-//! `L` halved and used a doubled `L` within 7–19 s. BENCHMARKS.md compares it with AWS's cubic
-//! constants and a plain AIMD (`cargo bench -p paced-benches --features unstable-laws --bench adaptive`: the
-//! laws it compares are outside semver).
+//! law kept 0.97–0.99 of `L`, with 0.01–2 % of the calls refused. It settled within 10 s after
+//! `L` halved, and used a doubled `L` within 7–19 s. BENCHMARKS.md compares it with AWS's
+//! cubic constants and a plain AIMD (`cargo bench -p paced-benches --features unstable-laws
+//! --bench adaptive`; the laws it compares are outside semver).
 //!
 //! **Several limits.** Over a `RateLimiter<[u64; N]>`, an `Adaptive<[u64; N]>` (made by
 //! [`Adaptive::builder`](crate::Adaptive::builder)) learns each limit you choose on its own.
 //! A refusal that names its limit (`on_throttled_limit`, `on_throttled_dimension`) lowers
-//! that limit only; one that names none lowers them all; `on_limits` (feature `http`) sets
+//! that limit only. One that names none lowers them all. `on_limits` (feature `http`) sets
 //! each limit from the headers.
 //!
 //! # Metrics
 //!
 //! With the `metrics` feature, every limiter that has `stats()` can also record to the
-//! [`metrics`](https://docs.rs/metrics) facade, so that whatever recorder the application
-//! installs (Prometheus, StatsD, OpenTelemetry...) sees it. Name it: `with_metrics(name)` on
-//! `RateLimiter`, `Stagger`, `KeyedRateLimiter` and `Adaptive` (consuming and returning the
-//! limiter), `with_metrics(name)` on both Redis limiters' builder. Every metric carries the
-//! label `limiter = name`:
+//! [`metrics`](https://docs.rs/metrics) facade. Whatever recorder the application installs
+//! (Prometheus, StatsD, OpenTelemetry...) then sees it. To turn it on, name the limiter with
+//! `with_metrics(name)`. On `RateLimiter`, `Stagger`, `KeyedRateLimiter` and `Adaptive` it
+//! consumes and returns the limiter; the Redis limiters have it on their builder. Every
+//! metric carries the label `limiter = name`:
 //!
 //! | metric | kind | recorded by | what |
 //! | --- | --- | --- | --- |
@@ -1327,20 +1328,20 @@
 //! | `paced_redis_errors_total` | counter | Redis | failed round trips, label `kind` = `outage` or `reply` |
 //! | `paced_redis_fallbacks_total` | counter | Redis | grants by the fail-open fallback |
 //!
-//! A keyed limiter counts over all its keys (a key is not a label: keys are unbounded). An
-//! `Adaptive` names its limiter too, under the same name. The counters match `stats()` from the
-//! moment of naming.
+//! A keyed limiter counts over all its keys: keys are unbounded, so a key is not a label. An
+//! `Adaptive` names its limiter too, under the same name. The counters match `stats()` from
+//! the moment of naming.
 //!
-//! - **Registered once.** The handles are registered with the recorder in force when the
-//!   limiter is named, so install the recorder first, and kept in the state every clone
-//!   shares: naming any handle names them all, clones made before included. Named twice, the
-//!   last name given wins: the earlier name's handles stop recording (its `paced_waiters`
-//!   gauge drops to 0) and the new name's start, with the waiters queued then.
-//! - **Cheap.** Recording an event is one call on a handle, with no look-up in the recorder's
-//!   registry. Without the feature nothing is compiled in; with it, an unnamed limiter pays one
-//!   branch per event. On the lock-free path a grant records three (a grant, its tokens, a wait
-//!   of 0): BENCHMARKS.md has the figures. A limiter named a second time reads its handles
-//!   under a read lock from then on, about 10 ns more per event.
+//! - **Registered once.** The metrics are registered with the recorder in force when the
+//!   limiter is named, so install the recorder first. Naming any clone names them all, clones
+//!   made before included. Named twice, the last name wins. The earlier name stops recording
+//!   (its `paced_waiters` gauge drops to 0), and the new name starts, with the waiters queued
+//!   then.
+//! - **Cheap.** Recording an event is one call, with no look-up in the recorder's registry.
+//!   Without the feature nothing is compiled in. With it, an unnamed limiter pays one branch
+//!   per event. A grant on the lock-free path records three events (a grant, its tokens, a
+//!   wait of 0); BENCHMARKS.md has the figures. A limiter named a second time costs about
+//!   10 ns more per event from then on (a read lock).
 //!
 #![cfg_attr(not(doctest), doc = include_str!("guide/metrics_recorder.md"))]
 //!
@@ -1349,50 +1350,48 @@
 //!
 //! # Limits, honestly
 //!
-//! What paced promises: each operator's bound, order, nothing lost or duplicated, FIFO among
-//! the users of a shared quota, tokens charged only when granted, and an exact schedule under
-//! paused time. What it does not promise is waking on time in real time; these are the costs
-//! and edges:
+//! paced promises each operator's bound, order, nothing lost or duplicated, FIFO among the
+//! users of a shared quota, tokens charged only when granted, and an exact schedule under
+//! paused time. It does not promise to wake on time in real time. These are the costs and
+//! edges:
 //!
 //! - **The 1 ms tick.** A `Sleep` wakes up to two ticks after its time (plus the scheduler's
-//!   latency in real time), never before it. A wait that this would cost rate ends on time on
-//!   Linux (see [the operators](#the-operators-in-depth)); a wake-up later than its last 200 µs
-//!   of yielding still costs rate at burst 1, as on any timer. Where there is no
-//!   high-resolution timer, tokens that flow into a full bucket while the timer is late are
-//!   lost, so for `throttle` at several hundred items/s and more give
+//!   latency in real time), never before. On Linux the waits this would cost rate end on time
+//!   (see [the operators](#the-operators-in-depth)). A wake-up later than its last 200 µs of
+//!   yielding still costs rate at burst 1, as on any timer.
+//! - **Without a high-resolution timer**, tokens that flow into a full bucket while the timer
+//!   is late are lost. For `throttle` at several hundred items/s and more, give
 //!   `burst ≥ rate × 2 ms + 1` (more on a loaded machine), or use `batched_interval`. At
-//!   exactly 1,000/s, burst 2 (= rate × 2 ms) reaches only 0.94 of the rate there: a wake-up
-//!   about 0.1 ms after a tick empties the bucket, the next token is due 1 ms later, just past
+//!   exactly 1,000/s, burst 2 (= rate × 2 ms) reaches only 0.94 of the rate there. A wake-up
+//!   about 0.1 ms after a tick empties the bucket. The next token is due 1 ms later, just past
 //!   a tick, so the timer fires 2.1 ms later, when the bucket of 2 has been full for a while.
-//!   Burst 3 reaches 0.99.
-//! - **Where there is no high-resolution timer, a bucket of one loses lateness.** With
-//!   `burst = 1` a full bucket cannot store the refill of the time an item spent waiting for
-//!   the tick, so each gap counts from the actual emission (like `min_interval`) and the
-//!   long-run rate falls below `rate` (0.65 of it at 500/s). A larger burst absorbs it, and so
-//!   does `precise()`, at a busy core.
+//!   Burst 3 reaches 0.99. With `burst = 1`, a full bucket cannot store the refill of the time
+//!   an item waited for the tick. Each gap then counts from the actual emission (like
+//!   `min_interval`), and the long-run rate falls to 0.65 of `rate` at 500/s. A larger burst
+//!   absorbs it, and so does `precise()`, at the price of a busy core.
 //! - **The timer thread's cost.** Each wait that ends on it costs two thread wake-ups (the
-//!   timer thread's, then the runtime's) and up to 200 µs of yielding, about what governor's
-//!   timer thread costs in the same runs (BENCHMARKS.md, "Burst 1"). One thread per process,
-//!   started on the first such wait and asleep while none waits; at most 1,024 such waits at
-//!   once (more sleep on the tick). On a loaded machine its wake-ups come later and burst 1
-//!   loses more rate; a burst of `rate × 2 ms + 1` does not depend on them.
-//! - **Clock reads.** An item that need not wait costs one clock read (an exact schedule needs
-//!   its emission time); one that waits costs two or three more around its timer.
+//!   timer thread's, then the runtime's) and up to 200 µs of yielding. That is about what
+//!   governor's timer thread costs in the same runs (BENCHMARKS.md, "Burst 1"). It handles at
+//!   most 1,024 such waits at once; more sleep on the tick. On a loaded machine its wake-ups
+//!   come later and burst 1 loses more rate. A burst of `rate × 2 ms + 1` does not depend on
+//!   them.
+//! - **Clock reads.** An item that need not wait costs one clock read, since an exact schedule
+//!   needs its emission time. One that waits costs two or three more around its timer.
 //!   `min_interval(0)`, `staggered_start(_, 0)` and `batched_interval(_, 0)` read none, and
 //!   `batched_interval` reads once per batch.
 //! - **Extremes.** `staggered_start(k, period)` remembers up to `k` emission times younger than
 //!   `period` (8 bytes each), so a huge `k` with a huge `period` grows with the stream.
-//!   `batched_interval(n, _)` with a huge `n` over a source that is always ready keeps pulling
-//!   until it returns `Pending`, like futures' `ready_chunks`. Costs, rates and waits saturate
-//!   rather than overflow: a wait beyond about 584 years is "never"
-//!   ([`NotUntil::is_never`]), and a pause that long is a pause of centuries, never a panic.
-//! - **Locks.** A [`RateLimiter`] (token bucket) grants with one compare-and-swap while nobody
-//!   waits; once somebody waits, and always for a warming-up `RateLimiter`, a [`Stagger`] or a
-//!   [`KeyedRateLimiter`], requests take a short mutex (a clock read and a few arithmetic
-//!   steps). A `KeyedRateLimiter` spreads its keys over a few shards, each with its own mutex.
-//! - **Across machines** the bound holds to within one Redis round trip (and a lease's age),
-//!   and under `FailOpen` an outage lets `n` processes reach `n × share` of the quota.
-//! - **`Adaptive`** is measured, not proved: its figures come from a simulated provider, and a
+//!   `batched_interval(n, _)` with a huge `n` over an always-ready source keeps pulling until
+//!   it returns `Pending`, like futures' `ready_chunks`. Costs, rates and waits saturate
+//!   rather than overflow. A wait beyond about 584 years is "never" ([`NotUntil::is_never`]),
+//!   and a pause that long is a pause of centuries, never a panic.
+//! - **Locks.** While nobody waits, a [`RateLimiter`] (token bucket) grants with one
+//!   compare-and-swap. Otherwise requests take a short mutex (a clock read and a few
+//!   arithmetic steps). That is always so for a warming-up `RateLimiter`, a [`Stagger`] and a
+//!   [`KeyedRateLimiter`], whose keys are spread over a few shards, each with its own mutex.
+//! - **Across machines** the bound holds to within one Redis round trip (and a lease's age).
+//!   Under `FailOpen` an outage lets `n` processes reach `n × share` of the quota.
+//! - **`Adaptive`** is measured, not proved. Its figures come from a simulated provider, and a
 //!   real partner's limit may move faster than any controller follows.
 //! - MSRV 1.85 (tokio's); the `redis` feature needs 1.88.
 //!
@@ -1475,33 +1474,42 @@
 //!
 //! # Migrating from the git versions
 //!
-//! paced 1.0.0 is the first release on crates.io. Earlier versions lived only in git, under the
-//! name `pacer`: rename the dependency and the paths (`pacer::` becomes `paced::`, the metric names
-//! `pacer_*` become `paced_*`). The adapter types live in [`paced::stream`](crate::stream) and
-//! [`paced::sink`](crate::sink); permits, builders, counters, `Cost` and the `Limiter` traits in
-//! [`paced::limiter`](crate::limiter); the Redis types other than the two limiters in
-//! `paced::redis`; and [`NotUntil`] is the one refusal. A limiter of several limits is the type of
-//! one limit with a cost of `[u64; N]`: `MultiRateLimiter<N>` became `RateLimiter<[u64; N]>`, and
-//! so on for the keyed, adaptive and Redis limiters. The handles share one vocabulary (the table
-//! above). The first release has no deprecated items: where a name changed, the old one is gone,
-//! and the CHANGELOG's migration table gives the new one.
+//! paced 1.0.0 is the first release on crates.io. Earlier versions lived only in git, under
+//! the name `pacer`. Rename the dependency and the paths: `pacer::` becomes `paced::`, and the
+//! metric names `pacer_*` become `paced_*`.
 //!
-//! The [CHANGELOG](https://docs.rs/crate/paced/latest/source/CHANGELOG.md) lists every
-//! change, with a migration table from each old name or signature to the new one.
+//! - The adapter types live in [`paced::stream`](crate::stream) and
+//!   [`paced::sink`](crate::sink).
+//! - Permits, builders, counters, `Cost` and the `Limiter` traits live in
+//!   [`paced::limiter`](crate::limiter).
+//! - The Redis types other than the two limiters live in `paced::redis`.
+//! - [`NotUntil`] is the one refusal.
+//! - A limiter of several limits is the one-limit type with a cost of `[u64; N]`.
+//!   `MultiRateLimiter<N>` became `RateLimiter<[u64; N]>`, and so on for the keyed, adaptive
+//!   and Redis limiters.
+//! - The handles share one vocabulary ([the table above](#every-handle-every-operation)).
+//!
+//! The first release has no deprecated items: where a name changed, the old one is gone. The
+//! [CHANGELOG](https://docs.rs/crate/paced/latest/source/CHANGELOG.md) lists every change,
+//! with a migration table from each old name or signature to the new one.
 //!
 //! # Reading quota headers
 //!
-//! Many APIs say how much quota is left with every answer: the IETF draft's
+//! Many APIs say how much quota is left with every answer. They use the IETF draft's
 //! `RateLimit-Policy: "default";q=600;w=60` and `RateLimit: "default";r=120;t=12`, or the de
-//! facto `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` (GitHub, Discord,
-//! and many others). Report them with [`Adaptive::on_quota`](crate::Adaptive::on_quota) instead
-//! of `on_success`, and the client paces to the quota from the first answer on, with no
-//! refusal to find it: the calls left are spread over the time to reset, a token bucket is
-//! paced at its refill rate `q / w`, and probing above the announced rate waits while the
-//! announcements keep coming (it resumes from the last announced rate if they stop; a server
-//! that announces nothing is probed as before). With the `http` feature,
-//! `AdaptiveLayer::http(&adaptive)` reads the headers of every `http::Response`, with `429` /
-//! `503` and their `Retry-After`:
+//! facto `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` (GitHub,
+//! Discord, and many others). Report them with
+//! [`Adaptive::on_quota`](crate::Adaptive::on_quota) instead of `on_success`. The client then
+//! paces to the quota from the first answer on, with no refusal to find it:
+//!
+//! - the calls left are spread over the time to reset;
+//! - a token bucket is paced at its refill rate `q / w`;
+//! - probing above the announced rate waits while the announcements keep coming. If they
+//!   stop, it resumes from the last announced rate. A server that announces nothing is probed
+//!   as before.
+//!
+//! With the `http` feature, `AdaptiveLayer::http(&adaptive)` reads the headers of every
+//! `http::Response`, with `429` / `503` and their `Retry-After`:
 //!
 //! ```
 //! # #[cfg(feature = "http")]
