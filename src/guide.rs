@@ -53,8 +53,7 @@
 //!   `RateLimitLayer::new` on a handle without keys, `throttle_by_key` and
 //!   `RateLimitLayer::keyed` on a keyed one. Over several limits, the layer's `settle` corrects
 //!   each request's charge from its answer.
-//! - **Naming metrics twice.** The last name wins, and every clone of the handle records under
-//!   it.
+//! - **Naming metrics twice.** The last name wins for every clone ([Metrics](#metrics)).
 //! - **Panics** are for programmer errors only. Each is named in the method's `# Panics`, and
 //!   its message starts with the method's path (`RateLimiter::new: ...`).
 //! - **Counters.** `granted` and `rejected` count the limiter's own grants and refusals.
@@ -232,30 +231,20 @@
 //! **On time, by default.** tokio's `Sleep` wakes up to two ticks after its deadline. A bucket
 //! with spare tokens for 3 ms absorbs that, and its waits sleep on the tick. Some waits would
 //! lose rate to a late wake-up: burst 1, `min_interval`, the head of a shared limiter at burst
-//! 1. On Linux these end on time. paced's timer thread wakes the task shortly before its time,
-//! and the task yields for the last stretch (at most 200 µs, and only while recent wake-ups were
-//! late). There is one such thread per process, started on the first such wait.
-//!
-//! So `throttle(Rate::per_second(500), |_| 1, 1, Shaping)` delivers about 500 a second: 0.95 to
-//! 0.99 of it on the test VM, against 0.65 on the tick. It costs less CPU per item than
-//! governor's timer thread on average (figures in BENCHMARKS.md). An idle adapter holds
-//! nothing of the thread, and the thread sleeps while no wait needs it. An item never leaves
-//! early: the thread only wakes the task, and a read of tokio's clock lets the item go. Under
-//! paused time nothing changes, because the thread counts real time: every wait is a `Sleep`
-//! and the schedule is exact. The thread needs nothing of the runtime (no IO driver) and
-//! nothing but the standard library.
-//!
-//! Where there is no such timer, the waits sleep on the tick, as tokio-stream's do. That is the
-//! case on other systems, and if the thread cannot be started.
+//! 1. On Linux these end on time, thanks to a timer thread ([The design](#the-design) says
+//! how). So `throttle(Rate::per_second(500), |_| 1, 1, Shaping)` delivers about 500 a second:
+//! 0.95 to 0.99 of it on the test VM, against 0.65 on the tick. It costs less CPU per item
+//! than governor's timer thread on average (figures in BENCHMARKS.md). An item never leaves
+//! early. Under paused time nothing changes: every wait is a `Sleep` and the schedule is
+//! exact. On other systems, or if the thread cannot be started, waits sleep on the tick, as
+//! tokio-stream's do.
 //!
 //! **`precise()`.** `throttle(..)` with [`Shaping`] and `min_interval(d)` accept
-//! [`.precise()`](crate::stream::Throttle::precise). Every wait then ends on time, whatever the
-//! bucket absorbs. Without a high-resolution timer, the timer sleeps until two ticks before
-//! the item's time, and the task spends the rest yielding and reading the clock. The item
-//! leaves within microseconds of its time there too. While an item is that close to its time
-//! the task stays busy: at sub-millisecond rates that is most of a core. Under paused time the
-//! clock does not move across a yield, so the wait falls back to the timer, and the schedule
-//! is exactly that of the plain operator.
+//! [`.precise()`](crate::stream::Throttle::precise). Every wait then ends on time, whatever
+//! the bucket absorbs. Without a high-resolution timer, the task spends the last two ticks
+//! yielding and reading the clock, so the item still leaves within microseconds of its time.
+//! Meanwhile the task stays busy: at sub-millisecond rates that is most of a core. Under
+//! paused time the schedule is exactly that of the plain operator.
 //!
 //! The adapter types are in [`paced::stream`](crate::stream), with the [`ThrottleMode`] trait
 //! that [`Shaping`] and [`Enforcing`] implement.
@@ -395,8 +384,8 @@
 //!   every limit is charged at that instant. The head of the queue is granted at the latest of
 //!   the limits' own ready times, never later (plus tokio's 1 ms tick in real time). A dropped
 //!   waiter has taken nothing.
-//! - **FIFO.** One queue serves all the limits. Cheap prompts do not overtake a dear one at the
-//!   head, and `try_acquire` / `acquire_timeout` never jump the queue.
+//! - **FIFO.** One queue serves all the limits: cheap prompts do not overtake a dear one.
+//!   `try_acquire` / `acquire_timeout` never jump the queue.
 //! - **Settling.** [`acquire`](crate::RateLimiter#method.acquire-1) returns a [`Permit`].
 //!   [`settle`](crate::limiter::Permit::settle)`([1, usage])` corrects the charge once the
 //!   answer says what the call used. A call the provider refused cost nothing there:
@@ -747,15 +736,14 @@
 //! - **Released at the instant Redis charged.** On every runtime flavor and worker count, a
 //!   process releases its grants at the instants Redis charged them, in Redis's order. A grant
 //!   is never early, and late by at most a round trip and tokio's tick.
-//! - **Tokens given back while grants wait.** A grant charged for a later instant cannot move.
-//!   Tokens given back meanwhile (a `settle` below the charge, an unused lease, a waiter that
-//!   went away) could let a new request go at that same instant and break the bound. So a
-//!   bucket takes them back only at the latest waiting grant's instant, and only as many as fit
-//!   beside the waiting grants (a burst minus the most a waiting grant found in it). The rest is
-//!   lost, as a full bucket loses its refill. The one-limit `RedisRateLimiter` takes back
-//!   nothing while grants wait, except the last grant's own tokens, which come back whole.
-//!   `RedisRateLimiter<[u64; N]>` does take them back as described. In process, tokens given
-//!   back reach the waiters at once.
+//! - **Tokens given back while grants wait** (a `settle` below the charge, an unused lease, a
+//!   waiter that went away) could break the bound, since a waiting grant cannot move. So a
+//!   bucket of `RedisRateLimiter<[u64; N]>` takes them back at the latest waiting grant's
+//!   instant, and only as many as fit beside the waiting grants (a burst minus the most a
+//!   waiting grant found in it). The rest is lost, as a full bucket loses its refill. The
+//!   one-limit `RedisRateLimiter` takes back nothing while grants wait, except the last
+//!   grant's own tokens, which come back whole. In process, tokens given back reach the
+//!   waiters at once.
 //! - **One limit for the fleet, changed at run time.** `set_limit(rate, burst)` stores a new
 //!   limit in Redis, and every process's next request obeys it. The level is kept, in tokens.
 //!   `clear_limit()` restores the limit the quota was built with. `acquire_timeout(cost,
@@ -772,11 +760,11 @@
 //!   - `FailOpen { share }` keeps going. Each process falls back to a local limiter at `share`
 //!     of the rate and burst, and tries Redis again every second. Nothing stalls; the price is
 //!     that `n` processes can reach `n × share` of the quota during the outage. A request
-//!     waiting on the fallback keeps its place there and asks Redis again every second. Once
-//!     Redis answers, it leaves the fallback. A cost dearer than a second of the fallback's
-//!     refill is granted as debt, as in process. A fallback stays in charge for a second after
-//!     the last failed round trip, and the connection is retried at a backoff of up to 500 ms.
-//!     So it can stay in charge up to about 1.75 s after Redis is back.
+//!     waiting on the fallback keeps its place there, asks Redis again every second, and
+//!     leaves once Redis answers. A cost dearer than a second of the fallback's refill is
+//!     granted as debt. A fallback stays in charge for a second after the last failed round
+//!     trip, and the connection is retried at a backoff of up to 500 ms. So it can stay in
+//!     charge up to about 1.75 s after Redis is back.
 //!
 //!   The connection reconnects by itself, nothing panics, and no stream item is lost or
 //!   duplicated. The tests kill Redis mid-run and restart it a second later under both
@@ -954,12 +942,12 @@
 //! that reads only 1 once no key holds version 2 (rewritten by writers of 1, or expired; keys
 //! with their own limits do not expire).
 //!
-//! This version does its part. It writes version 1 and refuses any other. So a writer of 2
-//! deployed too early shows at once, on exactly the keys it wrote, in the `reply_errors` and
-//! error log of every 1.0 process. Nothing is granted from a misread state. A paced that
-//! brings format 2 must read both 1 and 2, write 1 until told otherwise, keep the version in
-//! the first byte, and name in its error the versions it reads. `tests/redis_format.rs` has
-//! worker processes read each other's states, and `redis-cli` write a version 2 under them.
+//! A writer of 2 deployed too early shows at once, on exactly the keys it wrote, in the
+//! `reply_errors` and error log of every 1.0 process. Nothing is granted from a misread state.
+//! A paced that brings format 2 must read both 1 and 2, write 1 until told otherwise, keep the
+//! version in the first byte, and name in its error the versions it reads.
+//! `tests/redis_format.rs` has worker processes read each other's states, and `redis-cli`
+//! write a version 2 under them.
 //!
 //! # Pacing a Kafka consumer
 //!
@@ -1411,6 +1399,15 @@
 //! core            clock-free arithmetic: the GCRA bucket, the sliding window, Guava's warm-up
 //! ```
 //!
+//! - **The timer thread** (Linux) makes waits end on time. It wakes the task shortly before
+//!   its time, and the task yields for the last stretch: at most 200 µs, and only while recent
+//!   wake-ups were late. There is one thread per process, started on the first wait that needs
+//!   it. An idle adapter holds nothing of it, and it sleeps while no wait needs it. It only
+//!   wakes the task; a read of tokio's clock lets the item go. It counts real time, which a
+//!   paused test does not move. It needs nothing of the runtime (no IO driver) and nothing but
+//!   the standard library. Where there is no such timer, `precise()` sleeps until two ticks
+//!   before the item's time. Under paused time the clock does not move across a yield, so a
+//!   `precise()` wait falls back to the timer.
 //! - **The core** decides *when*, and never reads a clock. Every function takes `now` and
 //!   answers with a time, in integer nanoseconds, with the rate as an exact fraction. There is
 //!   no float but Guava's warm-up curve, no drift; deadlines are rounded up and everything
@@ -1422,17 +1419,18 @@
 //!   never before. Only the head of a queue sleeps, and a grant wakes exactly the next waiter.
 //!   A `RateLimiter` adds a lock-free path (one compare-and-swap on a packed word) while its
 //!   queue is empty.
-//! - **The keyed table** keeps one lane per key and forgets a lane as soon as it is full and
-//!   idle. While nobody waits on a key and its limit is the default, its whole state is one
-//!   `u64` beside the key (16 bytes a slot for `u64` keys). A key that waits, or has a limit of
-//!   its own, also has a queue. The keys are spread over a few shards (four per core, 4 to 64),
-//!   each behind its own short mutex. A key is hashed once per call, before any mutex is
-//!   taken. The table hashes its keys again only when it grows or shrinks: it keeps keys, not
-//!   hashes, to save 8 bytes a key. It forgets full keys before it would grow, and shrinks only
-//!   below an eighth full. The key's `Eq` runs under the mutex, in a look-up made before
-//!   anything changes, so a panicking `Eq` leaves the table consistent. In `throttle_by_key`,
-//!   the oldest held item of each key waits in its key's queue like any other waiter; the
-//!   items behind it wait in the adapter.
+//! - **The keyed table** keeps one lane per key and forgets it once it is full and idle.
+//!   - An idle key under the default limit is one `u64` beside the key (16 bytes a slot for
+//!     `u64` keys). A key that waits, or has its own limit, also has a queue.
+//!   - Keys are spread over shards (four per core, 4 to 64), each behind a short mutex. A key
+//!     is hashed once per call, before any mutex is taken.
+//!   - The table keeps keys, not hashes, to save 8 bytes a key, and hashes them again only
+//!     when it grows or shrinks. It forgets full keys before it would grow, and shrinks only
+//!     below an eighth full.
+//!   - The key's `Eq` runs under the mutex, in a look-up made before anything changes, so a
+//!     panicking `Eq` leaves the table consistent.
+//!   - In `throttle_by_key`, each key's oldest held item waits in the key's queue like any
+//!     other waiter; the items behind it wait in the adapter.
 //! - **The limiters** are handles (`Arc`s) over the engine: [`RateLimiter`] (a bucket or a
 //!   warm-up curve, with a pause), [`Stagger`] (a window), [`KeyedRateLimiter`] (a bucket per
 //!   key), [`Adaptive`] (a controller that sets a `RateLimiter`'s rate).
