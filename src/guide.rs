@@ -554,22 +554,21 @@
 //! waiting for the other. It settles to the usage. In every scenario: no refusal, and the
 //! oracle's makespan.
 //!
-//! **In real time**, the provider counts a call a little after the limiter granted it, and not
-//! always in the same order. A call delayed longer than the one after it makes the provider's
-//! bucket lose refill that the limiter counted on. Leave a margin: the jitter you expect times
-//! the rate. The example's server counts to the token exactly, and tokens bind there all the
-//! time. With buckets as large as the server's, it refused 46 to 88 calls in runs of 360 (a
+//! **In real time**, the provider counts a call a little after the limiter granted it, not
+//! always in the same order. A call delayed longer than the next one makes the provider's
+//! bucket lose refill the limiter counted on. Leave a margin of the jitter you expect times
+//! the rate. The example's server counts to the token exactly, and tokens always bind there.
+//! With buckets as large as the server's, it refused 46 to 88 calls in runs of 360 (a
 //! millisecond of jitter is 40 tokens at its rate). With buckets 1 % smaller (10 ms of
 //! refill), it refused none. The example keeps 5 %.
 //!
 //! **Per key** (each tenant's or API key's own requests and tokens per minute), use a
-//! [`KeyedRateLimiter`]. Every key gets its own copy of the limits and its own FIFO queue. The
-//! verbs are the same, with the key first. `acquire(&key, [1, estimate])` returns a permit
-//! that settles that key only. `set_limit(&key, index, limit)` gives one key a bigger plan. A
-//! key is forgotten once all its limits are as good as new (a bucket full, a window with
-//! nothing used), so memory follows the keys in use. `throttle_by_key` and
-//! `RateLimitLayer::keyed` take it as they take a keyed limiter of one limit. The keyed client
-//! layer settles each request on its key from the response:
+//! [`KeyedRateLimiter`]. Each key gets its own copy of the limits and its own FIFO queue. The
+//! verbs take the key first. `acquire(&key, [1, estimate])` returns a permit that settles that
+//! key only. `set_limit(&key, index, limit)` gives one key a bigger plan. A key is forgotten
+//! once all its limits are as good as new (a bucket full, a window with nothing used), so
+//! memory follows the keys in use. `throttle_by_key` and `RateLimitLayer::keyed` take it like
+//! a keyed limiter of one limit. The keyed client layer settles each request on its key:
 //! `RateLimitLayer::keyed(&tenants, |req| tenant(req)).cost(|req| [1, estimate(req)])
 //! .settle(|response| [1, usage(response)])`.
 //!
@@ -661,14 +660,13 @@
 //!   `KeyedRateLimiter<String>` with a `&str`. Finding a key does not allocate. Keys are hashed
 //!   with std's `RandomState` unless you give another `BuildHasher` to
 //!   [`with_hasher`](crate::KeyedRateLimiter::with_hasher).
-//! - **Memory follows the keys in use.** A key whose bucket is full again and that nobody waits
-//!   for is the same as a key never seen. So it is forgotten without any call from you, and
-//!   never before. [`tracked_keys()`](crate::KeyedRateLimiter::tracked_keys) counts exactly the
-//!   keys that are not full or have waiters. A million keys touched once hold no memory one
-//!   refill period later: the first operation after that forgets them all. Under a steady load
-//!   full keys are forgotten as the table goes, and it does not grow and shrink back and forth.
-//!   (governor's keyed limiter keeps every key until you call `retain_recent()`.) Per-key
-//!   limits are configuration and are kept.
+//! - **Memory follows the keys in use.** A key whose bucket is full and that nobody waits for
+//!   is the same as a key never seen. So it is forgotten without any call from you, and never
+//!   before. [`tracked_keys()`](crate::KeyedRateLimiter::tracked_keys) counts exactly the keys
+//!   that are not full or have waiters. A million keys touched once hold no memory one refill
+//!   period later: the first operation after that forgets them all. Under a steady load the
+//!   table does not grow and shrink back and forth. (governor's keyed limiter keeps every key
+//!   until you call `retain_recent()`.) Per-key limits are configuration and are kept.
 //! - **Small.** An idle key under the default limit takes 16 bytes for `u64` keys, as much
 //!   heap per key as governor's. [The design](#the-design) says how the table is laid out and
 //!   locked.
@@ -957,9 +955,9 @@
 //!
 //! **Offsets.** By default rdkafka stores a message's offset when it hands the message to the
 //! application, and commits the stored offsets every few seconds. A pacing stage holds
-//! messages. If the process dies, the committed offset may be past messages the stage held,
-//! and they are never delivered. So set `enable.auto.offset.store=false`, and store each
-//! offset yourself with `store_offset_from_message` once the sink accepted the message.
+//! messages, so after a crash the committed offset may be past messages it held: they are
+//! never delivered. So set `enable.auto.offset.store=false`, and store each offset yourself
+//! with `store_offset_from_message` once the sink accepted the message.
 //! `enable.auto.commit=true` still commits what was stored. After a crash, the messages
 //! delivered since the last commit are delivered again: at least once, none lost. In
 //! `kafka/tests/kill.rs` a consumer is killed with SIGKILL after 201 of 600 messages, and the
@@ -998,15 +996,15 @@
 //! no slack beyond tokio's 1 ms tick (the tightest window had 40 to 120 µs to spare).
 //!
 //! **A consumer group across machines.** A rebalance moves a partition to another process.
-//! With a limiter in each process, the new owner starts with a full bucket, and the
+//! With a limiter in each process, the new owner starts with a full bucket, so the
 //! partition's rate is not held across the move. Keep the partition's bucket in Redis: use a
 //! [`RedisKeyedRateLimiter`] keyed by partition (feature `redis`), named after the topic, as
-//! the one stage. A limit in the process could not be charged in the same step. In
-//! `kafka/tests/group.rs` three consumer processes share it, and one joins and another leaves
-//! mid-run. On the merged timeline of arrivals each partition kept its bound, and no message
-//! was lost. A message that a process held when it lost its partition is still delivered. But
-//! its offset can no longer be stored (rdkafka says `Erroneous state`), so the new owner
-//! delivers it again.
+//! the one stage. (A limit in the process could not be charged in the same step.) In
+//! `kafka/tests/group.rs` three consumer processes share it, while one joins and another
+//! leaves. On the merged timeline of arrivals each partition kept its bound, and no message
+//! was lost. A message held by a process that lost its partition is still delivered, but its
+//! offset can no longer be stored (rdkafka says `Erroneous state`). The new owner delivers it
+//! again.
 //!
 //! **Pacing slowly: `max.poll.interval.ms`.** librdkafka takes a member out of its group when
 //! the application has not polled the consumer for `max.poll.interval.ms` (default 5 minutes).
@@ -1267,14 +1265,13 @@
 //! # }
 //! ```
 //!
-//! After a refusal the rate drops to 80 % of the rate calls were really sent at. It drops
-//! once per overload: the refusals of calls already in flight do not count again. A
-//! `Retry-After` pauses the limiter for everyone ([`RateLimiter::pause_for`]). Then the rate
-//! probes up along a cubic curve. It climbs quickly at first, flattens near the rate where the
-//! limit was found, and speeds up beyond it in case the limit rose. The climb back takes 2 s,
-//! or the time of 40 calls where that is longer. So the one refusal that ends each cycle stays
-//! a small share of its calls. Time paused by a `Retry-After` counts neither as probing time
-//! nor as sending time.
+//! After a refusal the rate drops to 80 % of the rate calls were really sent at, once per
+//! overload: refusals of calls already in flight do not count again. A `Retry-After` pauses
+//! the limiter for everyone ([`RateLimiter::pause_for`]). Then the rate probes up along a
+//! cubic curve: quickly at first, flat near the rate where the limit was found, faster beyond
+//! it in case the limit rose. The climb back takes 2 s, or the time of 40 calls if longer, so
+//! the one refusal that ends each cycle is a small share of its calls. Time paused by a
+//! `Retry-After` counts neither as probing nor as sending time.
 //!
 //! The controller sets only the rate. The limiter's burst stays yours: give it at least 2, and
 //! at least `max × 1 ms`. Everything reads tokio's clock, so under paused time it is exact and
@@ -1348,15 +1345,17 @@
 //!   (see [the operators](#the-operators-in-depth)). A wake-up later than its last 200 µs of
 //!   yielding still costs rate at burst 1, as on any timer.
 //! - **Without a high-resolution timer**, tokens that flow into a full bucket while the timer
-//!   is late are lost. For `throttle` at several hundred items/s and more, give
-//!   `burst ≥ rate × 2 ms + 1` (more on a loaded machine), or use `batched_interval`. At
-//!   exactly 1,000/s, burst 2 (= rate × 2 ms) reaches only 0.94 of the rate there. A wake-up
-//!   about 0.1 ms after a tick empties the bucket. The next token is due 1 ms later, just past
-//!   a tick, so the timer fires 2.1 ms later, when the bucket of 2 has been full for a while.
-//!   Burst 3 reaches 0.99. With `burst = 1`, a full bucket cannot store the refill of the time
-//!   an item waited for the tick. Each gap then counts from the actual emission (like
-//!   `min_interval`), and the long-run rate falls to 0.65 of `rate` at 500/s. A larger burst
-//!   absorbs it, and so does `precise()`, at the price of a busy core.
+//!   is late are lost.
+//!   - For `throttle` at several hundred items/s and more, give `burst ≥ rate × 2 ms + 1`
+//!     (more on a loaded machine), or use `batched_interval`.
+//!   - At exactly 1,000/s, burst 2 (= rate × 2 ms) reaches only 0.94 of the rate. A wake-up
+//!     about 0.1 ms after a tick empties the bucket. The next token is due 1 ms later, just
+//!     past a tick, so the timer fires 2.1 ms later, when the bucket of 2 has been full for a
+//!     while. Burst 3 reaches 0.99.
+//!   - With `burst = 1`, a full bucket cannot store the refill lost to a late tick. Each gap
+//!     counts from the actual emission (like `min_interval`), so the long-run rate falls to
+//!     0.65 of `rate` at 500/s. A larger burst absorbs it, and so
+//!     does `precise()`, at the price of a busy core.
 //! - **The timer thread's cost.** Each wait that ends on it costs two thread wake-ups (the
 //!   timer thread's, then the runtime's) and up to 200 µs of yielding. That is about what
 //!   governor's timer thread costs in the same runs (BENCHMARKS.md, "Burst 1"). It handles at
