@@ -369,8 +369,8 @@
 //!
 //! An LLM account allows R requests per minute AND T tokens per minute (on low tiers, per day
 //! too). The provider refuses a call when *any* limit lacks room. The token cost is an
-//! estimate when you send the call, and exact only in the answer's usage. A `RateLimiter<[u64;
-//! N]>`, a [`RateLimiter`] of several limits, paces against all of them at once.
+//! estimate when you send the call, and exact only in the answer's usage. A [`RateLimiter`] of
+//! several limits, a `RateLimiter<[u64; N]>`, paces against all of them at once.
 //!
 //! **The model.**
 //!
@@ -425,8 +425,8 @@
 //! ```
 //!
 //! Overlapping the calls (`buffer_unordered(n)` over a stream of prompts, or tasks) changes
-//! nothing: every clone of the limiter draws on the same limits in the same queue. `cargo run
-//! -p paced-integration --example llm_pipeline` runs such a stage against a local
+//! nothing: every clone of the limiter draws on the same limits in the same queue.
+//! `cargo run -p paced-integration --example llm_pipeline` runs such a stage against a local
 //! OpenAI-style server. The server enforces four limits exactly (requests and tokens, per
 //! minute and per day) and refuses with 429. It refuses none.
 //!
@@ -442,9 +442,9 @@
 //!   midnight UTC and an hour starts on the hour. [`aligned_to`](crate::Limit::aligned_to) a
 //!   `SystemTime` moves the origin. [`aligned_to_instant`](crate::Limit::aligned_to_instant)
 //!   takes a tokio `Instant`, exact under paused time, for tests. Daily caps that reset at
-//!   midnight UTC work this way. So does GitHub's hourly window: its `X-RateLimit-Reset` is
-//!   the epoch second the window ends, so use `aligned_to(UNIX_EPOCH +
-//!   Duration::from_secs(reset))`.
+//!   midnight UTC work this way. So does GitHub's hourly window. Its `X-RateLimit-Reset` is
+//!   the epoch second the window ends, so use
+//!   `aligned_to(UNIX_EPOCH + Duration::from_secs(reset))`.
 //!
 //! A daily cap is not a bucket of a day. A bucket of burst `q` and rate `q` per day is full at
 //! midnight, so `q` may go at 00:00. By 23:59 nearly `q` has flowed back in, and that may go
@@ -744,8 +744,8 @@
 //!   waiters at once.
 //! - **One limit for the fleet, changed at run time.** `set_limit(rate, burst)` stores a new
 //!   limit in Redis, and every process's next request obeys it. The level is kept, in tokens.
-//!   `clear_limit()` restores the limit the quota was built with. `acquire_timeout(cost,
-//!   timeout)` refuses, uncharged, a request that would wait too long.
+//!   `clear_limit()` restores the limit the quota was built with.
+//!   `acquire_timeout(cost, timeout)` refuses, uncharged, a request that would wait too long.
 //! - **Leases** (`.lease(m, max_age)`) take up to `m` tokens per round trip and spend them
 //!   locally. Unspent tokens go back after `max_age` or when the limiter is dropped. Leases cut
 //!   round trips per 1,000 grants more than tenfold. The price: the bound holds to within
@@ -1196,8 +1196,9 @@
 //! - Plain token buckets: a `RateLimiter` that is not warming up, a key of a
 //!   `KeyedRateLimiter`.
 //! - A [`RateLimiter`] of several limits. It sends one IETF policy per limit, named after its
-//!   dimension and window: `"requests-minute";q=500;w=60,
-//!   "tokens-minute";q=40000;w=60;qu="tokens"`. A repeated name takes `-2`, `-3`. Each limit
+//!   dimension and window:
+//!   `"requests-minute";q=500;w=60, "tokens-minute";q=40000;w=60;qu="tokens"`.
+//!   A repeated name takes `-2`, `-3`. Each limit
 //!   has its `RateLimit` item; a fixed window's `t` is the time until its window ends. The
 //!   `X-RateLimit-*` trio is that of the limit with the fewest tokens left. A keyed layer over
 //!   a [`KeyedRateLimiter`] of several limits announces every limit of the request's key the
