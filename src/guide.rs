@@ -1126,12 +1126,10 @@
 //! # fn main() {}
 //! ```
 //!
-//! **Readiness.** `poll_ready` is the inner service's and takes no token. A request's cost
-//! and key are only known in `call`, and a token reserved by a caller that never calls would
-//! be lost. `call` moves the inner service, just made ready, into the response future. The
-//! future calls it the moment the tokens are granted. So the inner service is never called
-//! unready, and the limit holds where requests leave, even under backpressure. Hence
-//! `S: Clone`, the usual tower pattern.
+//! **Readiness.** `poll_ready` is the inner service's and takes no token: a request's cost
+//! and key are only known in `call`. The inner service is called the moment the tokens are
+//! granted, and never unready. So the limit holds where requests leave, even under
+//! backpressure. The layer needs `S: Clone`, the usual tower pattern.
 //!
 //! **Servers: enforcing** (`.enforcing()`). A request that does not conform now is refused at
 //! once with a [`NotUntil`] (also named [`RateLimited`] in the tower module). It is charged
@@ -1399,15 +1397,6 @@
 //! core            clock-free arithmetic: the GCRA bucket, the sliding window, Guava's warm-up
 //! ```
 //!
-//! - **The timer thread** (Linux) makes waits end on time. It wakes the task shortly before
-//!   its time, and the task yields for the last stretch: at most 200 µs, and only while recent
-//!   wake-ups were late. There is one thread per process, started on the first wait that needs
-//!   it. An idle adapter holds nothing of it, and it sleeps while no wait needs it. It only
-//!   wakes the task; a read of tokio's clock lets the item go. It counts real time, which a
-//!   paused test does not move. It needs nothing of the runtime (no IO driver) and nothing but
-//!   the standard library. Where there is no such timer, `precise()` sleeps until two ticks
-//!   before the item's time. Under paused time the clock does not move across a yield, so a
-//!   `precise()` wait falls back to the timer.
 //! - **The core** decides *when*, and never reads a clock. Every function takes `now` and
 //!   answers with a time, in integer nanoseconds, with the rate as an exact fraction. There is
 //!   no float but Guava's warm-up curve, no drift; deadlines are rounded up and everything
@@ -1437,7 +1426,18 @@
 //! - **The entry points** are thin. A stream adapter, a Sink adapter, a tower layer or a task
 //!   asks a limiter through the same waiter. So every one of them has the same promises and
 //!   refuses with the same [`NotUntil`]. Every impossible configuration value is a
-//!   [`ConfigError`].
+//!   [`ConfigError`]. The tower layer's `call` moves the inner service, just made ready, into
+//!   the response future, which calls it the moment the tokens are granted. (A token reserved
+//!   in `poll_ready` by a caller that never calls would be lost.)
+//! - **The timer thread** (Linux) makes waits end on time. It wakes the task shortly before
+//!   its time, and the task yields for the last stretch: at most 200 µs, and only while recent
+//!   wake-ups were late. There is one thread per process, started on the first wait that needs
+//!   it. An idle adapter holds nothing of it, and it sleeps while no wait needs it. It only
+//!   wakes the task; a read of tokio's clock lets the item go. It counts real time, which a
+//!   paused test does not move. It needs nothing of the runtime (no IO driver) and nothing but
+//!   the standard library. Where there is no such timer, `precise()` sleeps until two ticks
+//!   before the item's time. Under paused time the clock does not move across a yield, so a
+//!   `precise()` wait falls back to the timer.
 //! - **Redis.** [`RedisRateLimiter`] runs the same GCRA in one Lua script on Redis, on Redis's
 //!   `TIME`. The script is sent as `EVALSHA`, loaded once and again after `NOSCRIPT`. A request
 //!   is one `TIME`, one `GET` and at most one write. A [`RedisRateLimiter`] is a
@@ -1457,14 +1457,16 @@
 //!   at once: there the waiters' instants are not fixed yet.
 //! - **Redis's stored format.** Numbers go to the script and rest in Redis as binary doubles
 //!   (Lua's `struct` library): parsing and printing decimals was most of the script's own cost.
-//!   A one-limit key holds one byte, the format version `1`, then little-endian doubles: the
-//!   bucket's level and Redis's time (17 bytes), and for a key with its own limit that limit's
-//!   interval and burst (33 bytes). Several limits keep version 1 too: one byte, the latest
-//!   grant's instant, then two doubles per limit (9 + 16 × M bytes; with limits set by
-//!   `set_limit`, four more doubles per limit). A bucket's second double is its room for tokens
-//!   given back while grants wait. A paced that brings a format 2 reads both versions in its
-//!   one script, so each decision stays one atomic `EVALSHA`. Scripts are named by their SHA,
-//!   so old and new ones coexist in Redis.
+//!   - A one-limit key holds one byte, the format version `1`, then little-endian doubles: the
+//!     bucket's level and Redis's time (17 bytes). A key with its own limit adds that limit's
+//!     interval and burst (33 bytes).
+//!   - Several limits keep version 1 too: one byte, the latest grant's instant, then two
+//!     doubles per limit (9 + 16 × M bytes; with limits set by `set_limit`, four more doubles
+//!     per limit). A bucket's second double is its room for tokens given back while grants
+//!     wait.
+//!   - A paced that brings a format 2 reads both versions in its one script, so each decision
+//!     stays one atomic `EVALSHA`. Scripts are named by their SHA, so old and new ones coexist
+//!     in Redis.
 //!
 //! The crate forbids `unsafe` code. Its one dependency beyond tokio and the futures traits is
 //! `hashbrown` (without default features), because the keyed table is looked up by a hash
