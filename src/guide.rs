@@ -720,8 +720,8 @@
 //!
 //! - **Same bucket, Redis's clock.** The bucket works as in [`RateLimiter`]: rate, burst, a
 //!   cost per acquisition, and a cost above the burst pays its debt. Redis decides atomically,
-//!   on its own clock, so the clients' clocks do not matter. A request is one round trip. The
-//!   key expires once the bucket is full, so idle quotas vanish.
+//!   on its own clock, so the clients' clocks do not matter. The key expires once the bucket is
+//!   full, so idle quotas vanish.
 //! - **The bound, to within a round trip.** Four processes share one key at 200/s, burst 20,
 //!   for 3 s. They keep `burst + w × rate` in every window of their merged timeline, counting
 //!   one round trip of slack, and use the quota to within 2 % (`tests/redis.rs`).
@@ -875,9 +875,9 @@
 //!   `{p:k}` holds the key's own limit too). The keys of a keyed limiter spread over all the
 //!   masters.
 //! - The client follows redirections. When a master fails and its replica takes over, the
-//!   client finds the new master by itself. Until then, round trips on that master's slots fail within the
-//!   `response_timeout` (a `MOVED` left over from the failover included), and the failure
-//!   policy applies. Keys on the other masters go on.
+//!   client finds the new master by itself. Until then, round trips on that master's slots
+//!   fail within the `response_timeout` (a `MOVED` left over from the failover included), and
+//!   the failure policy applies. Keys on the other masters go on.
 //! - Replication is asynchronous, so a failover may lose the failed master's last charges.
 //! - `tests/redis_cluster.rs` starts a private cluster of three masters and three replicas and
 //!   `kill -9`s a master mid-run. Nothing is granted beyond the bound under `FailClosed` (no
