@@ -19,6 +19,7 @@
 //! - [Limits, honestly](#limits-honestly)
 //! - [The design](#the-design)
 //! - [Migrating from the git versions](#migrating-from-the-git-versions)
+//! - [Reading quota headers](#reading-quota-headers)
 //!
 //! # Every handle, every operation
 //!
