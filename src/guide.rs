@@ -761,7 +761,7 @@
 //!     that `n` processes can reach `n × share` of the quota during the outage. A request
 //!     waiting on the fallback keeps its place there, asks Redis again every second, and
 //!     leaves once Redis answers. A cost dearer than a second of the fallback's refill is
-//!     granted as debt. A fallback stays in charge for a second after the last failed round
+//!     granted as debt, as in process. A fallback stays in charge for a second after the last failed round
 //!     trip, and the connection is retried at a backoff of up to 500 ms. So it can stay in
 //!     charge up to about 1.75 s after Redis is back.
 //!
