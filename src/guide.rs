@@ -738,8 +738,8 @@
 //! - **Tokens given back while grants wait** (a `settle` below the charge, an unused lease, a
 //!   waiter that went away) could break the bound, since a waiting grant cannot move. So a
 //!   bucket of `RedisRateLimiter<[u64; N]>` takes them back at the latest waiting grant's
-//!   instant, and only as many as fit beside the waiting grants (a burst minus the most a
-//!   waiting grant found in it). The rest is lost, as a full bucket loses its refill. The
+//!   instant. It takes only as many as fit beside the waiting grants: a burst minus the most a
+//!   waiting grant found in it. The rest is lost, as a full bucket loses its refill. The
 //!   one-limit `RedisRateLimiter` takes back nothing while grants wait, except the last
 //!   grant's own tokens, which come back whole. In process, tokens given back reach the
 //!   waiters at once.
@@ -990,11 +990,11 @@
 #![cfg_attr(not(doctest), doc = include_str!("guide/kafka_consumer.md"))]
 //!
 //! In `kafka/tests/per_partition.rs`, one partition has a backlog of 10,000 and three others
-//! get 30 fresh messages each; each partition is paced to 50/s (bucket 5), all to 80/s
+//! get 30 fresh messages each. Each partition is paced to 50/s (bucket 5), all to 80/s
 //! (bucket 8). In five runs the fresh messages were all delivered within 1.1 to 1.5 s of
-//! being produced; behind the backlog they would have waited about two minutes. In every
-//! window of arrivals at the sink, each partition kept its bound and so did the topic, with
-//! no slack beyond tokio's 1 ms tick (the tightest window had 40 to 120 µs to spare).
+//! being produced. Behind the backlog they would have waited about two minutes. In every
+//! window of arrivals at the sink, each partition kept its bound and so did the topic. There
+//! was no slack beyond tokio's 1 ms tick: the tightest window had 40 to 120 µs to spare.
 //!
 //! **A consumer group across machines.** A rebalance moves a partition to another process.
 //! With a limiter in each process, the new owner starts with a full bucket, so the
@@ -1456,8 +1456,9 @@
 //!   process sleeps until then. `RedisRateLimiter<[u64; N]>` keeps the room for them in Redis.
 //!   The one-limit format has no room for it. In process, tokens given back reach the waiters
 //!   at once: there the waiters' instants are not fixed yet.
-//! - **Redis's stored format.** Numbers go to the script and rest in Redis as binary doubles
-//!   (Lua's `struct` library): parsing and printing decimals was most of the script's own cost.
+//! - **Redis's stored format** ([Upgrading a fleet](#upgrading-a-fleet) says how versions
+//!   roll out). Numbers go to the script and rest in Redis as binary doubles (Lua's `struct`
+//!   library): parsing and printing decimals was most of the script's own cost.
 //!   - A one-limit key holds one byte, the format version `1`, then little-endian doubles: the
 //!     bucket's level and Redis's time (17 bytes). A key with its own limit adds that limit's
 //!     interval and burst (33 bytes).
@@ -1470,8 +1471,8 @@
 //!     in Redis.
 //!
 //! The crate forbids `unsafe` code. Its one dependency beyond tokio and the futures traits is
-//! `hashbrown` (without default features), because the keyed table is looked up by a hash
-//! computed before its lock is taken, which std's `HashMap` cannot do on stable Rust.
+//! `hashbrown` (without default features). The keyed table is looked up by a hash computed
+//! before its lock is taken, which std's `HashMap` cannot do on stable Rust.
 //!
 //! # Migrating from the git versions
 //!
