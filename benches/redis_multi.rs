@@ -16,7 +16,7 @@
 //! cost over the measured rounds (`INFO commandstats` and `cpu` before and after each round):
 //! the microseconds Redis spent in `EVALSHA` per call (the script's CPU: Redis runs one script
 //! at a time, so this bounds the throughput) and its whole CPU time per call (with the network
-//! I/O), per grant.
+//! I/O), per grant; and this process's CPU time per grant (the client's side).
 //!
 //! Skipped (with a message) when `redis-server` is not installed.
 //!
@@ -81,12 +81,14 @@ impl Contender {
     }
 }
 
-/// Redis's running totals: `EVALSHA` calls and microseconds, and its CPU time in seconds.
+/// Redis's running totals: `EVALSHA` calls and microseconds, and its CPU time in seconds; and
+/// this process's CPU time in seconds.
 #[derive(Clone, Copy, Default)]
 struct Totals {
     calls: u64,
     usec: u64,
     cpu: f64,
+    client_cpu: f64,
 }
 
 impl Totals {
@@ -96,7 +98,10 @@ impl Totals {
             .arg("cpu")
             .query(conn)
             .expect("INFO");
-        let mut totals = Totals::default();
+        let mut totals = Totals {
+            client_cpu: process_cpu(),
+            ..Totals::default()
+        };
         for line in info.lines() {
             if let Some(list) = line.strip_prefix("cmdstat_evalsha:") {
                 totals.calls = info_field(list, "calls");
@@ -116,6 +121,7 @@ impl Totals {
             calls: self.calls - before.calls,
             usec: self.usec - before.usec,
             cpu: self.cpu - before.cpu,
+            client_cpu: self.client_cpu - before.client_cpu,
         }
     }
 
@@ -123,7 +129,21 @@ impl Totals {
         self.calls += other.calls;
         self.usec += other.usec;
         self.cpu += other.cpu;
+        self.client_cpu += other.client_cpu;
     }
+}
+
+/// This process's CPU time, user and system, in seconds, from `/proc/self/stat` (in ticks of
+/// 10 ms); 0 where there is no such file.
+fn process_cpu() -> f64 {
+    let ticks = || -> Option<u64> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        let after_name = stat.get(stat.rfind(')')? + 1..)?;
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        // Fields 14 and 15 of the file (utime, stime); this list starts at field 3.
+        Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+    };
+    ticks().map_or(0.0, |t| t as f64 / 100.0)
 }
 
 fn info_field(list: &str, key: &str) -> u64 {
@@ -231,13 +251,14 @@ fn main() {
          ({FREE_RATE}/s, bucket {FREE_BURST}), one private redis-server on loopback"
     );
     println!(
-        "{:<58} {:>14} {:>14} {:>18} {:>16} {:>16}",
+        "{:<58} {:>14} {:>14} {:>18} {:>16} {:>19} {:>20}",
         "row",
         "grants/s med",
         "grants/s best",
         "round trips/grant",
         "EVALSHA us/call",
-        "Redis CPU us/grant"
+        "Redis CPU us/grant",
+        "client CPU us/grant"
     );
     for ((row, rates), cost) in rows.iter().zip(&mut rates).zip(&redis_cost) {
         let stats = row.stats();
@@ -253,13 +274,14 @@ fn main() {
         let calls = cost.calls.max(1) as f64;
         let grants = (ROUNDS * CALLS) as f64;
         println!(
-            "{:<58} {:>14.0} {:>14.0} {:>18.3} {:>16.2} {:>16.2}",
+            "{:<58} {:>14.0} {:>14.0} {:>18.3} {:>16.2} {:>19.2} {:>20.2}",
             row.name(),
             rates[rates.len() / 2],
             rates[rates.len() - 1],
             stats.round_trips as f64 / stats.granted as f64,
             cost.usec as f64 / calls,
-            cost.cpu * 1e6 / grants
+            cost.cpu * 1e6 / grants,
+            cost.client_cpu * 1e6 / grants
         );
     }
 }
