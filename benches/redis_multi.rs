@@ -5,12 +5,18 @@
 //! `TASKS` tasks on a current-thread runtime share one limiter (one multiplexed connection)
 //! and each calls `try_acquire` `CALLS / TASKS` times, with limits that never bind (1e6/s,
 //! bucket 1e9 on every limit; see `benches/redis.rs` on why not faster): the one-limit
-//! limiter's `try_acquire(1)`, no lease, and the two-limit limiter's `try_acquire([1, 1])`
-//! (a bucket on "requests" and one on "tokens"), and the same with `.lease([100, 100], 5 ms)`
-//! (one round trip per 101 grants while the lease lasts). Each row runs `ROUNDS` times, alternating, after
+//! limiter's `try_acquire(1)`, no lease (`gcra.lua`); the same one limit through the
+//! several-limit script (`RedisRateLimiter<[u64; 1]>::try_acquire([1])`, a bucket on
+//! "requests"; `multi.lua`); the two-limit limiter's `try_acquire([1, 1])` (a bucket on
+//! "requests" and one on "tokens"); and the same with `.lease([100, 100], 5 ms)` (one round
+//! trip per 101 grants while the lease lasts). Each row runs `ROUNDS` times, alternating, after
 //! `WARM_UP` untimed calls; the run fails unless every call was granted and the limiter's own
-//! counters show no refusal and no error. Printed: grants/s (median and best round) and round
-//! trips per grant (`stats().round_trips / stats().granted`; the goal is 1).
+//! counters show no refusal and no error. Printed: grants/s (median and best round), round
+//! trips per grant (`stats().round_trips / stats().granted`; the goal is 1), and Redis's own
+//! cost over the measured rounds (`INFO commandstats` and `cpu` before and after each round):
+//! the microseconds Redis spent in `EVALSHA` per call (the script's CPU: Redis runs one script
+//! at a time, so this bounds the throughput) and its whole CPU time per call (with the network
+//! I/O), per grant; and this process's CPU time per grant (the client's side).
 //!
 //! Skipped (with a message) when `redis-server` is not installed.
 //!
@@ -43,6 +49,7 @@ const HANG: Duration = Duration::from_secs(60);
 #[derive(Clone)]
 enum Contender {
     One(RedisRateLimiter),
+    OneDim(RedisRateLimiter<[u64; 1]>),
     Two(RedisRateLimiter<[u64; 2]>),
     Leased(RedisRateLimiter<[u64; 2]>),
 }
@@ -51,6 +58,7 @@ impl Contender {
     fn name(&self) -> &'static str {
         match self {
             Contender::One(_) => "RedisRateLimiter::try_acquire(1), one limit",
+            Contender::OneDim(_) => "RedisRateLimiter<[u64; 1]>::try_acquire([1]), one limit",
             Contender::Two(_) => "RedisRateLimiter<[u64; 2]>::try_acquire([1, 1]), two limits",
             Contender::Leased(_) => "the same, lease([100, 100], 5 ms)",
         }
@@ -59,6 +67,7 @@ impl Contender {
     async fn try_acquire(&self) -> bool {
         match self {
             Contender::One(l) => l.try_acquire(1).await.is_ok(),
+            Contender::OneDim(l) => l.try_acquire([1]).await.is_ok(),
             Contender::Two(l) | Contender::Leased(l) => l.try_acquire([1, 1]).await.is_ok(),
         }
     }
@@ -66,9 +75,82 @@ impl Contender {
     fn stats(&self) -> RedisStats {
         match self {
             Contender::One(l) => l.stats(),
+            Contender::OneDim(l) => l.stats(),
             Contender::Two(l) | Contender::Leased(l) => l.stats(),
         }
     }
+}
+
+/// Redis's running totals: `EVALSHA` calls and microseconds, and its CPU time in seconds; and
+/// this process's CPU time in seconds.
+#[derive(Clone, Copy, Default)]
+struct Totals {
+    calls: u64,
+    usec: u64,
+    cpu: f64,
+    client_cpu: f64,
+}
+
+impl Totals {
+    fn read(conn: &mut redis::Connection) -> Totals {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .arg("cpu")
+            .query(conn)
+            .expect("INFO");
+        let mut totals = Totals {
+            client_cpu: process_cpu(),
+            ..Totals::default()
+        };
+        for line in info.lines() {
+            if let Some(list) = line.strip_prefix("cmdstat_evalsha:") {
+                totals.calls = info_field(list, "calls");
+                totals.usec = info_field(list, "usec");
+            } else if let Some(secs) = line
+                .strip_prefix("used_cpu_sys:")
+                .or_else(|| line.strip_prefix("used_cpu_user:"))
+            {
+                totals.cpu += secs.trim().parse::<f64>().unwrap_or(0.0);
+            }
+        }
+        totals
+    }
+
+    fn since(self, before: Totals) -> Totals {
+        Totals {
+            calls: self.calls - before.calls,
+            usec: self.usec - before.usec,
+            cpu: self.cpu - before.cpu,
+            client_cpu: self.client_cpu - before.client_cpu,
+        }
+    }
+
+    fn add(&mut self, other: Totals) {
+        self.calls += other.calls;
+        self.usec += other.usec;
+        self.cpu += other.cpu;
+        self.client_cpu += other.client_cpu;
+    }
+}
+
+/// This process's CPU time, user and system, in seconds, from `/proc/self/stat` (in ticks of
+/// 10 ms); 0 where there is no such file.
+fn process_cpu() -> f64 {
+    let ticks = || -> Option<u64> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        let after_name = stat.get(stat.rfind(')')? + 1..)?;
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        // Fields 14 and 15 of the file (utime, stime); this list starts at field 3.
+        Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+    };
+    ticks().map_or(0.0, |t| t as f64 / 100.0)
+}
+
+fn info_field(list: &str, key: &str) -> u64 {
+    list.split(',')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// `calls` calls over `TASKS` tasks; the number granted and the elapsed time.
@@ -110,6 +192,12 @@ fn main() {
             .build()
             .expect("a valid configuration")
     });
+    let one_dim = rt.block_on(async {
+        RedisRateLimiter::dimensions(&url, "one-dim", ["requests"])
+            .limit("requests", Limit::bucket(rate, FREE_BURST))
+            .build()
+            .expect("a valid configuration")
+    });
     let two = rt.block_on(async {
         RedisRateLimiter::dimensions(&url, "two", ["requests", "tokens"])
             .limit("requests", Limit::bucket(rate, FREE_BURST))
@@ -127,10 +215,15 @@ fn main() {
     });
     let rows = [
         Contender::One(one),
+        Contender::OneDim(one_dim),
         Contender::Two(two),
         Contender::Leased(leased),
     ];
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+    let mut redis_cost = vec![Totals::default(); rows.len()];
+    let mut probe = redis::Client::open(url.as_str())
+        .and_then(|c| c.get_connection())
+        .expect("a connection to read Redis's counters");
     rt.block_on(async {
         for row in &rows {
             let (granted, _) = round(row, WARM_UP).await;
@@ -143,11 +236,13 @@ fn main() {
         }
         for _ in 0..ROUNDS {
             for (i, row) in rows.iter().enumerate() {
+                let before = Totals::read(&mut probe);
                 let (granted, elapsed) = tokio::time::timeout(HANG, round(row, CALLS))
                     .await
                     .unwrap_or_else(|_| panic!("{}: hung", row.name()));
                 assert_eq!(granted as usize, CALLS, "{}: a call refused", row.name());
                 rates[i].push(granted as f64 / elapsed.as_secs_f64());
+                redis_cost[i].add(Totals::read(&mut probe).since(before));
             }
         }
     });
@@ -156,10 +251,16 @@ fn main() {
          ({FREE_RATE}/s, bucket {FREE_BURST}), one private redis-server on loopback"
     );
     println!(
-        "{:<58} {:>14} {:>14} {:>18}",
-        "row", "grants/s med", "grants/s best", "round trips/grant"
+        "{:<58} {:>14} {:>14} {:>18} {:>16} {:>19} {:>20}",
+        "row",
+        "grants/s med",
+        "grants/s best",
+        "round trips/grant",
+        "EVALSHA us/call",
+        "Redis CPU us/grant",
+        "client CPU us/grant"
     );
-    for (row, rates) in rows.iter().zip(&mut rates) {
+    for ((row, rates), cost) in rows.iter().zip(&mut rates).zip(&redis_cost) {
         let stats = row.stats();
         let calls = (WARM_UP + ROUNDS * CALLS) as u64;
         assert_eq!(stats.granted, calls, "{}: {stats:?}", row.name());
@@ -170,12 +271,17 @@ fn main() {
             row.name()
         );
         rates.sort_by(f64::total_cmp);
+        let calls = cost.calls.max(1) as f64;
+        let grants = (ROUNDS * CALLS) as f64;
         println!(
-            "{:<58} {:>14.0} {:>14.0} {:>18.3}",
+            "{:<58} {:>14.0} {:>14.0} {:>18.3} {:>16.2} {:>19.2} {:>20.2}",
             row.name(),
             rates[rates.len() / 2],
             rates[rates.len() - 1],
-            stats.round_trips as f64 / stats.granted as f64
+            stats.round_trips as f64 / stats.granted as f64,
+            cost.usec as f64 / calls,
+            cost.cpu * 1e6 / grants,
+            cost.client_cpu * 1e6 / grants
         );
     }
 }

@@ -59,6 +59,12 @@
 -- Format versions: as gcra.lua. A state whose first byte is another version, or whose length
 -- is not this limiter's number of limits, is answered with an error and left as it is.
 --
+-- Cost. This runs on every request: one TIME, one GET, at most one write (a refusal writes
+-- nothing); ARGV[2] and the state each read by one struct.unpack into one table, the state
+-- written by one struct.pack; a pass over the limits to read them (and find when a charge can be
+-- granted), another to charge them and find when the key may expire; no closures. A table read
+-- costs Redis more than the arithmetic around it, so each pass reads a limit's numbers once.
+--
 -- Returns { granted, wait_us, at }: granted = 1, usable after wait_us (0: at once), charged at
 -- Redis time <at> (a "try" with a lease: then what each limit's dimension took beyond the
 -- cost, one number per limit); granted = 0, refused, taking nothing, grantable in wait_us. wait_us =
@@ -66,33 +72,38 @@
 local VERSION = 1
 local NEVER_US = 18446744073709552 -- ceil(2^64 / 1000), a double exactly
 local EXACT = 2 ^ 53
+local NOT_A_QUOTA = ' holds a string that is not a paced quota; delete it or choose another key'
 
 local key = KEYS[1]
 local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+-- Lua converts TIME's two strings as tonumber would, without the calls.
+local now = time[1] * 1000000 + time[2]
 local mode = ARGV[1]
 local spec = ARGV[2]
 local m = #spec / 40
-local kind, x, y, z, amount, a, b = {}, {}, {}, {}, {}, {}, {}
--- ARGV[2]'s limits, before the state's override them ("clear" gives them back).
-local given = {}
-for i = 1, m do
-  kind[i], x[i], y[i], z[i], amount[i] = struct.unpack('<ddddd', spec, (i - 1) * 40 + 1)
-  given[i] = { kind[i], x[i], y[i], z[i] }
-  if kind[i] == 0 then
-    a[i], b[i] = y[i], y[i]
-  else
-    a[i], b[i] = 0, 0
-  end
+-- The formats of ARGV[2], of the state's doubles (<at>, then two per limit) and of the state
+-- (its version byte, then those), spelled out for one and two limits: building a string costs
+-- Redis more than the comparisons.
+local SPEC, LEVELS, STATE
+if m == 1 then
+  SPEC, LEVELS, STATE = '<ddddd', '<ddd', '<Bddd'
+elseif m == 2 then
+  SPEC, LEVELS, STATE = '<dddddddddd', '<ddddd', '<Bddddd'
+else
+  SPEC, LEVELS = string.rep('<ddddd', m), string.rep('<d', 2 * m + 1)
+  STATE = '<B' .. LEVELS
 end
-
-local function not_a_quota()
-  return redis.error_reply('ERR paced: the key ' .. key ..
-    ' holds a string that is not a paced quota; delete it or choose another key')
-end
+-- ARGV[2]'s limits in one table: limit i's kind, x, y, z and amount at lim[5 * i - 4 .. 5 * i].
+-- A state with limits of its own overrides kind, x, y, z ("clear" reads ARGV[2] again).
+local lim = { struct.unpack(SPEC, spec) }
+local st
+-- The limits kept in the state (all of them, packed as stored), or '' for none.
+local own = ''
+-- "reserve" and "try" charge every limit (as does any other mode); "settle" corrects them.
+local charging = mode ~= 'limit' and mode ~= 'clear' and mode ~= 'settle'
+local settling = mode == 'settle'
 
 local at = now
-local limited = false
 -- A key of another type fails here with Redis's WRONGTYPE.
 local state = redis.call('GET', key)
 if state then
@@ -104,269 +115,354 @@ if state then
       ' see the guide on upgrading a fleet), or not a paced quota (delete it or choose another key)')
   end
   if #state == 9 + 48 * m then
-    limited = true
+    own = string.sub(state, 10 + 16 * m)
     for i = 1, m do
-      kind[i], x[i], y[i], z[i] = struct.unpack('<dddd', state, 10 + 16 * m + 32 * (i - 1))
-      if kind[i] == 0 then
-        a[i] = y[i]
-      end
+      local j = 5 * i
+      lim[j - 4], lim[j - 3], lim[j - 2], lim[j - 1] =
+        struct.unpack('<dddd', state, 10 + 16 * m + 32 * (i - 1))
     end
   elseif #state ~= 9 + 16 * m then
     return redis.error_reply('ERR paced: the key ' .. key .. ' holds ' .. (#state - 9) / 16 ..
       ' limits, this limiter has ' .. m .. ', or is not a paced quota; delete it or choose' ..
       ' another name')
   end
-  at = struct.unpack('<d', state, 2)
-  if not (at >= 0 and at <= EXACT and at == math.floor(at)) then
-    return not_a_quota()
+  -- The state's doubles: <at> at st[1], limit i's a_i and b_i at st[2 * i] and st[2 * i + 1].
+  st = { struct.unpack(LEVELS, state, 2) }
+  at = st[1]
+  -- A time is a whole number of microseconds (at % 1 is at - floor(at), exact for a finite at).
+  if not (at >= 0 and at <= EXACT and at % 1 == 0) then
+    return redis.error_reply('ERR paced: the key ' .. key .. NOT_A_QUOTA)
   end
-  for i = 1, m do
-    local u, v = struct.unpack('<dd', state, 10 + 16 * (i - 1))
-    if not (u - u == 0 and v - v == 0) then
-      return not_a_quota()
-    end
-    if kind[i] == 0 then
-      if now > at then
-        u = u + (now - at) / x[i]
-      end
-      u = math.min(u, y[i])
-      if at <= now then
-        -- No grant waits: the whole burst may come back.
-        v = y[i]
-      end
-    end
-    a[i], b[i] = u, v
-  end
+else
+  st = { now }
 end
 -- Every bucket's level is now at t0: now, or the latest grant's instant if that is later.
-local t0 = math.max(now, at)
-
--- A fixed window: the number of the window holding t, its start, what is used in window k.
-local function number(i, t)
-  return math.floor((t - z[i]) / x[i])
-end
-local function start(i, k)
-  return k * x[i] + z[i]
-end
-local function used_in(i, k)
-  return math.max(0, b[i] - (k - a[i]) * y[i])
-end
-local function current(i, t)
-  return math.max(number(i, t), a[i])
-end
-local function commit(i, t, c)
-  local k = current(i, t)
-  a[i], b[i] = k, used_in(i, k) + c
+local t0 = now
+if at > now then
+  t0 = at
 end
 
-local function store(t)
-  local until_us = t
-  local parts = { struct.pack('<Bd', VERSION, t) }
-  for i = 1, m do
-    parts[i + 1] = struct.pack('<dd', a[i], b[i])
-    if kind[i] == 0 then
-      until_us = math.max(until_us, t + (y[i] - a[i]) * x[i])
-    elseif b[i] > 0 then
-      until_us = math.max(until_us, start(i, a[i] + math.ceil(b[i] / y[i])))
+-- A fixed window (x its length, y its quota, z its phase; a its number and b what it used, as
+-- stored) is written out where it is used rather than as functions: a closure made on every
+-- call costs Redis more than the arithmetic. Window k starts at k * x + z; the window of t is
+-- floor((t - z) / x), or a if that is later (time gone back); what is used in window k >= a is
+-- b - (k - a) * y, at least 0.
+--
+-- The comparisons below keep math.min's and math.max's order of operands (math.max(p, q) is q
+-- if q > p, else p), so that every result, a NaN's or a zero's sign included, is theirs.
+
+-- The first pass: every limit's level at t0 and, for a charge, the earliest instant at which
+-- every limit has room (the latest of the limits' own; never, if a bucket's wait is 2^64 ns or
+-- more). A cost above a bucket's burst is noted: never for a "try" or a reservation with a
+-- longest wait. The refusals wait until every limit of the state has been read: a state that
+-- is not a paced quota is answered as such first.
+local ready, never, over = t0, false, false
+for i = 1, m do
+  local j = 5 * i
+  local y = lim[j - 2]
+  local bucket = lim[j - 4] == 0
+  local u, v
+  if state then
+    u, v = st[2 * i], st[2 * i + 1]
+    if not (u - u == 0 and v - v == 0) then
+      return redis.error_reply('ERR paced: the key ' .. key .. NOT_A_QUOTA)
     end
-  end
-  if limited then
-    for i = 1, m do
-      parts[m + 1 + i] = struct.pack('<dddd', kind[i], x[i], y[i], z[i])
+    if bucket then
+      if now > at then
+        u = u + (now - at) / lim[j - 3]
+      end
+      if y < u then
+        u = y
+      end
+      if at <= now then
+        -- No grant waits: the whole burst may come back.
+        v = y
+      end
+      st[2 * i], st[2 * i + 1] = u, v
     end
-  end
-  local ttl_ms = math.ceil((until_us - now) / 1000) + 1
-  local value = table.concat(parts)
-  if limited then
-    redis.call('SET', key, value)
-  elseif ttl_ms < EXACT then
-    redis.call('SET', key, value, 'PX', string.format('%d', ttl_ms))
+  elseif bucket then
+    -- A missing key: every bucket full (its room the whole burst), every window unused.
+    u, v = y, y
+    st[2 * i], st[2 * i + 1] = y, y
   else
-    redis.call('SET', key, value)
+    u, v = 0, 0
+    st[2 * i], st[2 * i + 1] = 0, 0
+  end
+  local c = lim[j]
+  if charging and c > 0 then
+    if bucket then
+      if c > y then
+        over = true
+      end
+      if u < c then
+        -- For a cost above the burst: full, then the rest (its debt paid before it passes).
+        local wait = math.ceil((c - u) * lim[j - 3])
+        if wait >= NEVER_US then
+          never = true
+        elseif t0 + wait > ready then
+          ready = t0 + wait
+        end
+      end
+    else
+      -- A window with room for c, or (for a cost above the quota) one with nothing used.
+      local x, z = lim[j - 3], lim[j - 1]
+      local room = y - c
+      if not (room > 0) then
+        room = 0
+      end
+      local k = math.floor((t0 - z) / x)
+      if u > k then
+        k = u
+      end
+      local used = v - (k - u) * y
+      if not (used > 0) then
+        used = 0
+      end
+      if used > room then
+        local n = math.ceil((v - room) / y)
+        local free = math.ceil((u + n) * x + z)
+        if free > ready then
+          ready = free
+        end
+      end
+    end
   end
 end
 
+-- What this call stores: its instant (the state's new <at>) and its answer.
+local t, reply
 if mode == 'limit' then
   local i, k2, x2, y2, z2 = struct.unpack('<ddddd', ARGV[3])
   if i < 1 or i > m or i ~= math.floor(i) then
     return redis.error_reply('ERR paced: no limit ' .. i .. ' in ' .. key)
   end
-  if k2 ~= kind[i] then
+  local j = 5 * i
+  if k2 ~= lim[j - 4] then
     return redis.error_reply('ERR paced: limit ' .. i .. ' of ' .. key .. ' is of the other kind')
   end
-  if kind[i] == 0 then
-    a[i] = math.min(a[i], y2)
-    x[i], y[i] = x2, y2
+  if k2 == 0 then
+    if y2 < st[2 * i] then
+      st[2 * i] = y2
+    end
+    lim[j - 3], lim[j - 2] = x2, y2
   else
-    local used = used_in(i, current(i, t0))
-    x[i], y[i], z[i] = x2, y2, z2
-    a[i], b[i] = number(i, t0), used
+    local x, y, a, b = lim[j - 3], lim[j - 2], st[2 * i], st[2 * i + 1]
+    local k = math.floor((t0 - lim[j - 1]) / x)
+    if a > k then
+      k = a
+    end
+    local used = b - (k - a) * y
+    if not (used > 0) then
+      used = 0
+    end
+    lim[j - 3], lim[j - 2], lim[j - 1] = x2, y2, z2
+    st[2 * i], st[2 * i + 1] = math.floor((t0 - z2) / x2), used
   end
-  limited = true
-  store(t0)
-  return { 1, 0, t0 }
-end
-
-if mode == 'clear' then
+  own = ''
+  for l = 1, m do
+    local j = 5 * l
+    own = own .. struct.pack('<dddd', lim[j - 4], lim[j - 3], lim[j - 2], lim[j - 1])
+  end
+  t, reply = t0, { 1, 0, t0 }
+elseif mode == 'clear' then
   if not state then
     return { 1, 0, t0 }
   end
   for i = 1, m do
-    if given[i][1] ~= kind[i] then
+    if struct.unpack('<d', spec, 40 * i - 39) ~= lim[5 * i - 4] then
       return redis.error_reply('ERR paced: limit ' .. i .. ' of ' .. key .. ' is of the other kind')
     end
   end
   for i = 1, m do
-    local _, x2, y2, z2 = unpack(given[i])
-    if kind[i] == 0 then
-      a[i] = math.min(a[i], y2)
-      x[i], y[i] = x2, y2
+    local j = 5 * i
+    local _, x2, y2, z2 = struct.unpack('<dddd', spec, 40 * i - 39)
+    if lim[j - 4] == 0 then
+      if y2 < st[2 * i] then
+        st[2 * i] = y2
+      end
+      lim[j - 3], lim[j - 2] = x2, y2
     else
-      local used = used_in(i, current(i, t0))
-      x[i], y[i], z[i] = x2, y2, z2
-      a[i], b[i] = number(i, t0), used
+      local x, y, a, b = lim[j - 3], lim[j - 2], st[2 * i], st[2 * i + 1]
+      local k = math.floor((t0 - lim[j - 1]) / x)
+      if a > k then
+        k = a
+      end
+      local used = b - (k - a) * y
+      if not (used > 0) then
+        used = 0
+      end
+      lim[j - 3], lim[j - 2], lim[j - 1] = x2, y2, z2
+      st[2 * i], st[2 * i + 1] = math.floor((t0 - z2) / x2), used
     end
   end
-  limited = false
-  store(t0)
-  return { 1, 0, t0 }
-end
-
-if mode == 'settle' then
-  local charged_at = ARGV[3] and struct.unpack('<d', ARGV[3]) or t0
-  for i = 1, m do
-    local c = amount[i]
-    if kind[i] == 0 then
-      if c < 0 then
-        local back = math.max(0, math.min(-c, b[i]))
-        a[i] = math.min(y[i], a[i] + back)
-        b[i] = b[i] - back
-      elseif c > 0 then
-        a[i] = a[i] - c
-      end
-    elseif c > 0 then
-      commit(i, t0, c)
-    elseif c < 0 then
-      local k = number(i, charged_at)
-      if number(i, now) == k and a[i] == k then
-        b[i] = math.max(0, b[i] + c)
-      end
-    end
+  own = ''
+  t, reply = t0, { 1, 0, t0 }
+elseif settling then
+  t, reply = t0, { 1, 0, t0 }
+else
+  -- A "try", or a reservation with a longest wait (`acquire_timeout`), can never have a cost
+  -- above a bucket's burst without waiting: never. (A reservation without one waits for the
+  -- bucket to fill and the rest to flow in.)
+  local max_wait = mode == 'reserve' and ARGV[3] and struct.unpack('<d', ARGV[3])
+  local timed = mode == 'try' or (max_wait and max_wait < NEVER_US)
+  if never or (over and timed) then
+    return { 0, NEVER_US, 0 }
   end
-  store(t0)
-  return { 1, 0, t0 }
-end
-
--- A "try", or a reservation with a longest wait (`acquire_timeout`), can never have a cost
--- above a bucket's burst without waiting: never. (A reservation without one waits for the
--- bucket to fill and the rest to flow in.)
-local max_wait = mode == 'reserve' and ARGV[3] and struct.unpack('<d', ARGV[3])
-local timed = mode == 'try' or (max_wait and max_wait < NEVER_US)
--- The earliest instant at which every limit has room: the latest of the limits' own.
-local ready = t0
-for i = 1, m do
-  local c = amount[i]
-  if c > 0 then
-    if kind[i] == 0 and c > y[i] and timed then
-      return { 0, NEVER_US, 0 }
-    end
-    if kind[i] == 0 then
-      if a[i] < c then
-        -- For a cost above the burst: full, then the rest (its debt paid before it passes).
-        local wait = math.ceil((c - a[i]) * x[i])
-        if wait >= NEVER_US then
-          return { 0, NEVER_US, 0 }
+  local wait = ready - now
+  if wait >= NEVER_US or ready > EXACT then
+    return { 0, NEVER_US, 0 }
+  end
+  if mode == 'try' and wait > 0 then
+    return { 0, wait, 0 }
+  end
+  if max_wait and wait > max_wait then
+    return { 0, wait, 0 }
+  end
+  reply = { 1, wait, ready }
+  -- A lease: per dimension, the least room beyond the cost of any of its limits at the grant's
+  -- instant, whole tokens, at most the most asked for; each limit's amount, then the reply,
+  -- carries its dimension's.
+  local lease_arg = (mode == 'try' and ARGV[3]) or (mode == 'reserve' and ARGV[4])
+  if lease_arg then
+    local dim, extra, wanted = {}, {}, {}
+    for i = 1, m do
+      local j = 5 * i
+      local d, want = struct.unpack('<dd', lease_arg, (i - 1) * 16 + 1)
+      local c, x, y, a, b = lim[j], lim[j - 3], lim[j - 2], st[2 * i], st[2 * i + 1]
+      local room
+      if lim[j - 4] == 0 then
+        local l = a
+        if ready > t0 then
+          l = math.min(y, l + (ready - t0) / x)
         end
-        ready = math.max(ready, t0 + wait)
+        if c > y then
+          l = 0
+        end
+        room = l - c
+      else
+        local k = math.max(math.floor((ready - lim[j - 1]) / x), a)
+        room = y - math.max(0, b - (k - a) * y) - c
       end
-    else
-      -- A window with room for c, or (for a cost above the quota) one with nothing used.
-      local room = math.max(0, y[i] - c)
-      if used_in(i, current(i, t0)) > room then
-        local n = math.ceil((b[i] - room) / y[i])
-        ready = math.max(ready, math.ceil(start(i, a[i] + n)))
+      room = math.max(0, math.floor(room))
+      dim[i] = d
+      extra[d] = math.min(extra[d] or want, room)
+      wanted[d] = want > 0
+    end
+    if mode == 'reserve' then
+      for d, w in pairs(wanted) do
+        if w and extra[d] == 0 then
+          extra = {}
+          break
+        end
       end
     end
-  end
-end
-local wait = ready - now
-if wait >= NEVER_US or ready > EXACT then
-  return { 0, NEVER_US, 0 }
-end
-if mode == 'try' and wait > 0 then
-  return { 0, wait, 0 }
-end
-if max_wait and wait > max_wait then
-  return { 0, wait, 0 }
-end
--- A lease ("try" only, so granted now: ready = t0): per dimension, the least room beyond the
--- cost of any of its limits, whole tokens, at most the most asked for.
-local leased = nil
-local lease_arg = (mode == 'try' and ARGV[3]) or (mode == 'reserve' and ARGV[4])
-if lease_arg then
-  local dim, extra, wanted = {}, {}, {}
-  for i = 1, m do
-    local d, want = struct.unpack('<dd', lease_arg, (i - 1) * 16 + 1)
-    local room
-    if kind[i] == 0 then
-      local l = a[i]
-      if ready > t0 then
-        l = math.min(y[i], l + (ready - t0) / x[i])
-      end
-      if amount[i] > y[i] then
-        l = 0
-      end
-      room = l - amount[i]
-    else
-      room = y[i] - used_in(i, current(i, ready)) - amount[i]
-    end
-    room = math.max(0, math.floor(room))
-    dim[i] = d
-    extra[d] = math.min(extra[d] or want, room)
-    wanted[d] = want > 0
-  end
-  if mode == 'reserve' then
-    for d, w in pairs(wanted) do
-      if w and extra[d] == 0 then
-        extra = {}
-        break
-      end
+    for i = 1, m do
+      local n = extra[dim[i]] or 0
+      reply[3 + i] = n
+      lim[5 * i] = lim[5 * i] + n
     end
   end
-  leased = {}
-  for i = 1, m do
-    leased[i] = extra[dim[i]] or 0
-    amount[i] = amount[i] + leased[i]
-  end
+  t = ready
 end
+
+-- The last pass: every limit charged at the grant's instant, or settled; then the state is
+-- stored at t, to expire when every bucket would be full again and every carry is spent
+-- (unless it keeps limits of its own).
+local charged_at = settling and (ARGV[3] and struct.unpack('<d', ARGV[3]) or t0)
+local until_us = t
 for i = 1, m do
-  local c = amount[i]
-  if kind[i] == 0 then
-    local l = a[i]
-    if ready > t0 then
-      l = math.min(y[i], l + (ready - t0) / x[i])
+  local j = 5 * i
+  local c, x, y = lim[j], lim[j - 3], lim[j - 2]
+  local a, b = st[2 * i], st[2 * i + 1]
+  if lim[j - 4] == 0 then
+    if charging then
+      if t > t0 then
+        local full = a + (t - t0) / x
+        if full < y then
+          a = full
+        else
+          a = y
+        end
+      end
+      if t > now and c > 0 then
+        -- A grant that waits: tokens given back before its instant must leave room for it.
+        if y - a < b then
+          b = y - a
+        end
+      end
+      if c > y then
+        -- It waited for the whole of it to flow in: it leaves an empty bucket.
+        a = 0
+      else
+        a = a - c
+      end
+    elseif settling then
+      -- A refund is capped at the burst and at the room (see "Tokens given back while grants
+      -- wait"); a charge may leave a debt.
+      if c < 0 then
+        local back = -c
+        if b < back then
+          back = b
+        end
+        if not (back > 0) then
+          back = 0
+        end
+        local full = a + back
+        if full < y then
+          a = full
+        else
+          a = y
+        end
+        b = b - back
+      elseif c > 0 then
+        a = a - c
+      end
     end
-    if ready > now and c > 0 then
-      -- A grant that waits: tokens given back before its instant must leave room for it.
-      b[i] = math.min(b[i], y[i] - l)
+    local full = t + (y - a) * x
+    if full > until_us then
+      until_us = full
     end
-    if c > y[i] then
-      -- It waited for the whole of it to flow in: it leaves an empty bucket.
-      l = 0
-    else
-      l = l - c
+  else
+    local z = lim[j - 1]
+    if c > 0 and (charging or settling) then
+      -- Charged in the window of t (the grant's instant; for a settle, t0), with what that
+      -- window already used.
+      local k = math.floor((t - z) / x)
+      if a > k then
+        k = a
+      end
+      local used = b - (k - a) * y
+      if not (used > 0) then
+        used = 0
+      end
+      a, b = k, used + c
+    elseif c < 0 and settling then
+      -- Given back only within the window the grant was charged in, never below 0.
+      local k = math.floor((charged_at - z) / x)
+      if math.floor((now - z) / x) == k and a == k then
+        b = b + c
+        if not (b > 0) then
+          b = 0
+        end
+      end
     end
-    a[i] = l
-  elseif c > 0 then
-    commit(i, ready, c)
+    if b > 0 then
+      local spent = (a + math.ceil(b / y)) * x + z
+      if spent > until_us then
+        until_us = spent
+      end
+    end
   end
+  st[2 * i], st[2 * i + 1] = a, b
 end
-store(ready)
-if leased then
-  local reply = { 1, wait, ready }
-  for i = 1, m do
-    reply[3 + i] = leased[i]
-  end
-  return reply
+st[1] = t
+local value = struct.pack(STATE, VERSION, unpack(st, 1, 2 * m + 1))
+local ttl_ms = math.ceil((until_us - now) / 1000) + 1
+if own ~= '' then
+  redis.call('SET', key, value .. own)
+elseif ttl_ms < EXACT then
+  redis.call('SET', key, value, 'PX', string.format('%d', ttl_ms))
+else
+  redis.call('SET', key, value)
 end
-return { 1, wait, ready }
+return reply
