@@ -13,8 +13,11 @@
 //! Cases (first argument): `clock` (one read of tokio's clock), `try` (`RateLimiter::
 //! try_acquire(1)`), `acquire` (`acquire(1).await` on a current-thread runtime, never
 //! waiting), `throttle_with` (items of `stream::iter` through `throttle_with(.., Shaping)`),
-//! `two_limits` (`try_acquire([1, 1])` on a `RateLimiter<[u64; 2]>` of two buckets). Second
-//! argument: calls.
+//! `two_limits` (`try_acquire([1, 1])` on a `RateLimiter<[u64; 2]>` of two buckets). The
+//! buckets of those stay full (a rate of 10^9/s refills each grant before the next); in
+//! `try_draining` and `two_limits_draining` (the same grants at 1/s, burst 10^9) every grant
+//! leaves its bucket emptier, so the check weighs the level against the cost. Second argument:
+//! calls.
 
 use std::hint::black_box;
 
@@ -75,6 +78,32 @@ fn two_limits(n: u64) {
     assert_eq!(granted as u64, n);
 }
 
+/// A rate that never refills a bucket within the run, and a burst that outlasts it.
+const SLOW: Rate = Rate::per_second(1);
+const DEEP: u64 = 1_000_000_000;
+
+#[inline(never)]
+fn try_draining(n: u64) {
+    let limiter = RateLimiter::new(SLOW, DEEP);
+    let granted = (0..n)
+        .filter(|_| limiter.try_acquire(black_box(1)).is_ok())
+        .count();
+    assert_eq!(granted as u64, n);
+}
+
+#[inline(never)]
+fn two_limits_draining(n: u64) {
+    let limiter: RateLimiter<[u64; 2]> = RateLimiter::builder(["requests", "tokens"])
+        .limit("requests", Limit::bucket(SLOW, DEEP))
+        .limit("tokens", Limit::bucket(SLOW, DEEP))
+        .build()
+        .expect("valid limits");
+    let granted = (0..n)
+        .filter(|_| limiter.try_acquire(black_box([1, 1])).is_ok())
+        .count();
+    assert_eq!(granted as u64, n);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let case = args.get(1).map_or("try", String::as_str);
@@ -91,6 +120,8 @@ fn main() {
         "acquire" => acquire(&rt, n),
         "throttle_with" => throttle_with(&rt, n),
         "two_limits" => two_limits(n),
+        "try_draining" => try_draining(n),
+        "two_limits_draining" => two_limits_draining(n),
         other => panic!("unknown case {other}"),
     }
 }

@@ -33,6 +33,14 @@ pub(crate) enum Decision {
     NotUntil(Nanos),
 }
 
+/// A charge computed by [`Bucket::charge_if_room`]: `tat`'s new low 128 bits, and whether it
+/// carried into the high bits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Charged {
+    tat: u128,
+    carry: bool,
+}
+
 /// The bits of `Bucket::token_high` that hold the token: every period in nanoseconds is below
 /// 2^94 (`Duration::MAX` is about 1.8e28 ns).
 const TOKEN_BITS: u32 = 96;
@@ -186,6 +194,46 @@ impl Bucket {
             Decision::Go
         } else {
             Decision::NotUntil(Nanos::ceil_div(at, self.scale))
+        }
+    }
+
+    /// If the bucket holds `cost` tokens at `now`, in the common case (`narrow`), the charge
+    /// [`Bucket::commit`] would make then; `None` if it does not, or if the common case cannot
+    /// tell (a cost above the burst, more than 128 bits): ask [`Bucket::earliest`]. The check
+    /// and the charge share their arithmetic; [`Bucket::apply`] makes the charge.
+    #[inline]
+    pub(crate) fn charge_if_room(&self, now: Nanos, cost: u64) -> Option<Charged> {
+        // `narrow`, with the token as the u64 it is (64-bit products).
+        let spare = self.burst.checked_sub(cost)?;
+        let token = u64::try_from(self.token_high).ok()?;
+        let now_units = self.units(now);
+        // The level is at least `cost` when `tat` runs ahead of `now` by no more than the
+        // spare tokens; the charge moves `max(tat, now)` on by `cost` tokens.
+        let from = match self.tat.checked_sub(now_units) {
+            None => now_units,
+            Some(ahead) if ahead <= u128::from(spare) * u128::from(token) => self.tat,
+            Some(_) => return None,
+        };
+        let (tat, carry) = from.overflowing_add(u128::from(cost) * u128::from(token));
+        Some(Charged { tat, carry })
+    }
+
+    /// A charge that changes nothing, for [`Bucket::apply`].
+    #[inline]
+    pub(crate) fn unchanged(&self) -> Charged {
+        Charged {
+            tat: self.tat,
+            carry: false,
+        }
+    }
+
+    /// Makes a charge [`Bucket::charge_if_room`] computed, nothing having changed since: what
+    /// `charge_narrow` does (in the common case `token_high` is the token alone).
+    #[inline]
+    pub(crate) fn apply(&mut self, charge: Charged) {
+        self.tat = charge.tat;
+        if charge.carry {
+            self.token_high |= 1 << TOKEN_BITS;
         }
     }
 
@@ -1241,6 +1289,56 @@ mod tests {
                 } else {
                     // The exact bucket may have let a dear item through; follow it.
                     word = packed.word(&exact, u64::MAX).unwrap();
+                }
+            }
+        }
+
+        /// Over the whole range, `charge_if_room` answers exactly when `earliest` says "now"
+        /// in the common case, and its charge is `commit`'s; it declines only what the common
+        /// case cannot tell (a cost above the burst, a token beyond 64 bits, a `tat` beyond 128
+        /// bits) and a bucket without room.
+        #[test]
+        fn a_charge_checked_with_its_room_is_earliest_then_commit(
+            tokens in any_count(),
+            per in any_period(),
+            burst in any_count(),
+            ops in prop::collection::vec(any_op(), 1..40),
+        ) {
+            let mut real = Bucket::new(tokens, per, burst);
+            let mut now = 0u64;
+            for op in &ops {
+                match *op {
+                    Op::Wait(gap) => now = now.saturating_add(gap).min(u64::MAX - 1),
+                    Op::Offer(ref cost) => {
+                        let held = real.available(Nanos(now));
+                        let cost = match *cost {
+                            Cost::Held(d) => held.saturating_add(u64::from(d)).saturating_sub(1),
+                            Cost::Burst(d) => real.burst().saturating_add(u64::from(d)).saturating_sub(1),
+                            Cost::Any(c) => c,
+                        };
+                        let room = real.earliest(Nanos(now), cost) <= Nanos(now);
+                        let mut split = real.clone();
+                        if room {
+                            split.commit(Nanos(now), cost);
+                        }
+                        match real.charge_if_room(Nanos(now), cost) {
+                            Some(charge) => {
+                                prop_assert!(room, "charged without room: cost {}", cost);
+                                real.apply(charge);
+                            }
+                            None => {
+                                let narrow = real.narrow(cost).is_some();
+                                prop_assert!(!room || !narrow, "declined with room: cost {}", cost);
+                                real = split.clone();
+                            }
+                        }
+                        prop_assert!(real == split, "cost {}", cost);
+                        let unchanged = real.unchanged();
+                        real.apply(unchanged);
+                        prop_assert!(real == split);
+                    }
+                    Op::SetRate(tokens, per) => real.set_rate(Nanos(now), tokens, per),
+                    Op::SetBurst(new) => real.set_burst(Nanos(now), new),
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! tokens, ...): a request may go when every limit has room for its amount, and is charged on
 //! all of them at one instant. Clock-free, like the rest of the core.
 
-use super::bucket::Bucket;
+use super::bucket::{Bucket, Charged, Decision};
 use super::fixed_window::FixedWindow;
 use super::nanos::Nanos;
 use super::pace::Pace;
@@ -31,6 +31,17 @@ impl Rule {
             Rule::Bucket(b) => b.commit(now, cost),
             Rule::Window(w) => w.commit(now, cost),
         }
+    }
+
+    /// Whether the limit has room for `cost` at `now`, as far as the common case tells
+    /// (`false` when in doubt).
+    #[inline]
+    fn has_room(&self, now: Nanos, cost: u64) -> bool {
+        cost == 0
+            || match self {
+                Rule::Bucket(b) => b.charge_if_room(now, cost).is_some(),
+                Rule::Window(w) => w.earliest(now, cost) <= now,
+            }
     }
 
     /// What the limit holds at `now`.
@@ -176,6 +187,74 @@ impl<const N: usize> Limits<N> {
         }
         returned
     }
+
+    /// Charges `cost` at `now` if every limit has room for it, as far as the common case
+    /// tells; charges nothing and answers `false` when in doubt (a limit without room, a cost
+    /// above a bucket's burst, a bucket beyond 128 bits, a pause). The granted path of an
+    /// offer: no limit's ready time is computed.
+    #[inline]
+    fn charge_if_room(&mut self, now: Nanos, cost: [u64; N]) -> bool {
+        if now < self.paused_until {
+            return false;
+        }
+        // The common quotas, one bucket or two (requests and tokens), unrolled: each bucket's
+        // charge is computed with its check.
+        match self.limits.as_mut_slice() {
+            [Tagged {
+                dim,
+                rule: Rule::Bucket(a),
+            }] => {
+                let Some(x) = charge(a, now, cost[*dim]) else {
+                    return false;
+                };
+                a.apply(x);
+            }
+            [Tagged {
+                dim: da,
+                rule: Rule::Bucket(a),
+            }, Tagged {
+                dim: db,
+                rule: Rule::Bucket(b),
+            }] => {
+                let (Some(x), Some(y)) = (charge(a, now, cost[*da]), charge(b, now, cost[*db]))
+                else {
+                    return false;
+                };
+                a.apply(x);
+                b.apply(y);
+            }
+            all => {
+                if !all.iter().all(|l| l.rule.has_room(now, cost[l.dim])) {
+                    return false;
+                }
+                self.commit(now, now, cost);
+            }
+        }
+        true
+    }
+
+    /// [`Pace::offer`] as `earliest` then `commit`: a refusal, and what `charge_if_room`
+    /// cannot tell.
+    #[inline(never)]
+    fn offer_slow(&mut self, now: Nanos, cost: [u64; N]) -> Decision {
+        match self.earliest(now, cost) {
+            at if at <= now => {
+                self.commit(now, now, cost);
+                Decision::Go
+            }
+            at => Decision::NotUntil(at),
+        }
+    }
+}
+
+/// What charging `cost` on `bucket` at `now` changes, if it has room (nothing for a cost of 0,
+/// which asks nothing of it).
+#[inline]
+fn charge(bucket: &Bucket, now: Nanos, cost: u64) -> Option<Charged> {
+    if cost == 0 {
+        return Some(bucket.unchanged());
+    }
+    bucket.charge_if_room(now, cost)
 }
 
 impl<const N: usize> Pace for Limits<N> {
@@ -203,6 +282,28 @@ impl<const N: usize> Pace for Limits<N> {
                 l.rule.commit(now, c);
             }
         }
+    }
+
+    /// `earliest` then `commit`; a grant checks and charges each limit once.
+    #[inline]
+    fn offer(&mut self, now: Nanos, cost: [u64; N]) -> Decision {
+        if self.charge_if_room(now, cost) {
+            return Decision::Go;
+        }
+        self.offer_slow(now, cost)
+    }
+
+    /// A grant of a cost above a bucket's burst is never found in `charge_if_room`: what it
+    /// grants needs no wait.
+    #[inline]
+    fn try_offer(&mut self, now: Nanos, cost: [u64; N]) -> Decision {
+        if self.charge_if_room(now, cost) {
+            return Decision::Go;
+        }
+        if self.needs_wait(cost) {
+            return Decision::NotUntil(Nanos::MAX);
+        }
+        self.offer_slow(now, cost)
     }
 
     fn needs_wait(&self, cost: [u64; N]) -> bool {
@@ -396,7 +497,110 @@ mod tests {
         seen
     }
 
+    /// Something asked of the limits at once, or done to them.
+    #[derive(Clone, Debug)]
+    enum Ask {
+        Advance(u64),
+        /// The clock read before another's, which was granted first.
+        Back(u64),
+        Offer([u64; 2]),
+        TryOffer([u64; 2]),
+        /// A grant of the first amounts corrected to the second (a refund, a debt).
+        Settle([u64; 2], [u64; 2]),
+        Pause(u64),
+    }
+
+    fn asks() -> impl Strategy<Value = Vec<Ask>> {
+        let cost = || (0u64..5, prop_oneof![0u64..30, Just(0)]).prop_map(|(r, t)| [r, t]);
+        prop::collection::vec(
+            prop_oneof![
+                3 => prop_oneof![0u64..300, 0u64..3_000].prop_map(Ask::Advance),
+                1 => (0u64..300).prop_map(Ask::Back),
+                4 => cost().prop_map(Ask::Offer),
+                4 => cost().prop_map(Ask::TryOffer),
+                1 => (cost(), cost()).prop_map(|(c, a)| Ask::Settle(c, a)),
+                1 => (0u64..2_000).prop_map(Ask::Pause),
+            ],
+            1..60,
+        )
+    }
+
+    /// The shapes a quota's limits take, each with a path of its own in `offer`: one bucket,
+    /// two, a bucket beside a window, three limits, a window alone.
+    fn shape(which: usize, phase: u64) -> Limits<2> {
+        let requests = || Tagged {
+            dim: 0,
+            rule: Rule::Bucket(Bucket::new(1, 100, 3)),
+        };
+        let tokens = || Tagged {
+            dim: 1,
+            rule: Rule::Bucket(Bucket::new(10, 1_000, 20)),
+        };
+        let window = || Tagged {
+            dim: 1,
+            rule: Rule::Window(FixedWindow::new(25, Nanos(3_000), Nanos(phase))),
+        };
+        Limits::new(match which {
+            0 => vec![tokens()],
+            1 => vec![requests(), tokens()],
+            2 => vec![tokens(), requests()],
+            3 => vec![requests(), window()],
+            4 => vec![requests(), tokens(), window()],
+            _ => vec![window()],
+        })
+    }
+
     proptest! {
+        /// A grant asked at once (`offer`, and `try_offer` for `try_acquire`) answers as
+        /// `earliest` then `commit` do, and leaves the limits as they leave them, whatever the
+        /// shape of the limits: in debt, paused, with costs of 0 and costs above a burst.
+        #[test]
+        fn a_grant_at_once_is_earliest_then_commit(
+            which in 0usize..6,
+            phase in 0u64..3_000,
+            asks in asks(),
+        ) {
+            let mut fast = shape(which, phase);
+            let mut split = fast.clone();
+            let mut now = 0u64;
+            for ask in &asks {
+                let t = Nanos(now);
+                match *ask {
+                    Ask::Advance(d) => now += d,
+                    Ask::Back(d) => now = now.saturating_sub(d),
+                    Ask::Offer(cost) | Ask::TryOffer(cost) => {
+                        let expected = if matches!(ask, Ask::TryOffer(_)) && split.needs_wait(cost) {
+                            Decision::NotUntil(Nanos::MAX)
+                        } else {
+                            match split.earliest(t, cost) {
+                                at if at <= t => {
+                                    split.commit(t, t, cost);
+                                    Decision::Go
+                                }
+                                at => Decision::NotUntil(at),
+                            }
+                        };
+                        let got = match ask {
+                            Ask::TryOffer(_) => fast.try_offer(t, cost),
+                            _ => fast.offer(t, cost),
+                        };
+                        prop_assert_eq!(got, expected, "{:?} at {}", ask, now);
+                    }
+                    Ask::Settle(charged, actual) => {
+                        prop_assert_eq!(
+                            fast.settle(t, t, charged, actual),
+                            split.settle(t, t, charged, actual)
+                        );
+                    }
+                    Ask::Pause(d) => {
+                        fast.pause_until(Nanos(now + d));
+                        split.pause_until(Nanos(now + d));
+                    }
+                }
+                prop_assert_eq!(&fast, &split, "after {:?} at {}", ask, now);
+            }
+        }
+
         /// Forgetting limits the instant they say they are as new (or any time later) changes
         /// nothing: a fresh copy answers every later question as they do.
         #[test]

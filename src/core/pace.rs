@@ -53,6 +53,15 @@ pub(crate) trait Pace: Clone {
             at => Decision::NotUntil(at),
         }
     }
+    /// What `try_acquire` asks: [`Pace::offer`], but a request of `cost` that can only be had
+    /// by waiting ([`Pace::needs_wait`]) is refused until `Nanos::MAX` and charges nothing.
+    #[inline]
+    fn try_offer(&mut self, now: Nanos, cost: Self::Cost) -> Decision {
+        if self.needs_wait(cost) {
+            return Decision::NotUntil(Nanos::MAX);
+        }
+        self.offer(now, cost)
+    }
     /// The rule's token bucket, if at `now` the rule is nothing but that bucket, so that a
     /// lock-free path may decide for it (see the engine's `single`).
     fn plain_bucket(&self, _now: Nanos) -> Option<&Bucket> {

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::task::Waker;
 
-use crate::core::{Amount, Nanos, Pace};
+use crate::core::{Amount, Decision, Nanos, Pace};
 use crate::error::NotUntil;
 use crate::stats::Stats;
 use crate::timer::Lateness;
@@ -268,6 +268,7 @@ impl<R: Pace> Lane<R> {
     }
 
     /// Grants `cost` at `now` if that needs no waiting and nobody is queued.
+    #[inline]
     pub(crate) fn try_acquire(
         &mut self,
         tally: &mut Tally,
@@ -280,20 +281,19 @@ impl<R: Pace> Lane<R> {
             after.grant(0, Nanos::ZERO);
             return Ok(());
         }
-        let refused = if self.rule.needs_wait(cost) {
-            Nanos::MAX
-        } else if !self.queue.is_empty() {
-            self.projected(now, cost).wait_from(now)
-        } else {
-            match self.rule.earliest(now, cost) {
-                at if at <= now => {
-                    self.rule.commit(now, now, cost);
+        let refused = if self.queue.is_empty() {
+            match self.rule.try_offer(now, cost) {
+                Decision::Go => {
                     tally.granted += 1;
                     after.grant(cost.total(), Nanos::ZERO);
                     return Ok(());
                 }
-                at => at.wait_from(now),
+                Decision::NotUntil(at) => at.wait_from(now),
             }
+        } else if self.rule.needs_wait(cost) {
+            Nanos::MAX
+        } else {
+            self.projected(now, cost).wait_from(now)
         };
         tally.rejected += 1;
         after.rejected = Some((cost.total(), refused));
@@ -376,14 +376,14 @@ impl<R: Pace> Lane<R> {
             return Ok(Step::Granted(now));
         }
         let step = if self.queue.is_empty() {
-            let at = self.rule.earliest(now, cost);
-            if at <= now {
-                self.rule.commit(now, now, cost);
-                tally.granted += 1;
-                after.grant(cost.total(), Nanos::ZERO);
-                return Ok(Step::Granted(now));
+            match self.rule.offer(now, cost) {
+                Decision::Go => {
+                    tally.granted += 1;
+                    after.grant(cost.total(), Nanos::ZERO);
+                    return Ok(Step::Granted(now));
+                }
+                Decision::NotUntil(at) => Step::Wait(at, Lateness::of(&self.rule, cost)),
             }
-            Step::Wait(at, Lateness::of(&self.rule, cost))
         } else {
             Step::Queued
         };
@@ -462,7 +462,9 @@ impl<R: Pace> Lane<R> {
 
     /// When a request of `cost` joining the queue at `now` would be granted, if everyone
     /// ahead were granted as soon as they may: [`projected_walk`]'s answer, from the kept
-    /// walk (see [`Projection`]).
+    /// walk (see [`Projection`]). Out of line: no grant needs it, and inlined it would weigh
+    /// on the frame of `try_acquire`, which is inlined into the limiters' grants.
+    #[inline(never)]
     fn projected(&mut self, now: Nanos, cost: R::Cost) -> Nanos {
         let Some(head) = self.queue.front() else {
             return now.max(self.rule.earliest(now, cost));

@@ -272,11 +272,7 @@ impl<R: Pace> Shared<R> {
     /// [`Shared::try_acquire`] at `at`, or at the clock's time if `None`.
     pub(crate) fn try_acquire_at(&self, at: Option<Nanos>, cost: R::Cost) -> Result<(), NotUntil> {
         if cost.is_zero() {
-            self.granted.increment();
-            #[cfg(feature = "metrics")]
-            if let Some(m) = self.metrics.get() {
-                m.granted(0, 0);
-            }
+            self.grant_free();
             return Ok(());
         }
         match cost.single().map(|units| (units, self.try_fast(at, units))) {
@@ -297,6 +293,39 @@ impl<R: Pace> Shared<R> {
             }
             Some((_, (FastAnswer::Locked, _))) | None => {}
         }
+        self.try_acquire_locked(at, cost)
+    }
+
+    /// [`Shared::try_acquire_at`] without the lock-free path, which decides for a cost of one
+    /// number only: a cost of several amounts (several limits) goes here at once. Inlined
+    /// into its caller: such a grant is little more than the lock and the limits.
+    #[inline]
+    pub(crate) fn try_acquire_several_at(
+        &self,
+        at: Option<Nanos>,
+        cost: R::Cost,
+    ) -> Result<(), NotUntil> {
+        debug_assert!(cost.single().is_none());
+        if cost.is_zero() {
+            self.grant_free();
+            return Ok(());
+        }
+        self.try_acquire_locked(at, cost)
+    }
+
+    /// Grants a request that costs nothing: counted, and nothing else.
+    #[inline]
+    fn grant_free(&self) {
+        self.granted.increment();
+        #[cfg(feature = "metrics")]
+        if let Some(m) = self.metrics.get() {
+            m.granted(0, 0);
+        }
+    }
+
+    /// The lock's side of [`Shared::try_acquire_at`].
+    #[inline]
+    fn try_acquire_locked(&self, at: Option<Nanos>, cost: R::Cost) -> Result<(), NotUntil> {
         let mut st = self.lock();
         // Read again under the lock, so that grants made under it are recorded in order.
         let now = self.clock(at);

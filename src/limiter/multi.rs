@@ -552,7 +552,7 @@ impl<const N: usize> RateLimiter<[u64; N]> {
     /// ```
     pub fn try_acquire(&self, cost: [u64; N]) -> Result<Permit<N>, NotUntil> {
         let now = self.inner.shared.now();
-        self.inner.shared.try_acquire_at(Some(now), cost)?;
+        self.inner.shared.try_acquire_several_at(Some(now), cost)?;
         Ok(self.permit(cost, now))
     }
 
@@ -983,7 +983,7 @@ impl<const N: usize> Draw for RateLimiter<[u64; N]> {
         let permit = permit.get_mut();
         coop::poll_try_acquire(cx, || {
             let now = self.inner.shared.now();
-            self.inner.shared.try_acquire_at(Some(now), cost)?;
+            self.inner.shared.try_acquire_several_at(Some(now), cost)?;
             permit.at = now;
             Ok(())
         })
