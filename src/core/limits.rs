@@ -237,13 +237,7 @@ impl<const N: usize> Limits<N> {
     /// cannot tell.
     #[inline(never)]
     fn offer_slow(&mut self, now: Nanos, cost: [u64; N]) -> Decision {
-        match self.earliest(now, cost) {
-            at if at <= now => {
-                self.commit(now, now, cost);
-                Decision::Go
-            }
-            at => Decision::NotUntil(at),
-        }
+        super::pace::offer_by_earliest(self, now, cost)
     }
 }
 

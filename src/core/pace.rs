@@ -45,13 +45,7 @@ pub(crate) trait Pace: Clone {
     /// Charges a request of `cost` arriving at `now` if it may go now; otherwise says when.
     #[inline]
     fn offer(&mut self, now: Nanos, cost: Self::Cost) -> Decision {
-        match self.earliest(now, cost) {
-            at if at <= now => {
-                self.commit(now, now, cost);
-                Decision::Go
-            }
-            at => Decision::NotUntil(at),
-        }
+        offer_by_earliest(self, now, cost)
     }
     /// What `try_acquire` asks: [`Pace::offer`], but a request of `cost` that can only be had
     /// by waiting ([`Pace::needs_wait`]) is refused until `Nanos::MAX` and charges nothing.
@@ -233,6 +227,23 @@ impl<T, F: FnMut(&T) -> u64> Cost<T> for ByItem<F> {
 impl<F> fmt::Debug for ByItem<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("ByItem(..)")
+    }
+}
+
+/// [`Pace::offer`] as [`Pace::earliest`] then [`Pace::commit`]: the default, and the slow path
+/// of a pace that answers the common case faster.
+#[inline]
+pub(crate) fn offer_by_earliest<P: Pace + ?Sized>(
+    pace: &mut P,
+    now: Nanos,
+    cost: P::Cost,
+) -> Decision {
+    match pace.earliest(now, cost) {
+        at if at <= now => {
+            pace.commit(now, now, cost);
+            Decision::Go
+        }
+        at => Decision::NotUntil(at),
     }
 }
 
