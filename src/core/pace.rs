@@ -233,11 +233,7 @@ impl<F> fmt::Debug for ByItem<F> {
 /// [`Pace::offer`] as [`Pace::earliest`] then [`Pace::commit`]: the default, and the slow path
 /// of a pace that answers the common case faster.
 #[inline]
-pub(crate) fn offer_by_earliest<P: Pace + ?Sized>(
-    pace: &mut P,
-    now: Nanos,
-    cost: P::Cost,
-) -> Decision {
+pub(crate) fn offer_by_earliest<P: Pace>(pace: &mut P, now: Nanos, cost: P::Cost) -> Decision {
     match pace.earliest(now, cost) {
         at if at <= now => {
             pace.commit(now, now, cost);
