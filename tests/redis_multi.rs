@@ -1366,6 +1366,53 @@ async fn a_tower_layer_settles_in_redis_from_the_answer() {
     }
 }
 
+/// A stream that waits out an outage on a fail-closed limiter whose deadline is zero (each
+/// `acquire` gives up at its first failed round trip) asks again at a backoff, not in a busy
+/// loop, and its item goes once Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_waits_out_an_outage_at_a_backoff() {
+    use futures_util::StreamExt;
+    use paced::{PaceExt, Shaping};
+
+    let mut server = Server::start();
+    let llm = RedisRateLimiter::dimensions(&server.url(), "backoff", ["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_second(1_000), 100))
+        .limit("tokens", Limit::bucket(Rate::per_second(1_000), 100))
+        .failure_policy(FailurePolicy::FailClosed {
+            max_backoff: Duration::from_millis(100),
+            deadline: Duration::ZERO,
+        })
+        .build()
+        .unwrap();
+    llm.acquire([1, 1]).await.unwrap();
+    server.kill();
+    let waiting = tokio::spawn({
+        let llm = llm.clone();
+        async move {
+            futures_util::stream::iter([7u32])
+                .throttle_with(&llm, |_| [1, 1], Shaping)
+                .collect::<Vec<_>>()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // 700 ms at a backoff from 100 ms: a handful of round trips, not thousands.
+    let errors = llm.stats().errors;
+    assert!((1..=10).contains(&errors), "{errors} failed round trips");
+    // Kept until the end: a server dropped is stopped.
+    let _server = tokio::task::spawn_blocking(move || {
+        server.restart();
+        server
+    })
+    .await
+    .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the item goes once Redis is back")
+        .unwrap();
+    assert_eq!(out, [7]);
+}
+
 /// Tokens 1,000/s with a bucket of 100, requests that never bind: at 50 tokens an item, two
 /// items at once, then one every 50 ms.
 fn fifty_ms_apart(url: &str, name: &str) -> RedisRateLimiter<[u64; 2]> {

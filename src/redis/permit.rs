@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
-use super::error::{RedisLimiterError, TryAcquireError};
+use super::error::TryAcquireError;
 use super::keyed::RedisKeyedRateLimiter;
 use super::limiter::{OnlyKey, RedisRateLimiter};
 use super::multi::RedisPermit;
@@ -213,9 +213,9 @@ where
 }
 
 /// Waits until `quota` grants `cost`, as a stream or a tower future does: it never gives up (see
-/// `acquire_patiently`). An outage is waited out again after each fail-closed deadline; a reply
-/// error (counted and logged by `acquire`) is asked again after 100 ms, then at a backoff
-/// doubling up to [`REPLY_BACKOFF_MAX`].
+/// `acquire_patiently`). After an error (an outage past the fail-closed deadline, which may be
+/// zero, or a reply error, counted and logged by `acquire`) it asks again after 100 ms, then at
+/// a backoff doubling up to [`REPLY_BACKOFF_MAX`]: never in a busy loop.
 async fn acquire_several<const N: usize>(
     quota: RedisRateLimiter<[u64; N]>,
     cost: [u64; N],
@@ -224,8 +224,6 @@ async fn acquire_several<const N: usize>(
     loop {
         match quota.acquire(cost).await {
             Ok(permit) => return permit,
-            // `acquire` waited out the outage for the fail-closed deadline, with its backoff.
-            Err(RedisLimiterError::Unavailable(_)) => {}
             Err(_) => {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(REPLY_BACKOFF_MAX);
