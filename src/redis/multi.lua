@@ -229,53 +229,13 @@ for i = 1, m do
   end
 end
 
--- What this call stores: its instant (the state's new <at>) and its answer.
-local t, reply
-if mode == 'limit' then
-  local i, k2, x2, y2, z2 = struct.unpack('<ddddd', ARGV[3])
-  if i < 1 or i > m or i ~= math.floor(i) then
-    return redis.error_reply('ERR paced: no limit ' .. i .. ' in ' .. key)
-  end
-  local j = 5 * i
-  if k2 ~= lim[j - 4] then
-    return redis.error_reply('ERR paced: limit ' .. i .. ' of ' .. key .. ' is of the other kind')
-  end
-  if k2 == 0 then
-    if y2 < st[2 * i] then
-      st[2 * i] = y2
-    end
-    lim[j - 3], lim[j - 2] = x2, y2
-  else
-    local x, y, a, b = lim[j - 3], lim[j - 2], st[2 * i], st[2 * i + 1]
-    local k = math.floor((t0 - lim[j - 1]) / x)
-    if a > k then
-      k = a
-    end
-    local used = b - (k - a) * y
-    if not (used > 0) then
-      used = 0
-    end
-    lim[j - 3], lim[j - 2], lim[j - 1] = x2, y2, z2
-    st[2 * i], st[2 * i + 1] = math.floor((t0 - z2) / x2), used
-  end
-  own = ''
-  for l = 1, m do
-    local j = 5 * l
-    own = own .. struct.pack('<dddd', lim[j - 4], lim[j - 3], lim[j - 2], lim[j - 1])
-  end
-  t, reply = t0, { 1, 0, t0 }
-elseif mode == 'clear' then
-  if not state then
-    return { 1, 0, t0 }
-  end
-  for i = 1, m do
-    if struct.unpack('<d', spec, 40 * i - 39) ~= lim[5 * i - 4] then
-      return redis.error_reply('ERR paced: limit ' .. i .. ' of ' .. key .. ' is of the other kind')
-    end
-  end
-  for i = 1, m do
+-- Gives limit i the parameters x2, y2, z2 of its kind at t0, keeping its level: a bucket's
+-- tokens (at most the new burst), a window's use of the window in force (carried into the new
+-- window's count). Made only for "limit" and "clear": a grant makes no closure.
+local apply_limit
+if not charging and not settling then
+  apply_limit = function(i, x2, y2, z2)
     local j = 5 * i
-    local _, x2, y2, z2 = struct.unpack('<dddd', spec, 40 * i - 39)
     if lim[j - 4] == 0 then
       if y2 < st[2 * i] then
         st[2 * i] = y2
@@ -294,6 +254,38 @@ elseif mode == 'clear' then
       lim[j - 3], lim[j - 2], lim[j - 1] = x2, y2, z2
       st[2 * i], st[2 * i + 1] = math.floor((t0 - z2) / x2), used
     end
+  end
+end
+
+-- What this call stores: its instant (the state's new <at>) and its answer.
+local t, reply
+if mode == 'limit' then
+  local i, k2, x2, y2, z2 = struct.unpack('<ddddd', ARGV[3])
+  if i < 1 or i > m or i ~= math.floor(i) then
+    return redis.error_reply('ERR paced: no limit ' .. i .. ' in ' .. key)
+  end
+  if k2 ~= lim[5 * i - 4] then
+    return redis.error_reply('ERR paced: limit ' .. i .. ' of ' .. key .. ' is of the other kind')
+  end
+  apply_limit(i, x2, y2, z2)
+  own = ''
+  for l = 1, m do
+    local j = 5 * l
+    own = own .. struct.pack('<dddd', lim[j - 4], lim[j - 3], lim[j - 2], lim[j - 1])
+  end
+  t, reply = t0, { 1, 0, t0 }
+elseif mode == 'clear' then
+  if not state then
+    return { 1, 0, t0 }
+  end
+  for i = 1, m do
+    if struct.unpack('<d', spec, 40 * i - 39) ~= lim[5 * i - 4] then
+      return redis.error_reply('ERR paced: limit ' .. i .. ' of ' .. key .. ' is of the other kind')
+    end
+  end
+  for i = 1, m do
+    local _, x2, y2, z2 = struct.unpack('<dddd', spec, 40 * i - 39)
+    apply_limit(i, x2, y2, z2)
   end
   own = ''
   t, reply = t0, { 1, 0, t0 }
