@@ -263,7 +263,10 @@ async fn a_thousand_waiting_streams_share_one_timer_thread() {
     tokio::time::timeout(Duration::from_secs(60), wait)
         .await
         .expect("no stall");
-    assert_woke(before, timer_wakeups(), 2);
+    // At least once: on a loaded machine every wait may be due by the time the thread first
+    // wakes, and it then wakes them all in one pass, without sleeping in between (seen once in
+    // CI, with 2 asserted here).
+    assert_woke(before, timer_wakeups(), 1);
     assert_eq!(timer_threads().len(), 1, "one timer thread for them all");
     for (k, times) in seen.iter().enumerate() {
         assert_eq!(times.len(), 3);
