@@ -405,18 +405,17 @@ async fn paused_time_wakes_no_timer_thread_and_keeps_the_plain_schedule() {
     }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
-
-    /// With time paused, `precise()` emits exactly when the plain operator does, and wakes no
-    /// timer thread, for schedules of arrivals at rates above and below a tick.
-    #[test]
-    fn paused_schedules_are_those_of_the_plain_timer(
+/// With time paused, `precise()` emits exactly when the plain operator does, and wakes no
+/// timer thread, for schedules of arrivals at rates above and below a tick. The test takes the
+/// timer thread once for all its cases (`serial` waits for the thread to be quiet).
+#[test]
+fn paused_schedules_are_those_of_the_plain_timer() {
+    let _serial = serial();
+    proptest!(ProptestConfig::with_cases(64), |(
         arrivals in prop::collection::vec((0u64..4, 1u64..3), 1..30),
         interval_us in 1u64..2_500,
         burst in 1u64..3,
-    ) {
-        let _serial = serial();
+    )| {
         let before = timer_wakeups();
         let mut at = 0;
         let timed: Vec<(u64, (usize, u64))> = arrivals
@@ -441,7 +440,7 @@ proptest! {
         };
         prop_assert_eq!(run(false), run(true));
         prop_assert_eq!(timer_wakeups(), before);
-    }
+    });
 }
 
 /// A wait armed on the timer thread when the test pauses tokio's clock (`tokio::time::pause`):

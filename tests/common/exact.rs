@@ -52,7 +52,19 @@ impl Big {
         )
     }
 
+    /// Both as `u128`s, when both fit: the common case, computed natively (and checked).
+    fn small(&self, other: &Big) -> Option<(u128, u128)> {
+        Some((self.to_u128()?, other.to_u128()?))
+    }
+
     pub fn add(&self, other: &Big) -> Big {
+        match self.small(other).and_then(|(a, b)| a.checked_add(b)) {
+            Some(sum) => Big::from_u128(sum),
+            None => self.add_long(other),
+        }
+    }
+
+    fn add_long(&self, other: &Big) -> Big {
         let mut out = Vec::with_capacity(self.0.len().max(other.0.len()) + 1);
         let mut carry = 0u64;
         for i in 0..self.0.len().max(other.0.len()) {
@@ -69,6 +81,13 @@ impl Big {
     /// `self - other`; panics if that is negative.
     pub fn sub(&self, other: &Big) -> Big {
         assert!(*self >= *other, "negative difference");
+        match self.small(other) {
+            Some((a, b)) => Big::from_u128(a - b),
+            None => self.sub_long(other),
+        }
+    }
+
+    fn sub_long(&self, other: &Big) -> Big {
         let mut out = Vec::with_capacity(self.0.len());
         let mut borrow = 0i64;
         for i in 0..self.0.len() {
@@ -84,6 +103,13 @@ impl Big {
     }
 
     pub fn mul(&self, other: &Big) -> Big {
+        match self.small(other).and_then(|(a, b)| a.checked_mul(b)) {
+            Some(product) => Big::from_u128(product),
+            None => self.mul_long(other),
+        }
+    }
+
+    fn mul_long(&self, other: &Big) -> Big {
         let mut out = vec![0u32; self.0.len() + other.0.len() + 1];
         for (i, &a) in self.0.iter().enumerate() {
             let mut carry = 0u64;
@@ -119,15 +145,22 @@ impl Big {
     /// Quotient and remainder, by schoolbook long division one bit at a time.
     pub fn div_rem(&self, d: &Big) -> (Big, Big) {
         assert!(!d.is_zero(), "division by zero");
+        match self.small(d) {
+            Some((a, b)) => (Big::from_u128(a / b), Big::from_u128(a % b)),
+            None => self.div_rem_long(d),
+        }
+    }
+
+    fn div_rem_long(&self, d: &Big) -> (Big, Big) {
         let mut q = vec![0u32; self.0.len()];
         let mut r = Big::zero();
         for i in (0..self.bits()).rev() {
-            r = r.add(&r);
+            r = r.add_long(&r);
             if self.bit(i) {
-                r = r.add(&Big::from_u128(1));
+                r = r.add_long(&Big::from_u128(1));
             }
             if r >= *d {
-                r = r.sub(d);
+                r = r.sub_long(d);
                 q[i / 32] |= 1 << (i % 32);
             }
         }
@@ -316,4 +349,33 @@ fn big_arithmetic_is_exact() {
         Big::from_u128(10).div_ceil(&Big::from_u128(3)),
         Big::from_u128(4)
     );
+}
+
+/// Any `u128`, half of the time below 2^64 (so that products fit too).
+fn wide() -> impl Strategy<Value = u128> {
+    prop_oneof![any::<u128>(), any::<u64>().prop_map(u128::from)]
+}
+
+proptest! {
+    /// The long arithmetic (limb by limb, what values beyond `u128` get) is the native one
+    /// wherever both can compute: the fast path above hides it for smaller values.
+    #[test]
+    fn long_arithmetic_is_the_native_one(a in wide(), b in wide()) {
+        let (x, y) = (Big::from_u128(a), Big::from_u128(b));
+        if let Some(sum) = a.checked_add(b) {
+            prop_assert_eq!(x.add_long(&y), Big::from_u128(sum));
+        }
+        let (hi, lo) = if x >= y { (&x, &y) } else { (&y, &x) };
+        prop_assert_eq!(hi.sub_long(lo), Big::from_u128(a.max(b) - a.min(b)));
+        if let Some(product) = a.checked_mul(b) {
+            prop_assert_eq!(x.mul_long(&y), Big::from_u128(product));
+        }
+        if b != 0 {
+            prop_assert_eq!(x.div_rem_long(&y), (Big::from_u128(a / b), Big::from_u128(a % b)));
+        }
+        // Beyond u128: the product divided back.
+        if a != 0 {
+            prop_assert_eq!(x.mul_long(&y).div_rem_long(&x), (y.clone(), Big::zero()));
+        }
+    }
 }
