@@ -4,6 +4,8 @@
 
 use crate::common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{nanos_since, paused, tick_ceil, NaiveBucket, MS};
@@ -14,14 +16,16 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 /// Moves the paused clock to `target` nanoseconds after `start`, stopping at every tick on the
-/// way and letting the other tasks run there, as auto-advance would.
-async fn advance_to(start: Instant, target: u64) {
+/// way and letting the other tasks run there, as auto-advance would. While `idle` says that no
+/// item is held by the adapter (every item sent has been emitted), no timer is armed, and the
+/// clock moves there in one step.
+async fn advance_to(start: Instant, target: u64, idle: impl Fn() -> bool) {
     loop {
         let now = nanos_since(start);
         if now >= target {
             return;
         }
-        let next_tick = (now / MS + 1) * MS;
+        let next_tick = if idle() { target } else { (now / MS + 1) * MS };
         tokio::time::advance(Duration::from_nanos(next_tick.min(target) - now)).await;
         for _ in 0..4 {
             tokio::task::yield_now().await;
@@ -40,16 +44,19 @@ where
         let start = Instant::now();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let s = make(UnboundedReceiverStream::new(rx));
+        let emitted = Arc::new(AtomicUsize::new(0));
+        let counted = emitted.clone();
         let consumer = tokio::spawn(async move {
             let mut s = std::pin::pin!(s);
             let mut out = Vec::new();
             while let Some(i) = s.next().await {
                 out.push((i, nanos_since(start)));
+                counted.fetch_add(1, Ordering::Relaxed);
             }
             out
         });
         for (i, &at) in arrivals.iter().enumerate() {
-            advance_to(start, at).await;
+            advance_to(start, at, || emitted.load(Ordering::Relaxed) == i).await;
             tx.send(i).unwrap();
             for _ in 0..4 {
                 tokio::task::yield_now().await;
@@ -59,7 +66,7 @@ where
         // Back onto the tick grid before leaving the rest to auto-advance: from an off-grid
         // instant tokio's auto-advance moves by whole milliseconds and keeps the offset, so a
         // timer would appear up to 2 ms late (tokio's behaviour, not the adapter's).
-        advance_to(start, tick_ceil(nanos_since(start))).await;
+        advance_to(start, tick_ceil(nanos_since(start)), || false).await;
         common::within_an_hour(consumer).await.unwrap()
     })
 }
