@@ -26,6 +26,45 @@ use crate::sync::{lock, Mutex};
 /// there are more than this many.
 const KEYS_KEPT: usize = 4_096;
 
+/// The keys this process knows, and when to sweep the idle ones.
+struct Quotas<K, const N: usize> {
+    map: HashMap<K, Arc<Quota<N>>>,
+    /// The size at which the next new key sweeps: twice what the last sweep kept (at least
+    /// [`KEYS_KEPT`]), so that a sweep's cost is spread over as many new keys as it kept, and
+    /// keeping many keys busy does not make every new key walk them all.
+    sweep_at: usize,
+}
+
+impl<K: Hash + Eq, const N: usize> Quotas<K, N> {
+    fn new() -> Self {
+        Quotas {
+            map: HashMap::new(),
+            sweep_at: KEYS_KEPT,
+        }
+    }
+
+    /// `key`'s quota, made by `make` if this process does not know the key yet.
+    fn get_or_insert<Q>(&mut self, key: &Q, make: impl FnOnce() -> Quota<N>) -> Arc<Quota<N>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some(quota) = self.map.get(key) {
+            return quota.clone();
+        }
+        if self.map.len() >= self.sweep_at {
+            // Forget the keys with nothing in flight here (a permit, a waiter, a lease) and no
+            // limit set by this process (its fallback's).
+            self.map
+                .retain(|_, q| Arc::strong_count(q) > 1 || q.has_own_limits());
+            self.sweep_at = KEYS_KEPT.max(self.map.len().saturating_mul(2));
+        }
+        let quota = Arc::new(make());
+        self.map.insert(key.to_owned(), quota.clone());
+        quota
+    }
+}
+
 impl<K, const N: usize> Build for RedisKeyedRateLimiter<K, [u64; N]>
 where
     K: Hash + Eq + Send + Sync + 'static,
@@ -39,7 +78,7 @@ where
             inner: KeyedSeveral {
                 naming: Arc::new(Naming::Prefixed(one.inner.shared.name.clone())),
                 shared: one.inner.shared,
-                quotas: Arc::new(Mutex::new(HashMap::new())),
+                quotas: Arc::new(Mutex::new(Quotas::new())),
                 hasher: RandomState::new(),
             },
         })
@@ -78,7 +117,7 @@ where
 pub struct KeyedSeveral<K, const N: usize> {
     shared: Arc<Inner<N>>,
     naming: Arc<Naming>,
-    quotas: Arc<Mutex<HashMap<K, Arc<Quota<N>>>>>,
+    quotas: Arc<Mutex<Quotas<K, N>>>,
     /// How a stream over this limiter files its held items by key.
     pub(super) hasher: RandomState,
 }
@@ -98,7 +137,7 @@ impl<K, const N: usize> fmt::Debug for KeyedSeveral<K, N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisKeyedRateLimiter")
             .field("name", &self.shared.name)
-            .field("keys", &lock(&self.quotas).len())
+            .field("keys", &lock(&self.quotas).map.len())
             .finish_non_exhaustive()
     }
 }
@@ -192,21 +231,12 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
-        let mut quotas = lock(&self.inner.quotas);
-        let quota = match quotas.get(key) {
-            Some(quota) => quota.clone(),
-            None => {
-                if quotas.len() >= KEYS_KEPT {
-                    // Forget the keys with nothing in flight here (a permit, a waiter, a
-                    // lease) and no limit set by this process (its fallback's).
-                    quotas.retain(|_, q| Arc::strong_count(q) > 1 || q.has_own_limits());
-                }
-                let warmth = self.inner.shared.warmth.clone();
-                let quota = Arc::new(Quota::new(self.inner.naming.redis_key(key), warmth));
-                quotas.insert(key.to_owned(), quota.clone());
-                quota
-            }
-        };
+        let quota = lock(&self.inner.quotas).get_or_insert(key, || {
+            Quota::new(
+                self.inner.naming.redis_key(key),
+                self.inner.shared.warmth.clone(),
+            )
+        });
         RedisRateLimiter {
             inner: Several {
                 shared: self.inner.shared.clone(),
@@ -331,6 +361,55 @@ where
 
     /// This process's counters, over all keys (`keys`: the keys this process knows now).
     pub fn stats(&self) -> RedisStats {
-        RedisStats::read(&self.inner.shared.counters, lock(&self.inner.quotas).len())
+        RedisStats::read(
+            &self.inner.shared.counters,
+            lock(&self.inner.quotas).map.len(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Rate;
+
+    fn limiter() -> RedisKeyedRateLimiter<u32, [u64; 2]> {
+        // Nothing is sent before the first acquisition: no server is needed.
+        RedisKeyedRateLimiter::dimensions("redis://127.0.0.1:1/", "t", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+            .build()
+            .expect("a limiter")
+    }
+
+    fn kept(limiter: &RedisKeyedRateLimiter<u32, [u64; 2]>) -> (usize, usize) {
+        let quotas = lock(&limiter.inner.quotas);
+        (quotas.map.len(), quotas.sweep_at)
+    }
+
+    #[tokio::test]
+    async fn idle_keys_are_forgotten_and_keys_in_use_are_kept() {
+        let limiter = limiter();
+        // 10,000 keys, none held: at most KEYS_KEPT are known at any time.
+        for key in 0..10_000 {
+            drop(limiter.quota(&key));
+            assert!(kept(&limiter).0 <= KEYS_KEPT);
+        }
+        // The same keys' quotas are found again while they are held...
+        let held: Vec<_> = (0..10_000).map(|key| limiter.quota(&key)).collect();
+        assert_eq!(kept(&limiter).0, 10_000);
+        for (key, quota) in held.iter().enumerate().step_by(997) {
+            let again = limiter.quota(&(key as u32));
+            assert!(Arc::ptr_eq(&again.inner.quota, &quota.inner.quota));
+        }
+        // ... and a sweep that kept them all waits for as many new keys again: sweeps are
+        // spread out, not one per new key.
+        let (len, sweep_at) = kept(&limiter);
+        assert!(sweep_at > len && sweep_at <= 2 * len, "{len} {sweep_at}");
+        drop(held);
+        // Once they are dropped, the next sweep forgets them.
+        for key in 10_000..10_000 + (sweep_at - len) as u32 + 1 {
+            drop(limiter.quota(&key));
+        }
+        assert!(kept(&limiter).0 <= KEYS_KEPT, "{:?}", kept(&limiter));
     }
 }

@@ -370,8 +370,8 @@ proptest! {
         if let Some(product) = a.checked_mul(b) {
             prop_assert_eq!(x.mul_long(&y), Big::from_u128(product));
         }
-        if b != 0 {
-            prop_assert_eq!(x.div_rem_long(&y), (Big::from_u128(a / b), Big::from_u128(a % b)));
+        if let (Some(q), Some(r)) = (a.checked_div(b), a.checked_rem(b)) {
+            prop_assert_eq!(x.div_rem_long(&y), (Big::from_u128(q), Big::from_u128(r)));
         }
         // Beyond u128: the product divided back.
         if a != 0 {
