@@ -106,6 +106,9 @@ impl<H: Handle> Waiter<H> {
     ) -> Poll<Result<Nanos, NotUntil>> {
         let budget = ready!(poll_budget(cx));
         let mut me = self.project();
+        // Woken by its timer, maybe after the deadline: the grant below would then end the wait
+        // without the timer hearing how late the wake-up came.
+        me.timer.as_mut().woken();
         loop {
             match me.handle.poll(me.ticket, cost, cx.waker(), timeout)? {
                 Step::Granted(at) => {

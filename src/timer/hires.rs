@@ -50,9 +50,17 @@ pub(crate) fn wait(at: Instant, now: Instant, waker: &Waker) -> SubTick {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many wake-ups this thread has reported ([`woke`]): for the tests of the callers.
+    pub(crate) static WOKEN_HERE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// Tells the timer thread that a wait it armed was polled again at `now`, its deadline `at`:
 /// how late the wake-up reached the task, which sets the lead.
 pub(crate) fn woke(at: Instant, now: Instant) {
+    #[cfg(test)]
+    WOKEN_HERE.with(|count| count.set(count.get() + 1));
     if let Some(timer) = timer(std::process::id()) {
         timer.woke(at, now);
     }
