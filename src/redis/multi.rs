@@ -98,14 +98,7 @@ impl<const N: usize> Build for RedisRateLimiter<[u64; N]> {
                     limits,
                     policy: options.policy,
                     lease: options.lease,
-                    counters: Counters {
-                        #[cfg(feature = "metrics")]
-                        metrics: options
-                            .metrics_name
-                            .as_deref()
-                            .map(crate::instrument::RedisMetrics::new),
-                        ..Counters::default()
-                    },
+                    counters: options.counters(),
                 }),
             },
         })
