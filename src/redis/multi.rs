@@ -21,6 +21,7 @@ use super::turns::{Asking, Turns, Warmth};
 use super::wait::{on_fallback, pause_after, spend_budget, Outages, WaitError};
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
+use crate::limiter::multi::by_dimension;
 use crate::limiter::{Limit, Permit, RateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};
@@ -63,22 +64,11 @@ impl<const N: usize> Build for RedisRateLimiter<[u64; N]> {
                 return Err(config(ConfigError::ZeroLease));
             }
         }
-        for (i, name) in spec.names.iter().enumerate() {
-            if spec.names[..i].contains(name) {
-                return Err(config(ConfigError::DuplicateDimension));
-            }
-        }
-        let mut limits = Vec::with_capacity(spec.limits.len());
-        for (name, limit) in &spec.limits {
-            let dim = spec
-                .names
-                .iter()
-                .position(|n| n == name)
-                .ok_or(config(ConfigError::UnknownDimension))?;
-            limit.check().map_err(config)?;
-            let kind = Kind::of(limit);
-            limits.push(RedisLimit { dim, kind });
-        }
+        let limits = by_dimension(&spec.names, &spec.limits, |dim, limit| RedisLimit {
+            dim,
+            kind: Kind::of(limit),
+        })
+        .map_err(config)?;
         let conn = options.target.connect(options.response_timeout)?;
         let name = super::key::escape(&options.name);
         let mut key = String::with_capacity(name.len() + 2);
