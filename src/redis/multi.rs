@@ -652,24 +652,13 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         Some(want)
     }
 
-    /// One script call; `extra` is the reservation's longest wait or the settled grant's
-    /// instant, in microseconds.
+    /// One script call with `extras` after the limits: none, or such as the reservation's
+    /// longest wait, the settled grant's instant (in microseconds), a new limit, a lease.
     async fn call(
         &self,
         mode: &str,
         spec: Vec<u8>,
-        extra: Option<Vec<u8>>,
-    ) -> Result<Vec<u64>, Failure> {
-        self.call_with(mode, spec, extra.into_iter().collect())
-            .await
-    }
-
-    /// One script call with `extras` after the limits.
-    async fn call_with(
-        &self,
-        mode: &str,
-        spec: Vec<u8>,
-        extras: Vec<Vec<u8>>,
+        extras: impl IntoIterator<Item = Vec<u8>>,
     ) -> Result<Vec<u64>, Failure> {
         let inner = &self.inner.shared;
         inner.counters.round_trip();
@@ -711,9 +700,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         };
         // No longest wait: one that is never exceeded.
         let max_wait = max_wait_us.map_or_else(|| f64::MAX.to_le_bytes().to_vec(), micros);
-        let reply = self
-            .call_with("reserve", spec, vec![max_wait, want])
-            .await?;
+        let reply = self.call("reserve", spec, [max_wait, want]).await?;
         Ok(self.answer(reply))
     }
 
