@@ -52,6 +52,14 @@ impl<const N: usize> Dimensions<N> {
     }
 }
 
+impl<L: Build<Spec = Dimensions<N>>, const N: usize> RedisLimiterBuilder<L> {
+    /// A builder of several limits on the dimensions `names`, none set yet: as
+    /// [`one`](RedisLimiterBuilder::one) is for one limit.
+    pub(super) fn several(target: Target, name: impl Into<String>, names: [&str; N]) -> Self {
+        RedisLimiterBuilder::new(target, name.into(), Dimensions::new(names))
+    }
+}
+
 impl<const N: usize> Build for RedisRateLimiter<[u64; N]> {
     type Cost = [u64; N];
     type Spec = Dimensions<N>;
@@ -351,11 +359,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         name: impl Into<String>,
         names: [&str; N],
     ) -> RedisRateLimiterBuilder<[u64; N]> {
-        RedisLimiterBuilder::new(
-            Target::Url(url.to_owned()),
-            name.into(),
-            Dimensions::new(names),
-        )
+        RedisLimiterBuilder::several(Target::Url(url.to_owned()), name, names)
     }
 
     /// [`dimensions`](Self::dimensions) for a Redis Cluster reached through `nodes`.
@@ -379,7 +383,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         name: impl Into<String>,
         names: [&str; N],
     ) -> RedisRateLimiterBuilder<[u64; N]> {
-        RedisLimiterBuilder::new(Target::cluster(nodes), name.into(), Dimensions::new(names))
+        RedisLimiterBuilder::several(Target::cluster(nodes), name, names)
     }
 
     /// Waits until every limit grants `cost` (one amount per dimension), in one round trip
