@@ -156,7 +156,7 @@ impl std::error::Error for NotUntil {}
 /// assert_eq!(refused.into_inner(), 20);
 /// # }
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RateExceeded<T> {
     item: T,
     not_until: NotUntil,
@@ -260,15 +260,6 @@ impl<T> RateExceeded<T> {
     #[must_use]
     pub fn into_inner(self) -> T {
         self.item
-    }
-}
-
-impl<T: fmt::Debug> fmt::Debug for RateExceeded<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateExceeded")
-            .field("item", &self.item)
-            .field("not_until", &self.not_until)
-            .finish()
     }
 }
 

@@ -161,26 +161,18 @@ impl<H: Handle<Cost = C>, C> Acquire<H, C> {
 }
 
 impl<H: Handle<Cost = C>, C: Copy> Acquire<H, C> {
-    /// Hands a request that must wait (`step`, holding `ticket`'s place) to a waiter.
+    /// Hands a request that must wait (`step`, holding `ticket`'s place) to a waiter on
+    /// `handle`, taken from `First` with the request's `cost` and `timeout`.
     #[inline(never)]
     fn start_waiting(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         step: Step,
         ticket: Option<u64>,
+        handle: H,
+        cost: C,
+        timeout: Option<Duration>,
     ) -> Poll<Result<Nanos, NotUntil>> {
-        let AcquireProj::First {
-            handle,
-            cost,
-            timeout,
-        } = self.as_mut().project()
-        else {
-            return Poll::Pending;
-        };
-        let (cost, timeout) = (*cost, *timeout);
-        let Some(handle) = handle.take() else {
-            return Poll::Pending;
-        };
         self.set(Acquire::Waiting {
             waiter: Waiter::queued(handle, ticket),
             cost,
@@ -219,14 +211,14 @@ impl<H: Handle<Cost = C>, C: Copy> Future for Acquire<H, C> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let AcquireProj::First {
-            handle,
+            handle: slot,
             cost,
             timeout,
         } = self.as_mut().project()
         else {
             return self.poll_waiting(cx);
         };
-        let Some(handle) = handle.as_ref() else {
+        let Some(handle) = slot.as_ref() else {
             // Never: the handle leaves `First` only as the request becomes `Waiting`.
             return Poll::Pending;
         };
@@ -239,7 +231,11 @@ impl<H: Handle<Cost = C>, C: Copy> Future for Acquire<H, C> {
         }
         // The unit goes back: the waiter takes one again when it is granted.
         drop(budget);
-        self.start_waiting(cx, step, ticket)
+        let (cost, timeout) = (*cost, *timeout);
+        match slot.take() {
+            Some(handle) => self.start_waiting(cx, step, ticket, handle, cost, timeout),
+            None => Poll::Pending,
+        }
     }
 }
 

@@ -368,26 +368,37 @@ impl<const N: usize> RateLimiterBuilder<N> {
 
     /// The limits, checked, in a limiter whose times count from `base` (made now).
     pub(crate) fn limits(&self, base: Instant) -> Result<Limits<N>, ConfigError> {
-        for (i, name) in self.names.iter().enumerate() {
-            if self.names[..i].contains(name) {
-                return Err(ConfigError::DuplicateDimension);
-            }
-        }
-        let mut limits = Vec::with_capacity(self.limits.len());
-        for (name, limit) in &self.limits {
-            let dim = self
-                .names
-                .iter()
-                .position(|n| n == name)
-                .ok_or(ConfigError::UnknownDimension)?;
-            limit.check()?;
-            limits.push(Tagged {
-                dim,
-                rule: limit.rule(base, Nanos::ZERO),
-            });
-        }
+        let limits = by_dimension(&self.names, &self.limits, |dim, limit| Tagged {
+            dim,
+            rule: limit.rule(base, Nanos::ZERO),
+        })?;
         Ok(Limits::new(limits))
     }
+}
+
+/// `each` of a builder's `limits` (a dimension's name and its limit, in the order given) with
+/// the index of its dimension in `names`, or the first [`ConfigError`] found: the checks of a
+/// builder of several limits, local or in Redis.
+pub(crate) fn by_dimension<T>(
+    names: &[String],
+    limits: &[(String, Limit)],
+    mut each: impl FnMut(usize, &Limit) -> T,
+) -> Result<Vec<T>, ConfigError> {
+    for (i, name) in names.iter().enumerate() {
+        if names[..i].contains(name) {
+            return Err(ConfigError::DuplicateDimension);
+        }
+    }
+    let mut out = Vec::with_capacity(limits.len());
+    for (name, limit) in limits {
+        let dim = names
+            .iter()
+            .position(|n| n == name)
+            .ok_or(ConfigError::UnknownDimension)?;
+        limit.check()?;
+        out.push(each(dim, limit));
+    }
+    Ok(out)
 }
 
 /// A [`RateLimiter`]'s state for several limits: public in a private module (see [`Cost`]).

@@ -527,6 +527,18 @@ impl RateLimiter {
     /// assert_eq!(warming.try_set_burst(4), Err(ConfigError::NoBurst));
     /// ```
     pub fn try_set_burst(&self, burst: u64) -> Result<(), ConfigError> {
+        self.try_set_bucket(burst, |b, _, now| b.set_burst(now, burst))
+    }
+
+    /// Runs `set` on the bucket (and the rate in force) under the lock, at the lock's `now`,
+    /// once `burst` (the burst it sets) is known to be one: the refusals of
+    /// [`try_set_burst`](RateLimiter::try_set_burst) and
+    /// [`try_set_limit`](RateLimiter::try_set_limit), in their order, before anything changes.
+    fn try_set_bucket(
+        &self,
+        burst: u64,
+        set: impl FnOnce(&mut Bucket, &mut Rate, Nanos),
+    ) -> Result<(), ConfigError> {
         if burst == 0 {
             return Err(ConfigError::ZeroBurst);
         }
@@ -534,7 +546,7 @@ impl RateLimiter {
             .shared
             .update(|limit, now| match &mut limit.curve {
                 Curve::Bucket(b) => {
-                    b.set_burst(now, burst);
+                    set(b, &mut limit.rate, now);
                     Ok(())
                 }
                 Curve::WarmingUp(_) => Err(ConfigError::NoBurst),
@@ -607,20 +619,11 @@ impl RateLimiter {
     /// assert_eq!(warming.rate(), Rate::per_second(5));
     /// ```
     pub fn try_set_limit(&self, rate: Rate, burst: u64) -> Result<(), ConfigError> {
-        if burst == 0 {
-            return Err(ConfigError::ZeroBurst);
-        }
-        self.inner
-            .shared
-            .update(|limit, now| match &mut limit.curve {
-                Curve::Bucket(b) => {
-                    b.set_rate(now, rate.tokens(), rate.per().as_nanos());
-                    b.set_burst(now, burst);
-                    limit.rate = rate;
-                    Ok(())
-                }
-                Curve::WarmingUp(_) => Err(ConfigError::NoBurst),
-            })
+        self.try_set_bucket(burst, |b, in_force, now| {
+            b.set_rate(now, rate.tokens(), rate.per().as_nanos());
+            b.set_burst(now, burst);
+            *in_force = rate;
+        })
     }
 
     /// The rate in force now: the one given to [`new`](RateLimiter::new) or

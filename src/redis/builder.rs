@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::connect::Target;
 use super::error::RedisLimiterError;
 use super::policy::FailurePolicy;
+use super::script::Counters;
 use crate::rate::Rate;
 
 /// Builds every Redis limiter: a [`RedisRateLimiter`](crate::redis::RedisRateLimiter) ([`RedisRateLimiterBuilder`](crate::redis::RedisRateLimiterBuilder)) or a
@@ -59,6 +60,21 @@ pub struct Options<C> {
     pub(super) response_timeout: Duration,
     #[cfg(feature = "metrics")]
     pub(super) metrics_name: Option<String>,
+}
+
+impl<C> Options<C> {
+    /// Fresh counters for the limiter built from these options: recording to its metrics too,
+    /// if it was named with `with_metrics`.
+    pub(super) fn counters(&self) -> Counters {
+        Counters {
+            #[cfg(feature = "metrics")]
+            metrics: self
+                .metrics_name
+                .as_deref()
+                .map(crate::instrument::RedisMetrics::new),
+            ..Counters::default()
+        }
+    }
 }
 
 /// The limit of a one-limit builder (public in a private module: nameable by no user).

@@ -373,14 +373,7 @@ impl Options<u64> {
             limits: Mutex::new(HashMap::new()),
             keys: Mutex::new(HashMap::new()),
             hasher: RandomState::new(),
-            counters: Counters {
-                #[cfg(feature = "metrics")]
-                metrics: self
-                    .metrics_name
-                    .as_deref()
-                    .map(crate::instrument::RedisMetrics::new),
-                ..Counters::default()
-            },
+            counters: self.counters(),
         })
     }
 }

@@ -193,11 +193,7 @@ where
         name: impl Into<String>,
         names: [&str; N],
     ) -> RedisKeyedRateLimiterBuilder<K, [u64; N]> {
-        RedisLimiterBuilder::new(
-            Target::Url(url.to_owned()),
-            name.into(),
-            Dimensions::new(names),
-        )
+        RedisLimiterBuilder::several(Target::Url(url.to_owned()), name, names)
     }
 
     /// [`dimensions`](Self::dimensions) for a Redis Cluster reached through `nodes`.
@@ -222,7 +218,7 @@ where
         name: impl Into<String>,
         names: [&str; N],
     ) -> RedisKeyedRateLimiterBuilder<K, [u64; N]> {
-        RedisLimiterBuilder::new(Target::cluster(nodes), name.into(), Dimensions::new(names))
+        RedisLimiterBuilder::several(Target::cluster(nodes), name, names)
     }
 
     /// `key`'s quota, as a one-key limiter over this limiter's connection and counters.

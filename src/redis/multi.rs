@@ -21,6 +21,7 @@ use super::turns::{Asking, Turns, Warmth};
 use super::wait::{on_fallback, pause_after, spend_budget, Outages, WaitError};
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
+use crate::limiter::multi::by_dimension;
 use crate::limiter::{Limit, Permit, RateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};
@@ -51,6 +52,14 @@ impl<const N: usize> Dimensions<N> {
     }
 }
 
+impl<L: Build<Spec = Dimensions<N>>, const N: usize> RedisLimiterBuilder<L> {
+    /// A builder of several limits on the dimensions `names`, none set yet: as
+    /// [`one`](RedisLimiterBuilder::one) is for one limit.
+    pub(super) fn several(target: Target, name: impl Into<String>, names: [&str; N]) -> Self {
+        RedisLimiterBuilder::new(target, name.into(), Dimensions::new(names))
+    }
+}
+
 impl<const N: usize> Build for RedisRateLimiter<[u64; N]> {
     type Cost = [u64; N];
     type Spec = Dimensions<N>;
@@ -63,22 +72,11 @@ impl<const N: usize> Build for RedisRateLimiter<[u64; N]> {
                 return Err(config(ConfigError::ZeroLease));
             }
         }
-        for (i, name) in spec.names.iter().enumerate() {
-            if spec.names[..i].contains(name) {
-                return Err(config(ConfigError::DuplicateDimension));
-            }
-        }
-        let mut limits = Vec::with_capacity(spec.limits.len());
-        for (name, limit) in &spec.limits {
-            let dim = spec
-                .names
-                .iter()
-                .position(|n| n == name)
-                .ok_or(config(ConfigError::UnknownDimension))?;
-            limit.check().map_err(config)?;
-            let kind = Kind::of(limit);
-            limits.push(RedisLimit { dim, kind });
-        }
+        let limits = by_dimension(&spec.names, &spec.limits, |dim, limit| RedisLimit {
+            dim,
+            kind: Kind::of(limit),
+        })
+        .map_err(config)?;
         let conn = options.target.connect(options.response_timeout)?;
         let name = super::key::escape(&options.name);
         let mut key = String::with_capacity(name.len() + 2);
@@ -98,14 +96,7 @@ impl<const N: usize> Build for RedisRateLimiter<[u64; N]> {
                     limits,
                     policy: options.policy,
                     lease: options.lease,
-                    counters: Counters {
-                        #[cfg(feature = "metrics")]
-                        metrics: options
-                            .metrics_name
-                            .as_deref()
-                            .map(crate::instrument::RedisMetrics::new),
-                        ..Counters::default()
-                    },
+                    counters: options.counters(),
                 }),
             },
         })
@@ -368,11 +359,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         name: impl Into<String>,
         names: [&str; N],
     ) -> RedisRateLimiterBuilder<[u64; N]> {
-        RedisLimiterBuilder::new(
-            Target::Url(url.to_owned()),
-            name.into(),
-            Dimensions::new(names),
-        )
+        RedisLimiterBuilder::several(Target::Url(url.to_owned()), name, names)
     }
 
     /// [`dimensions`](Self::dimensions) for a Redis Cluster reached through `nodes`.
@@ -396,7 +383,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         name: impl Into<String>,
         names: [&str; N],
     ) -> RedisRateLimiterBuilder<[u64; N]> {
-        RedisLimiterBuilder::new(Target::cluster(nodes), name.into(), Dimensions::new(names))
+        RedisLimiterBuilder::several(Target::cluster(nodes), name, names)
     }
 
     /// Waits until every limit grants `cost` (one amount per dimension), in one round trip
@@ -669,24 +656,13 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         Some(want)
     }
 
-    /// One script call; `extra` is the reservation's longest wait or the settled grant's
-    /// instant, in microseconds.
+    /// One script call with `extras` after the limits: none, or such as the reservation's
+    /// longest wait, the settled grant's instant (in microseconds), a new limit, a lease.
     async fn call(
         &self,
         mode: &str,
         spec: Vec<u8>,
-        extra: Option<Vec<u8>>,
-    ) -> Result<Vec<u64>, Failure> {
-        self.call_with(mode, spec, extra.into_iter().collect())
-            .await
-    }
-
-    /// One script call with `extras` after the limits.
-    async fn call_with(
-        &self,
-        mode: &str,
-        spec: Vec<u8>,
-        extras: Vec<Vec<u8>>,
+        extras: impl IntoIterator<Item = Vec<u8>>,
     ) -> Result<Vec<u64>, Failure> {
         let inner = &self.inner.shared;
         inner.counters.round_trip();
@@ -728,9 +704,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         };
         // No longest wait: one that is never exceeded.
         let max_wait = max_wait_us.map_or_else(|| f64::MAX.to_le_bytes().to_vec(), micros);
-        let reply = self
-            .call_with("reserve", spec, vec![max_wait, want])
-            .await?;
+        let reply = self.call("reserve", spec, [max_wait, want]).await?;
         Ok(self.answer(reply))
     }
 

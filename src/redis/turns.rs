@@ -79,12 +79,6 @@ impl TurnsState {
     }
 }
 
-fn wake(wakers: Vec<Waker>) {
-    for waker in wakers {
-        waker.wake();
-    }
-}
-
 /// Counted in [`Turns::queued`] while alive.
 struct Queued<'a>(&'a AtomicUsize);
 
@@ -109,12 +103,9 @@ struct InFlight<'a> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        let woken = {
-            let mut st = lock(&self.turns.state);
+        self.turns.release(|st| {
             st.in_flight.remove(&self.ticket);
-            st.woken()
-        };
-        wake(woken);
+        });
     }
 }
 
@@ -125,6 +116,19 @@ impl Turns {
             state: Mutex::default(),
             sending: Mutex::default(),
             warmth,
+        }
+    }
+
+    /// Takes a round trip or a grant out of the state with `remove`, then wakes the grants
+    /// that may go now, once the lock is released.
+    fn release(&self, remove: impl FnOnce(&mut TurnsState)) {
+        let woken = {
+            let mut st = lock(&self.state);
+            remove(&mut st);
+            st.woken()
+        };
+        for waker in woken {
+            waker.wake();
         }
     }
 
@@ -243,12 +247,9 @@ impl Turn {
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        let woken = {
-            let mut st = lock(&self.turns.state);
+        self.turns.release(|st| {
             st.waiting.remove(&self.ticket);
-            st.woken()
-        };
-        wake(woken);
+        });
     }
 }
 
