@@ -250,9 +250,10 @@ impl<K, S: BuildHasher> KeyedRateLimiter<K, u64, S> {
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Err(e) = self.try_set_limit(key, rate, burst) {
-            panic!("KeyedRateLimiter::set_limit: {e}");
-        }
+        ConfigError::or_panic(
+            self.try_set_limit(key, rate, burst),
+            "KeyedRateLimiter::set_limit",
+        );
     }
 
     /// Gives `key` its own limit, as [`set_limit`](KeyedRateLimiter::set_limit) does, or

@@ -493,9 +493,10 @@ impl<K, const N: usize, S: BuildHasher> KeyedRateLimiter<K, [u64; N], S> {
         K: Borrow<Q> + Hash,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Err(e) = self.try_set_limit(key, index, limit) {
-            panic!("KeyedRateLimiter::set_limit: {e}");
-        }
+        ConfigError::or_panic(
+            self.try_set_limit(key, index, limit),
+            "KeyedRateLimiter::set_limit",
+        );
     }
 
     /// Gives `key` its own limit at `index`, as [`set_limit`](KeyedRateLimiter#method.set_limit-1)

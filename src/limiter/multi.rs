@@ -658,9 +658,7 @@ impl<const N: usize> RateLimiter<[u64; N]> {
     /// ```
     #[track_caller]
     pub fn set_limit(&self, index: usize, limit: Limit) {
-        if let Err(e) = self.try_set_limit(index, limit) {
-            panic!("RateLimiter::set_limit: {e}");
-        }
+        ConfigError::or_panic(self.try_set_limit(index, limit), "RateLimiter::set_limit");
     }
 
     /// Replaces the limit at `index`, as [`set_limit`](RateLimiter#method.set_limit-1) does, or

@@ -499,9 +499,7 @@ impl RateLimiter {
     /// ```
     #[track_caller]
     pub fn set_burst(&self, burst: u64) {
-        if let Err(e) = self.try_set_burst(burst) {
-            panic!("RateLimiter::set_burst: {e}");
-        }
+        ConfigError::or_panic(self.try_set_burst(burst), "RateLimiter::set_burst");
     }
 
     /// Holds at most `burst` tokens from now on, as [`set_burst`](RateLimiter::set_burst)
@@ -587,9 +585,7 @@ impl RateLimiter {
     /// ```
     #[track_caller]
     pub fn set_limit(&self, rate: Rate, burst: u64) {
-        if let Err(e) = self.try_set_limit(rate, burst) {
-            panic!("RateLimiter::set_limit: {e}");
-        }
+        ConfigError::or_panic(self.try_set_limit(rate, burst), "RateLimiter::set_limit");
     }
 
     /// Refills at `rate` and holds at most `burst` tokens from now on, as

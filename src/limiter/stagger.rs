@@ -215,9 +215,7 @@ impl Stagger {
     /// ```
     #[track_caller]
     pub fn set_limit(&self, k: usize, period: Duration) {
-        if let Err(e) = self.try_set_limit(k, period) {
-            panic!("Stagger::set_limit: {e}");
-        }
+        ConfigError::or_panic(self.try_set_limit(k, period), "Stagger::set_limit");
     }
 
     /// At most `k` per `period` from now on, as [`set_limit`](Stagger::set_limit) does, or
