@@ -234,9 +234,10 @@
 //! lose rate to a late wake-up: burst 1, `min_interval`, the head of a shared limiter at burst
 //! 1. On Linux these end on time, thanks to a timer thread ([The design](#the-design) says
 //! how). So `throttle(Rate::per_second(500), |_| 1, 1, Shaping)` delivers about 500 a second:
-//! 0.95 to 0.99 of it on the test VM, against 0.65 on the tick. It costs less CPU per item
-//! than governor's timer thread on average (figures in BENCHMARKS.md). An item never leaves
-//! early. Under paused time nothing changes: every wait is a `Sleep` and the schedule is
+//! 0.99 to 1.00 of it on the quiet test VM, against 0.65 on the tick (governor's timer
+//! thread keeps 0.94). With four busy loops on the VM's two cores it keeps 0.91 to 0.94. It
+//! costs about 1.1 times governor's CPU per item (figures in BENCHMARKS.md). An item never
+//! leaves early. Under paused time nothing changes: every wait is a `Sleep` and the schedule is
 //! exact. On other systems, or if the thread cannot be started, waits sleep on the tick, as
 //! tokio-stream's do.
 //!
@@ -1357,7 +1358,7 @@
 //!     0.65 of `rate` at 500/s. A larger burst absorbs it, and so
 //!     does `precise()`, at the price of a busy core.
 //! - **The timer thread's cost.** Each wait that ends on it costs two thread wake-ups (the
-//!   timer thread's, then the runtime's) and up to 200 µs of yielding. That is about what
+//!   timer thread's, then the runtime's) and up to 200 µs of yielding. That is 1.1 times what
 //!   governor's timer thread costs in the same runs (BENCHMARKS.md, "Burst 1"). It handles at
 //!   most 1,024 such waits at once; more sleep on the tick. On a loaded machine its wake-ups
 //!   come later and burst 1 loses more rate. A burst of `rate × 2 ms + 1` does not depend on
