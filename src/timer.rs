@@ -435,14 +435,14 @@ mod tests {
             .build()
             .expect("a runtime");
         runtime.block_on(async {
-            let limiter = RateLimiter::new(Rate::per_second(1_000), 1);
+            let limiter = RateLimiter::new(Rate::per_second(100), 1);
             limiter.acquire(1).await;
             let mut next = std::pin::pin!(limiter.acquire(1));
             let mut cx = Context::from_waker(Waker::noop());
-            // Waits 1 ms, armed on the timer thread.
+            // Waits 10 ms (below `SUB_TICK_SPAN`), armed on the timer thread.
             assert!(next.as_mut().poll(&mut cx).is_pending());
             // Polled only after its deadline, as a late wake-up would.
-            std::thread::sleep(Duration::from_millis(3));
+            std::thread::sleep(Duration::from_millis(15));
             let before = hires::WOKEN_HERE.with(std::cell::Cell::get);
             assert!(next.as_mut().poll(&mut cx).is_ready());
             assert_eq!(hires::WOKEN_HERE.with(std::cell::Cell::get), before + 1);
