@@ -304,7 +304,7 @@ where
             // What to give back is taken when the request is sent, not before it queues: a
             // request dropped meanwhile leaves it for the next one.
             let trip = async {
-                let amounts = self.amounts(key, cost);
+                let amounts = self.amounts(key, cost).await;
                 self.round_trip(keys, amounts, true, max_wait_us).await
             };
             // A grant takes its place among this process's grants of the key by the instant
@@ -448,7 +448,7 @@ where
             };
             // A try takes `cost` if it is there, and with leases (of a key in use) whatever
             // more is there, up to a lease; it never waits for a whole one.
-            let amounts = self.amounts(key, cost);
+            let amounts = self.amounts(key, cost).await;
             match self.round_trip(redis_key, amounts, false, None).await {
                 Ok(Answer::Granted { surplus, .. }) => {
                     self.recovered();

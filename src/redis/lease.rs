@@ -24,10 +24,26 @@ pub(super) fn give_back<K>(inner: &Inner<K>, keys: Arc<str>, back: ToReturn) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    inner.counters.round_trip();
+    runtime.spawn(giving_back(inner, keys, back));
+}
+
+/// The round trip that gives `back` tokens of a key back to Redis (none for no tokens); an
+/// error leaves them taken, on the quota's side.
+fn giving_back<K>(
+    inner: &Inner<K>,
+    keys: Arc<str>,
+    back: ToReturn,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let given = back.tokens > 0;
+    if given {
+        inner.counters.round_trip();
+    }
     let (conn, script) = (inner.conn.clone(), inner.script.clone());
     let (interval_us, burst) = (inner.interval_us, inner.burst);
-    runtime.spawn(async move {
+    async move {
+        if !given {
+            return;
+        }
         let call = Call {
             key: &keys,
             interval_us,
@@ -39,7 +55,7 @@ pub(super) fn give_back<K>(inner: &Inner<K>, keys: Arc<str>, back: ToReturn) {
             new_limit: None,
         };
         let _ = call.run(&script, conn).await;
-    });
+    }
 }
 
 impl<K> Inner<K> {
@@ -133,6 +149,12 @@ where
 
 /// Gives back what `key` has to give back, in the background, and drops its local state if
 /// nothing uses it by then (if there is no runtime, it is given back when the limiter goes).
+///
+/// Until Redis has answered, the key's next requests wait at its gate ([`KeyLocal::returning`],
+/// see [`RedisKeyedRateLimiter::settled`]): sent first, a reservation would be charged behind
+/// tokens about to come back, and Redis gives back only the last grant's tokens while grants
+/// wait, so those would stay taken (a reservation abandoned behind a long debt then held up
+/// every later request of the key for as long).
 fn give_back_later<K>(inner: &Arc<Inner<K>>, key: K)
 where
     K: Hash + Eq + Send + Sync + 'static,
@@ -142,19 +164,38 @@ where
     };
     let inner = inner.clone();
     runtime.spawn(async move {
-        let (redis, back) = {
-            let mut keys = lock(&inner.keys);
-            let Some(local) = keys.get_mut(&key) else {
-                return;
-            };
-            let back = std::mem::take(&mut local.to_return);
-            let redis = local.redis.clone();
-            if local.idle(Instant::now(), inner.lease_age) {
-                keys.remove(&key);
-            }
-            (redis, back)
+        let gate = Arc::new(tokio::sync::Mutex::new(()));
+        let Ok(closed) = gate.clone().try_lock_owned() else {
+            return;
         };
-        give_back(&inner, redis, back);
+        match lock(&inner.keys).get_mut(&key) {
+            Some(local) if local.returning.is_none() => local.returning = Some(gate.clone()),
+            // Gone, or being given back by another such task, which takes this too.
+            _ => return,
+        }
+        loop {
+            let (redis, back) = {
+                let mut keys = lock(&inner.keys);
+                let Some(local) = keys.get_mut(&key) else {
+                    break;
+                };
+                (local.redis.clone(), std::mem::take(&mut local.to_return))
+            };
+            if back.tokens == 0 {
+                break;
+            }
+            giving_back(&inner, redis, back).await;
+        }
+        {
+            let mut keys = lock(&inner.keys);
+            if let Some(local) = keys.get_mut(&key) {
+                local.returning = None;
+                if local.idle(Instant::now(), inner.lease_age) && local.to_return.tokens == 0 {
+                    keys.remove(&key);
+                }
+            }
+        }
+        drop(closed);
     });
 }
 
@@ -183,6 +224,7 @@ where
                     redis: Arc::from(self.inner.naming.redis_key(key)),
                     lease: None,
                     to_return: ToReturn::NOTHING,
+                    returning: None,
                     refill: Arc::new(tokio::sync::Mutex::new(())),
                     turns: Arc::new(Turns::new(self.inner.warmth.clone())),
                     granted_at: None,
@@ -261,7 +303,30 @@ where
     /// not asked again within the age cost no lease and no round trip to give it back. A busy
     /// key stays in use, and the unspent tokens of its expired lease go back with its next
     /// round trip.
-    pub(super) fn amounts<Q>(&self, key: &Q, cost: u64) -> (u64, u64, ToReturn)
+    ///
+    /// Waits first until tokens of the key being given back in the background have reached
+    /// Redis (see `give_back_later`), so that the request is charged after them. The key's
+    /// gate is checked under the same lock as what it gives back is taken: a give-back that
+    /// starts later finds nothing to give back.
+    pub(super) async fn amounts<Q>(&self, key: &Q, cost: u64) -> (u64, u64, ToReturn)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        loop {
+            match self.amounts_now(key, cost) {
+                Ok(amounts) => return amounts,
+                Err(gate) => drop(gate.lock().await),
+            }
+        }
+    }
+
+    /// [`amounts`](Self::amounts), or the gate to wait at.
+    fn amounts_now<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+    ) -> Result<(u64, u64, ToReturn), Arc<tokio::sync::Mutex<()>>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -270,8 +335,11 @@ where
         let now = Instant::now();
         let mut keys = lock(&self.inner.keys);
         let Some(local) = keys.get_mut(key) else {
-            return (cost, cost, ToReturn::NOTHING);
+            return Ok((cost, cost, ToReturn::NOTHING));
         };
+        if let Some(gate) = &local.returning {
+            return Err(gate.clone());
+        }
         let leases = lease_tokens > 0;
         let want = if leases && (self.inner.eager_lease || local.in_use(now, self.inner.lease_age))
         {
@@ -279,7 +347,7 @@ where
         } else {
             cost
         };
-        (cost, want, std::mem::take(&mut local.to_return))
+        Ok((cost, want, std::mem::take(&mut local.to_return)))
     }
 
     /// After a round trip of `key` granted (with leases): the key is in use, and the surplus,

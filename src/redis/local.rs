@@ -51,6 +51,9 @@ pub(super) struct KeyLocal {
     /// Tokens to give back with the key's next round trip: an expired or replaced lease, a
     /// reservation whose waiter went away.
     pub(super) to_return: ToReturn,
+    /// Locked while tokens of the key go back to Redis in the background: its next requests
+    /// wait for it, so that Redis charges them after the tokens are back.
+    pub(super) returning: Option<Arc<tokio::sync::Mutex<()>>>,
     /// With leases, one task at a time refills the key's lease; the others wait for it rather
     /// than each asking Redis for a whole lease of its own.
     pub(super) refill: Arc<tokio::sync::Mutex<()>>,
@@ -70,7 +73,10 @@ impl KeyLocal {
 
     /// Whether nothing needs the key's local state any more.
     pub(super) fn idle(&self, now: Instant, age: Duration) -> bool {
-        self.users == 0 && self.lease.is_none() && !self.in_use(now, age)
+        self.users == 0
+            && self.lease.is_none()
+            && self.returning.is_none()
+            && !self.in_use(now, age)
     }
 }
 
