@@ -138,7 +138,11 @@ end
 if back > 0 then
   -- See "Tokens given back while grants wait": the last grant (back at zero), given back, is
   -- as if never charged.
-  if level >= 0 or (back_at and back_at + 1 >= now - level * interval) then
+  -- Its instant, read back from the level, is as exact as doubles allow: a few units in the
+  -- last place off, which beyond 2^53 µs (a debt of centuries) is more than a microsecond.
+  local last = now - level * interval
+  local _, exponent = math.frexp(last)
+  if level >= 0 or (back_at and back_at + 1 + 8 * 2 ^ (exponent - 53) >= last) then
     level = math.min(burst, level + back)
   end
 end
