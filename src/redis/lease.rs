@@ -150,8 +150,8 @@ where
 /// Gives back what `key` has to give back, in the background, and drops its local state if
 /// nothing uses it by then (if there is no runtime, it is given back when the limiter goes).
 ///
-/// Until Redis has answered, the key's next requests wait at its gate ([`KeyLocal::returning`],
-/// see [`RedisKeyedRateLimiter::settled`]): sent first, a reservation would be charged behind
+/// Until Redis has answered, the key's next requests wait at its gate (`KeyLocal::returning`,
+/// see `amounts`): sent first, a reservation would be charged behind
 /// tokens about to come back, and Redis gives back only the last grant's tokens while grants
 /// wait, so those would stay taken (a reservation abandoned behind a long debt then held up
 /// every later request of the key for as long).
@@ -179,21 +179,20 @@ where
                 let Some(local) = keys.get_mut(&key) else {
                     break;
                 };
-                (local.redis.clone(), std::mem::take(&mut local.to_return))
-            };
-            if back.tokens == 0 {
-                break;
-            }
-            giving_back(&inner, redis, back).await;
-        }
-        {
-            let mut keys = lock(&inner.keys);
-            if let Some(local) = keys.get_mut(&key) {
-                local.returning = None;
-                if local.idle(Instant::now(), inner.lease_age) && local.to_return.tokens == 0 {
-                    keys.remove(&key);
+                let back = std::mem::take(&mut local.to_return);
+                if back.tokens == 0 {
+                    // Opened under the lock under which nothing was left: tokens added later
+                    // find the gate open, and a task of their own or the next request takes
+                    // them back.
+                    local.returning = None;
+                    if local.idle(Instant::now(), inner.lease_age) {
+                        keys.remove(&key);
+                    }
+                    break;
                 }
-            }
+                (local.redis.clone(), back)
+            };
+            giving_back(&inner, redis, back).await;
         }
         drop(closed);
     });
@@ -316,7 +315,20 @@ where
         loop {
             match self.amounts_now(key, cost) {
                 Ok(amounts) => return amounts,
-                Err(gate) => drop(gate.lock().await),
+                Err(gate) => {
+                    drop(gate.lock().await);
+                    // Unlocked: the give-back is answered, or its task went away without
+                    // opening the gate (a runtime shutting down): open it.
+                    if let Some(local) = lock(&self.inner.keys).get_mut(key) {
+                        if local
+                            .returning
+                            .as_ref()
+                            .is_some_and(|g| Arc::ptr_eq(g, &gate))
+                        {
+                            local.returning = None;
+                        }
+                    }
+                }
             }
         }
     }
