@@ -1270,7 +1270,7 @@
 //! overload: refusals of calls already in flight do not count again. A `Retry-After` pauses
 //! the limiter for everyone ([`RateLimiter::pause_for`]). Then the rate probes up along a
 //! cubic curve: quickly at first, flat near the rate where the limit was found, faster beyond
-//! it in case the limit rose. The climb back takes 2 s, or the time of 40 calls if longer, so
+//! it in case the limit rose. The climb back takes 2 s, or the time of 33 calls if longer, so
 //! the one refusal that ends each cycle is a small share of its calls. Time paused by a
 //! `Retry-After` counts neither as probing nor as sending time.
 //!

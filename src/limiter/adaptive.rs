@@ -44,9 +44,9 @@ use crate::sync::{lock, Mutex, MutexGuard};
 /// **Then it probes up** along a cubic curve: fast at first, flat as it approaches the rate of
 /// the last decrease (where the limit was found), and faster again beyond it, in case the limit
 /// has risen. The curve reaches the rate of the last decrease after
-/// `max(2 s, 40 calls at that rate)`: at 5,000/s in 2 s, at 5/s in 8 s. A fixed time at every
+/// `max(2 s, 33 calls at that rate)`: at 5,000/s in 2 s, at 5/s in 6.6 s. A fixed time at every
 /// scale (AWS's constant `C = 0.4` takes 15 s at 5,000/s and 1.5 s at 5/s) keeps large rates
-/// responsive; the 40 calls keep small ones from being refused more than a few per cent of the
+/// responsive; the 33 calls keep small ones from being refused more than a few per cent of the
 /// time, since every cycle ends with at least one refusal. The rate never climbs above twice
 /// the measured sending rate, so a client that cannot use its rate does not inflate it.
 ///
