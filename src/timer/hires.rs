@@ -61,9 +61,17 @@ thread_local! {
 pub(crate) fn woke(at: Instant, now: Instant) {
     #[cfg(test)]
     WOKEN_HERE.with(|count| count.set(count.get() + 1));
-    if let Some(timer) = timer(std::process::id()) {
-        timer.woke(at, now);
-    }
+    // The timer as recorded, whatever process started it: no system call for the process id
+    // on every wake-up. In a forked process that has not armed a wait of its own yet, the
+    // record is its parent's, and the report only moves a lead nobody reads.
+    let timer = match &*TIMER
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    {
+        Some((_, Started::Running(timer))) => Arc::clone(timer),
+        _ => return,
+    };
+    timer.woke(at, now);
 }
 
 impl Timer {
@@ -88,7 +96,6 @@ impl Timer {
 /// has no such thread (`fork` copies only the calling thread), and its waits would never be
 /// woken, so it starts its own.
 fn timer(pid: u32) -> Option<Arc<Timer>> {
-    static TIMER: RwLock<Option<(u32, Started)>> = RwLock::new(None);
     let known = TIMER
         .read()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -128,6 +135,9 @@ fn known_to(current: &Option<(u32, Started)>, pid: u32) -> Option<Option<Arc<Tim
 /// How long after a failed start of the timer thread the next wait tries again; the waits
 /// meanwhile sleep on tokio's wheel.
 const RETRY: Duration = Duration::from_secs(1);
+
+/// The timer of the process that last started one ([`timer`]), with that process's id.
+static TIMER: RwLock<Option<(u32, Started)>> = RwLock::new(None);
 
 /// The timer thread of a process, or when it last failed to start.
 #[derive(Debug)]
