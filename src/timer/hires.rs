@@ -64,14 +64,14 @@ pub(crate) fn woke(at: Instant, now: Instant) {
     // The timer as recorded, whatever process started it: no system call for the process id
     // on every wake-up. In a forked process that has not armed a wait of its own yet, the
     // record is its parent's, and the report only moves a lead nobody reads.
-    let timer = match &*TIMER
+    // Reported under the read lock, without cloning the `Arc`: the lock is only ever taken for
+    // writing to start a timer, and the timer thread never takes it.
+    let recorded = TIMER
         .read()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-    {
-        Some((_, Started::Running(timer))) => Arc::clone(timer),
-        _ => return,
-    };
-    timer.woke(at, now);
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((_, Started::Running(timer))) = &*recorded {
+        timer.woke(at, now);
+    }
 }
 
 impl Timer {
