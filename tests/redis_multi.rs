@@ -229,12 +229,22 @@ async fn a_waiter_that_goes_away_gives_its_charge_back() {
     let waited = tokio::time::timeout(Duration::from_millis(100), llm.acquire([1, 20])).await;
     assert!(waited.is_err());
     tokio::time::sleep(Duration::from_millis(100)).await;
-    // Given back. The state holds the levels at the dropped grant's instant, 2 s ahead:
-    // requests 9 again, tokens 20 (refilled from 0 now; 0 had it been kept).
-    let s = levels(&mut conn, "{gone}");
-    assert_near(s[0], 9.0);
-    assert_near(s[1], 20.0);
+    // Given back in full: it was the latest grant, so the state moves back from its instant,
+    // 2 s ahead, to now, as if it had never been charged. Requests 9 again; tokens what
+    // refilled since the first grant at 10/s (about 2; 0 had it been kept, until 2 s ahead).
+    let s = state(&mut conn, "{gone}");
+    let now_us: (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    let now_us = (now_us.0 * 1_000_000 + now_us.1) as f64;
+    assert!(
+        s[0] <= now_us,
+        "the state's instant {} is after now {now_us}",
+        s[0]
+    );
+    assert_near(s[1], 9.0);
+    assert!((0.5..5.0).contains(&s[3]), "tokens {}", s[3]);
     assert_eq!(llm.stats().round_trips, 3);
+    // So a request of one token goes at once, rather than 2 s later behind the dropped grant.
+    llm.try_acquire([1, 1]).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -361,8 +361,15 @@ where
                     if deadline.is_some() {
                         return Err(WaitError::Refused(NotUntil::new(wait)));
                     }
-                    // A reservation without a deadline is never refused; should the script
-                    // say so, wait and ask again.
+                    if wait == Nanos::MAX {
+                        // Never (the debts ahead of it take 584 years or more): as in process,
+                        // waiting for nothing, it holds no lock and no place.
+                        drop(refilling);
+                        drop(asking);
+                        match std::future::pending::<std::convert::Infallible>().await {}
+                    }
+                    // A reservation without a deadline is otherwise never refused; should the
+                    // script say so, wait and ask again.
                     let wait = wait.to_duration().min(Duration::from_secs(1));
                     tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
                 }
@@ -547,7 +554,12 @@ where
                 interval_us: self.inner.interval_us,
                 burst: self.inner.burst,
                 amounts: (cost, want, back.tokens),
-                mode: if reserve { "reserve" } else { "try" },
+                mode: match (reserve, cost) {
+                    (true, _) => "reserve",
+                    // Nothing to take: only tokens to give back.
+                    (false, 0) => "settle",
+                    (false, _) => "try",
+                },
                 max_wait_us,
                 back_at_us: back.at_us,
                 new_limit: None,

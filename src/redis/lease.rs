@@ -49,7 +49,7 @@ fn giving_back<K>(
             interval_us,
             burst,
             amounts: (0, 0, back.tokens),
-            mode: "try",
+            mode: "settle",
             max_wait_us: None,
             back_at_us: back.at_us,
             new_limit: None,

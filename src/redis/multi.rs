@@ -15,7 +15,9 @@ use super::error::{RedisLimiterError, TryAcquireError};
 use super::fallback::Fallback;
 use super::limiter::{RedisRateLimiter, RedisRateLimiterBuilder};
 use super::policy::{self, FailurePolicy};
-use super::script::{bump, evalsha, round_down, round_up, wait_from_us, Conn, Counters, Failure};
+use super::script::{
+    bump, evalsha, round_down, round_up, wait_from_us, Conn, Counters, Failure, SCRIPT,
+};
 use super::stats::RedisStats;
 use super::turns::{Asking, Turns, Warmth};
 use super::wait::{on_fallback, pause_after, spend_budget, Outages, WaitError};
@@ -25,11 +27,6 @@ use crate::limiter::multi::by_dimension;
 use crate::limiter::{Limit, Permit, RateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};
-
-/// The script of [`RedisRateLimiter`]: every limit of a quota in one state of format
-/// version 1 (a leading byte; see the script's header); a state of another version is a reply
-/// error, never misread nor overwritten.
-const SCRIPT: &str = include_str!("multi.lua");
 
 /// What a several-limit builder was told beyond the common options: the dimensions' names
 /// and the limits on them (public in a private module: nameable by no user).
@@ -467,7 +464,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                 None => self.round_trip("try", self.amounts(cost), None).await,
                 Some(want) => {
                     let spec = self.amounts(cost);
-                    self.call("try", spec, Some(want))
+                    self.call("try", spec, None, Some(want))
                         .await
                         .map(|r| self.answer(r))
                 }
@@ -564,7 +561,10 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         for v in [index as f64 + 1.0].into_iter().chain(new.values()) {
             extra.extend_from_slice(&v.to_le_bytes());
         }
-        match self.call("limit", self.spec(|_| 0.0), Some(extra)).await {
+        match self
+            .call("limit", self.spec(|_| 0.0), Some(extra), None)
+            .await
+        {
             Ok(_) => {
                 self.recovered();
                 let mut own = lock(&self.inner.quota.own);
@@ -601,7 +601,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     /// # }
     /// ```
     pub async fn clear_limit(&self) -> Result<(), RedisLimiterError> {
-        match self.call("clear", self.spec(|_| 0.0), None).await {
+        match self.call("clear", self.spec(|_| 0.0), None, None).await {
             Ok(_) => {
                 self.recovered();
                 lock(&self.inner.quota.own).clear();
@@ -653,16 +653,19 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             let most = round_down(max_tokens[limit.dim]);
             want.extend_from_slice(&most.to_le_bytes());
         }
+        // A reservation takes what the limits hold at its instant, never waiting for more.
+        want.extend_from_slice(&0f64.to_le_bytes());
         Some(want)
     }
 
-    /// One script call with `extras` after the limits: none, or such as the reservation's
-    /// longest wait, the settled grant's instant (in microseconds), a new limit, a lease.
+    /// One script call, in the general form, with `arg` after the limits (the reservation's
+    /// longest wait, the settled grant's instant in microseconds, a new limit) and a lease.
     async fn call(
         &self,
         mode: &str,
         spec: Vec<u8>,
-        extras: impl IntoIterator<Item = Vec<u8>>,
+        arg: Option<Vec<u8>>,
+        lease: Option<Vec<u8>>,
     ) -> Result<Vec<u64>, Failure> {
         let inner = &self.inner.shared;
         inner.counters.round_trip();
@@ -671,10 +674,10 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             .arg(1)
             .arg(&self.inner.quota.key)
             .arg(mode)
-            .arg(spec);
-        for extra in extras {
-            cmd.arg(extra);
-        }
+            .arg(spec)
+            .arg("")
+            .arg(arg.unwrap_or_default())
+            .arg(lease.unwrap_or_default());
         let reply = match inner.conn.clone() {
             Conn::Single(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,
             Conn::Cluster(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,
@@ -689,7 +692,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         max_wait_us: Option<u64>,
     ) -> Result<Answer, Failure> {
         let extra = max_wait_us.map(micros);
-        Ok(self.answer(self.call(mode, spec, extra).await?))
+        Ok(self.answer(self.call(mode, spec, extra, None).await?))
     }
 
     /// A reservation's round trip: with leases, it also asks for a lease (taken only if every
@@ -702,9 +705,9 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         let Some(want) = self.lease_wanted() else {
             return self.round_trip("reserve", spec, max_wait_us).await;
         };
-        // No longest wait: one that is never exceeded.
-        let max_wait = max_wait_us.map_or_else(|| f64::MAX.to_le_bytes().to_vec(), micros);
-        let reply = self.call("reserve", spec, [max_wait, want]).await?;
+        let reply = self
+            .call("reserve", spec, max_wait_us.map(micros), Some(want))
+            .await?;
         Ok(self.answer(reply))
     }
 
@@ -805,7 +808,9 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         let this = self.clone();
         runtime.spawn(async move {
             let spec = this.spec(|dim| -round_down(lease.left[dim]));
-            let _ = this.call("settle", spec, Some(micros(lease.at_us))).await;
+            let _ = this
+                .call("settle", spec, Some(micros(lease.at_us)), None)
+                .await;
         });
     }
 
@@ -1115,7 +1120,10 @@ impl<const N: usize> RedisPermit<N> {
                 -round_down(c - a)
             }
         });
-        match limiter.call("settle", spec, Some(micros(at_us))).await {
+        match limiter
+            .call("settle", spec, Some(micros(at_us)), None)
+            .await
+        {
             Ok(_) => Ok(()),
             Err(Failure::Reply(e)) => Err(RedisLimiterError::Reply(e)),
             Err(Failure::Outage(e)) => Err(RedisLimiterError::Unavailable(e)),

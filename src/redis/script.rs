@@ -10,10 +10,11 @@ use redis::cluster_async::ClusterConnection;
 
 use crate::core::Nanos;
 
-/// paced's GCRA, the one script of both Redis limiters. It reads and writes quota states of
-/// format version 1 only (a leading byte; see the script's header and the guide's "Upgrading a
-/// fleet"): a state of another version is a reply error, never misread nor overwritten.
-pub(crate) const SCRIPT: &str = include_str!("gcra.lua");
+/// paced's one Redis script, of every Redis limiter: one limit or several. It reads and writes
+/// quota states of format version 1 only (a leading byte; see the script's header and the
+/// guide's "Upgrading a fleet"): a state of another version is a reply error, never misread nor
+/// overwritten.
+pub(crate) const SCRIPT: &str = include_str!("quota.lua");
 
 /// Whether Redis *answered* with an error about this request (a script error, `WRONGTYPE`,
 /// a value out of range, `NOPERM`, an unexpected reply), rather than failed to answer (a
@@ -232,10 +233,11 @@ pub(crate) fn round_down(n: u64) -> f64 {
     }
 }
 
-/// One call of the script: on `key`, take at least `cost`, up to `want`, after giving `back`
-/// back; `mode` is "reserve", "try", "limit" or "clear". The only place the script's arguments
-/// are spelled out: the amounts go as little-endian doubles rounded in the quota's favour (see
-/// the script's "Exactness").
+/// One call of the script for a quota of one bucket, in the one-bucket form (see the script's
+/// header): on `key`, take at least `cost`, up to `want`, after giving `back` back; `mode` is
+/// "reserve", "try", "settle" (give `back` back, nothing else), "limit" or "clear". The
+/// amounts go as little-endian doubles rounded in the quota's favour (see the script's
+/// "Exactness").
 pub(crate) struct Call<'a> {
     pub(crate) key: &'a str,
     pub(crate) interval_us: f64,
@@ -252,8 +254,22 @@ pub(crate) struct Call<'a> {
 }
 
 /// Doubles as the script unpacks them (`struct.unpack('<d...')`).
-fn doubles<const N: usize>(values: [f64; N]) -> Vec<u8> {
+pub(crate) fn doubles<const N: usize>(values: [f64; N]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// The script's reply as one bucket's caller reads it: granted (0 or 1), the lease taken
+/// beyond the cost, the wait in microseconds, the Redis instant (microseconds) the grant is
+/// charged for.
+fn one_bucket(reply: &[u64]) -> Reply {
+    match *reply {
+        [0, wait_us, ..] => (0, 0, wait_us, 0),
+        [_, wait_us, at_us, ref leased @ ..] => {
+            (1, leased.first().copied().unwrap_or(0), wait_us, at_us)
+        }
+        // Not the script's shape: never granted.
+        _ => (0, 0, u64::MAX, 0),
+    }
 }
 
 impl Call<'_> {
@@ -263,33 +279,47 @@ impl Call<'_> {
         conn: Conn,
     ) -> redis::RedisResult<Reply> {
         let (cost, want, back) = self.amounts;
-        let mut amounts = doubles([
-            self.interval_us,
-            round_down(self.burst),
-            round_up(cost),
-            round_down(want),
-            round_down(back),
-        ]);
-        if let Some(at_us) = self.back_at_us {
-            amounts.extend(doubles([round_down(at_us)]));
-        }
+        let settle = self.mode == "settle";
+        let amount = if settle {
+            -round_down(back)
+        } else {
+            round_up(cost)
+        };
+        let burst = round_down(self.burst);
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.get_hash())
             .arg(1)
             .arg(self.key)
             .arg(self.mode)
-            .arg(amounts);
-        if let Some(max_wait_us) = self.max_wait_us {
-            cmd.arg(doubles([round_down(max_wait_us)]));
+            .arg(doubles([0.0, self.interval_us, burst, 0.0, amount]))
+            .arg("1");
+        let at = |us: Option<u64>| us.map_or_else(Vec::new, |us| doubles([round_down(us)]));
+        match self.mode {
+            "reserve" => cmd.arg(at(self.max_wait_us)),
+            "settle" => cmd.arg(at(self.back_at_us)),
+            _ => match self.new_limit {
+                Some((interval_us, burst)) => {
+                    cmd.arg(doubles([1.0, 0.0, interval_us, round_down(burst), 0.0]))
+                }
+                None => cmd.arg(""),
+            },
+        };
+        // A lease: the most beyond the cost, waited for whole by a reservation.
+        if want > cost {
+            cmd.arg(doubles([0.0, round_down(want - cost), 1.0]));
+        } else {
+            cmd.arg("");
         }
-        if let Some((interval_us, burst)) = self.new_limit {
-            cmd.arg(doubles([interval_us, round_down(burst)]));
+        if back > 0 && !settle {
+            let at = self.back_at_us.map_or(-1.0, round_down);
+            cmd.arg(doubles([round_down(back), at]));
         }
         // The script has one key: on a Redis Cluster the command goes to its slot's master.
-        match conn {
+        let reply: Vec<u64> = match conn {
             Conn::Single(mut conn) => evalsha(&cmd, script, &mut conn).await,
             Conn::Cluster(mut conn) => evalsha(&cmd, script, &mut conn).await,
-        }
+        }?;
+        Ok(one_bucket(&reply))
     }
 }
 
