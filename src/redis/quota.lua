@@ -226,136 +226,105 @@ local given = false
 -- Whether the latest grant's tokens were given back (the state then moves back in time).
 local latest = false
 
--- The first pass: every limit's level at t0, then tokens given back.
-for i = 1, m do
-  local j = 5 * i
-  local y = lim[j - 2]
-  local bucket = lim[j - 4] == 0
-  local u, v
-  if state then
-    u, v = st[2 * i], st[2 * i + 1]
-    if not (u - u == 0 and v - v == 0) then
-      return redis.error_reply('ERR paced: the key ' .. key .. NOT_A_QUOTA)
-    end
-    if bucket then
-      if now > at then
-        u = u + (now - at) / lim[j - 3]
-      end
-      if y < u then
-        u = y
-      end
-      if at <= now then
-        -- No grant waits: the whole burst may come back.
-        v = y
-      end
-    end
-  elseif bucket then
-    -- A missing key: every bucket full (its room the whole burst), every window unused.
-    u, v = y, y
-  else
-    u, v = 0, 0
-  end
-  local g = 0
-  if back then
-    g = back[i]
-  elseif settling and lim[j] < 0 then
-    g = -lim[j]
-  end
-  if g > 0 then
-    given = true
-    if bucket then
-      local exact = false
-      if at <= now then
-        u = u + g
-      elseif back_at >= at - slack then
-        -- Not capped yet: the state moves back to before the grant first.
-        u = u + g
-        latest, exact = true, true
-      else
-        if v < g then
-          g = v
-        end
-        if not (g > 0) then
-          g = 0
-        end
-        u = u + g
-        v = v - g
-      end
-      if y < u and not exact then
-        u = y
-      end
-    else
-      -- Only within the window the tokens were charged in, never below 0.
-      local x, z = lim[j - 3], lim[j - 1]
-      local k = math.floor((back_at - z) / x)
-      if math.floor((now - z) / x) == k and u == k then
-        v = v - g
-        if not (v > 0) then
-          v = 0
-        end
-      end
-    end
-  end
-  st[2 * i], st[2 * i + 1] = u, v
-end
-if latest then
-  -- The latest grant given back: back to the instant at which every bucket held what it holds
-  -- at <at> less its refill since (not before now, nor after <at>).
-  local t1 = now
-  for i = 1, m do
-    local j = 5 * i
-    if lim[j - 4] == 0 then
-      local z = at - st[2 * i] * lim[j - 3]
-      if z > t1 then
-        t1 = z
-      end
-    end
-  end
-  t1 = math.ceil(t1)
-  if t1 > at then
-    t1 = at
-  end
-  for i = 1, m do
-    local j = 5 * i
-    if lim[j - 4] == 0 then
-      local u = st[2 * i] - (at - t1) / lim[j - 3]
-      if u > lim[j - 2] then
-        u = lim[j - 2]
-      end
-      st[2 * i] = u
-    end
-  end
-  at = t1
-  t0 = now
-  if at > now then
-    t0 = at
-  end
-end
-
--- The second pass, for a charge: the earliest instant at which every limit has room for its
--- cost (ready), and for its cost and a whole lease (full, with the whole-lease rule); never, if
--- a bucket's wait is 2^64 ns or more. A cost above a bucket's burst is noted: never for a "try"
--- or a reservation with a longest wait.
+-- A lease, and with the whole-lease rule what each limit's dimension wants beyond the cost
+-- and what each limit waits to hold.
 local lease_arg = charging and ARGV[5] and ARGV[5] ~= '' and ARGV[5]
 local whole = lease_arg and mode == 'reserve' and struct.unpack('<d', lease_arg, 16 * m + 1) == 1
-local wants
+local wants, needs
 if whole then
-  wants = {}
+  wants, needs = {}, {}
   for i = 1, m do
     local _, want = struct.unpack('<dd', lease_arg, (i - 1) * 16 + 1)
     wants[i] = want
   end
 end
-local ready, full, never, over = t0, t0, false, false
--- With the whole-lease rule, what each limit waits to hold.
-local needs = {}
-if charging then
+
+-- The first pass: every limit's level at t0, tokens given back, and for a charge the earliest
+-- instant at which every limit has room for its cost (ready), and for its cost and a whole
+-- lease (full, with the whole-lease rule; lavish if that is never); never, if a bucket's wait
+-- for the cost is 2^64 ns or more. A cost above a bucket's burst is noted (over): never for a
+-- "try" or a reservation with a longest wait. If the latest grant was given back, the state
+-- moves back in time, and the pass runs again over the levels it found (without giving back).
+local ready, full, never, over, lavish = t0, t0, false, false, false
+local first = true
+while first ~= nil do
   for i = 1, m do
     local j = 5 * i
+    local y = lim[j - 2]
+    local bucket = lim[j - 4] == 0
+    local u, v
+    if not first then
+      u, v = st[2 * i], st[2 * i + 1]
+    elseif state then
+      u, v = st[2 * i], st[2 * i + 1]
+      if not (u - u == 0 and v - v == 0) then
+        return redis.error_reply('ERR paced: the key ' .. key .. NOT_A_QUOTA)
+      end
+      if bucket then
+        if now > at then
+          u = u + (now - at) / lim[j - 3]
+        end
+        if y < u then
+          u = y
+        end
+        if at <= now then
+          -- No grant waits: the whole burst may come back.
+          v = y
+        end
+      end
+    elseif bucket then
+      -- A missing key: every bucket full (its room the whole burst), every window unused.
+      u, v = y, y
+    else
+      u, v = 0, 0
+    end
+    local g = 0
+    if not first then
+      g = 0
+    elseif back then
+      g = back[i]
+    elseif settling and lim[j] < 0 then
+      g = -lim[j]
+    end
+    if g > 0 then
+      given = true
+      if bucket then
+        local exact = false
+        if at <= now then
+          u = u + g
+        elseif back_at >= at - slack then
+          -- Not capped yet: the state moves back to before the grant first.
+          u = u + g
+          latest, exact = true, true
+        else
+          if v < g then
+            g = v
+          end
+          if not (g > 0) then
+            g = 0
+          end
+          u = u + g
+          v = v - g
+        end
+        if y < u and not exact then
+          u = y
+        end
+      else
+        -- Only within the window the tokens were charged in, never below 0.
+        local x, z = lim[j - 3], lim[j - 1]
+        local k = math.floor((back_at - z) / x)
+        if math.floor((now - z) / x) == k and u == k then
+          v = v - g
+          if not (v > 0) then
+            v = 0
+          end
+        end
+      end
+    end
+    st[2 * i], st[2 * i + 1] = u, v
     local c = lim[j]
-    if c > 0 then
-      local x, y = lim[j - 3], lim[j - 2]
-      local u, v = st[2 * i], st[2 * i + 1]
+    if charging and c > 0 and not latest then
+      local x = lim[j - 3]
       local n = c
       if whole then
         n = c + wants[i]
@@ -367,7 +336,7 @@ if charging then
         end
         needs[i] = n
       end
-      if lim[j - 4] == 0 then
+      if bucket then
         if c > y then
           over = true
         end
@@ -380,10 +349,10 @@ if charging then
             ready = t0 + wait
           end
         end
-        if u < n then
+        if whole and u < n then
           local wait = math.ceil((n - u) * x)
           if wait >= NEVER_US then
-            never = true
+            lavish = true
           elseif t0 + wait > full then
             full = t0 + wait
           end
@@ -409,18 +378,57 @@ if charging then
             ready = free
           end
         end
-        room = y - n
-        if not (room > 0) then
-          room = 0
-        end
-        if used > room then
-          local free = math.ceil((u + math.ceil((v - room) / y)) * x + z)
-          if free > full then
-            full = free
+        if whole then
+          room = y - n
+          if not (room > 0) then
+            room = 0
+          end
+          if used > room then
+            local free = math.ceil((u + math.ceil((v - room) / y)) * x + z)
+            if free > full then
+              full = free
+            end
           end
         end
       end
     end
+  end
+  first = nil
+  if latest then
+    -- The latest grant given back: back to the instant at which every bucket held what it
+    -- holds at <at> less its refill since (not before now, nor after <at>); then the pass
+    -- again, from there.
+    local t1 = now
+    for i = 1, m do
+      local j = 5 * i
+      if lim[j - 4] == 0 then
+        local z = at - st[2 * i] * lim[j - 3]
+        if z > t1 then
+          t1 = z
+        end
+      end
+    end
+    t1 = math.ceil(t1)
+    if t1 > at then
+      t1 = at
+    end
+    for i = 1, m do
+      local j = 5 * i
+      if lim[j - 4] == 0 then
+        local u = st[2 * i] - (at - t1) / lim[j - 3]
+        if u > lim[j - 2] then
+          u = lim[j - 2]
+        end
+        st[2 * i] = u
+      end
+    end
+    at = t1
+    t0 = now
+    if at > now then
+      t0 = at
+    end
+    ready, full, never, over, lavish = t0, t0, false, false, false
+    latest, first = false, false
   end
 end
 
@@ -499,7 +507,7 @@ else
   -- bucket to fill and the rest to flow in.)
   local max_wait = mode == 'reserve' and ARGV[4] and ARGV[4] ~= '' and struct.unpack('<d', ARGV[4])
   local timed = mode == 'try' or (max_wait and max_wait < NEVER_US)
-  if whole and not never and not (max_wait and full - now > max_wait) then
+  if whole and not lavish and not (max_wait and full - now > max_wait) then
     -- The whole lease, if it is soon enough; otherwise the cost alone.
     ready = full
   end
@@ -533,7 +541,7 @@ else
             l = math.min(y, l + (ready - t0) / x)
           end
           -- Waited for: held, whatever the rounding of the refill.
-          if ready == full and needs[i] and needs[i] > l then
+          if whole and ready == full and needs[i] > l then
             l = needs[i]
           end
           if c > y then
