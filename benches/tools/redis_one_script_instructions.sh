@@ -21,7 +21,7 @@ port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 trap 'redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 calls=20000
 
-git show "$1:src/redis/gcra.lua" >"$work/gcra.lua"
+git show "$1:src/redis/gcra.lua" >"$work/gcra.lua"; [ -n "${GCRA_LUA:-}" ] && cp "$GCRA_LUA" "$work/gcra.lua"
 git show "$1:src/redis/multi.lua" >"$work/multi.lua"
 cp "${QUOTA_LUA:-src/redis/quota.lua}" "$work/quota.lua"
 
@@ -38,11 +38,11 @@ sha = {n: hashlib.sha1(open(f'{work}/{n}.lua', 'rb').read()).hexdigest() for n i
 bucket = struct.pack('<ddddd', 0, 1, 1e9, 0, 1)
 cases = {
     'gcra': ['EVALSHA', sha['gcra'], '1', 'one', 'try', struct.pack('<ddddd', 1, 1e9, 1, 1, 0)],
-    'quota1': ['EVALSHA', sha['quota'], '1', 'one', 'try', bucket, '1', '', ''],
+    'quota1': ['EVALSHA', sha['quota'], '1', 'one', 'try', bucket + b'\x01'],
     'multi1': ['EVALSHA', sha['multi'], '1', 'one-dim', 'try', bucket],
-    'quotam1': ['EVALSHA', sha['quota'], '1', 'one-dim', 'try', bucket, '', '', ''],
+    'quotam1': ['EVALSHA', sha['quota'], '1', 'one-dim', 'try', bucket],
     'multi2': ['EVALSHA', sha['multi'], '1', 'two', 'try', bucket * 2],
-    'quotam2': ['EVALSHA', sha['quota'], '1', 'two', 'try', bucket * 2, '', '', ''],
+    'quotam2': ['EVALSHA', sha['quota'], '1', 'two', 'try', bucket * 2],
 }
 for name, args in cases.items():
     call = resp(args)

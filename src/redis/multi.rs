@@ -674,10 +674,17 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             .arg(1)
             .arg(&self.inner.quota.key)
             .arg(mode)
-            .arg(spec)
-            .arg("")
-            .arg(arg.unwrap_or_default())
-            .arg(lease.unwrap_or_default());
+            .arg(spec);
+        // Each argument costs Redis about 1,200 instructions: none after the last one given.
+        match (arg, lease) {
+            (arg, Some(lease)) => {
+                cmd.arg(arg.unwrap_or_default()).arg(lease);
+            }
+            (Some(arg), None) => {
+                cmd.arg(arg);
+            }
+            (None, None) => {}
+        }
         let reply = match inner.conn.clone() {
             Conn::Single(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,
             Conn::Cluster(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,

@@ -102,8 +102,8 @@ local time = redis.call('TIME')
 local now = time[1] * 1000000 + time[2]
 local mode = ARGV[1]
 local spec = ARGV[2]
-local m = #spec / 40
-local compact = ARGV[3] == '1'
+-- A trailing byte after one bucket asks for the one-bucket form.
+local m = math.floor(#spec / 40)
 -- The formats of ARGV[2], of the general form's doubles (<at>, then two per limit) and of the
 -- general state (its version byte, then those), spelled out for one and two limits: building a
 -- string costs Redis more than the comparisons.
@@ -119,6 +119,7 @@ end
 -- ARGV[2]'s limits in one table: limit i's kind, x, y, z and amount at lim[5 * i - 4 .. 5 * i].
 -- A state with limits of its own overrides kind, x, y, z ("clear" reads ARGV[2] again).
 local lim = { struct.unpack(SPEC, spec) }
+local compact = m == 1 and #spec == 41 and lim[1] == 0
 local st
 -- The limits kept in the state (packed as stored), or '' for none.
 local own = ''
@@ -132,6 +133,87 @@ local slack = 0
 local at = now
 -- A key of another type fails here with Redis's WRONGTYPE.
 local state = redis.call('GET', key)
+
+-- The common case first, without tables: one bucket, a "try" or a reservation with neither a
+-- lease nor tokens to give back, and no grant waiting (no debt). The same arithmetic as the
+-- general path below, step for step, so the same answer and the same state to the bit; any
+-- other case (a debt, a limit of the key's own, a state that is not a quota) goes on below.
+if compact and charging and not ARGV[4] and not ARGV[5] then
+  local x, y, c = lim[2], lim[3], lim[5]
+  local u = y
+  if state then
+    u = nil
+    if #state == 17 and string.byte(state) == VERSION then
+      local level, w = struct.unpack('<dd', state, 2)
+      if w >= 0 and w <= EXACT and w % 1 == 0 and level - level == 0 then
+        if now > w then
+          level = level + (now - w) / x
+        end
+        if level > y then
+          level = y
+        end
+        if level >= 0 then
+          u = level
+        end
+      end
+    end
+  end
+  if u then
+    local t = now
+    if u < c then
+      local wait = math.ceil((c - u) * x)
+      local max_wait = mode == 'reserve' and ARGV[3] and struct.unpack('<d', ARGV[3])
+      local timed = mode == 'try' or (max_wait and max_wait < NEVER_US)
+      if wait >= NEVER_US or (c > y and timed) then
+        return { 0, NEVER_US, 0 }
+      end
+      t = now + wait
+      if t > EXACT then
+        t = t + 2
+        wait = t - now
+      end
+      if wait >= NEVER_US then
+        return { 0, NEVER_US, 0 }
+      end
+      if mode == 'try' or (max_wait and wait > max_wait) then
+        return { 0, wait, 0 }
+      end
+    end
+    local a = u
+    if t > now then
+      a = u + (t - now) / x
+      if a > y then
+        a = y
+      end
+    end
+    if c > y then
+      a = 0
+    else
+      a = a - c
+    end
+    local reply = { 1, t - now, t }
+    local until_us = t + (y - a) * x
+    if t <= now and a >= y then
+      if state then
+        redis.call('DEL', key)
+      end
+      return reply
+    end
+    local level = a
+    if t > now then
+      level = a - (t - now) / x
+    end
+    local ttl_ms = math.ceil((until_us - now) / 1000) + 1
+    local value = struct.pack('<Bdd', VERSION, level, now)
+    if ttl_ms < EXACT then
+      redis.call('SET', key, value, 'PX', string.format('%d', ttl_ms))
+    else
+      redis.call('SET', key, value)
+    end
+    return reply
+  end
+end
+
 if state then
   local version = string.byte(state)
   if version and version ~= VERSION then
@@ -216,11 +298,11 @@ end
 -- Tokens given back: ARGV[6] before a charge, a settle's negative amounts. back[i] for limit i,
 -- charged at back_at (-1: unknown).
 local back, back_at
-if charging and ARGV[6] and ARGV[6] ~= '' then
-  back = { struct.unpack(string.rep('<d', m + 1), ARGV[6]) }
+if charging and ARGV[5] and ARGV[5] ~= '' then
+  back = { struct.unpack(string.rep('<d', m + 1), ARGV[5]) }
   back_at = back[m + 1]
 elseif settling then
-  back_at = ARGV[4] and ARGV[4] ~= '' and struct.unpack('<d', ARGV[4]) or -1
+  back_at = ARGV[3] and ARGV[3] ~= '' and struct.unpack('<d', ARGV[3]) or -1
 end
 local given = false
 -- Whether the latest grant's tokens were given back (the state then moves back in time).
@@ -228,7 +310,7 @@ local latest = false
 
 -- A lease, and with the whole-lease rule what each limit's dimension wants beyond the cost
 -- and what each limit waits to hold.
-local lease_arg = charging and ARGV[5] and ARGV[5] ~= '' and ARGV[5]
+local lease_arg = charging and ARGV[4] and ARGV[4] ~= '' and ARGV[4]
 local whole = lease_arg and mode == 'reserve' and struct.unpack('<d', lease_arg, 16 * m + 1) == 1
 local wants, needs
 if whole then
@@ -465,7 +547,7 @@ end
 -- the last pass charges the amounts.
 local t, reply, charge = t0, nil, false
 if mode == 'limit' then
-  local i, k2, x2, y2, z2 = struct.unpack('<ddddd', ARGV[4])
+  local i, k2, x2, y2, z2 = struct.unpack('<ddddd', ARGV[3])
   if i < 1 or i > m or i ~= math.floor(i) then
     return redis.error_reply('ERR paced: no limit ' .. i .. ' in ' .. key)
   end
@@ -505,7 +587,7 @@ else
   -- A "try", or a reservation with a longest wait (`acquire_timeout`), can never have a cost
   -- above a bucket's burst without waiting: never. (A reservation without one waits for the
   -- bucket to fill and the rest to flow in.)
-  local max_wait = mode == 'reserve' and ARGV[4] and ARGV[4] ~= '' and struct.unpack('<d', ARGV[4])
+  local max_wait = mode == 'reserve' and ARGV[3] and ARGV[3] ~= '' and struct.unpack('<d', ARGV[3])
   local timed = mode == 'try' or (max_wait and max_wait < NEVER_US)
   if whole and not lavish and not (max_wait and full - now > max_wait) then
     -- The whole lease, if it is soon enough; otherwise the cost alone.

@@ -258,6 +258,13 @@ pub(crate) fn doubles<const N: usize>(values: [f64; N]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
+/// One bucket's limit, with the trailing byte that asks the script for the one-bucket form
+/// (see the script's header).
+fn one_bucket_form(mut limit: Vec<u8>) -> Vec<u8> {
+    limit.push(1);
+    limit
+}
+
 /// The script's reply as one bucket's caller reads it: granted (0 or 1), the lease taken
 /// beyond the cost, the wait in microseconds, the Redis instant (microseconds) the grant is
 /// charged for.
@@ -291,28 +298,26 @@ impl Call<'_> {
             .arg(1)
             .arg(self.key)
             .arg(self.mode)
-            .arg(doubles([0.0, self.interval_us, burst, 0.0, amount]))
-            .arg("1");
-        let at = |us: Option<u64>| us.map_or_else(Vec::new, |us| doubles([round_down(us)]));
-        match self.mode {
-            "reserve" => cmd.arg(at(self.max_wait_us)),
-            "settle" => cmd.arg(at(self.back_at_us)),
-            _ => match self.new_limit {
-                Some((interval_us, burst)) => {
-                    cmd.arg(doubles([1.0, 0.0, interval_us, round_down(burst), 0.0]))
-                }
-                None => cmd.arg(""),
-            },
+            .arg(one_bucket_form(doubles([0.0, self.interval_us, burst, 0.0, amount])));
+        let at = |us: Option<u64>| us.map(|us| doubles([round_down(us)]));
+        let arg = match self.mode {
+            "reserve" => at(self.max_wait_us),
+            "settle" => at(self.back_at_us),
+            _ => self.new_limit.map(|(interval_us, burst)| {
+                doubles([1.0, 0.0, interval_us, round_down(burst), 0.0])
+            }),
         };
         // A lease: the most beyond the cost, waited for whole by a reservation.
-        if want > cost {
-            cmd.arg(doubles([0.0, round_down(want - cost), 1.0]));
-        } else {
-            cmd.arg("");
-        }
-        if back > 0 && !settle {
+        let lease = (want > cost).then(|| doubles([0.0, round_down(want - cost), 1.0]));
+        let back = (back > 0 && !settle).then(|| {
             let at = self.back_at_us.map_or(-1.0, round_down);
-            cmd.arg(doubles([round_down(back), at]));
+            doubles([round_down(back), at])
+        });
+        // Each argument costs Redis about 1,200 instructions: none after the last one given.
+        let args = [arg, lease, back];
+        let given = args.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+        for arg in args.into_iter().take(given) {
+            cmd.arg(arg.unwrap_or_default());
         }
         // The script has one key: on a Redis Cluster the command goes to its slot's master.
         let reply: Vec<u64> = match conn {
