@@ -298,7 +298,13 @@ impl Call<'_> {
             .arg(1)
             .arg(self.key)
             .arg(self.mode)
-            .arg(one_bucket_form(doubles([0.0, self.interval_us, burst, 0.0, amount])));
+            .arg(one_bucket_form(doubles([
+                0.0,
+                self.interval_us,
+                burst,
+                0.0,
+                amount,
+            ])));
         let at = |us: Option<u64>| us.map(|us| doubles([round_down(us)]));
         let arg = match self.mode {
             "reserve" => at(self.max_wait_us),
