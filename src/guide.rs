@@ -741,9 +741,10 @@
 //!   bucket of `RedisRateLimiter<[u64; N]>` takes them back at the latest waiting grant's
 //!   instant. It takes only as many as fit beside the waiting grants: a burst minus the most a
 //!   waiting grant found in it. The rest is lost, as a full bucket loses its refill. The
-//!   one-limit `RedisRateLimiter` takes back nothing while grants wait, except the last
-//!   grant's own tokens, which come back whole. In process, tokens given back reach the
-//!   waiters at once.
+//!   one-limit `RedisRateLimiter` takes back nothing while grants wait (its stored form keeps
+//!   no room). On both, the latest grant's own tokens come back whole, and the quota moves
+//!   back to before that grant's instant: no grant was charged after it. In process, tokens
+//!   given back reach the waiters at once.
 //! - **One limit for the fleet, changed at run time.** `set_limit(rate, burst)` stores a new
 //!   limit in Redis, and every process's next request obeys it. The level is kept, in tokens.
 //!   `clear_limit()` restores the limit the quota was built with.
@@ -1440,9 +1441,10 @@
 //!   the standard library. Where there is no such timer, `precise()` sleeps until two ticks
 //!   before the item's time. Under paused time the clock does not move across a yield, so a
 //!   `precise()` wait falls back to the timer.
-//! - **Redis.** [`RedisRateLimiter`] runs the same GCRA in one Lua script on Redis, on Redis's
-//!   `TIME`. The script is sent as `EVALSHA`, loaded once and again after `NOSCRIPT`. A request
-//!   is one `TIME`, one `GET` and at most one write. A [`RedisRateLimiter`] is a
+//! - **Redis.** Every Redis limiter, one limit or several, runs one Lua script on Redis
+//!   (`quota.lua`), on Redis's `TIME`: the same bucket arithmetic, and the fixed windows. The
+//!   script is sent as `EVALSHA`, loaded once and again after `NOSCRIPT`. A request is one
+//!   `TIME`, one `GET` and at most one write. A [`RedisRateLimiter`] is a
 //!   [`RedisKeyedRateLimiter`] with one key: both acquire, lease, fall back, back off and take
 //!   turns through one implementation. A key's own limit is stored beside its bucket in the
 //!   same Redis key, so the one read of every request sees it.
@@ -1467,6 +1469,9 @@
 //!     doubles per limit (9 + 16 × M bytes; with limits set by `set_limit`, four more doubles
 //!     per limit). A bucket's second double is its room for tokens given back while grants
 //!     wait.
+//!   - One script reads and writes both forms: the one-limit handle asks for the first. Its
+//!     common grant (no lease, nothing to give back, no debt) runs without Lua tables, which
+//!     cost Redis more than the arithmetic.
 //!   - A paced that brings a format 2 reads both versions in its one script, so each decision
 //!     stays one atomic `EVALSHA`. Scripts are named by their SHA, so old and new ones coexist
 //!     in Redis.

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Instructions a redis-server runs per call of a rate limiter's Lua script, counted by callgrind:
 # a stable measure of a script's cost on Redis, where CPU time on a shared machine moves by
-# ±30 % from run to run. Compares paced's script (src/redis/gcra.lua, as checked out; or the
-# one of the commit given as $1) with throttle-kit 2.1.2's, on the same workload: 20,000
-# `EVALSHA`s piped on one connection, each taking 1 token of one of 10,000 keys under a limit
+# ±30 % from run to run. Compares paced's one-limit grant (src/redis/quota.lua, as checked out;
+# or the script of the commit given as $1: quota.lua, or gcra.lua before it) with throttle-kit
+# 2.1.2's, on the same workload: 20,000 `EVALSHA`s piped on one connection, each taking 1 token of one of 10,000 keys under a limit
 # that never binds (every call a grant and a write). The first 3,000 calls, and the loading of
 # the script, are left out.
 #
@@ -19,9 +19,11 @@ port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 calls=20000
 
 if [ -n "${1:-}" ]; then
-    git show "$1:src/redis/gcra.lua" >"$work/paced.lua"
+    # quota.lua, or before it the one-limit gcra.lua.
+    git show "$1:src/redis/quota.lua" >"$work/paced.lua" 2>/dev/null ||
+        git show "$1:src/redis/gcra.lua" >"$work/paced.lua"
 else
-    cp src/redis/gcra.lua "$work/paced.lua"
+    cp src/redis/quota.lua "$work/paced.lua"
 fi
 tk=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/throttle-kit-2.1.2 | head -1)
 python3 - "$tk/src/redis.rs" "$work/tk.lua" <<'PY'
@@ -48,6 +50,7 @@ for name in ('paced', 'tk'):
     code = open(f'{work}/{name}.lua', 'rb').read()
     sha = hashlib.sha1(code).hexdigest()
     binary = b'struct.unpack' in code
+    one = b'one-bucket form' in code
     random.seed(1)
     for part, n in (('warm', 3000), ('run', calls)):
         buf = bytearray()
@@ -55,6 +58,8 @@ for name in ('paced', 'tk'):
             key = '{b:tenant-%d}' % random.randrange(10000)
             if name == 'tk':
                 args = ['EVALSHA', sha, '1', key, '1', '1000000000', '1', '1764000000000', '100000']
+            elif one:
+                args = ['EVALSHA', sha, '1', key, 'try', struct.pack('<ddddd', 0, 1000, 1e9, 0, 1) + b'\x01']
             elif binary:
                 args = ['EVALSHA', sha, '1', key, 'try', struct.pack('<ddddd', 1000, 1e9, 1, 1, 0)]
             else:

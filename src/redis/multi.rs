@@ -1098,7 +1098,10 @@ impl<const N: usize> RedisPermit<N> {
     /// While grants of the quota wait for later instants (theirs are fixed: their processes
     /// sleep until then), a bucket takes back at most what it would hold beside them, at the
     /// latest one's instant: a later request never goes at the same instant as a waiting
-    /// grant beyond the burst. The rest is lost, as a full bucket loses its refill.
+    /// grant beyond the burst. The rest is lost, as a full bucket loses its refill. The latest
+    /// grant's own tokens are the exception: no grant was charged after it, so they come back
+    /// in full, and the quota moves back to before that grant's instant (a waiter that goes
+    /// away no longer holds up the requests after it).
     ///
     /// # Errors
     ///

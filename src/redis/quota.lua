@@ -4,7 +4,7 @@
 --
 -- KEYS[1]  the quota's state, every limit of it in one string (so in one Cluster slot): one
 --          byte, its format version (VERSION below, 1), then little-endian doubles, in one of
---          two forms, as ARGV[3] says:
+--          two forms, as ARGV[2] asks:
 --          - the general form: <at, a_1, b_1, ..., a_M, b_M>: the Redis time <at> (whole
 --            microseconds; in the future while grants are queued: the instant of the latest
 --            grant), then two doubles per limit: a bucket's level at <at> (tokens, a fraction;
@@ -13,10 +13,11 @@
 --            and what was used in it <used> (above the quota: carried into the next windows).
 --            9 + 16 * M bytes; then, once a limit was set (mode "limit"), every limit as the
 --            quota holds it, four doubles each (kind, x, y, z as in ARGV[2]): 9 + 48 * M bytes.
---          - the one-bucket form (one limit, a bucket): <level, at>: the bucket's level at the
---            Redis time <at> of the last write (negative while grants wait: their debt), 17
---            bytes; then, once a limit was set, its microseconds per token and burst: 33 bytes.
---            It holds no room: while grants wait, only the latest grant's tokens come back.
+--          - the one-bucket form (one limit, a bucket; the one-limit `RedisRateLimiter`'s):
+--            <level, at>: the bucket's level at the Redis time <at> of the last write (negative
+--            while grants wait: their debt), 17 bytes; then, once a limit was set, its
+--            microseconds per token and burst: 33 bytes. It holds no room: while grants wait,
+--            only the latest grant's tokens come back.
 --          Limits set in the state override ARGV[2]'s. A missing key is every bucket full and
 --          every window unused. A key without limits set expires when every bucket would be
 --          full again and every carry is spent (and is deleted when that is now); a key with
@@ -26,9 +27,9 @@
 --          every limit has room, charging every limit at that instant; "try": grant only if
 --          that instant is now, otherwise refuse and take nothing; "settle": correct every
 --          limit by a signed amount (tokens given back follow the rules below; a charge may
---          leave a debt, or a carry); "limit": replace limit ARGV[4]'s index by ARGV[4]'s,
---          keeping its level (a bucket's tokens, at most the new burst, a full bucket staying
---          full; a window's use of the current window); "clear": give every limit ARGV[2]'s
+--          leave a debt, or a carry); "limit": replace limit ARGV[3]'s index by ARGV[3]'s,
+--          keeping its level (a bucket's tokens, at most the new burst, a full one-bucket form
+--          staying full; a window's use of the current window); "clear": give every limit ARGV[2]'s
 --          again (the builder's), keeping levels as "limit" does, and drop the limits kept in
 --          the state (so it expires again).
 -- ARGV[2]  M limits, five little-endian doubles each (40 bytes):
@@ -37,23 +38,25 @@
 --                    a window: its length in microseconds, its quota, its phase (the origin's
 --                    Unix time modulo the length, in microseconds)
 --          amount    "reserve"/"try": the cost on this limit's dimension; "settle": the
---                    correction (negative: given back; positive: charged)
--- ARGV[3]  the state's form: '1' the one-bucket form, '' the general form.
--- ARGV[4]  "reserve": a double, the longest wait in microseconds to grant with (a reservation
---          that would wait longer is refused, taking nothing), or '' for none;
+--          correction (negative: given back; positive: charged)
+--          then, after one bucket, one byte that asks for the one-bucket form.
+-- ARGV[3]  (optional) "reserve": a double, the longest wait in microseconds to grant with (a
+--          reservation that would wait longer is refused, taking nothing), or '' for none;
 --          "settle": a double, the Redis time the grant was charged at;
 --          "limit": five doubles: the limit's index (from 1), kind, x, y, z.
--- ARGV[5]  "reserve"/"try", or '': a lease: two doubles per limit, its dimension (a number from
---          0) and the most to take beyond the cost on that dimension, then one double, the
---          rule of a reservation's lease: 1, it waits for the whole lease (at most a bucket's
---          burst or a window's quota), so that each round trip brings one back; 0, it takes
---          what the limits hold at its instant, and never waits longer for it. A grant takes,
---          per dimension, the least any of its limits has room for beyond the cost (whole
---          tokens, at most the most asked for), charged at once like the cost; a reservation
---          takes a lease only if every dimension asked for has room (otherwise none).
--- ARGV[6]  "reserve"/"try", or '': tokens to give back first (an unused lease, a cancelled
+-- ARGV[4]  (optional) "reserve"/"try": a lease, or '' for none: two doubles per limit, its
+--          dimension (a number from 0) and the most to take beyond the cost on that dimension,
+--          then one double, the rule of a reservation's lease: 1, it waits for the whole lease
+--          (at most a bucket's burst or a window's quota), so that each round trip brings one
+--          back; 0, it takes what the limits hold at its instant, and never waits longer for
+--          it. A grant takes, per dimension, the least any of its limits has room for beyond
+--          the cost (whole tokens, at most the most asked for), charged at once like the cost;
+--          a reservation takes a lease only if every dimension asked for has room (otherwise
+--          none).
+-- ARGV[5]  (optional) "reserve"/"try": tokens to give back first (an unused lease, a cancelled
 --          reservation): one double per limit, then one double, the Redis time they were
 --          charged at (when they are one grant's alone), or -1.
+-- Each argument costs Redis about 1,200 instructions: callers leave out the trailing ones.
 --
 -- Tokens given back while grants wait. A grant charged for a later instant than now cannot be
 -- moved: its process sleeps until that instant. Tokens given back now would let a later
@@ -83,9 +86,12 @@
 -- "never", as the in-process bucket does; such a grant is not charged, so it holds nobody up.
 --
 -- Cost. This runs on every request: one TIME, one GET, at most one write (a refusal writes
--- nothing, unless tokens were given back); ARGV[2] and the state each read by one
--- struct.unpack into one table; no closures on a grant. A table read costs Redis more than the
--- arithmetic around it, so each pass reads a limit's numbers once.
+-- nothing, unless tokens were given back). The common grant (one bucket, a "try" or a
+-- reservation without a lease or tokens to give back, no debt) makes no table: a table costs
+-- Redis about 2,000 instructions, more than the arithmetic; it does, step for step, what the
+-- general path does (`tests/redis_script.rs` checks that both give the same answers and the
+-- same states). Otherwise ARGV[2] and the state are each read by one struct.unpack into one
+-- table, and each pass reads a limit's numbers once; no closures on a grant.
 --
 -- Returns { granted, wait_us, at }: granted = 1, usable after wait_us (0: at once), charged at
 -- Redis time <at> (with a lease, then what each limit's dimension took beyond the cost, one
@@ -295,7 +301,7 @@ end
 -- The comparisons below keep math.min's and math.max's order of operands (math.max(p, q) is q
 -- if q > p, else p), so that every result, a NaN's or a zero's sign included, is theirs.
 
--- Tokens given back: ARGV[6] before a charge, a settle's negative amounts. back[i] for limit i,
+-- Tokens given back: ARGV[5] before a charge, a settle's negative amounts. back[i] for limit i,
 -- charged at back_at (-1: unknown).
 local back, back_at
 if charging and ARGV[5] and ARGV[5] ~= '' then
@@ -515,7 +521,8 @@ while first ~= nil do
 end
 
 -- Gives limit i the parameters x2, y2, z2 of its kind at t0, keeping its level: a bucket's
--- tokens (at most the new burst; a full bucket stays full, as a missing key starts full), a
+-- tokens (at most the new burst; in the one-bucket form a full bucket stays full, as a missing
+-- key starts full, where the general form keeps the tokens as a local limiter does), a
 -- window's use of the window in force (carried into the new window's count). Made only for
 -- "limit" and "clear": a grant makes no closure.
 local apply_limit
@@ -523,7 +530,7 @@ if mode == 'limit' or mode == 'clear' then
   apply_limit = function(i, x2, y2, z2)
     local j = 5 * i
     if lim[j - 4] == 0 then
-      if st[2 * i] >= lim[j - 2] or y2 < st[2 * i] then
+      if (compact and st[2 * i] >= lim[j - 2]) or y2 < st[2 * i] then
         st[2 * i] = y2
       end
       lim[j - 3], lim[j - 2] = x2, y2

@@ -1,6 +1,6 @@
 //! What [`RedisRateLimiter`](super::RedisRateLimiter) and
-//! [`RedisKeyedRateLimiter`](super::RedisKeyedRateLimiter) share: the one GCRA script and its
-//! arguments, the sorting of failures into outages and reply errors, the counters.
+//! [`RedisKeyedRateLimiter`](super::RedisKeyedRateLimiter) share: the one script (one limit or several) and a
+//! bucket's arguments, the sorting of failures into outages and reply errors, the counters.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-# The several-limit script (src/redis/multi.lua) as checked out against the same script at a
+# paced's one Redis script (src/redis/quota.lua), in its general form (one to three limits), as
+# checked out against the same script at a
 # commit, on the same random operations: every reply (errors with the key's name and the
 # script's line taken out), every stored string, byte for byte, and every expiry must be equal.
 # For a change meant to leave the script's behaviour as it was (a faster script, say).
@@ -23,9 +24,9 @@ root = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')
 commit = sys.argv[1]
 seed = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 cases = int(sys.argv[3]) if len(sys.argv) > 3 else 300
-old_src = subprocess.run(['git', '-C', root, 'show', f'{commit}:src/redis/multi.lua'],
+old_src = subprocess.run(['git', '-C', root, 'show', f'{commit}:src/redis/quota.lua'],
                          check=True, capture_output=True, text=True).stdout
-new_src = open(os.path.join(root, 'src/redis/multi.lua')).read()
+new_src = open(os.path.join(root, 'src/redis/quota.lua')).read()
 
 SHIM = """local real = redis
 local redis = { error_reply = real.error_reply, call = function(cmd, key, ...)
@@ -146,10 +147,12 @@ for case in range(cases):
             return b''.join(doubles(*l, sign * costs[dims[i]] if i < m else 1) for i, l in enumerate(lim))
         lease = b''.join(doubles(dims[i] if i < m else 0, rng.choice([0, 1, 10, 100, 1e9]))
                          for i in range(len(lim)))
+        # The lease's rule for a reservation: 1, wait for the whole lease; 0, take what is there.
+        lease += doubles(rng.choice([0, 1]))
         if op == 'try':
             args = ['try', spec()]
         elif op == 'try_lease':
-            args = ['try', spec(), lease]
+            args = ['try', spec(), b'', lease]
         elif op == 'reserve':
             args = ['reserve', spec()]
         elif op == 'reserve_wait':
