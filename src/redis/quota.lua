@@ -109,7 +109,7 @@ local now = time[1] * 1000000 + time[2]
 local mode = ARGV[1]
 local spec = ARGV[2]
 -- A trailing byte after one bucket asks for the one-bucket form.
-local m = math.floor(#spec / 40)
+local m = (#spec - #spec % 40) / 40
 -- The formats of ARGV[2], of the general form's doubles (<at>, then two per limit) and of the
 -- general state (its version byte, then those), spelled out for one and two limits: building a
 -- string costs Redis more than the comparisons.
@@ -311,6 +311,8 @@ elseif settling then
   back_at = ARGV[3] and ARGV[3] ~= '' and struct.unpack('<d', ARGV[3]) or -1
 end
 local given = false
+-- Whether this call gives tokens back at all (ARGV[5], or a settle's negative amounts).
+local giving = back or settling
 -- Whether the latest grant's tokens were given back (the state then moves back in time).
 local latest = false
 
@@ -367,12 +369,12 @@ while first ~= nil do
       u, v = 0, 0
     end
     local g = 0
-    if not first then
-      g = 0
-    elseif back then
-      g = back[i]
-    elseif settling and lim[j] < 0 then
-      g = -lim[j]
+    if giving and first then
+      if back then
+        g = back[i]
+      elseif lim[j] < 0 then
+        g = -lim[j]
+      end
     end
     if g > 0 then
       given = true
