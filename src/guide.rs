@@ -742,9 +742,10 @@
 //!   instant. It takes only as many as fit beside the waiting grants: a burst minus the most a
 //!   waiting grant found in it. The rest is lost, as a full bucket loses its refill. The
 //!   one-limit `RedisRateLimiter` takes back nothing while grants wait (its stored form keeps
-//!   no room). On both, the latest grant's own tokens come back whole, and the quota moves
-//!   back to before that grant's instant: no grant was charged after it. In process, tokens
-//!   given back reach the waiters at once.
+//!   no room). On both, the latest grant's own tokens come back whole: no grant was charged
+//!   after it. The quota then moves back from that grant's instant, as far as every bucket's
+//!   level allows (with one limit, all the way). In process, tokens given back reach the
+//!   waiters at once.
 //! - **One limit for the fleet, changed at run time.** `set_limit(rate, burst)` stores a new
 //!   limit in Redis, and every process's next request obeys it. The level is kept, in tokens.
 //!   `clear_limit()` restores the limit the quota was built with.

@@ -1533,3 +1533,50 @@ on_every_flavor!(
     the_wait_is_the_latest_of_the_limits,
     a_lease_never_passes_an_earlier_waiter_of_this_process,
 );
+
+/// Several limits take a debt of centuries as one limit does: a reservation whose instant is
+/// beyond 2^53 µs (about 285 years after 1970) is charged and waited for, not refused as never;
+/// dropped, it is given back whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debt_of_centuries_is_charged_and_given_back() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let per_day = Rate::new(1, Duration::from_secs(86_400));
+    let quota: RedisRateLimiter<[u64; 2]> =
+        RedisRateLimiter::dimensions(&server.url(), "centuries", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(per_day, 1))
+            .limit("tokens", Limit::bucket(Rate::per_second(1_000), 1_000))
+            .build()
+            .unwrap();
+    // 100,000 requests at one a day: 274 years of debt, inside the 584 of "never".
+    let waiting = {
+        let quota = quota.clone();
+        tokio::spawn(async move { quota.acquire([100_000, 1]).await.map(|_| ()) })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished());
+    // Charged: the key lives as long as the debt (100,000 days), and a request waits behind it.
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("{centuries}")
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        (8_639_000_000_000..=8_640_001_000_000).contains(&ttl),
+        "PTTL {ttl}"
+    );
+    let refused = quota.try_acquire([1, 0]).await.unwrap_err();
+    let after = refused.not_until().expect("a refusal").retry_after();
+    assert!(
+        after > Duration::from_secs(86_400 * 365 * 270),
+        "behind the debt: {after:?}"
+    );
+    // Dropped, its requests are given back whole (it was the latest grant): the requests'
+    // bucket holds its one token again. (The quota moves back in time only as far as every
+    // bucket's level allows: the tokens' bucket, full a second of refill before that
+    // instant, keeps it there.)
+    assert_near(levels(&mut conn, "{centuries}")[0], 0.0);
+    waiting.abort();
+    let _ = waiting.await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_near(levels(&mut conn, "{centuries}")[0], 1.0);
+}

@@ -1100,8 +1100,9 @@ impl<const N: usize> RedisPermit<N> {
     /// latest one's instant: a later request never goes at the same instant as a waiting
     /// grant beyond the burst. The rest is lost, as a full bucket loses its refill. The latest
     /// grant's own tokens are the exception: no grant was charged after it, so they come back
-    /// in full, and the quota moves back to before that grant's instant (a waiter that goes
-    /// away no longer holds up the requests after it).
+    /// in full, and the quota moves back from that grant's instant as far as every bucket's
+    /// level allows (back to now when the buckets it charged are the ones that bind: a waiter
+    /// that goes away then no longer holds up the requests after it).
     ///
     /// # Errors
     ///

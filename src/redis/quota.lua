@@ -62,7 +62,8 @@
 -- moved: its process sleeps until that instant. Tokens given back now would let a later
 -- request go at the same instant as such a grant, and break the bound there. So while grants
 -- wait, a bucket takes back in full only the latest grant's tokens (no grant was charged after
--- it, so taking it back is exact, and the state moves back to when every bucket held them);
+-- it, so taking it back is exact, and the state moves back in time as far as every bucket's
+-- level, extrapolated back from <at>, stays at or above zero: all the way with one bucket);
 -- others, at most its <room>: a burst minus the most any waiting grant found in the bucket
 -- when it was charged, less what was already given back meanwhile. That is what the bucket
 -- would hold after those grants had the tokens never been taken; the rest is lost, as a full
