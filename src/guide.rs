@@ -744,7 +744,7 @@
 //!   one-limit `RedisRateLimiter` takes back nothing while grants wait (its stored form keeps
 //!   no room). On both, the latest grant's own tokens come back whole: no grant was charged
 //!   after it. The quota then moves back from that grant's instant, as far as every bucket's
-//!   level allows (with one limit, all the way). In process, tokens given back reach the
+//!   level allows and never into a full fixed window (with one limit, all the way). In process, tokens given back reach the
 //!   waiters at once.
 //! - **One limit for the fleet, changed at run time.** `set_limit(rate, burst)` stores a new
 //!   limit in Redis, and every process's next request obeys it. The level is kept, in tokens.

@@ -4,6 +4,9 @@
 //! operations. Both run with Redis's clock faked (`TIME` reads a hash the test sets; a `SET … PX`
 //! records its TTL beside the key instead), so that both see the same instants. The general
 //! path is forced by giving back zero tokens (a fifth argument), which changes nothing else.
+//! Then, on the same faked clock, the cases a review of the merged script found: a grant given
+//! back beside a fixed window, a whole lease that is never there or later than the longest
+//! wait, and a new limit over a debt.
 #![cfg(feature = "redis")]
 
 use proptest::prelude::*;
@@ -134,4 +137,148 @@ proptest! {
             Ok(())
         })?;
     }
+}
+
+/// The faked script on a private server, and a clock to move.
+struct Fake {
+    _server: Server,
+    conn: redis::Connection,
+    sha: String,
+}
+
+impl Fake {
+    fn start() -> Fake {
+        let server = Server::start();
+        let mut conn = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(faked())
+            .query(&mut conn)
+            .unwrap();
+        Fake {
+            _server: server,
+            conn,
+            sha,
+        }
+    }
+
+    fn at(&mut self, us: u64) {
+        let _: () = redis::cmd("HSET")
+            .arg(CLOCK)
+            .arg("s")
+            .arg(us / 1_000_000)
+            .arg("us")
+            .arg(us % 1_000_000)
+            .query(&mut self.conn)
+            .unwrap();
+    }
+
+    /// The script's reply, as numbers.
+    fn eval(&mut self, key: &str, args: &[&[u8]]) -> Vec<u64> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.sha).arg(1).arg(key);
+        for a in args {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut self.conn).unwrap()
+    }
+
+    /// The one-bucket form's stored level.
+    fn level(&mut self, key: &str) -> f64 {
+        let state: Vec<u8> = redis::cmd("GET").arg(key).query(&mut self.conn).unwrap();
+        assert_eq!(state.len(), 17, "{state:?}");
+        f64::from_le_bytes(state[1..9].try_into().unwrap())
+    }
+}
+
+const T: u64 = 1_764_000_000_500_000;
+
+/// A bucket that never binds beside a window of 10 a second. The window is used up, then a
+/// reservation is charged at the next window's start; given back (the latest grant), the
+/// quota moves back, but never before that window starts: a request now is still refused, and
+/// the next reservation still waits for the window.
+#[test]
+fn a_given_back_grant_never_lets_a_request_into_a_full_window() {
+    let mut fake = Fake::start();
+    fake.at(T);
+    let limits = |cost: f64| doubles(&[0.0, 1e5, 100.0, 0.0, cost, 1.0, 1e6, 10.0, 0.0, cost]);
+    assert_eq!(fake.eval("w", &[b"try", &limits(10.0)])[0], 1);
+    let reserved = fake.eval("w", &[b"reserve", &limits(1.0)]);
+    assert_eq!(reserved[..2], [1, 500_000]);
+    let next_window = reserved[2];
+    fake.at(T + 10);
+    let back = doubles(&[next_window as f64]);
+    assert_eq!(fake.eval("w", &[b"settle", &limits(-1.0), &back])[0], 1);
+    let refused = fake.eval("w", &[b"try", &limits(1.0)]);
+    assert_eq!(refused[0], 0, "the window running now is full: {refused:?}");
+    let again = fake.eval("w", &[b"reserve", &limits(1.0)]);
+    assert_eq!((again[0], again[2]), (1, next_window), "{again:?}");
+}
+
+/// A whole lease that would take 584 years or more is not waited for, and not lent either: a
+/// reservation then takes its cost alone, from what the bucket holds.
+#[test]
+fn a_lease_that_is_never_there_is_not_lent() {
+    let mut fake = Fake::start();
+    fake.at(T);
+    let bucket = |cost: f64| {
+        let mut b = doubles(&[0.0, 1e18, 10.0, 0.0, cost]);
+        b.push(1);
+        b
+    };
+    assert_eq!(fake.eval("l", &[b"try", &bucket(5.0)])[0], 1);
+    let lease = doubles(&[0.0, 9.0, 1.0]);
+    let granted = fake.eval("l", &[b"reserve", &bucket(1.0), b"", &lease]);
+    assert_eq!(granted[..2], [1, 0], "{granted:?}");
+    assert_eq!(granted.get(3).copied().unwrap_or(0), 0, "{granted:?}");
+    assert!((fake.level("l") - 4.0).abs() < 1e-9);
+}
+
+/// A reservation with a longest wait that the whole lease would exceed takes its cost alone,
+/// as the one-limit script always did.
+#[test]
+fn a_lease_later_than_the_longest_wait_leaves_the_cost_alone() {
+    let mut fake = Fake::start();
+    fake.at(T);
+    let bucket = |cost: f64| {
+        let mut b = doubles(&[0.0, 1_000.0, 5.0, 0.0, cost]);
+        b.push(1);
+        b
+    };
+    // 3 of 5 left: the whole lease (the burst) is 2 ms away, the cost is there now.
+    assert_eq!(fake.eval("m", &[b"try", &bucket(2.0)])[0], 1);
+    let lease = doubles(&[0.0, 9.0, 1.0]);
+    let granted = fake.eval("m", &[b"reserve", &bucket(1.0), &doubles(&[10.0]), &lease]);
+    assert_eq!(granted[..2], [1, 0], "{granted:?}");
+    assert_eq!(granted.get(3).copied().unwrap_or(0), 0, "{granted:?}");
+    assert!((fake.level("m") - 2.0).abs() < 1e-9);
+}
+
+/// A new limit keeps a debt in tokens in the one-bucket form: ten tokens owed at 1,000 µs a
+/// token are still ten tokens owed at 10,000 µs a token.
+#[test]
+fn a_new_limit_keeps_a_debt_in_tokens() {
+    let mut fake = Fake::start();
+    fake.at(T);
+    let bucket = |cost: f64| {
+        let mut b = doubles(&[0.0, 1_000.0, 10.0, 0.0, cost]);
+        b.push(1);
+        b
+    };
+    assert_eq!(
+        fake.eval("d", &[b"reserve", &bucket(20.0)])[..2],
+        [1, 10_000]
+    );
+    assert!((fake.level("d") + 10.0).abs() < 1e-9);
+    let slower = doubles(&[1.0, 0.0, 10_000.0, 10.0, 0.0]);
+    fake.eval("d", &[b"limit", &bucket(0.0), &slower]);
+    let state: Vec<u8> = redis::cmd("GET").arg("d").query(&mut fake.conn).unwrap();
+    let level = f64::from_le_bytes(state[1..9].try_into().unwrap());
+    assert!((level + 10.0).abs() < 1e-6, "level {level}");
+    // The next token comes once the debt of ten and one more flow in at the new rate.
+    let next = fake.eval("d", &[b"reserve", &bucket(1.0)]);
+    assert_eq!(next[..2], [1, 110_000], "{next:?}");
 }

@@ -287,6 +287,9 @@ if state then
 else
   st = { now }
 end
+-- The one bucket's interval as read (its own limit's, if any): a new limit keeps a debt in
+-- tokens, as the one-bucket form stores it.
+local x_read = lim[2]
 -- Every bucket's level is now at t0: now, or the latest grant's instant if that is later.
 local t0 = now
 if at > now then
@@ -487,16 +490,20 @@ while first ~= nil do
   first = nil
   if latest then
     -- The latest grant given back: back to the instant at which every bucket held what it
-    -- holds at <at> less its refill since (not before now, nor after <at>); then the pass
-    -- again, from there.
+    -- holds at <at> less its refill since (not before now, nor after <at>), and not before
+    -- the start of any window whose count the state holds (a window ahead of now counts
+    -- grants of its own time only); then the pass again, from there.
     local t1 = now
     for i = 1, m do
       local j = 5 * i
+      local z
       if lim[j - 4] == 0 then
-        local z = at - st[2 * i] * lim[j - 3]
-        if z > t1 then
-          t1 = z
-        end
+        z = at - st[2 * i] * lim[j - 3]
+      else
+        z = st[2 * i] * lim[j - 3] + lim[j - 1]
+      end
+      if z > t1 then
+        t1 = z
       end
     end
     t1 = math.ceil(t1)
@@ -599,9 +606,13 @@ else
   -- bucket to fill and the rest to flow in.)
   local max_wait = mode == 'reserve' and ARGV[3] and ARGV[3] ~= '' and struct.unpack('<d', ARGV[3])
   local timed = mode == 'try' or (max_wait and max_wait < NEVER_US)
-  if whole and not lavish and not (max_wait and full - now > max_wait) then
-    -- The whole lease, if it is soon enough; otherwise the cost alone.
-    ready = full
+  if whole then
+    if lavish or (max_wait and full - now > max_wait) then
+      -- The whole lease is never, or later than the longest wait: the cost alone.
+      lease_arg = nil
+    else
+      ready = full
+    end
   end
   local wait = ready - now
   if ready > EXACT then
@@ -747,10 +758,10 @@ end
 local value
 if compact then
   -- The level at now: what the bucket holds at t, less its refill until then (a debt while
-  -- grants wait).
+  -- grants wait), at the rate it was read with: a new limit keeps a debt in tokens.
   local level = st[2]
   if t > now then
-    level = level - (t - now) / lim[2]
+    level = level - (t - now) / x_read
   end
   value = struct.pack('<Bdd', VERSION, level, now)
 else
