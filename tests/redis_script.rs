@@ -196,6 +196,13 @@ impl Fake {
 
 const T: u64 = 1_764_000_000_500_000;
 
+/// One bucket of `interval_us` per token and `burst`, costing `cost`, in the one-bucket form.
+fn one_bucket(interval_us: f64, burst: f64, cost: f64) -> Vec<u8> {
+    let mut limit = doubles(&[0.0, interval_us, burst, 0.0, cost]);
+    limit.push(1);
+    limit
+}
+
 /// A bucket that never binds beside a window of 10 a second. The window is used up, then a
 /// reservation is charged at the next window's start; given back (the latest grant), the
 /// quota moves back, but never before that window starts: a request now is still refused, and
@@ -224,11 +231,7 @@ fn a_given_back_grant_never_lets_a_request_into_a_full_window() {
 fn a_lease_that_is_never_there_is_not_lent() {
     let mut fake = Fake::start();
     fake.at(T);
-    let bucket = |cost: f64| {
-        let mut b = doubles(&[0.0, 1e18, 10.0, 0.0, cost]);
-        b.push(1);
-        b
-    };
+    let bucket = |cost: f64| one_bucket(1e18, 10.0, cost);
     assert_eq!(fake.eval("l", &[b"try", &bucket(5.0)])[0], 1);
     let lease = doubles(&[0.0, 9.0, 1.0]);
     let granted = fake.eval("l", &[b"reserve", &bucket(1.0), b"", &lease]);
@@ -243,11 +246,7 @@ fn a_lease_that_is_never_there_is_not_lent() {
 fn a_lease_later_than_the_longest_wait_leaves_the_cost_alone() {
     let mut fake = Fake::start();
     fake.at(T);
-    let bucket = |cost: f64| {
-        let mut b = doubles(&[0.0, 1_000.0, 5.0, 0.0, cost]);
-        b.push(1);
-        b
-    };
+    let bucket = |cost: f64| one_bucket(1_000.0, 5.0, cost);
     // 3 of 5 left: the whole lease (the burst) is 2 ms away, the cost is there now.
     assert_eq!(fake.eval("m", &[b"try", &bucket(2.0)])[0], 1);
     let lease = doubles(&[0.0, 9.0, 1.0]);
@@ -263,11 +262,7 @@ fn a_lease_later_than_the_longest_wait_leaves_the_cost_alone() {
 fn a_new_limit_keeps_a_debt_in_tokens() {
     let mut fake = Fake::start();
     fake.at(T);
-    let bucket = |cost: f64| {
-        let mut b = doubles(&[0.0, 1_000.0, 10.0, 0.0, cost]);
-        b.push(1);
-        b
-    };
+    let bucket = |cost: f64| one_bucket(1_000.0, 10.0, cost);
     assert_eq!(
         fake.eval("d", &[b"reserve", &bucket(20.0)])[..2],
         [1, 10_000]
@@ -281,4 +276,17 @@ fn a_new_limit_keeps_a_debt_in_tokens() {
     // The next token comes once the debt of ten and one more flow in at the new rate.
     let next = fake.eval("d", &[b"reserve", &bucket(1.0)]);
     assert_eq!(next[..2], [1, 110_000], "{next:?}");
+}
+
+/// A reservation under the whole-lease rule where a limit's cost is 0: no script error (that
+/// limit waits for nothing), and the lease is taken where the cost is.
+#[test]
+fn a_whole_lease_beside_a_limit_of_cost_zero_is_granted() {
+    let mut fake = Fake::start();
+    fake.at(T);
+    let limits = doubles(&[0.0, 1_000.0, 10.0, 0.0, 1.0, 0.0, 1_000.0, 10.0, 0.0, 0.0]);
+    let lease = doubles(&[0.0, 4.0, 1.0, 4.0, 1.0]);
+    let granted = fake.eval("z", &[b"reserve", &limits, b"", &lease]);
+    assert_eq!(granted[..2], [1, 0], "{granted:?}");
+    assert_eq!(granted[3..], [4, 4], "{granted:?}");
 }

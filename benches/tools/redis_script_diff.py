@@ -95,7 +95,7 @@ def doubles(*v):
 
 def error_text(reply, key):
     if isinstance(reply, tuple):
-        return (reply[0], re.sub(r'script: \w+, on @user_script:\d+', '', reply[1].replace(key, 'KEY')))
+        return (reply[0], re.sub(r'script: \w+, on @user_script:\d+|user_script:\d+:', '', reply[1].replace(key, 'KEY')))
     return reply
 
 

@@ -472,6 +472,8 @@ while first ~= nil do
             ready = free
           end
         end
+        -- (The same again for the whole lease: a loop sharing the two costs Redis about 850
+        -- instructions a limit, more than these lines.)
         if whole then
           room = y - n
           if not (room > 0) then
@@ -644,7 +646,7 @@ else
             l = math.min(y, l + (ready - t0) / x)
           end
           -- Waited for: held, whatever the rounding of the refill.
-          if whole and ready == full and needs[i] > l then
+          if whole and ready == full and needs[i] and needs[i] > l then
             l = needs[i]
           end
           if c > y then
