@@ -1,7 +1,7 @@
 //! paced's one Redis script (`src/redis/quota.lua`) against itself, on a real, private
-//! `redis-server`: its table-free path for the common one-bucket grant gives the same answer,
-//! the same stored state (byte for byte) and the same expiry as its general path, on random
-//! operations. Both run with Redis's clock faked (`TIME` reads a hash the test sets; a `SET … PX`
+//! `redis-server`: its table-free paths for the common grants (one bucket in the one-bucket
+//! form; one or two buckets in the general form) give the same answer, the same stored state
+//! (byte for byte) and the same expiry as its general path, on random operations. Both run with Redis's clock faked (`TIME` reads a hash the test sets; a `SET … PX`
 //! records its TTL beside the key instead), so that both see the same instants. The general
 //! path is forced by giving back zero tokens (a fifth argument), which changes nothing else.
 //! Then, on the same faked clock, the cases a review of the merged script found: a grant given
@@ -25,7 +25,7 @@ const TTLS: &str = "paced-test-ttl";
 fn faked() -> String {
     let time = "redis.call('TIME')";
     let expiry = ", 'PX', string.format('%d', ttl_ms))";
-    assert!(SCRIPT.contains(time) && SCRIPT.matches(expiry).count() == 2);
+    assert!(SCRIPT.contains(time) && SCRIPT.matches(expiry).count() == 3);
     SCRIPT
         .replace(time, &format!("redis.call('HMGET', '{CLOCK}', 's', 'us')"))
         .replace(
@@ -38,22 +38,26 @@ fn doubles(values: &[f64]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
-/// One operation: a "try" or a reservation (with a longest wait or not) of `cost` on one
-/// bucket of `interval_us` per token and `burst`, after the clock moved by `step_us` (backwards
-/// for a negative step, as Redis's clock may after a failover).
+/// One operation: a "try" or a reservation (with a longest wait or not) of `cost` (one amount
+/// per bucket), after the clock moved by `step_us` (backwards for a negative step, as Redis's
+/// clock may after a failover).
 #[derive(Clone, Debug)]
 struct Op {
     reserve: bool,
     max_wait_us: Option<f64>,
-    cost: f64,
+    cost: [f64; 2],
     step_us: i64,
+}
+
+fn amount() -> impl Strategy<Value = f64> {
+    prop_oneof![0.0..12.0f64, Just(0.0), Just(1.0), 0.0..1e10f64].prop_map(f64::floor)
 }
 
 fn op() -> impl Strategy<Value = Op> {
     (
         any::<bool>(),
         prop_oneof![Just(None), (0.0..5e6f64).prop_map(|w| Some(w.floor()))],
-        prop_oneof![0.0..12.0f64, Just(0.0), Just(1.0), 0.0..1e10f64].prop_map(f64::floor),
+        [amount(), amount()],
         prop_oneof![0i64..2_000, 0i64..5_000_000, -3_000i64..0, Just(0)],
     )
         .prop_map(|(reserve, max_wait_us, cost, step_us)| Op {
@@ -62,6 +66,14 @@ fn op() -> impl Strategy<Value = Op> {
             cost,
             step_us,
         })
+}
+
+fn interval() -> impl Strategy<Value = f64> {
+    prop_oneof![Just(1.0), Just(7.5), Just(1_000.0), Just(86_400e6), 0.001..1e6f64]
+}
+
+fn burst() -> impl Strategy<Value = f64> {
+    prop_oneof![Just(1.0), Just(5.0), Just(100.0), Just(1e9), 1.0..50.0f64].prop_map(f64::floor)
 }
 
 /// What a call answered, what the key holds after it and the expiry it was given.
@@ -73,6 +85,7 @@ fn call(
     key: &str,
     limit: &[u8],
     op: &Op,
+    buckets: usize,
     general: bool,
 ) -> Outcome {
     let _: () = redis::cmd("HDEL").arg(TTLS).arg(key).query(conn).unwrap();
@@ -85,7 +98,9 @@ fn call(
         _ => Vec::new(),
     };
     if general {
-        cmd.arg(max_wait).arg("").arg(doubles(&[0.0, -1.0]));
+        let mut back = vec![0.0; buckets];
+        back.push(-1.0);
+        cmd.arg(max_wait).arg("").arg(doubles(&back));
     } else if !max_wait.is_empty() {
         cmd.arg(max_wait);
     }
@@ -99,9 +114,10 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn the_one_bucket_grant_without_tables_is_the_general_paths(
-        interval_us in prop_oneof![Just(1.0), Just(7.5), Just(1_000.0), Just(86_400e6), 0.001..1e6f64],
-        burst in prop_oneof![Just(1.0), Just(5.0), Just(100.0), Just(1e9), 1.0..50.0f64].prop_map(f64::floor),
+    fn the_grants_without_tables_are_the_general_paths(
+        buckets in 1..=2usize,
+        one_bucket_form in any::<bool>(),
+        limits in [(interval(), burst()), (interval(), burst())],
         ops in prop::collection::vec(op(), 1..40),
     ) {
         thread_local! {
@@ -115,9 +131,6 @@ proptest! {
         SERVER.with(|(server, sha)| {
             let mut conn = redis::Client::open(server.url()).unwrap().get_connection().unwrap();
             let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
-            // One bucket, with the byte that asks for the one-bucket form.
-            let mut limit = doubles(&[0.0, interval_us, burst, 0.0, 0.0]);
-            limit.push(1);
             let mut clock: i64 = 1_764_000_000_000_000;
             for op in &ops {
                 clock = (clock + op.step_us).max(0);
@@ -129,9 +142,16 @@ proptest! {
                     .arg(clock % 1_000_000)
                     .query(&mut conn)
                     .unwrap();
-                limit[32..40].copy_from_slice(&op.cost.to_le_bytes());
-                let fast = call(&mut conn, sha, "fast", &limit, op, false);
-                let general = call(&mut conn, sha, "general", &limit, op, true);
+                let mut limit = Vec::new();
+                for (&(interval_us, burst), cost) in limits.iter().zip(op.cost).take(buckets) {
+                    limit.extend(doubles(&[0.0, interval_us, burst, 0.0, cost]));
+                }
+                if buckets == 1 && one_bucket_form {
+                    // The byte that asks for the one-bucket form.
+                    limit.push(1);
+                }
+                let fast = call(&mut conn, sha, "fast", &limit, op, buckets, false);
+                let general = call(&mut conn, sha, "general", &limit, op, buckets, true);
                 prop_assert_eq!(&fast, &general, "{:?} at {}", op, clock);
             }
             Ok(())

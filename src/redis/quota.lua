@@ -87,12 +87,13 @@
 -- "never", as the in-process bucket does; such a grant is not charged, so it holds nobody up.
 --
 -- Cost. This runs on every request: one TIME, one GET, at most one write (a refusal writes
--- nothing, unless tokens were given back). The common grant (one bucket, a "try" or a
--- reservation without a lease or tokens to give back, no debt) makes no table: a table costs
--- Redis about 2,000 instructions, more than the arithmetic; it does, step for step, what the
--- general path does (`tests/redis_script.rs` checks that both give the same answers and the
--- same states). Otherwise ARGV[2] and the state are each read by one struct.unpack into one
--- table, and each pass reads a limit's numbers once; no closures on a grant.
+-- nothing, unless tokens were given back). The common grants (one or two buckets, in either
+-- form, a "try" or a reservation without a lease or tokens to give back, no debt) make no
+-- table but the reply: a table costs Redis about 2,000 instructions, more than the arithmetic;
+-- they do, step for step, what the general path does (`tests/redis_script.rs` checks that both
+-- give the same answers and the same states). Otherwise ARGV[2] and the state are each read by
+-- one struct.unpack into one table, and each pass reads a limit's numbers once; no closures on
+-- a grant.
 --
 -- Returns { granted, wait_us, at }: granted = 1, usable after wait_us (0: at once), charged at
 -- Redis time <at> (with a lease, then what each limit's dimension took beyond the cost, one
@@ -123,6 +124,241 @@ else
   SPEC, LEVELS = string.rep('<ddddd', m), string.rep('<d', 2 * m + 1)
   STATE = '<B' .. LEVELS
 end
+local charging = mode == 'reserve' or mode == 'try'
+local settling = mode == 'settle'
+-- A key of another type fails here with Redis's WRONGTYPE.
+local state = redis.call('GET', key)
+
+-- The common grants first, without tables: one or two buckets, a "try" or a reservation with
+-- neither a lease nor tokens to give back, and no grant waiting (no debt). The same
+-- arithmetic as the general path below, step for step, so the same answer and the same state
+-- to the bit; any other case (a debt, limits of the key's own, a fixed window, a state that is
+-- not a quota) goes on below. ARGV[2] is read into locals (struct.unpack also returns the
+-- position after what it read: k2 is that with one limit, and unused).
+if charging and m <= 2 and not ARGV[4] and not ARGV[5] then
+  local k1, x1, y1, _, c1, k2, x2, y2, _, c2 = struct.unpack(SPEC, spec)
+  if m == 1 and #spec == 41 and k1 == 0 then
+    local x, y, c = x1, y1, c1
+    local u = y
+    if state then
+      u = nil
+      if #state == 17 and string.byte(state) == VERSION then
+        local level, w = struct.unpack('<dd', state, 2)
+        if w >= 0 and w <= EXACT and w % 1 == 0 and level - level == 0 then
+          if now > w then
+            level = level + (now - w) / x
+          end
+          if level > y then
+            level = y
+          end
+          if level >= 0 then
+            u = level
+          end
+        end
+      end
+    end
+    if u then
+      local t = now
+      if u < c then
+        local wait = math.ceil((c - u) * x)
+        local max_wait = mode == 'reserve' and ARGV[3] and struct.unpack('<d', ARGV[3])
+        local timed = mode == 'try' or (max_wait and max_wait < NEVER_US)
+        if wait >= NEVER_US or (c > y and timed) then
+          return { 0, NEVER_US, 0 }
+        end
+        t = now + wait
+        if t > EXACT then
+          t = t + 2
+          wait = t - now
+        end
+        if wait >= NEVER_US then
+          return { 0, NEVER_US, 0 }
+        end
+        if mode == 'try' or (max_wait and wait > max_wait) then
+          return { 0, wait, 0 }
+        end
+      end
+      local a = u
+      if t > now then
+        a = u + (t - now) / x
+        if a > y then
+          a = y
+        end
+      end
+      if c > y then
+        a = 0
+      else
+        a = a - c
+      end
+      local reply = { 1, t - now, t }
+      local until_us = t + (y - a) * x
+      if t <= now and a >= y then
+        if state then
+          redis.call('DEL', key)
+        end
+        return reply
+      end
+      local level = a
+      if t > now then
+        level = a - (t - now) / x
+      end
+      local ttl_ms = math.ceil((until_us - now) / 1000) + 1
+      local value = struct.pack('<Bdd', VERSION, level, now)
+      if ttl_ms < EXACT then
+        redis.call('SET', key, value, 'PX', string.format('%d', ttl_ms))
+      else
+        redis.call('SET', key, value)
+      end
+      return reply
+    end
+  elseif k1 == 0 and (m == 1 or k2 == 0) then
+    -- Buckets in the general form: each bucket's level u at now (its room is the whole burst:
+    -- no grant waits), the instant every bucket holds its cost, then each level at it.
+    local at, u1, v1, u2, v2 = now, y1, y1, y2, y2
+    if state then
+      at = nil
+      if #state == 9 + 16 * m and string.byte(state) == VERSION then
+        at, u1, v1, u2, v2 = struct.unpack(LEVELS, state, 2)
+        if m == 1 then
+          u2, v2 = 0, 0
+        end
+        if not (at >= 0 and at <= now and at % 1 == 0 and u1 - u1 == 0 and v1 - v1 == 0
+            and u2 - u2 == 0 and v2 - v2 == 0) then
+          at = nil
+        elseif now > at then
+          u1 = u1 + (now - at) / x1
+          if m == 2 then
+            u2 = u2 + (now - at) / x2
+          end
+        end
+        if y1 < u1 then
+          u1 = y1
+        end
+        if m == 2 and y2 < u2 then
+          u2 = y2
+        end
+      end
+    end
+    if at then
+      local ready, never, over = now, false, false
+      if c1 > 0 then
+        over = c1 > y1
+        if u1 < c1 then
+          local wait = math.ceil((c1 - u1) * x1)
+          if wait >= NEVER_US then
+            never = true
+          elseif now + wait > ready then
+            ready = now + wait
+          end
+        end
+      end
+      if m == 2 and c2 > 0 then
+        if c2 > y2 then
+          over = true
+        end
+        if u2 < c2 then
+          local wait = math.ceil((c2 - u2) * x2)
+          if wait >= NEVER_US then
+            never = true
+          elseif now + wait > ready then
+            ready = now + wait
+          end
+        end
+      end
+      local max_wait = mode == 'reserve' and ARGV[3] and ARGV[3] ~= '' and
+        struct.unpack('<d', ARGV[3])
+      local timed = mode == 'try' or (max_wait and max_wait < NEVER_US)
+      local wait = ready - now
+      if ready > EXACT then
+        ready = ready + 2
+        wait = ready - now
+      end
+      if never or (over and timed) or wait >= NEVER_US then
+        return { 0, NEVER_US, 0 }
+      elseif (mode == 'try' and wait > 0) or (max_wait and wait > max_wait) then
+        return { 0, wait, 0 }
+      end
+      local t = ready
+      local reply = { 1, wait, t }
+      local until_us = t
+      local empty = t <= now
+      local a1, b1 = u1, y1
+      if t > now then
+        local refill = a1 + (t - now) / x1
+        if refill < y1 then
+          a1 = refill
+        else
+          a1 = y1
+        end
+      end
+      if c1 > 0 then
+        if t > now and y1 - a1 < b1 then
+          b1 = y1 - a1
+        end
+        if c1 > y1 then
+          a1 = 0
+        else
+          a1 = a1 - c1
+        end
+      end
+      local refilled = t + (y1 - a1) * x1
+      if refilled > until_us then
+        until_us = refilled
+      end
+      if a1 < y1 then
+        empty = false
+      end
+      local a2, b2 = u2, y2
+      if m == 2 then
+        if t > now then
+          local refill = a2 + (t - now) / x2
+          if refill < y2 then
+            a2 = refill
+          else
+            a2 = y2
+          end
+        end
+        if c2 > 0 then
+          if t > now and y2 - a2 < b2 then
+            b2 = y2 - a2
+          end
+          if c2 > y2 then
+            a2 = 0
+          else
+            a2 = a2 - c2
+          end
+        end
+        refilled = t + (y2 - a2) * x2
+        if refilled > until_us then
+          until_us = refilled
+        end
+        if a2 < y2 then
+          empty = false
+        end
+      end
+      if empty then
+        if state then
+          redis.call('DEL', key)
+        end
+        return reply
+      end
+      local value
+      if m == 1 then
+        value = struct.pack(STATE, VERSION, t, a1, b1)
+      else
+        value = struct.pack(STATE, VERSION, t, a1, b1, a2, b2)
+      end
+      local ttl_ms = math.ceil((until_us - now) / 1000) + 1
+      if ttl_ms < EXACT then
+        redis.call('SET', key, value, 'PX', string.format('%d', ttl_ms))
+      else
+        redis.call('SET', key, value)
+      end
+      return reply
+    end
+  end
+end
+
 -- ARGV[2]'s limits in one table: limit i's kind, x, y, z and amount at lim[5 * i - 4 .. 5 * i].
 -- A state with limits of its own overrides kind, x, y, z ("clear" reads ARGV[2] again).
 local lim = { struct.unpack(SPEC, spec) }
@@ -130,96 +366,11 @@ local compact = m == 1 and #spec == 41 and lim[1] == 0
 local st
 -- The limits kept in the state (packed as stored), or '' for none.
 local own = ''
-local charging = mode == 'reserve' or mode == 'try'
-local settling = mode == 'settle'
 -- How far before <at> a given-back grant's instant still makes it the latest grant: 0 in the
 -- general form; in the one-bucket form, whose <at> is read back from the level, the few units
 -- in the last place that costs.
 local slack = 0
-
 local at = now
--- A key of another type fails here with Redis's WRONGTYPE.
-local state = redis.call('GET', key)
-
--- The common case first, without tables: one bucket, a "try" or a reservation with neither a
--- lease nor tokens to give back, and no grant waiting (no debt). The same arithmetic as the
--- general path below, step for step, so the same answer and the same state to the bit; any
--- other case (a debt, a limit of the key's own, a state that is not a quota) goes on below.
-if compact and charging and not ARGV[4] and not ARGV[5] then
-  local x, y, c = lim[2], lim[3], lim[5]
-  local u = y
-  if state then
-    u = nil
-    if #state == 17 and string.byte(state) == VERSION then
-      local level, w = struct.unpack('<dd', state, 2)
-      if w >= 0 and w <= EXACT and w % 1 == 0 and level - level == 0 then
-        if now > w then
-          level = level + (now - w) / x
-        end
-        if level > y then
-          level = y
-        end
-        if level >= 0 then
-          u = level
-        end
-      end
-    end
-  end
-  if u then
-    local t = now
-    if u < c then
-      local wait = math.ceil((c - u) * x)
-      local max_wait = mode == 'reserve' and ARGV[3] and struct.unpack('<d', ARGV[3])
-      local timed = mode == 'try' or (max_wait and max_wait < NEVER_US)
-      if wait >= NEVER_US or (c > y and timed) then
-        return { 0, NEVER_US, 0 }
-      end
-      t = now + wait
-      if t > EXACT then
-        t = t + 2
-        wait = t - now
-      end
-      if wait >= NEVER_US then
-        return { 0, NEVER_US, 0 }
-      end
-      if mode == 'try' or (max_wait and wait > max_wait) then
-        return { 0, wait, 0 }
-      end
-    end
-    local a = u
-    if t > now then
-      a = u + (t - now) / x
-      if a > y then
-        a = y
-      end
-    end
-    if c > y then
-      a = 0
-    else
-      a = a - c
-    end
-    local reply = { 1, t - now, t }
-    local until_us = t + (y - a) * x
-    if t <= now and a >= y then
-      if state then
-        redis.call('DEL', key)
-      end
-      return reply
-    end
-    local level = a
-    if t > now then
-      level = a - (t - now) / x
-    end
-    local ttl_ms = math.ceil((until_us - now) / 1000) + 1
-    local value = struct.pack('<Bdd', VERSION, level, now)
-    if ttl_ms < EXACT then
-      redis.call('SET', key, value, 'PX', string.format('%d', ttl_ms))
-    else
-      redis.call('SET', key, value)
-    end
-    return reply
-  end
-end
 
 if state then
   local version = string.byte(state)
