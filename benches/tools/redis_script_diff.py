@@ -17,7 +17,7 @@
 #
 # Needs redis-server and python3.
 #
-# Run: python3 benches/tools/redis_multi_script_diff.py COMMIT [SEED [CASES]]
+# Run: python3 benches/tools/redis_script_diff.py COMMIT [SEED [CASES]]
 import atexit, os, random, re, socket, struct, subprocess, sys, time
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')
