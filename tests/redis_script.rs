@@ -69,7 +69,13 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn interval() -> impl Strategy<Value = f64> {
-    prop_oneof![Just(1.0), Just(7.5), Just(1_000.0), Just(86_400e6), 0.001..1e6f64]
+    prop_oneof![
+        Just(1.0),
+        Just(7.5),
+        Just(1_000.0),
+        Just(86_400e6),
+        0.001..1e6f64
+    ]
 }
 
 fn burst() -> impl Strategy<Value = f64> {

@@ -16,7 +16,7 @@ use super::fallback::Fallback;
 use super::limiter::{RedisRateLimiter, RedisRateLimiterBuilder};
 use super::policy::{self, FailurePolicy};
 use super::script::{
-    bump, evalsha, round_down, round_up, wait_from_us, Conn, Counters, Failure, SCRIPT,
+    bump, eval, round_down, round_up, wait_from_us, Conn, Counters, Failure, SCRIPT,
 };
 use super::stats::RedisStats;
 use super::turns::{Asking, Turns, Warmth};
@@ -669,27 +669,17 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     ) -> Result<Vec<u64>, Failure> {
         let inner = &self.inner.shared;
         inner.counters.round_trip();
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(inner.script.get_hash())
-            .arg(1)
-            .arg(&self.inner.quota.key)
-            .arg(mode)
-            .arg(spec);
-        // Each argument costs Redis about 1,200 instructions: none after the last one given.
-        match (arg, lease) {
-            (arg, Some(lease)) => {
-                cmd.arg(arg.unwrap_or_default()).arg(lease);
-            }
-            (Some(arg), None) => {
-                cmd.arg(arg);
-            }
-            (None, None) => {}
-        }
-        let reply = match inner.conn.clone() {
-            Conn::Single(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,
-            Conn::Cluster(mut conn) => evalsha(&cmd, &inner.script, &mut conn).await,
-        };
-        reply.map_err(|e| Failure::classify(e, &inner.counters, &self.inner.quota.key, 0))
+        let key = &self.inner.quota.key;
+        let reply = eval(
+            &inner.script,
+            inner.conn.clone(),
+            key,
+            mode,
+            spec,
+            [arg, lease, None],
+        )
+        .await;
+        reply.map_err(|e| Failure::classify(e, &inner.counters, key, 0))
     }
 
     async fn round_trip(

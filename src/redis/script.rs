@@ -293,18 +293,7 @@ impl Call<'_> {
             round_up(cost)
         };
         let burst = round_down(self.burst);
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash())
-            .arg(1)
-            .arg(self.key)
-            .arg(self.mode)
-            .arg(one_bucket_form(doubles([
-                0.0,
-                self.interval_us,
-                burst,
-                0.0,
-                amount,
-            ])));
+        let spec = one_bucket_form(doubles([0.0, self.interval_us, burst, 0.0, amount]));
         let at = |us: Option<u64>| us.map(|us| doubles([round_down(us)]));
         let arg = match self.mode {
             "reserve" => at(self.max_wait_us),
@@ -319,18 +308,36 @@ impl Call<'_> {
             let at = self.back_at_us.map_or(-1.0, round_down);
             doubles([round_down(back), at])
         });
-        // Each argument costs Redis about 1,200 instructions: none after the last one given.
-        let args = [arg, lease, back];
-        let given = args.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
-        for arg in args.into_iter().take(given) {
-            cmd.arg(arg.unwrap_or_default());
-        }
-        // The script has one key: on a Redis Cluster the command goes to its slot's master.
-        let reply: Vec<u64> = match conn {
-            Conn::Single(mut conn) => evalsha(&cmd, script, &mut conn).await,
-            Conn::Cluster(mut conn) => evalsha(&cmd, script, &mut conn).await,
-        }?;
+        let reply = eval(script, conn, self.key, self.mode, spec, [arg, lease, back]).await?;
         Ok(one_bucket(&reply))
+    }
+}
+
+/// One call of the script, of every Redis limiter: on `key`, in `mode`, with the limits `spec`
+/// (ARGV[2]) and the optional arguments after them (ARGV[3] to ARGV[5]; `None`, an empty one).
+/// Each argument costs Redis about 1,200 instructions: none is sent after the last one given.
+/// The script has one key, so on a Redis Cluster the command goes to its slot's master.
+pub(crate) async fn eval(
+    script: &redis::Script,
+    conn: Conn,
+    key: &str,
+    mode: &str,
+    spec: Vec<u8>,
+    args: [Option<Vec<u8>>; 3],
+) -> redis::RedisResult<Vec<u64>> {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash())
+        .arg(1)
+        .arg(key)
+        .arg(mode)
+        .arg(spec);
+    let given = args.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+    for arg in args.into_iter().take(given) {
+        cmd.arg(arg.unwrap_or_default());
+    }
+    match conn {
+        Conn::Single(mut conn) => evalsha(&cmd, script, &mut conn).await,
+        Conn::Cluster(mut conn) => evalsha(&cmd, script, &mut conn).await,
     }
 }
 
