@@ -22,11 +22,11 @@ mod hires {
 
     pub(crate) use super::SubTick;
 
-    pub(crate) fn wait(_: Instant, _: Instant, _: &Waker) -> SubTick {
+    pub(crate) fn wait(_: Instant, _: Instant, _: &Waker, _: bool) -> SubTick {
         SubTick::Unavailable
     }
 
-    pub(crate) fn woke(_: Instant, _: Instant) {}
+    pub(crate) fn woke(_: Instant, _: Instant, _: bool) {}
 }
 
 /// What the process's timer thread answers for a wait below the tick.
@@ -160,7 +160,8 @@ impl Timer {
     /// Precise waiting: every wait ends on time, whatever its rule absorbs (see `poll_until`).
     ///
     /// Where the process has a high-resolution timer (Linux), that is the default path of a
-    /// wait that must end on time; elsewhere the `Sleep` covers the wait up to two ticks
+    /// wait that must end on time, and a precise wait is woken with the timer's longer lead
+    /// (its 95th percentile of wake-ups' lateness rather than the 80th); elsewhere the `Sleep` covers the wait up to two ticks
     /// before the deadline and the rest is spent yielding to the scheduler and reading the
     /// clock again, which keeps a core busy meanwhile. Under paused time the clock does not
     /// move across a yield, and a wait that finds the clock where it left it goes back to
@@ -261,7 +262,7 @@ impl Timer {
             }
             let origin = me.origin.unwrap_or_else(Instant::now);
             let at = origin + deadline.to_duration();
-            match hires::wait(at, origin + now.to_duration(), cx.waker()) {
+            match hires::wait(at, origin + now.to_duration(), cx.waker(), *me.precise) {
                 SubTick::Armed => {
                     *me.stage = Stage::SubTick;
                     return Poll::Pending;
@@ -316,6 +317,7 @@ impl Timer {
             hires::woke(
                 origin + me.deadline.to_duration(),
                 origin + now.to_duration(),
+                *me.precise,
             );
         }
         *me.stage = Stage::Starting;
