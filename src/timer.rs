@@ -161,9 +161,9 @@ impl Timer {
     ///
     /// Where the process has a high-resolution timer (Linux), that is the default path of a
     /// wait that must end on time, and a precise wait is woken with the timer's longer lead
-    /// (its 95th percentile of wake-ups' lateness rather than the 80th); elsewhere the `Sleep` covers the wait up to two ticks
-    /// before the deadline and the rest is spent yielding to the scheduler and reading the
-    /// clock again, which keeps a core busy meanwhile. Under paused time the clock does not
+    /// (its 95th percentile of wake-ups' lateness rather than the 80th). Elsewhere the `Sleep`
+    /// covers the wait up to two ticks before the deadline and the rest is spent yielding to
+    /// the scheduler and reading the clock again, which keeps a core busy meanwhile. Under paused time the clock does not
     /// move across a yield, and a wait that finds the clock where it left it goes back to
     /// the `Sleep`, so paused schedules are exactly those of a plain timer.
     pub(crate) fn set_precise(&mut self, precise: bool) {

@@ -1,9 +1,11 @@
 //! paced's one Redis script (`src/redis/quota.lua`) against itself, on a real, private
 //! `redis-server`: its table-free paths for the common grants (one bucket in the one-bucket
 //! form; one or two buckets in the general form) give the same answer, the same stored state
-//! (byte for byte) and the same expiry as its general path, on random operations. Both run with Redis's clock faked (`TIME` reads a hash the test sets; a `SET … PX`
-//! records its TTL beside the key instead), so that both see the same instants. The general
-//! path is forced by giving back zero tokens (a fifth argument), which changes nothing else.
+//! (byte for byte) and the same expiry as its general path, on random operations, among
+//! settles that leave debts. Both run with Redis's clock faked (`TIME` reads a hash the test
+//! sets; a `SET … PX` records its TTL beside the key instead), so that both see the same
+//! instants. The general path is forced by giving back zero tokens (a fifth argument), which
+//! changes nothing else.
 //! Then, on the same faked clock, the cases a review of the merged script found: a grant given
 //! back beside a fixed window, a whole lease that is never there or later than the longest
 //! wait, and a new limit over a debt.
@@ -39,10 +41,12 @@ fn doubles(values: &[f64]) -> Vec<u8> {
 }
 
 /// One operation: a "try" or a reservation (with a longest wait or not) of `cost` (one amount
-/// per bucket), after the clock moved by `step_us` (backwards for a negative step, as Redis's
-/// clock may after a failover).
+/// per bucket), or a settle that charges `cost` (leaving a debt where the bucket lacks it), after
+/// the clock moved by `step_us` (backwards for a negative step, as Redis's clock may after a
+/// failover).
 #[derive(Clone, Debug)]
 struct Op {
+    settle: bool,
     reserve: bool,
     max_wait_us: Option<f64>,
     cost: [f64; 2],
@@ -55,12 +59,14 @@ fn amount() -> impl Strategy<Value = f64> {
 
 fn op() -> impl Strategy<Value = Op> {
     (
+        prop::bool::weighted(0.15),
         any::<bool>(),
         prop_oneof![Just(None), (0.0..5e6f64).prop_map(|w| Some(w.floor()))],
         [amount(), amount()],
         prop_oneof![0i64..2_000, 0i64..5_000_000, -3_000i64..0, Just(0)],
     )
-        .prop_map(|(reserve, max_wait_us, cost, step_us)| Op {
+        .prop_map(|(settle, reserve, max_wait_us, cost, step_us)| Op {
+            settle,
             reserve,
             max_wait_us,
             cost,
@@ -97,13 +103,19 @@ fn call(
     let _: () = redis::cmd("HDEL").arg(TTLS).arg(key).query(conn).unwrap();
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(sha).arg(1).arg(key);
-    cmd.arg(if op.reserve { "reserve" } else { "try" })
-        .arg(limit);
+    let mode = match (op.settle, op.reserve) {
+        (true, _) => "settle",
+        (false, true) => "reserve",
+        (false, false) => "try",
+    };
+    cmd.arg(mode).arg(limit);
     let max_wait = match (op.reserve, op.max_wait_us) {
         (true, Some(w)) => doubles(&[w]),
         _ => Vec::new(),
     };
-    if general {
+    if op.settle {
+        // A charge, the same call on both keys: it always takes the general path.
+    } else if general {
         let mut back = vec![0.0; buckets];
         back.push(-1.0);
         cmd.arg(max_wait).arg("").arg(doubles(&back));

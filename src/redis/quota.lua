@@ -161,7 +161,8 @@ if charging and m <= 2 and not ARGV[4] and not ARGV[5] then
       local t = now
       if u < c then
         local wait = math.ceil((c - u) * x)
-        local max_wait = mode == 'reserve' and ARGV[3] and struct.unpack('<d', ARGV[3])
+        local max_wait = mode == 'reserve' and ARGV[3] and ARGV[3] ~= '' and
+          struct.unpack('<d', ARGV[3])
         local timed = mode == 'try' or (max_wait and max_wait < NEVER_US)
         if wait >= NEVER_US or (c > y and timed) then
           return { 0, NEVER_US, 0 }
@@ -187,12 +188,12 @@ if charging and m <= 2 and not ARGV[4] and not ARGV[5] then
       end
       if c > y then
         a = 0
-      else
+      elseif c > 0 then
         a = a - c
       end
       local reply = { 1, t - now, t }
       local until_us = t + (y - a) * x
-      if t <= now and a >= y then
+      if t <= now and not (a < y) then
         if state then
           redis.call('DEL', key)
         end

@@ -461,19 +461,39 @@ mod tests {
             timer.wait(deadline + us(1), us(40), waker, true),
             SubTick::Yield
         );
-        // Armed beyond it, to be woken the precise lead before its deadline.
-        let armed_at = std::time::Instant::now();
+        // Armed beyond it, to be woken the precise lead (60 µs) before its deadline, 100 µs
+        // away: 40 µs after the call (the plain lead would make that 80 µs).
+        let before = std::time::Instant::now();
         assert_eq!(
             timer.wait(deadline + us(2), us(100), waker, true),
             SubTick::Armed
         );
+        let after = std::time::Instant::now();
         let state = timer.lock();
         let precise = state.waits.iter().map(|w| w.at).max().expect("registered");
-        let early = precise.duration_since(armed_at);
-        assert!(
-            early >= us(40) && early < Duration::from_secs(5),
-            "{early:?}"
-        );
+        assert!(precise >= before + us(40), "{:?}", precise - before);
+        assert!(precise <= after + us(40), "{:?}", precise - after);
+    }
+
+    #[test]
+    fn a_precise_wake_up_is_timed_from_the_precise_lead() {
+        let timer = Timer::default();
+        {
+            let mut state = timer.lock();
+            state.late = 20_000;
+            state.late_precise = 60_000;
+        }
+        let at = Instant::now() + Duration::from_millis(1);
+        // Polled 50 µs before the deadline: 10 µs after a precise wait's wake-up was due (on
+        // time, so both estimates come down a step), but before a plain wait's (nothing).
+        let estimates = || {
+            let state = timer.lock();
+            (state.late, state.late_precise)
+        };
+        timer.woke(at, at - Duration::from_micros(50), false);
+        assert_eq!(estimates(), (20_000, 60_000));
+        timer.woke(at, at - Duration::from_micros(50), true);
+        assert_eq!(estimates(), (20_000 - STEP, 60_000 - STEP));
     }
 
     #[test]
