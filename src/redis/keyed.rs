@@ -92,8 +92,8 @@ pub type RedisKeyedRateLimiterBuilder<K, C = u64> =
 /// their turn, never earlier than their reservation. With leases, one task at a time refills a
 /// key's lease, in the order they asked (tokio's fair mutex). A reservation waits out the
 /// wait Redis gave it on a tokio timer of its own, then its turn among the key's reservations
-/// sent before it; it does not queue in the in-process limiters' waiter engine (the order that
-/// matters is Redis's, which that engine cannot see). Under
+/// sent before it. It does not queue like the waiters of an in-process limiter: the order that
+/// matters is the one in which Redis received the requests. Under
 /// `FailOpen`, the fallback grants each key `share` of its limit as this process knows it: the
 /// limit this process gave it with [`set_limit`](RedisKeyedRateLimiter::set_limit) (and did
 /// not clear), else the default limit; limits that other processes set are not known locally.

@@ -77,8 +77,8 @@ pub type RedisRateLimiterBuilder<C = u64> = RedisLimiterBuilder<RedisRateLimiter
 /// request is not starved by small ones. A waiter dropped before its turn gives its tokens back
 /// with the next round trip (at once, in the background). A reservation waits out the wait
 /// Redis gave it on a tokio timer of its own, then lets this process's reservations sent before
-/// it go first; it does not queue in the in-process limiters' waiter engine (the order that
-/// matters is Redis's, which that engine cannot see). Leases
+/// it go first. It does not queue like the waiters of an in-process limiter: the order that
+/// matters is the one in which Redis received the requests. Leases
 /// ([`RedisLimiterBuilder::lease`](super::RedisLimiterBuilder::lease)) make most grants local.
 /// The bound `burst + w * rate` holds across all processes to within one round trip (and the
 /// lease age, with leases).

@@ -1,6 +1,6 @@
 //! Pacing for streams: [`PaceExt`], the operators as methods on every stream, and the
-//! adapter types they return, one per file (as tokio-stream's adapters), each a short poll over
-//! the core's rules and, for shared limiters, the engine's waiters.
+//! adapter types they return. Each adapter holds its stream's items back until they conform,
+//! and on a shared limiter waits its turn in the same queue as tasks that call `acquire`.
 
 use std::time::Duration;
 
