@@ -444,14 +444,20 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_precise_wait_takes_the_precise_lead() {
+    /// A timer (without its thread) whose estimates are `late` and `late_precise` ns.
+    fn with_leads(late: u64, late_precise: u64) -> Timer {
         let timer = Timer::default();
         {
             let mut state = timer.lock();
-            state.late = 20_000;
-            state.late_precise = 60_000;
+            state.late = late;
+            state.late_precise = late_precise;
         }
+        timer
+    }
+
+    #[test]
+    fn a_precise_wait_takes_the_precise_lead() {
+        let timer = with_leads(20_000, 60_000);
         let waker = Waker::noop();
         let deadline = Instant::now() + Duration::from_millis(1);
         let us = Duration::from_micros;
@@ -477,12 +483,7 @@ mod tests {
 
     #[test]
     fn a_precise_wake_up_is_timed_from_the_precise_lead() {
-        let timer = Timer::default();
-        {
-            let mut state = timer.lock();
-            state.late = 20_000;
-            state.late_precise = 60_000;
-        }
+        let timer = with_leads(20_000, 60_000);
         let at = Instant::now() + Duration::from_millis(1);
         // Polled 50 µs before the deadline: 10 µs after a precise wait's wake-up was due (on
         // time, so both estimates come down a step), but before a plain wait's (nothing).
