@@ -1091,8 +1091,9 @@ impl<const N: usize> RedisPermit<N> {
     /// grant beyond the burst. The rest is lost, as a full bucket loses its refill. The latest
     /// grant's own tokens are the exception: no grant was charged after it, so they come back
     /// in full, and the quota moves back from that grant's instant as far as every bucket's
-    /// level allows (never before the start of a fixed window that counts grants) (back to now when the buckets it charged are the ones that bind: a waiter
-    /// that goes away then no longer holds up the requests after it).
+    /// level allows, never before the start of a fixed window that counts grants. When the
+    /// buckets it charged are the ones that bind, that is back to now: a waiter that goes away
+    /// then no longer holds up the requests after it.
     ///
     /// # Errors
     ///
