@@ -91,24 +91,4 @@ pub(crate) mod sealed {
         #[cfg(feature = "metrics")]
         fn set_metrics(&self, name: &str);
     }
-
-    impl Shape for u64 {
-        type Local = crate::limiter::rate_limiter::One;
-        type Adaptive = crate::limiter::adaptive::One;
-        type Keyed<K, S> = crate::limiter::keyed::One<K, S>;
-        #[cfg(feature = "redis")]
-        type Redis = crate::redis::state::One;
-        #[cfg(feature = "redis")]
-        type RedisKeyed<K> = crate::redis::state::KeyedOne<K>;
-    }
-
-    impl<const N: usize> Shape for [u64; N] {
-        type Local = crate::limiter::multi::Several<N>;
-        type Adaptive = crate::limiter::adaptive_multi::Several<N>;
-        type Keyed<K, S> = crate::limiter::keyed_multi::Several<K, N, S>;
-        #[cfg(feature = "redis")]
-        type Redis = crate::redis::state::Several<N>;
-        #[cfg(feature = "redis")]
-        type RedisKeyed<K> = crate::redis::state::KeyedSeveral<K, N>;
-    }
 }

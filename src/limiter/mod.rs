@@ -25,6 +25,7 @@ pub(crate) mod keyed;
 mod keyed_multi;
 pub(crate) mod keyed_traits;
 pub(crate) mod rate_limiter;
+mod shapes;
 pub(crate) mod stagger;
 pub(crate) mod traits;
 
