@@ -31,6 +31,7 @@
 mod acquire;
 mod builder;
 mod connect;
+mod dimensions;
 mod error;
 mod fallback;
 mod key;
@@ -43,6 +44,8 @@ mod multi;
 mod permit;
 mod policy;
 mod script;
+mod settle;
+mod several;
 mod stats;
 mod turns;
 mod wait;
@@ -51,8 +54,8 @@ pub use builder::RedisLimiterBuilder;
 pub use error::{RedisLimiterError, TryAcquireError};
 pub use keyed::{RedisKeyedRateLimiter, RedisKeyedRateLimiterBuilder};
 pub use limiter::{RedisRateLimiter, RedisRateLimiterBuilder};
-pub use multi::RedisPermit;
 pub use policy::FailurePolicy;
+pub use settle::RedisPermit;
 pub use stats::RedisStats;
 
 /// The handles' states, one per shape of [`Cost`](crate::limiter::Cost) (see `sealed::Shape`): public
@@ -61,5 +64,5 @@ pub(crate) mod state {
     pub(crate) use super::keyed::KeyedOne;
     pub(crate) use super::keyed_multi::KeyedSeveral;
     pub(crate) use super::limiter::One;
-    pub(crate) use super::multi::Several;
+    pub(crate) use super::several::Several;
 }

@@ -1,0 +1,301 @@
+//! The state of a quota of several limits (a [`RedisRateLimiter<[u64; N]>`](RedisRateLimiter),
+//! or one key of a keyed one): its limits in the script's form, this process's lease and
+//! fallback, and the round trips that send them to the script.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use super::fallback::Fallback;
+use super::limiter::RedisRateLimiter;
+use super::policy::{self, FailurePolicy};
+use super::script::{eval, round_down, round_up, wait_from_us, Conn, Counters, Failure};
+use super::turns::{Turns, Warmth};
+use crate::core::Nanos;
+use crate::limiter::{Limit, RateLimiter};
+use crate::rate::Rate;
+use crate::sync::{lock, Mutex};
+
+/// One limit of the quota, on dimension `dim`.
+#[derive(Debug)]
+pub(super) struct RedisLimit {
+    pub(super) dim: usize,
+    pub(super) kind: Kind,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Kind {
+    Bucket {
+        rate: Rate,
+        burst: u64,
+        interval_us: f64,
+    },
+    Window {
+        quota: u64,
+        window: Duration,
+        origin: SystemTime,
+        len_us: f64,
+        /// The origin's Unix time modulo the length, in microseconds.
+        phase_us: f64,
+    },
+}
+
+impl Kind {
+    /// The script's form of a checked `limit`.
+    pub(super) fn of(limit: &Limit) -> Kind {
+        match (limit.as_bucket(), limit.as_window()) {
+            (Some((rate, burst)), _) => Kind::Bucket {
+                rate,
+                burst,
+                interval_us: policy::interval_us(rate),
+            },
+            (None, Some((quota, window, origin))) => {
+                let len_us = window.as_nanos() as f64 / 1_000.0;
+                let origin_us = match origin.duration_since(SystemTime::UNIX_EPOCH) {
+                    Ok(after) => after.as_nanos() as f64 / 1_000.0,
+                    Err(before) => -(before.duration().as_nanos() as f64 / 1_000.0),
+                };
+                Kind::Window {
+                    quota,
+                    window,
+                    origin,
+                    len_us,
+                    phase_us: origin_us.rem_euclid(len_us),
+                }
+            }
+            (None, None) => unreachable!("a limit is a bucket or a window"),
+        }
+    }
+
+    /// The script's four numbers: kind, then a bucket's microseconds per token and burst (and
+    /// 0), or a window's length, quota and phase.
+    pub(super) fn values(&self) -> [f64; 4] {
+        match *self {
+            Kind::Bucket {
+                burst, interval_us, ..
+            } => [0.0, interval_us, round_down(burst), 0.0],
+            Kind::Window {
+                quota,
+                len_us,
+                phase_us,
+                ..
+            } => [1.0, len_us, round_down(quota), phase_us],
+        }
+    }
+}
+
+/// What every quota of a limiter shares: the connection, the script, the limits, the policy,
+/// the counters.
+pub(super) struct Inner<const N: usize> {
+    pub(super) conn: Conn,
+    /// Whether a round trip on `conn` has come back (see [`Warmth`]).
+    pub(super) warmth: Arc<Warmth>,
+    pub(super) script: redis::Script,
+    /// The limiter's name, escaped as in every Redis key.
+    pub(super) name: String,
+    pub(super) names: [String; N],
+    pub(super) limits: Vec<RedisLimit>,
+    pub(super) policy: FailurePolicy,
+    pub(super) lease: Option<([u64; N], Duration)>,
+    pub(super) counters: Counters,
+}
+
+/// What this process holds of a lease: per dimension, tokens charged in Redis at `at_us` and
+/// not granted yet, until `until`.
+pub(super) struct Lease<const N: usize> {
+    pub(super) left: [u64; N],
+    pub(super) until: Instant,
+    pub(super) at_us: u64,
+}
+
+/// A quota's lease in this process, and whether a task is set to give it back once it
+/// expires (kept under one lock, so that a lease taken as that task ends is never missed).
+pub(super) struct Leased<const N: usize> {
+    pub(super) held: Option<Lease<N>>,
+    pub(super) sweeping: bool,
+}
+
+/// One quota (one Redis key, holding all its limits) as this process knows it.
+pub(super) struct Quota<const N: usize> {
+    /// `{name}` (or `{name:key}` for a keyed limiter): one key, so one Cluster slot, for every
+    /// limit.
+    pub(super) key: String,
+    /// The order of this process's reservations, as Redis charged them.
+    pub(super) turns: Arc<Turns>,
+    pub(super) fallback: Mutex<Fallback<RateLimiter<[u64; N]>>>,
+    pub(super) lease: Mutex<Leased<N>>,
+    /// The limits this process set ([`RedisRateLimiter::set_limit`]) and has not cleared,
+    /// by index: what its fail-open fallback takes `share` of.
+    pub(super) own: Mutex<Vec<Option<Kind>>>,
+}
+
+impl<const N: usize> Quota<N> {
+    pub(super) fn new(key: String, warmth: Arc<Warmth>) -> Quota<N> {
+        Quota {
+            key,
+            turns: Arc::new(Turns::new(warmth)),
+            fallback: Mutex::new(Fallback::default()),
+            lease: Mutex::new(Leased {
+                held: None,
+                sweeping: false,
+            }),
+            own: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Whether this process set a limit of the quota that it has not cleared.
+    pub(super) fn has_own_limits(&self) -> bool {
+        lock(&self.own).iter().any(Option::is_some)
+    }
+}
+
+/// A [`RedisRateLimiter`]'s state for several limits: public in a private module (see
+/// [`Cost`](crate::limiter::Cost)).
+pub struct Several<const N: usize> {
+    pub(super) shared: Arc<Inner<N>>,
+    pub(super) quota: Arc<Quota<N>>,
+}
+
+impl<const N: usize> Clone for Several<N> {
+    fn clone(&self) -> Self {
+        Several {
+            shared: self.shared.clone(),
+            quota: self.quota.clone(),
+        }
+    }
+}
+
+impl<const N: usize> fmt::Debug for Several<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisRateLimiter")
+            .field("key", &self.quota.key)
+            .field("names", &self.shared.names)
+            .field("limits", &self.shared.limits)
+            .field("policy", &self.shared.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one round trip answered: granted, usable after the wait, or refused for the wait.
+pub(super) enum Answer {
+    /// Granted, usable after the wait, charged at Redis time `.1` (microseconds), with what
+    /// each limit's dimension took beyond the cost for a lease (empty without one).
+    Granted(Nanos, u64, Vec<u64>),
+    Refused(Nanos),
+}
+
+impl<const N: usize> RedisRateLimiter<[u64; N]> {
+    /// The script's limits, each with its dimension's amount of `cost`.
+    pub(super) fn amounts(&self, cost: [u64; N]) -> Vec<u8> {
+        self.spec(|dim| round_up(cost[dim]))
+    }
+
+    /// The script's limits (five doubles each: kind, three numbers, `amount` of the limit's
+    /// dimension).
+    pub(super) fn spec(&self, amount: impl Fn(usize) -> f64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.inner.shared.limits.len() * 40);
+        for limit in &self.inner.shared.limits {
+            let values = limit.kind.values();
+            for v in values.into_iter().chain([amount(limit.dim)]) {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// The script's lease argument, with leases: per limit, its dimension and the most to
+    /// lease of it.
+    pub(super) fn lease_wanted(&self) -> Option<Vec<u8>> {
+        let (max_tokens, _) = self.inner.shared.lease?;
+        let mut want = Vec::with_capacity(self.inner.shared.limits.len() * 16);
+        for limit in &self.inner.shared.limits {
+            want.extend_from_slice(&(limit.dim as f64).to_le_bytes());
+            let most = round_down(max_tokens[limit.dim]);
+            want.extend_from_slice(&most.to_le_bytes());
+        }
+        // A reservation takes what the limits hold at its instant, never waiting for more.
+        want.extend_from_slice(&0f64.to_le_bytes());
+        Some(want)
+    }
+
+    /// One script call, in the general form, with `arg` after the limits (the reservation's
+    /// longest wait, the settled grant's instant in microseconds, a new limit) and a lease.
+    pub(super) async fn call(
+        &self,
+        mode: &str,
+        spec: Vec<u8>,
+        arg: Option<Vec<u8>>,
+        lease: Option<Vec<u8>>,
+    ) -> Result<Vec<u64>, Failure> {
+        let inner = &self.inner.shared;
+        inner.counters.round_trip();
+        let key = &self.inner.quota.key;
+        let reply = eval(
+            &inner.script,
+            inner.conn.clone(),
+            key,
+            mode,
+            spec,
+            [arg, lease, None],
+        )
+        .await;
+        reply.map_err(|e| Failure::classify(e, &inner.counters, key, 0))
+    }
+
+    pub(super) async fn round_trip(
+        &self,
+        mode: &str,
+        spec: Vec<u8>,
+        max_wait_us: Option<u64>,
+    ) -> Result<Answer, Failure> {
+        let extra = max_wait_us.map(micros);
+        Ok(self.answer(self.call(mode, spec, extra, None).await?))
+    }
+
+    /// A reservation's round trip: with leases, it also asks for a lease (taken only if every
+    /// dimension asked for has room at the grant's instant).
+    pub(super) async fn reserve_trip(
+        &self,
+        spec: Vec<u8>,
+        max_wait_us: Option<u64>,
+    ) -> Result<Answer, Failure> {
+        let Some(want) = self.lease_wanted() else {
+            return self.round_trip("reserve", spec, max_wait_us).await;
+        };
+        let reply = self
+            .call("reserve", spec, max_wait_us.map(micros), Some(want))
+            .await?;
+        Ok(self.answer(reply))
+    }
+
+    /// What a grant leased, per dimension (one amount per limit, the same for every limit of
+    /// a dimension).
+    pub(super) fn leased_per_dim(&self, leased: &[u64]) -> [u64; N] {
+        let mut left = [0; N];
+        for (limit, &n) in self.inner.shared.limits.iter().zip(leased) {
+            left[limit.dim] = n;
+        }
+        left
+    }
+
+    pub(super) fn answer(&self, reply: Vec<u64>) -> Answer {
+        match reply[..] {
+            [0, wait_us, ..] => Answer::Refused(wait_from_us(wait_us)),
+            [_, wait_us, at_us, ref leased @ ..] => {
+                Answer::Granted(wait_from_us(wait_us), at_us, leased.to_vec())
+            }
+            _ => Answer::Refused(Nanos::MAX),
+        }
+    }
+}
+
+/// A number of microseconds as the script reads it: one little-endian double.
+pub(super) fn micros(us: u64) -> Vec<u8> {
+    round_down(us).to_le_bytes().to_vec()
+}
+
+pub(super) fn sum<const N: usize>(cost: [u64; N]) -> u64 {
+    cost.iter().fold(0u64, |a, &c| a.saturating_add(c))
+}
