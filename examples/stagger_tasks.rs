@@ -4,6 +4,10 @@
 //! rebalancing, a database filling its connection pool). `staggered_start(2, 1s)` lets at most
 //! two starts through in any one-second window.
 //!
+//! The run takes 2.5 seconds of virtual time and finishes at once: it runs under paused time
+//! (`start_paused = true`), as a user's own tests would, and prints the timeline real time
+//! would show. Without `start_paused = true` it runs in real time.
+//!
 //! ```text
 //! cargo run --example stagger_tasks
 //! ```
@@ -23,7 +27,7 @@ macro_rules! log {
     };
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread", start_paused = true)]
 async fn main() {
     let start = Instant::now();
     // Sending on `stop` tells every consumer to stop.
