@@ -5,7 +5,8 @@
 //! settles that leave debts. Both run with Redis's clock faked (`TIME` reads a hash the test
 //! sets; a `SET … PX` records its TTL beside the key instead), so that both see the same
 //! instants. The general path is forced by giving back zero tokens (a fifth argument), which
-//! changes nothing else.
+//! changes nothing else. Now and then the key holds a state that is not a quota (another
+//! version, a byte short, a level NaN or infinite, a fractional time): both paths must refuse it.
 //! Then, on the same faked clock, the cases a review of the merged script found: a grant given
 //! back beside a fixed window, a whole lease that is never there or later than the longest
 //! wait, and a new limit over a debt.
@@ -43,9 +44,10 @@ fn doubles(values: &[f64]) -> Vec<u8> {
 /// One operation: a "try" or a reservation (with a longest wait or not) of `cost` (one amount
 /// per bucket), or a settle that charges `cost` (leaving a debt where the bucket lacks it), after
 /// the clock moved by `step_us` (backwards for a negative step, as Redis's clock may after a
-/// failover).
+/// failover), on the key's state spoilt by `spoil` (see [`spoil`]) if it is set.
 #[derive(Clone, Debug)]
 struct Op {
+    spoil: Option<u8>,
     settle: bool,
     reserve: bool,
     max_wait_us: Option<f64>,
@@ -59,13 +61,15 @@ fn amount() -> impl Strategy<Value = f64> {
 
 fn op() -> impl Strategy<Value = Op> {
     (
+        prop::option::weighted(0.08, 0..6u8),
         prop::bool::weighted(0.15),
         any::<bool>(),
         prop_oneof![Just(None), (0.0..5e6f64).prop_map(|w| Some(w.floor()))],
         [amount(), amount()],
         prop_oneof![0i64..2_000, 0i64..5_000_000, -3_000i64..0, Just(0)],
     )
-        .prop_map(|(settle, reserve, max_wait_us, cost, step_us)| Op {
+        .prop_map(|(spoil, settle, reserve, max_wait_us, cost, step_us)| Op {
+            spoil,
             settle,
             reserve,
             max_wait_us,
@@ -88,8 +92,51 @@ fn burst() -> impl Strategy<Value = f64> {
     prop_oneof![Just(1.0), Just(5.0), Just(100.0), Just(1e9), 1.0..50.0f64].prop_map(f64::floor)
 }
 
-/// What a call answered, what the key holds after it and the expiry it was given.
-type Outcome = (redis::Value, Option<Vec<u8>>, Option<String>);
+/// What a call answered (an error with the key's name taken out), what the key holds after it
+/// and the expiry it was given.
+type Outcome = (
+    Result<redis::Value, String>,
+    Option<Vec<u8>>,
+    Option<String>,
+);
+
+/// A state that is not a paced quota, made from `state` (the key's, or a sound one of `len`
+/// bytes for a key without one): `how` picks another version byte (two ways), a byte too few,
+/// a level that is NaN or infinite, or a time that is not a whole microsecond. Every path of
+/// the script must read each as not a quota.
+fn spoil(state: Option<Vec<u8>>, len: usize, clock: i64, how: u8) -> Vec<u8> {
+    let mut state = state.unwrap_or_else(|| {
+        let mut fresh = vec![1];
+        let values = if len == 17 {
+            vec![1.0, clock as f64]
+        } else {
+            let mut v = vec![clock as f64];
+            v.resize((len - 1) / 8, 1.0);
+            v
+        };
+        fresh.extend(doubles(&values));
+        fresh
+    });
+    // The one-bucket form holds its level first and its time second; the general form its
+    // time first.
+    let (level, time) = if state.len() == 17 { (1, 9) } else { (9, 1) };
+    let mut put = |at: usize, v: f64| {
+        if state.len() >= at + 8 {
+            state[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+    };
+    match how {
+        0 => state[0] = 2,
+        1 => state[0] = 0,
+        2 => {
+            state.pop();
+        }
+        3 => put(level, f64::NAN),
+        4 => put(level, f64::INFINITY),
+        _ => put(time, clock as f64 - 0.5),
+    }
+    state
+}
 
 fn call(
     conn: &mut redis::Connection,
@@ -122,7 +169,9 @@ fn call(
     } else if !max_wait.is_empty() {
         cmd.arg(max_wait);
     }
-    let reply: redis::Value = cmd.query(conn).unwrap();
+    let reply = cmd
+        .query::<redis::Value>(conn)
+        .map_err(|e| e.to_string().replace(key, "KEY"));
     let state: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(conn).unwrap();
     let ttl: Option<String> = redis::cmd("HGET").arg(TTLS).arg(key).query(conn).unwrap();
     (reply, state, ttl)
@@ -168,9 +217,24 @@ proptest! {
                     // The byte that asks for the one-bucket form.
                     limit.push(1);
                 }
+                if let Some(how) = op.spoil {
+                    let len = if limit.len() == 41 { 17 } else { 9 + 16 * buckets };
+                    let state: Option<Vec<u8>> =
+                        redis::cmd("GET").arg("fast").query(&mut conn).unwrap();
+                    let spoilt = spoil(state, len, clock, how);
+                    for key in ["fast", "general"] {
+                        let _: () = redis::cmd("SET").arg(key).arg(&spoilt).query(&mut conn).unwrap();
+                    }
+                }
                 let fast = call(&mut conn, sha, "fast", &limit, op, buckets, false);
                 let general = call(&mut conn, sha, "general", &limit, op, buckets, true);
                 prop_assert_eq!(&fast, &general, "{:?} at {}", op, clock);
+                if op.spoil.is_some() {
+                    // Not a quota: every call fails until the key is deleted (as its error
+                    // says); so that the next ones are grants again.
+                    prop_assert!(fast.0.is_err(), "{:?}", fast);
+                    let _: () = redis::cmd("DEL").arg("fast").arg("general").query(&mut conn).unwrap();
+                }
             }
             Ok(())
         })?;

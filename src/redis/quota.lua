@@ -142,9 +142,9 @@ if charging and m <= 2 and not ARGV[4] and not ARGV[5] then
     local u = y
     if state then
       u = nil
-      if #state == 17 and string.byte(state) == VERSION then
-        local level, w = struct.unpack('<dd', state, 2)
-        if w >= 0 and w <= EXACT and w % 1 == 0 and level - level == 0 then
+      if #state == 17 then
+        local version, level, w = struct.unpack('<Bdd', state)
+        if version == VERSION and w >= 0 and w <= EXACT and w % 1 == 0 and level - level == 0 then
           if now > w then
             level = level + (now - w) / x
           end
@@ -218,13 +218,18 @@ if charging and m <= 2 and not ARGV[4] and not ARGV[5] then
     local at, u1, v1, u2, v2 = now, y1, y1, y2, y2
     if state then
       at = nil
-      if #state == 9 + 16 * m and string.byte(state) == VERSION then
-        at, u1, v1, u2, v2 = struct.unpack(LEVELS, state, 2)
+      if #state == 9 + 16 * m then
+        -- The version byte and the levels in one call.
+        local version
+        version, at, u1, v1, u2, v2 = struct.unpack(STATE, state)
         if m == 1 then
           u2, v2 = 0, 0
         end
-        if not (at >= 0 and at <= now and at % 1 == 0 and u1 - u1 == 0 and v1 - v1 == 0
-            and u2 - u2 == 0 and v2 - v2 == 0) then
+        -- The sum is finite only if every level is (a sum too large to be finite sends a
+        -- sound state to the general path: slower, never wrong).
+        local sum = u1 + v1 + u2 + v2
+        if not (version == VERSION and at >= 0 and at <= now and at % 1 == 0
+            and sum - sum == 0) then
           at = nil
         elseif now > at then
           u1 = u1 + (now - at) / x1
@@ -268,22 +273,22 @@ if charging and m <= 2 and not ARGV[4] and not ARGV[5] then
       end
       local max_wait = mode == 'reserve' and ARGV[3] and ARGV[3] ~= '' and
         struct.unpack('<d', ARGV[3])
-      local timed = mode == 'try' or (max_wait and max_wait < NEVER_US)
       local wait = ready - now
       if ready > EXACT then
         ready = ready + 2
         wait = ready - now
       end
-      if never or (over and timed) or wait >= NEVER_US then
+      if never or wait >= NEVER_US
+          or (over and (mode == 'try' or (max_wait and max_wait < NEVER_US))) then
         return { 0, NEVER_US, 0 }
       elseif (mode == 'try' and wait > 0) or (max_wait and wait > max_wait) then
         return { 0, wait, 0 }
       end
       local t = ready
       local reply = { 1, wait, t }
-      local until_us = t
-      local empty = t <= now
-      local a1, b1 = u1, y1
+      -- Each bucket's level a and room b at t (refilled from now if the grant waits), then
+      -- charged its cost.
+      local a1, b1, a2, b2 = u1, y1, u2, y2
       if t > now then
         local refill = a1 + (t - now) / x1
         if refill < y1 then
@@ -291,11 +296,24 @@ if charging and m <= 2 and not ARGV[4] and not ARGV[5] then
         else
           a1 = y1
         end
-      end
-      if c1 > 0 then
-        if t > now and y1 - a1 < b1 then
+        if c1 > 0 and y1 - a1 < b1 then
           b1 = y1 - a1
         end
+        if m == 2 then
+          refill = a2 + (t - now) / x2
+          if refill < y2 then
+            a2 = refill
+          else
+            a2 = y2
+          end
+          if c2 > 0 and y2 - a2 < b2 then
+            b2 = y2 - a2
+          end
+        end
+      end
+      local until_us = t
+      local empty = t <= now
+      if c1 > 0 then
         if c1 > y1 then
           a1 = 0
         else
@@ -309,20 +327,8 @@ if charging and m <= 2 and not ARGV[4] and not ARGV[5] then
       if a1 < y1 then
         empty = false
       end
-      local a2, b2 = u2, y2
       if m == 2 then
-        if t > now then
-          local refill = a2 + (t - now) / x2
-          if refill < y2 then
-            a2 = refill
-          else
-            a2 = y2
-          end
-        end
         if c2 > 0 then
-          if t > now and y2 - a2 < b2 then
-            b2 = y2 - a2
-          end
           if c2 > y2 then
             a2 = 0
           else
