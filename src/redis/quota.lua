@@ -232,9 +232,10 @@ if charging and m <= 2 and not ARGV[4] and not ARGV[5] then
             and sum - sum == 0) then
           at = nil
         elseif now > at then
-          u1 = u1 + (now - at) / x1
+          local gap = now - at
+          u1 = u1 + gap / x1
           if m == 2 then
-            u2 = u2 + (now - at) / x2
+            u2 = u2 + gap / x2
           end
         end
         if y1 < u1 then
@@ -312,7 +313,6 @@ if charging and m <= 2 and not ARGV[4] and not ARGV[5] then
         end
       end
       local until_us = t
-      local empty = t <= now
       if c1 > 0 then
         if c1 > y1 then
           a1 = 0
@@ -323,9 +323,6 @@ if charging and m <= 2 and not ARGV[4] and not ARGV[5] then
       local refilled = t + (y1 - a1) * x1
       if refilled > until_us then
         until_us = refilled
-      end
-      if a1 < y1 then
-        empty = false
       end
       if m == 2 then
         if c2 > 0 then
@@ -339,11 +336,9 @@ if charging and m <= 2 and not ARGV[4] and not ARGV[5] then
         if refilled > until_us then
           until_us = refilled
         end
-        if a2 < y2 then
-          empty = false
-        end
       end
-      if empty then
+      -- Granted now and every bucket full: nothing to keep.
+      if t <= now and not (a1 < y1) and (m == 1 or not (a2 < y2)) then
         if state then
           redis.call('DEL', key)
         end
