@@ -25,6 +25,7 @@ pub(super) struct RedisLimit {
     pub(super) kind: Kind,
 }
 
+/// A limit as the script takes it: a token bucket, or a fixed window aligned on Redis's clock.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Kind {
     Bucket {
@@ -296,6 +297,7 @@ pub(super) fn micros(us: u64) -> Vec<u8> {
     round_down(us).to_le_bytes().to_vec()
 }
 
+/// A cost's amounts added up (saturating), as the counters count grants.
 pub(super) fn sum<const N: usize>(cost: [u64; N]) -> u64 {
     cost.iter().fold(0u64, |a, &c| a.saturating_add(c))
 }
