@@ -134,7 +134,9 @@ local state = redis.call('GET', key)
 -- arithmetic as the general path below, step for step, so the same answer and the same state
 -- to the bit; any other case (a debt, limits of the key's own, a fixed window, a state that is
 -- not a quota) goes on below. ARGV[2] is read into locals (struct.unpack also returns the
--- position after what it read: k2 is that with one limit, and unused).
+-- position after what it read: k2 is that with one limit, and unused). The two buckets' steps
+-- are written out twice, not as local functions: Redis would make the closures on every call
+-- (7,600 more instructions for two limits, measured).
 if charging and m <= 2 and not ARGV[4] and not ARGV[5] then
   local k1, x1, y1, _, c1, k2, x2, y2, _, c2 = struct.unpack(SPEC, spec)
   if m == 1 and #spec == 41 and k1 == 0 then
