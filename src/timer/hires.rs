@@ -51,8 +51,22 @@ const PRECISE_UP_STEPS: u64 = 19;
 /// clock just read, running in real time), the lead before it: the `precise()` lead if
 /// `precise`.
 pub(crate) fn wait(at: Instant, now: Instant, waker: &Waker, precise: bool) -> SubTick {
+    let left = at.saturating_duration_since(now);
+    // A wait within the lead yields, and needs no thread: decided on the timer as recorded,
+    // whatever process started it (as `woke` does), without a system call for the process id.
+    // A woken wait asks once more before it leaves, so this halves those calls.
+    {
+        let recorded = TIMER
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((_, Started::Running(timer))) = &*recorded {
+            if timer.yields(left, precise) {
+                return SubTick::Yield;
+            }
+        }
+    }
     match timer(std::process::id()) {
-        Some(timer) => timer.wait(at, at.saturating_duration_since(now), waker, precise),
+        Some(timer) => timer.wait(at, left, waker, precise),
         None => SubTick::Unavailable,
     }
 }
@@ -213,20 +227,10 @@ impl Timer {
     /// `precise()` lead if `precise`.
     fn wait(&self, deadline: Instant, left: Duration, waker: &Waker, precise: bool) -> SubTick {
         let mut state = self.lock();
-        let lead = state.lead(precise);
-        if left <= lead {
-            // No wake-up, so no lateness learned: lower the lead a little at each such wait, so
-            // that one learned on a loaded machine does not keep short waits yielding (a busy
-            // core) once the machine is idle. Waits at the new lead are armed and say again
-            // how late wake-ups come.
-            let late = if precise {
-                &mut state.late_precise
-            } else {
-                &mut state.late
-            };
-            *late = late.saturating_sub(STEP / 8);
+        if state.yields(left, precise) {
             return SubTick::Yield;
         }
+        let lead = state.lead(precise);
         let now = std::time::Instant::now();
         let at = now + left;
         let target = at - lead;
@@ -322,7 +326,33 @@ fn exact_sleeps() {
     }
 }
 
+impl Timer {
+    /// Whether a wait due `left` from now is within the lead (the `precise()` lead if
+    /// `precise`), so that it yields rather than being armed.
+    fn yields(&self, left: Duration, precise: bool) -> bool {
+        self.lock().yields(left, precise)
+    }
+}
+
 impl State {
+    /// [`Timer::yields`], under the lock.
+    fn yields(&mut self, left: Duration, precise: bool) -> bool {
+        if left > self.lead(precise) {
+            return false;
+        }
+        // No wake-up, so no lateness learned: lower the lead a little at each such wait, so
+        // that one learned on a loaded machine does not keep short waits yielding (a busy
+        // core) once the machine is idle. Waits at the new lead are armed and say again how
+        // late wake-ups come.
+        let late = if precise {
+            &mut self.late_precise
+        } else {
+            &mut self.late
+        };
+        *late = late.saturating_sub(STEP / 8);
+        true
+    }
+
     /// How long before a deadline the task should be woken: what wake-ups were late by lately
     /// (the 80th percentile, at most [`MAX_LEAD`]), so that the wait can end by yielding for
     /// that last stretch and the item leave on time rather than a wake-up late.
