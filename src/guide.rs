@@ -1285,12 +1285,12 @@
 //!
 //! On a simulated provider (a hidden token bucket of rate `L`, from 5/s to 5,000/s) the default
 //! law kept 0.97–0.99 of `L`, with 0.01–2 % of the calls refused. It settled within 10 s after
-//! `L` halved, and used a doubled `L` within 7–19 s. Not always that well: in one schedule of
-//! 3,000 drawn at random, `L` doubled from 222/s to 444/s while the provider's burst stayed 11
-//! calls (18 calls in flight at 17 ms, two streams): refusals came at rates from about 400/s. The rate then
-//! cycled between 300/s and 460/s and used 0.83 of the new `L` 20 to 30 s after it rose (0.85
-//! is the goal the tests hold it to). BENCHMARKS.md compares it with AWS's
-//! cubic constants and a plain AIMD (`cargo bench -p paced-benches --features unstable-laws
+//! `L` halved, and used a doubled `L` within 7–19 s. Not always that well: in one schedule of 3,000
+//! drawn at random, `L` doubled from 222/s to 444/s while the provider's burst stayed 11 calls (18
+//! calls in flight at 17 ms, two streams). Refusals came at rates from about 400/s, the rate cycled
+//! between 300/s and 460/s, and it used 0.83 of the new `L` 20 to 30 s after it rose (0.85 is the
+//! goal the tests hold it to). BENCHMARKS.md compares it with AWS's cubic constants and a plain
+//! AIMD (`cargo bench -p paced-benches --features unstable-laws
 //! --bench adaptive`; the laws it compares are outside semver).
 //!
 //! **Several limits.** Over a `RateLimiter<[u64; N]>`, an `Adaptive<[u64; N]>` (made by
