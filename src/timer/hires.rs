@@ -49,22 +49,28 @@ const PRECISE_UP_STEPS: u64 = 19;
 
 /// Asks the timer thread to wake the task of `waker` shortly before `at` (`now` is tokio's
 /// clock just read, running in real time), the lead before it: the `precise()` lead if
-/// `precise`.
+/// `precise`. A wait due within the lead is not armed: it yields ([`SubTick::Yield`]).
 pub(crate) fn wait(at: Instant, now: Instant, waker: &Waker, precise: bool) -> SubTick {
     let left = at.saturating_duration_since(now);
-    // A wait within the lead yields, and needs no thread: decided on the timer as recorded,
-    // whatever process started it (as `woke` does), without a system call for the process id.
-    // A woken wait asks once more before it leaves, so this halves those calls.
+    // On the timer as recorded, under one lock. A wait within the lead yields and needs no
+    // thread: decided whatever process started the timer (as `woke` does), without a system
+    // call for the process id. A woken wait asks once more before it leaves, and that call
+    // yields, so only an armed wait asks for the process id.
     {
         let recorded = TIMER
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some((_, Started::Running(timer))) = &*recorded {
-            if timer.yields(left, precise) {
+        if let Some((started_in, Started::Running(timer))) = &*recorded {
+            let mut state = timer.lock();
+            if state.yields(left, precise) {
                 return SubTick::Yield;
+            }
+            if *started_in == std::process::id() {
+                return timer.arm(state, at, left, waker, precise);
             }
         }
     }
+    // No timer yet, or a forked process's parent's: start this process's own.
     match timer(std::process::id()) {
         Some(timer) => timer.wait(at, left, waker, precise),
         None => SubTick::Unavailable,
@@ -230,6 +236,18 @@ impl Timer {
         if state.yields(left, precise) {
             return SubTick::Yield;
         }
+        self.arm(state, deadline, left, waker, precise)
+    }
+
+    /// [`Timer::wait`] for a wait beyond the lead, `state` locked: registers it.
+    fn arm(
+        &self,
+        mut state: MutexGuard<'_, State>,
+        deadline: Instant,
+        left: Duration,
+        waker: &Waker,
+        precise: bool,
+    ) -> SubTick {
         let lead = state.lead(precise);
         let now = std::time::Instant::now();
         let at = now + left;
@@ -326,16 +344,10 @@ fn exact_sleeps() {
     }
 }
 
-impl Timer {
-    /// Whether a wait due `left` from now is within the lead (the `precise()` lead if
-    /// `precise`), so that it yields rather than being armed.
-    fn yields(&self, left: Duration, precise: bool) -> bool {
-        self.lock().yields(left, precise)
-    }
-}
-
 impl State {
-    /// [`Timer::yields`], under the lock.
+    /// Whether a wait due `left` from now is within the lead (the `precise()` lead if
+    /// `precise`), so that it yields rather than being armed; if so, lowers that lead a
+    /// little (call it once per decision).
     fn yields(&mut self, left: Duration, precise: bool) -> bool {
         if left > self.lead(precise) {
             return false;
