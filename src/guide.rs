@@ -755,7 +755,9 @@
 //! - **Leases** (`.lease(m, max_age)`) take up to `m` tokens per round trip and spend them
 //!   locally. Unspent tokens go back after `max_age` or when the limiter is dropped. Leases cut
 //!   round trips per 1,000 grants more than tenfold. The price: the bound holds to within
-//!   `max_age` of refill, and a process waits for a whole lease rather than one token.
+//!   `max_age` of refill, and a process waits for a whole lease rather than one token. (With a
+//!   fixed window among several limits, a waiter takes only the room its instant has: the
+//!   rest of a lease could come back only in the next window.)
 //! - **Faults** follow the policy you choose:
 //!   - `FailClosed { max_backoff, deadline }` grants nothing without Redis. It retries with
 //!     capped exponential backoff. `acquire` returns `RedisLimiterError::Unavailable` after the

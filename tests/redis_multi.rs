@@ -1214,18 +1214,18 @@ async fn an_expired_lease_is_given_back_never_above_a_burst() {
 
 async fn a_lease_never_passes_an_earlier_waiter_of_this_process() {
     let server = Server::start();
-    // Requests: 5/s (one every 200 ms), burst 2; tokens plenty.
+    // Requests: 5/s (one every 200 ms), burst 3; tokens plenty.
     let llm = RedisRateLimiter::dimensions(&server.url(), "fifo", ["requests", "tokens"])
-        .limit("requests", Limit::bucket(Rate::per_second(5), 2))
+        .limit("requests", Limit::bucket(Rate::per_second(5), 3))
         .limit("tokens", Limit::bucket(Rate::per_minute(1), 10_000))
-        .lease([1, 100], Duration::from_secs(60))
+        .lease([2, 100], Duration::from_secs(60))
         .build()
         .unwrap();
-    // A grant and a lease of [1, 100]: the requests' bucket is empty.
+    // A grant and a lease of [2, 100]: the requests' bucket is empty.
     llm.try_acquire([1, 1]).await.unwrap();
     assert_eq!(llm.stats().round_trips, 1);
-    // A waiter whose tokens the lease cannot give reserves in Redis: queued there, about
-    // 200 ms.
+    // A waiter whose tokens the lease cannot give reserves in Redis, for its cost and a whole
+    // lease (every limit is a bucket): queued there, about 600 ms.
     let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let waiter = {
         let (llm, order) = (llm.clone(), order.clone());
@@ -1243,16 +1243,18 @@ async fn a_lease_never_passes_an_earlier_waiter_of_this_process() {
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    // The lease holds [1, 99], enough for [1, 1], but a waiter of this process is queued:
+    // The lease holds [2, 99], enough for [1, 1], but a waiter of this process is queued:
     // try_acquire goes to Redis, which refuses (the waiter's reservation is ahead)...
     let before = llm.stats();
+    assert_eq!(before.round_trips, 2);
     let tried = llm.try_acquire([1, 1]).await;
     assert!(
         matches!(tried, Err(TryAcquireError::NotUntil(_))),
         "{tried:?} {before:?}"
     );
     assert_eq!(llm.stats().from_lease, before.from_lease);
-    // ...and acquire queues behind the waiter.
+    // ...and acquire queues behind the waiter, then takes from the lease the waiter brought
+    // back: no round trip of its own.
     let later = {
         let (llm, order) = (llm.clone(), order.clone());
         tokio::spawn(async move {
@@ -1263,12 +1265,16 @@ async fn a_lease_never_passes_an_earlier_waiter_of_this_process() {
     waiter.await.unwrap();
     later.await.unwrap();
     assert_eq!(*order.lock().unwrap(), ["waiter", "later"]);
-    assert_eq!(llm.stats().from_lease, before.from_lease);
+    let after = llm.stats();
+    assert_eq!(after.from_lease, before.from_lease + 1);
+    // The refused try, and the old lease given back in the background.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(llm.stats().round_trips, before.round_trips + 2);
     // Nobody queued: the lease grants again, without a round trip.
     let trips = llm.stats().round_trips;
     llm.acquire([1, 1]).await.unwrap();
     assert_eq!(llm.stats().round_trips, trips);
-    assert_eq!(llm.stats().from_lease, before.from_lease + 1);
+    assert_eq!(llm.stats().from_lease, before.from_lease + 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1289,8 +1295,8 @@ async fn acquire_takes_a_lease_too_when_every_dimension_has_room() {
         a.acquire([1, 5]).await.unwrap();
     }
     assert_eq!((a.stats().round_trips, a.stats().from_lease), (1, 10));
-    // A reservation that must wait finds no room beyond its cost in the dimension it waits
-    // for: it takes no lease, and charges only its cost (the tokens' room is not held back).
+    // A bucket of one request holds no room beyond a cost of one: a reservation takes no
+    // lease at all, and charges only its cost (the tokens' room is not held back).
     let b = RedisRateLimiter::dimensions(&server.url(), "wait", ["requests", "tokens"])
         .limit("requests", Limit::bucket(Rate::per_second(10), 1))
         .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
@@ -1528,7 +1534,65 @@ async fn streams_draw_on_every_limit() {
     assert_eq!(into.stats().granted, 5);
 }
 
+/// Over buckets only, a reservation of a saturated quota waits for its cost and a whole lease,
+/// and one task at a time refills it: the others take from the lease it brings back. So a
+/// process's round trips are about one per lease, not one per grant, and every bound holds with
+/// at most one lease on top.
+async fn a_saturated_quota_of_buckets_brings_back_a_whole_lease_per_round_trip() {
+    let server = Server::start();
+    // Requests: 100/s, burst 10; tokens: 2,000/s, burst 100. Leases of [5, 40].
+    let llm = RedisRateLimiter::dimensions(&server.url(), "whole", ["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_second(100), 10))
+        .limit("tokens", Limit::bucket(Rate::per_second(2_000), 100))
+        .lease([5, 40], Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let llm = llm.clone();
+            tokio::spawn(async move {
+                let mut at = Vec::new();
+                for _ in 0..20 {
+                    llm.acquire([1, 8]).await.unwrap();
+                    at.push(start.elapsed());
+                }
+                at
+            })
+        })
+        .collect();
+    let mut granted = Vec::new();
+    for task in tasks {
+        granted.extend(task.await.unwrap());
+    }
+    granted.sort();
+    let stats = llm.stats();
+    assert_eq!(stats.granted, 160);
+    // 160 grants at [1, 8]: the tokens' lease of 40 holds five costs, the requests' of 5 as
+    // many. So about one round trip in six grants, where a reservation that took only its
+    // cost would make one per grant past the burst.
+    println!("{stats:?}");
+    assert!(stats.from_lease >= 100, "{stats:?}");
+    assert!(stats.round_trips <= 160 / 3, "{stats:?}");
+    // Every bound, plus one lease: in any span of d from the start, at most 10 + 5 + 100 d
+    // requests, and 100 + 40 + 2,000 d tokens (8 a request), one millisecond of slack for the
+    // clocks.
+    for (n, at) in granted.iter().enumerate() {
+        let d = at.as_secs_f64() + 0.001;
+        let requests = (n + 1) as f64;
+        assert!(requests <= 15.0 + 100.0 * d, "{n} by {at:?}");
+        assert!(8.0 * requests <= 140.0 + 2_000.0 * d, "{n} by {at:?}");
+    }
+    // And it was saturated: 160 requests at 100/s after a burst of 10 take 1.5 s.
+    assert!(
+        granted[159] >= Duration::from_millis(1_400),
+        "{:?}",
+        granted[159]
+    );
+}
+
 on_every_flavor!(
+    a_saturated_quota_of_buckets_brings_back_a_whole_lease_per_round_trip,
     streams_draw_on_every_limit,
     the_wait_is_the_latest_of_the_limits,
     a_lease_never_passes_an_earlier_waiter_of_this_process,

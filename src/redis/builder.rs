@@ -152,11 +152,13 @@ impl<L: sealed::Build> RedisLimiterBuilder<L> {
     /// With several limits (one quota per key for a keyed limiter), a grant that goes to
     /// Redis takes up to `max_tokens[d]` more of each dimension `d` (the least any of its
     /// limits has room for beyond the cost, at the grant's instant), charged in Redis with the
-    /// cost. `try_acquire` takes what room there is in each dimension; a reservation
-    /// (`acquire`, `acquire_timeout`) takes a lease only if every dimension asked for has room
-    /// beyond its cost at its grant's instant (one that waits for a limit has none there, so
-    /// it takes none, and never waits longer for a lease); the lease is this process's once
-    /// the reservation is granted. What a lease has not granted when it expires, or when a new
+    /// cost. `try_acquire` takes what room there is in each dimension. A reservation
+    /// (`acquire`, `acquire_timeout`) over buckets only waits for its cost and a whole lease,
+    /// as one limit's does, and one task at a time refills it: a saturated process makes about
+    /// one round trip per lease, not one per grant. With a fixed window among the limits (whose
+    /// room could come back only in its next window), a reservation takes a lease only if every
+    /// dimension asked for has room beyond its cost at its grant's instant, and never waits
+    /// longer for one. Either way the lease is this process's once the reservation is granted. What a lease has not granted when it expires, or when a new
     /// lease replaces it, is given back in the background (one round trip), per dimension to
     /// each of its limits, as a [`settle`](super::RedisPermit::settle) of a grant charged at
     /// the lease's instant: a bucket never above its burst, a fixed window only while the

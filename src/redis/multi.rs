@@ -124,7 +124,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                 Charged::Local(local)
             })
         } else {
-            if let Ok(at_us) = self.take_from_lease(cost, false) {
+            if let Ok(at_us) = self.take_from_lease(cost, false, false) {
                 spend_budget().await;
                 bump(&counters.from_lease);
                 counters.grant(sum(cost));
@@ -296,13 +296,19 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     }
 
     /// Takes `cost` from this process's lease, if it holds all of it, has not expired, and no
-    /// reservation of this process for the quota is queued (a lease grant never passes an
-    /// earlier waiter of this process): the Redis instant the lease was charged at. An expired
-    /// lease is given back.
+    /// reservation of this process for the quota is queued or refilling the lease (a lease
+    /// grant never passes an earlier waiter of this process): the Redis instant the lease was
+    /// charged at. `head`: the caller holds the refill lock, so no earlier request waits. An
+    /// expired lease is given back.
     ///
     /// Refused, a request that `asks` (one that will wait, not a try) is counted as waiting
     /// for the quota, in the same step, until it drops the returned [`Asking`].
-    fn take_from_lease(&self, cost: [u64; N], asks: bool) -> Result<u64, Option<Asking>> {
+    fn take_from_lease(
+        &self,
+        cost: [u64; N],
+        head: bool,
+        asks: bool,
+    ) -> Result<u64, Option<Asking>> {
         if self.inner.shared.lease.is_none() {
             return Err(None);
         }
@@ -322,9 +328,9 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         }
         // A dimension without a limit needs no lease.
         let limited = |d: usize| self.inner.shared.limits.iter().any(|l| l.dim == d);
-        if !self.inner.quota.turns.is_idle()
-            || (0..N).any(|d| limited(d) && lease.left[d] < cost[d])
-        {
+        let queued =
+            || !self.inner.quota.turns.is_idle() || self.inner.quota.refill.try_lock().is_err();
+        if (0..N).any(|d| limited(d) && lease.left[d] < cost[d]) || (!head && queued()) {
             return asking();
         }
         for (left, c) in lease.left.iter_mut().zip(cost) {
@@ -488,13 +494,16 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         // Once the lease was found short, this request is counted as waiting for the quota
         // until it returns: no lease grant passes it.
         let mut asking = None;
+        let from_lease = |at_us| {
+            bump(&counters.from_lease);
+            counters.grant(sum(cost));
+            self.permit(cost, Charged::Redis(at_us))
+        };
         if self.fallback().is_none() {
-            match self.take_from_lease(cost, true) {
+            match self.take_from_lease(cost, false, true) {
                 Ok(at_us) => {
                     spend_budget().await;
-                    bump(&counters.from_lease);
-                    counters.grant(sum(cost));
-                    return Ok(self.permit(cost, Charged::Redis(at_us)));
+                    return Ok(from_lease(at_us));
                 }
                 Err(found_short) => asking = found_short,
             }
@@ -505,7 +514,30 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             _ => None,
         };
         loop {
+            // Over buckets, one task at a time refills the lease; the others queue here and
+            // take from the lease it brings back.
+            let refilling = if self.inner.shared.refills() && self.fallback().is_none() {
+                let lock = self.inner.quota.refill.clone().lock_owned();
+                let guard = match deadline {
+                    Some(Some(d)) => match tokio::time::timeout_at(d, lock).await {
+                        Ok(guard) => guard,
+                        Err(_) => {
+                            let retry = Duration::from_millis(1);
+                            return Err(WaitError::Refused(NotUntil::after(retry)));
+                        }
+                    },
+                    _ => lock.await,
+                };
+                if let Ok(at_us) = self.take_from_lease(cost, true, false) {
+                    spend_budget().await;
+                    return Ok(from_lease(at_us));
+                }
+                Some(guard)
+            } else {
+                None
+            };
             if let Some((fallback, until)) = self.fallback_until() {
+                drop(refilling);
                 let grant = async {
                     match deadline {
                         None => Ok(fallback.acquire(cost).await),
@@ -571,7 +603,9 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                         return Err(WaitError::Refused(NotUntil::new(wait)));
                     }
                     if wait == Nanos::MAX {
-                        // Never, as in process: waiting for nothing, it holds no place.
+                        // Never, as in process: waiting for nothing, it holds no lock and no
+                        // place.
+                        drop(refilling);
                         drop(asking);
                         match std::future::pending::<std::convert::Infallible>().await {}
                     }
@@ -582,6 +616,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                     return Err(WaitError::Limiter(RedisLimiterError::Reply(e)));
                 }
                 Err(Failure::Outage(e)) => {
+                    drop(refilling);
                     let (policy, left) = (self.inner.shared.policy, left(Instant::now()));
                     let gives_up = deadline.is_none();
                     if let Some(share) =

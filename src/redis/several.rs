@@ -103,6 +103,21 @@ pub(super) struct Inner<const N: usize> {
     pub(super) counters: Counters,
 }
 
+impl<const N: usize> Inner<N> {
+    /// Whether a reservation waits for a whole lease, as a one-limit quota's does: with
+    /// leases, when every limit is a bucket. Then each round trip of a saturated fleet brings
+    /// back a lease that the next requests of this process share, and one task at a time
+    /// refills it. A fixed window could make that wait last until its next window, so with one
+    /// a reservation takes what room its instant has, and never waits longer for a lease.
+    pub(super) fn refills(&self) -> bool {
+        self.lease.is_some()
+            && self
+                .limits
+                .iter()
+                .all(|l| matches!(l.kind, Kind::Bucket { .. }))
+    }
+}
+
 /// What this process holds of a lease: per dimension, tokens charged in Redis at `at_us` and
 /// not granted yet, until `until`.
 pub(super) struct Lease<const N: usize> {
@@ -127,6 +142,9 @@ pub(super) struct Quota<const N: usize> {
     pub(super) turns: Arc<Turns>,
     pub(super) fallback: Mutex<Fallback<RateLimiter<[u64; N]>>>,
     pub(super) lease: Mutex<Leased<N>>,
+    /// With leases over buckets only, one task at a time refills the lease (see
+    /// [`Inner::refills`]); the others wait here and take from what it brings back.
+    pub(super) refill: Arc<tokio::sync::Mutex<()>>,
     /// The limits this process set ([`RedisRateLimiter::set_limit`]) and has not cleared,
     /// by index: what its fail-open fallback takes `share` of.
     pub(super) own: Mutex<Vec<Option<Kind>>>,
@@ -142,6 +160,7 @@ impl<const N: usize> Quota<N> {
                 held: None,
                 sweeping: false,
             }),
+            refill: Arc::new(tokio::sync::Mutex::new(())),
             own: Mutex::new(Vec::new()),
         }
     }
@@ -216,8 +235,14 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             let most = round_down(max_tokens[limit.dim]);
             want.extend_from_slice(&most.to_le_bytes());
         }
-        // A reservation takes what the limits hold at its instant, never waiting for more.
-        want.extend_from_slice(&0f64.to_le_bytes());
+        // The rule of a reservation's lease (see `Inner::refills`): wait for all of it, or
+        // take what the limits hold at the grant's instant.
+        let rule = if self.inner.shared.refills() {
+            1.0
+        } else {
+            0.0
+        };
+        want.extend_from_slice(&f64::to_le_bytes(rule));
         Some(want)
     }
 
@@ -255,8 +280,8 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         Ok(self.answer(self.call(mode, spec, extra, None).await?))
     }
 
-    /// A reservation's round trip: with leases, it also asks for a lease (taken only if every
-    /// dimension asked for has room at the grant's instant).
+    /// A reservation's round trip: with leases, it also asks for a lease (see
+    /// [`Inner::refills`] for when it waits for one).
     pub(super) async fn reserve_trip(
         &self,
         spec: Vec<u8>,
