@@ -247,6 +247,42 @@ async fn a_waiter_that_goes_away_gives_its_charge_back() {
     llm.try_acquire([1, 1]).await.unwrap();
 }
 
+/// A waiter that goes away gives its charge back before this process's next request is
+/// charged: with that request's round trip, or, if none comes, in the background, with the
+/// next request waiting for that round trip's answer. So the request after it never waits
+/// behind the debt of a grant nobody will use.
+async fn the_request_after_a_waiter_that_went_away_does_not_wait_for_it() {
+    let server = Server::start();
+    let llm: RedisRateLimiter<[u64; 2]> =
+        RedisRateLimiter::dimensions(&server.url(), "after", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_minute(1), 10))
+            .limit("tokens", Limit::bucket(Rate::per_second(10), 100))
+            .build()
+            .unwrap();
+    for next in ["try", "acquire", "later"] {
+        // 10 tokens left, then a grant of 30 with a wait of 2 s (20 tokens at 10/s), dropped.
+        llm.acquire([1, 90]).await.unwrap();
+        let waited = tokio::time::timeout(Duration::from_millis(50), llm.acquire([1, 30])).await;
+        assert!(waited.is_err());
+        match next {
+            // At once: with the try's round trip, or ahead of it.
+            "try" => llm.try_acquire([1, 1]).await.map(|_| ()).unwrap(),
+            "acquire" => {
+                let started = Instant::now();
+                llm.acquire([1, 1]).await.unwrap();
+                assert!(started.elapsed() < Duration::from_millis(500), "{next}");
+            }
+            _ => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                llm.try_acquire([1, 1]).await.map(|_| ()).unwrap();
+            }
+        }
+        // The next case starts from a full quota.
+        let mut conn = admin(&server);
+        let _: () = redis::cmd("DEL").arg("{after}").query(&mut conn).unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_of_an_unknown_version_is_a_reply_error_left_as_it_is() {
     let server = Server::start();
@@ -1592,6 +1628,7 @@ async fn a_saturated_quota_of_buckets_brings_back_a_whole_lease_per_round_trip()
 }
 
 on_every_flavor!(
+    the_request_after_a_waiter_that_went_away_does_not_wait_for_it,
     a_saturated_quota_of_buckets_brings_back_a_whole_lease_per_round_trip,
     streams_draw_on_every_limit,
     the_wait_is_the_latest_of_the_limits,

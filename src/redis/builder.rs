@@ -158,12 +158,15 @@ impl<L: sealed::Build> RedisLimiterBuilder<L> {
     /// one round trip per lease, not one per grant. With a fixed window among the limits (whose
     /// room could come back only in its next window), a reservation takes a lease only if every
     /// dimension asked for has room beyond its cost at its grant's instant, and never waits
-    /// longer for one. Either way the lease is this process's once the reservation is granted. What a lease has not granted when it expires, or when a new
-    /// lease replaces it, is given back in the background (one round trip), per dimension to
-    /// each of its limits, as a [`settle`](super::RedisPermit::settle) of a grant charged at
-    /// the lease's instant: a bucket never above its burst, a fixed window only while the
-    /// window the lease was charged in lasts. (If that round trip fails, or there is no
-    /// runtime, it stays charged: on the quota's side.) Every token a lease holds is charged
+    /// longer for one. Either way the lease is this process's once the reservation is
+    /// granted. What a lease has not granted when it expires, or when a new lease replaces it,
+    /// is given back as with one limit: with the quota's next round trip or, once nothing of
+    /// the quota is in flight in this process, in the background. Per dimension to each of its
+    /// limits, as a [`settle`](super::RedisPermit::settle) of a grant charged at the lease's
+    /// instant: a bucket never above its burst, a fixed window only while the window the lease
+    /// was charged in lasts (and only the lease's tokens alone: given back with a dropped
+    /// waiter's, a window keeps them). (If that round trip fails, or there is no runtime, it
+    /// stays charged: on the quota's side.) Every token a lease holds is charged
     /// in Redis when the lease is taken, so Redis holds every limit to its bound; the grants a
     /// lease makes come later, up to `max_age` after that charge, so the fleet's grants can
     /// exceed a limit's bound over a span by at most what the leases taken in it held (a

@@ -34,6 +34,7 @@ mod connect;
 mod dimensions;
 mod error;
 mod fallback;
+mod held;
 mod key;
 mod keyed;
 mod keyed_multi;

@@ -8,11 +8,10 @@ use tokio::time::Instant;
 use super::error::{RedisLimiterError, TryAcquireError};
 use super::limiter::RedisRateLimiter;
 use super::policy::{self, FailurePolicy};
-use super::script::{bump, round_down, Failure};
+use super::script::{bump, Failure};
 use super::settle::{Charged, RedisPermit, Reserved};
-use super::several::{micros, sum, Answer, Kind, Lease};
+use super::several::{sum, Answer, Kind};
 use super::stats::RedisStats;
-use super::turns::Asking;
 use super::wait::{on_fallback, pause_after, spend_budget, Outages, WaitError};
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
@@ -118,6 +117,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             counters.grant(0);
             return Ok(self.permit(cost, Charged::Nothing));
         }
+        let _using = self.using();
         let answer = if let Some(fallback) = self.fallback() {
             fallback.try_acquire(cost).map(|local| {
                 counters.fall_back();
@@ -130,16 +130,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                 counters.grant(sum(cost));
                 return Ok(self.permit(cost, Charged::Redis(at_us)));
             }
-            let trip = match self.lease_wanted() {
-                None => self.round_trip("try", self.amounts(cost), None).await,
-                Some(want) => {
-                    let spec = self.amounts(cost);
-                    self.call("try", spec, None, Some(want))
-                        .await
-                        .map(|r| self.answer(r))
-                }
-            };
-            match trip {
+            match self.charge_trip("try", cost, None).await {
                 Ok(Answer::Granted(_, at_us, leased)) => {
                     self.recovered();
                     if let Some((_, max_age)) = self.inner.shared.lease {
@@ -232,7 +223,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             extra.extend_from_slice(&v.to_le_bytes());
         }
         match self
-            .call("limit", self.spec(|_| 0.0), Some(extra), None)
+            .call("limit", self.spec(|_| 0.0), [Some(extra), None, None])
             .await
         {
             Ok(_) => {
@@ -271,7 +262,10 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     /// # }
     /// ```
     pub async fn clear_limit(&self) -> Result<(), RedisLimiterError> {
-        match self.call("clear", self.spec(|_| 0.0), None, None).await {
+        match self
+            .call("clear", self.spec(|_| 0.0), [None, None, None])
+            .await
+        {
             Ok(_) => {
                 self.recovered();
                 lock(&self.inner.quota.own).clear();
@@ -293,130 +287,6 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             cost,
             charged,
         }
-    }
-
-    /// Takes `cost` from this process's lease, if it holds all of it, has not expired, and no
-    /// reservation of this process for the quota is queued or refilling the lease (a lease
-    /// grant never passes an earlier waiter of this process): the Redis instant the lease was
-    /// charged at. `head`: the caller holds the refill lock, so no earlier request waits. An
-    /// expired lease is given back.
-    ///
-    /// Refused, a request that `asks` (one that will wait, not a try) is counted as waiting
-    /// for the quota, in the same step, until it drops the returned [`Asking`].
-    fn take_from_lease(
-        &self,
-        cost: [u64; N],
-        head: bool,
-        asks: bool,
-    ) -> Result<u64, Option<Asking>> {
-        if self.inner.shared.lease.is_none() {
-            return Err(None);
-        }
-        let mut leased = lock(&self.inner.quota.lease);
-        let asking = || Err(asks.then(|| self.inner.quota.turns.ask()));
-        let Some(lease) = leased.held.as_mut() else {
-            return asking();
-        };
-        if Instant::now() >= lease.until {
-            let refused = asking();
-            let expired = leased.held.take();
-            drop(leased);
-            if let Some(expired) = expired {
-                self.give_back(expired);
-            }
-            return refused;
-        }
-        // A dimension without a limit needs no lease.
-        let limited = |d: usize| self.inner.shared.limits.iter().any(|l| l.dim == d);
-        let queued =
-            || !self.inner.quota.turns.is_idle() || self.inner.quota.refill.try_lock().is_err();
-        if (0..N).any(|d| limited(d) && lease.left[d] < cost[d]) || (!head && queued()) {
-            return asking();
-        }
-        for (left, c) in lease.left.iter_mut().zip(cost) {
-            *left = left.saturating_sub(c);
-        }
-        Ok(lease.at_us)
-    }
-
-    /// Holds what a grant leased (one amount per limit, the same for every limit of a
-    /// dimension), replacing what was left of the last lease (given back), and sees that it
-    /// is given back once it expires.
-    fn take_lease(&self, leased: &[u64], at_us: u64, max_age: Duration) {
-        let left = self.leased_per_dim(leased);
-        let now = Instant::now();
-        let until = now
-            .checked_add(max_age)
-            .unwrap_or(now + Duration::from_secs(86_400 * 365 * 30));
-        let (old, sweep) = {
-            let mut slot = lock(&self.inner.quota.lease);
-            let old = slot.held.replace(Lease { left, until, at_us });
-            let sweep = !std::mem::replace(&mut slot.sweeping, true);
-            (old, sweep)
-        };
-        if let Some(old) = old {
-            self.give_back(old);
-        }
-        if sweep {
-            self.sweep_leases();
-        }
-    }
-
-    /// Gives back, in the background, what `lease` holds: per dimension, to each of its
-    /// limits, as a settle of a grant charged at the lease's instant (a bucket never above its
-    /// burst; a fixed window only within the window the lease was charged in). One round
-    /// trip, none if it holds nothing; if there is no runtime, or it fails, it stays charged:
-    /// on the quota's side.
-    fn give_back(&self, lease: Lease<N>) {
-        let limited = |d: usize| self.inner.shared.limits.iter().any(|l| l.dim == d);
-        if (0..N).all(|d| !limited(d) || lease.left[d] == 0) {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let this = self.clone();
-        runtime.spawn(async move {
-            let spec = this.spec(|dim| -round_down(lease.left[dim]));
-            let _ = this
-                .call("settle", spec, Some(micros(lease.at_us)), None)
-                .await;
-        });
-    }
-
-    /// A task that gives this process's lease back once it expires, for as long as one is
-    /// held (one task per quota; it holds the limiter, so at most a lease's age after the
-    /// last handle goes).
-    fn sweep_leases(&self) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            lock(&self.inner.quota.lease).sweeping = false;
-            return;
-        };
-        let this = self.clone();
-        runtime.spawn(async move {
-            loop {
-                let until = {
-                    let mut slot = lock(&this.inner.quota.lease);
-                    match slot.held.as_ref().map(|l| l.until) {
-                        None => {
-                            slot.sweeping = false;
-                            return;
-                        }
-                        Some(until) if until <= Instant::now() => {
-                            let expired = slot.held.take();
-                            slot.sweeping = false;
-                            drop(slot);
-                            if let Some(expired) = expired {
-                                this.give_back(expired);
-                            }
-                            return;
-                        }
-                        Some(until) => until,
-                    }
-                };
-                tokio::time::sleep_until(until).await;
-            }
-        });
     }
 
     /// The fail-open fallback, while it is in charge.
@@ -491,6 +361,9 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             counters.grant(0);
             return Ok(self.permit(cost, Charged::Nothing));
         }
+        // Dropped last (declared first): what a reservation dropped below puts back is given
+        // back in the background if nothing else of the quota is in flight.
+        let _using = self.using();
         // Once the lease was found short, this request is counted as waiting for the quota
         // until it returns: no lease grant passes it.
         let mut asking = None;
@@ -557,7 +430,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             let attempt = Instant::now();
             let max_wait_us =
                 left(attempt).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-            let trip = self.reserve_trip(self.amounts(cost), max_wait_us);
+            let trip = self.charge_trip("reserve", cost, max_wait_us);
             // A grant takes its place among this process's grants of the quota by the instant
             // Redis charged it for; anything else takes none.
             let (turn, answer) = self

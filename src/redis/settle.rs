@@ -19,8 +19,9 @@ pub struct RedisPermit<const N: usize> {
 }
 
 /// A grant charged in Redis whose waiter has not had it yet: if the waiter goes away, its
-/// whole cost is given back (settled to zero) in the background, in one round trip (if there
-/// is a runtime; if not, or if that fails, it stays taken: on the quota's side).
+/// whole charge is given back with the quota's next round trip or, once nothing of the quota
+/// is in flight, in the background (if there is a runtime; if not, or if that fails, it stays
+/// taken: on the quota's side).
 pub(super) struct Reserved<const N: usize>(pub(super) Option<RedisPermit<N>>);
 
 impl<const N: usize> Drop for Reserved<N> {
@@ -28,10 +29,10 @@ impl<const N: usize> Drop for Reserved<N> {
         let Some(permit) = self.0.take() else {
             return;
         };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _ = permit.settle([0; N]).await;
-            });
+        match permit.charged {
+            Charged::Redis(at_us) => permit.limiter.put_back(permit.cost, at_us),
+            Charged::Local(local) => local.settle([0; N]),
+            Charged::Nothing => {}
         }
     }
 }
@@ -104,7 +105,7 @@ impl<const N: usize> RedisPermit<N> {
             }
         });
         match limiter
-            .call("settle", spec, Some(micros(at_us)), None)
+            .call("settle", spec, [Some(micros(at_us)), None, None])
             .await
         {
             Ok(_) => Ok(()),

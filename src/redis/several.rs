@@ -126,11 +126,57 @@ pub(super) struct Lease<const N: usize> {
     pub(super) at_us: u64,
 }
 
-/// A quota's lease in this process, and whether a task is set to give it back once it
-/// expires (kept under one lock, so that a lease taken as that task ends is never missed).
+/// Tokens charged in Redis that this process will not grant (a lease expired or replaced, a
+/// reservation whose waiter went away), per dimension, and the Redis instant they were
+/// charged at while they are one charge's alone (the script then takes the latest grant's
+/// tokens back in full, and a fixed window takes them back within the window they were
+/// charged in).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Back<const N: usize> {
+    pub(super) dims: [u64; N],
+    pub(super) at_us: Option<u64>,
+}
+
+impl<const N: usize> Back<N> {
+    pub(super) const NOTHING: Back<N> = Back {
+        dims: [0; N],
+        at_us: None,
+    };
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.dims == [0; N]
+    }
+
+    /// Adds `dims` charged at Redis time `at_us`.
+    pub(super) fn add(&mut self, dims: [u64; N], at_us: u64) {
+        if dims == [0; N] {
+            return;
+        }
+        self.at_us = match self.at_us {
+            _ if self.is_empty() => Some(at_us),
+            Some(at) if at == at_us => Some(at),
+            _ => None,
+        };
+        for (d, n) in self.dims.iter_mut().zip(dims) {
+            *d = d.saturating_add(n);
+        }
+    }
+}
+
+/// A quota's state in this process, under one lock: its lease, whether a task is set to
+/// give it back once it expires (so that a lease taken as that task ends is never missed),
+/// what it has to give back, and its acquisitions in flight.
 pub(super) struct Leased<const N: usize> {
     pub(super) held: Option<Lease<N>>,
     pub(super) sweeping: bool,
+    /// Given back with the quota's next round trip or, once no acquisition is in flight, in
+    /// the background.
+    pub(super) back: Back<N>,
+    /// Acquisitions in flight.
+    pub(super) users: usize,
+    /// Locked while tokens go back to Redis in the background: the quota's next round trips
+    /// wait for it, so that Redis charges them after the tokens are back.
+    pub(super) returning: Option<Arc<tokio::sync::Mutex<()>>>,
 }
 
 /// One quota (one Redis key, holding all its limits) as this process knows it.
@@ -159,6 +205,9 @@ impl<const N: usize> Quota<N> {
             lease: Mutex::new(Leased {
                 held: None,
                 sweeping: false,
+                back: Back::NOTHING,
+                users: 0,
+                returning: None,
             }),
             refill: Arc::new(tokio::sync::Mutex::new(())),
             own: Mutex::new(Vec::new()),
@@ -246,53 +295,41 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         Some(want)
     }
 
-    /// One script call, in the general form, with `arg` after the limits (the reservation's
-    /// longest wait, the settled grant's instant in microseconds, a new limit) and a lease.
+    /// One script call, in the general form: ARGV[3] to ARGV[5] after the limits (see the
+    /// script: the reservation's longest wait, the settled grant's instant, a new limit; a
+    /// lease; tokens to give back first).
     pub(super) async fn call(
         &self,
         mode: &str,
         spec: Vec<u8>,
-        arg: Option<Vec<u8>>,
-        lease: Option<Vec<u8>>,
+        args: [Option<Vec<u8>>; 3],
     ) -> Result<Vec<u64>, Failure> {
         let inner = &self.inner.shared;
         inner.counters.round_trip();
         let key = &self.inner.quota.key;
-        let reply = eval(
-            &inner.script,
-            inner.conn.clone(),
-            key,
-            mode,
-            spec,
-            [arg, lease, None],
-        )
-        .await;
+        let reply = eval(&inner.script, inner.conn.clone(), key, mode, spec, args).await;
         reply.map_err(|e| Failure::classify(e, &inner.counters, key, 0))
     }
 
-    pub(super) async fn round_trip(
+    /// The round trip that charges `cost`: `"reserve"` (within `max_wait_us`, if given) or
+    /// `"try"`. With leases it asks for one too (see [`Inner::refills`] for when a reservation
+    /// waits for it). It first gives back what this process has to give back, after any that
+    /// is on its way back in the background (see `take_back`).
+    pub(super) async fn charge_trip(
         &self,
         mode: &str,
-        spec: Vec<u8>,
+        cost: [u64; N],
         max_wait_us: Option<u64>,
     ) -> Result<Answer, Failure> {
-        let extra = max_wait_us.map(micros);
-        Ok(self.answer(self.call(mode, spec, extra, None).await?))
-    }
-
-    /// A reservation's round trip: with leases, it also asks for a lease (see
-    /// [`Inner::refills`] for when it waits for one).
-    pub(super) async fn reserve_trip(
-        &self,
-        spec: Vec<u8>,
-        max_wait_us: Option<u64>,
-    ) -> Result<Answer, Failure> {
-        let Some(want) = self.lease_wanted() else {
-            return self.round_trip("reserve", spec, max_wait_us).await;
-        };
-        let reply = self
-            .call("reserve", spec, max_wait_us.map(micros), Some(want))
-            .await?;
+        let back = self.take_back().await;
+        let args = [
+            max_wait_us.map(micros),
+            self.lease_wanted(),
+            self.back_arg(&back),
+        ];
+        // It may have run even if it failed: not offering the tokens again errs on the
+        // quota's side.
+        let reply = self.call(mode, self.amounts(cost), args).await?;
         Ok(self.answer(reply))
     }
 

@@ -1,0 +1,253 @@
+//! What a quota of several limits holds in this process: its lease, and the tokens charged in
+//! Redis that it will not grant, on their way back (with the quota's next round trip, or in
+//! the background once nothing of the quota is in flight).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::limiter::RedisRateLimiter;
+use super::script::round_down;
+use super::several::{micros, Back, Lease};
+use super::turns::Asking;
+use crate::sync::lock;
+
+/// An acquisition of the quota in flight: while one is, tokens to give back wait for its
+/// round trip (or the next one's); the last to go gives them back in the background.
+pub(super) struct Using<const N: usize>(RedisRateLimiter<[u64; N]>);
+
+impl<const N: usize> Drop for Using<N> {
+    fn drop(&mut self) {
+        let idle = {
+            let mut local = lock(&self.0.inner.quota.lease);
+            local.users -= 1;
+            local.users == 0 && !local.back.is_empty()
+        };
+        if idle {
+            self.0.give_back_later();
+        }
+    }
+}
+
+impl<const N: usize> RedisRateLimiter<[u64; N]> {
+    /// Counts an acquisition in flight until the returned guard is dropped.
+    pub(super) fn using(&self) -> Using<N> {
+        lock(&self.inner.quota.lease).users += 1;
+        Using(self.clone())
+    }
+
+    /// Whether a dimension has a limit (one without needs no lease, and gives nothing back).
+    fn limited(&self, dim: usize) -> bool {
+        self.inner.shared.limits.iter().any(|l| l.dim == dim)
+    }
+
+    /// `dims` with 0 for the dimensions without a limit.
+    fn limited_only(&self, mut dims: [u64; N]) -> [u64; N] {
+        for (d, n) in dims.iter_mut().enumerate() {
+            if !self.limited(d) {
+                *n = 0;
+            }
+        }
+        dims
+    }
+
+    /// Takes `cost` from this process's lease, if it holds all of it, has not expired, and no
+    /// reservation of this process for the quota is queued or refilling the lease (a lease
+    /// grant never passes an earlier waiter of this process): the Redis instant the lease was
+    /// charged at. `head`: the caller holds the refill lock, so no earlier request waits. An
+    /// expired lease is given back with the caller's round trip.
+    ///
+    /// Refused, a request that `asks` (one that will wait, not a try) is counted as waiting
+    /// for the quota, in the same step, until it drops the returned [`Asking`].
+    pub(super) fn take_from_lease(
+        &self,
+        cost: [u64; N],
+        head: bool,
+        asks: bool,
+    ) -> Result<u64, Option<Asking>> {
+        if self.inner.shared.lease.is_none() {
+            return Err(None);
+        }
+        let quota = &self.inner.quota;
+        let mut local = lock(&quota.lease);
+        let asking = || Err(asks.then(|| quota.turns.ask()));
+        let Some(lease) = local.held.as_mut() else {
+            return asking();
+        };
+        if Instant::now() >= lease.until {
+            let (left, at_us) = (lease.left, lease.at_us);
+            local.held = None;
+            local.back.add(self.limited_only(left), at_us);
+            return asking();
+        }
+        let queued = || !quota.turns.is_idle() || quota.refill.try_lock().is_err();
+        if (0..N).any(|d| self.limited(d) && lease.left[d] < cost[d]) || (!head && queued()) {
+            return asking();
+        }
+        for (left, c) in lease.left.iter_mut().zip(cost) {
+            *left = left.saturating_sub(c);
+        }
+        Ok(lease.at_us)
+    }
+
+    /// Holds what a grant leased (one amount per limit, the same for every limit of a
+    /// dimension), replacing what was left of the last lease (given back with the next round
+    /// trip), and sees that it is given back once it expires.
+    pub(super) fn take_lease(&self, leased: &[u64], at_us: u64, max_age: Duration) {
+        let left = self.leased_per_dim(leased);
+        let now = Instant::now();
+        let until = now
+            .checked_add(max_age)
+            .unwrap_or(now + Duration::from_secs(86_400 * 365 * 30));
+        let sweep = {
+            let mut local = lock(&self.inner.quota.lease);
+            if let Some(old) = local.held.replace(Lease { left, until, at_us }) {
+                local.back.add(self.limited_only(old.left), old.at_us);
+            }
+            !std::mem::replace(&mut local.sweeping, true)
+        };
+        if sweep {
+            self.sweep_leases();
+        }
+    }
+
+    /// Tokens charged for Redis time `at_us` that this process will not grant (a reservation
+    /// whose waiter went away): given back with the quota's next round trip or, once nothing
+    /// of the quota is in flight, in the background.
+    pub(super) fn put_back(&self, dims: [u64; N], at_us: u64) {
+        let idle = {
+            let mut local = lock(&self.inner.quota.lease);
+            local.back.add(self.limited_only(dims), at_us);
+            local.users == 0
+        };
+        if idle {
+            self.give_back_later();
+        }
+    }
+
+    /// What to give back with a round trip about to be sent, taken under the lock under which
+    /// a give-back in the background is seen: if one is on its way, this waits for its answer
+    /// first. Sent before it, a reservation would be charged behind tokens about to come back,
+    /// and Redis takes back in full only the latest grant's tokens while grants wait.
+    pub(super) async fn take_back(&self) -> Back<N> {
+        loop {
+            let gate = {
+                let mut local = lock(&self.inner.quota.lease);
+                match &local.returning {
+                    None => return std::mem::replace(&mut local.back, Back::NOTHING),
+                    Some(gate) => gate.clone(),
+                }
+            };
+            drop(gate.lock().await);
+            // Unlocked: the give-back is answered, or its task went away without opening the
+            // gate (a runtime shutting down): open it.
+            let mut local = lock(&self.inner.quota.lease);
+            if local
+                .returning
+                .as_ref()
+                .is_some_and(|g| Arc::ptr_eq(g, &gate))
+            {
+                local.returning = None;
+            }
+        }
+    }
+
+    /// The script's tokens to give back (ARGV[5]): per limit, its dimension's; then the Redis
+    /// time they were charged at, or -1. None for nothing.
+    pub(super) fn back_arg(&self, back: &Back<N>) -> Option<Vec<u8>> {
+        if back.is_empty() {
+            return None;
+        }
+        let limits = &self.inner.shared.limits;
+        let mut arg = Vec::with_capacity((limits.len() + 1) * 8);
+        for limit in limits {
+            arg.extend_from_slice(&round_down(back.dims[limit.dim]).to_le_bytes());
+        }
+        let at = back.at_us.map_or(-1.0, round_down);
+        arg.extend_from_slice(&at.to_le_bytes());
+        Some(arg)
+    }
+
+    /// Gives back what the quota has to give back, in the background (one round trip per
+    /// batch, none for nothing), its next round trips waiting at its gate until Redis has
+    /// answered. If there is no runtime, or the round trip fails, the tokens stay charged: on
+    /// the quota's side.
+    pub(super) fn give_back_later(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let this = self.clone();
+        runtime.spawn(async move {
+            let gate = Arc::new(tokio::sync::Mutex::new(()));
+            let Ok(closed) = gate.clone().try_lock_owned() else {
+                return;
+            };
+            {
+                let mut local = lock(&this.inner.quota.lease);
+                if local.returning.is_some() {
+                    // Another such task is giving back, and takes this too.
+                    return;
+                }
+                local.returning = Some(gate);
+            }
+            loop {
+                let back = {
+                    let mut local = lock(&this.inner.quota.lease);
+                    let back = std::mem::replace(&mut local.back, Back::NOTHING);
+                    if back.is_empty() {
+                        // Opened under the lock under which nothing was left: tokens added
+                        // later find the gate open, and a task of their own or the next
+                        // round trip takes them back.
+                        local.returning = None;
+                        break;
+                    }
+                    back
+                };
+                let spec = this.spec(|dim| -round_down(back.dims[dim]));
+                let at = back
+                    .at_us
+                    .map_or_else(|| (-1f64).to_le_bytes().to_vec(), micros);
+                let _ = this.call("settle", spec, [Some(at), None, None]).await;
+            }
+            drop(closed);
+        });
+    }
+
+    /// A task that moves this process's lease to be given back once it expires, for as long as
+    /// one is held (one task per quota; it holds the limiter, so at most a lease's age after
+    /// the last handle goes).
+    fn sweep_leases(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            lock(&self.inner.quota.lease).sweeping = false;
+            return;
+        };
+        let this = self.clone();
+        runtime.spawn(async move {
+            loop {
+                let until = {
+                    let mut local = lock(&this.inner.quota.lease);
+                    match local.held.as_ref().map(|l| (l.until, l.left, l.at_us)) {
+                        None => {
+                            local.sweeping = false;
+                            return;
+                        }
+                        Some((until, left, at_us)) if until <= Instant::now() => {
+                            local.held = None;
+                            local.sweeping = false;
+                            local.back.add(this.limited_only(left), at_us);
+                            let idle = local.users == 0;
+                            drop(local);
+                            if idle {
+                                this.give_back_later();
+                            }
+                            return;
+                        }
+                        Some((until, ..)) => until,
+                    }
+                };
+                tokio::time::sleep_until(until).await;
+            }
+        });
+    }
+}
