@@ -20,7 +20,9 @@ use super::local::ToReturn;
 use super::policy::{self, FailurePolicy};
 use super::script::{wait_from_us, Answer, Call, Failure, Reply, REPLY_BACKOFF_MAX};
 use super::turns::Asking;
-use super::wait::{on_fallback, pause_after, spend_budget, Outages, WaitError};
+use super::wait::{
+    on_fallback, on_refusal, pause_after, refill_turn, spend_budget, Outages, WaitError,
+};
 use crate::core::Nanos;
 use crate::engine::coop::poll_budget;
 use crate::error::{ConfigError, NotUntil};
@@ -256,17 +258,7 @@ where
             // With leases, one task at a time refills the key's lease; the others queue here
             // and take from the lease it brings back.
             let refilling = if lease_tokens > 0 {
-                let lock = hold.refill.clone().lock_owned();
-                let guard = match deadline {
-                    Some(Some(d)) => match tokio::time::timeout_at(d, lock).await {
-                        Ok(guard) => guard,
-                        Err(_) => {
-                            let retry = Duration::from_millis(1);
-                            return Err(WaitError::Refused(NotUntil::after(retry)));
-                        }
-                    },
-                    _ => lock.await,
-                };
+                let guard = refill_turn(&hold.refill, deadline).await?;
                 if self.grant_from_lease(key, cost, true, None).await {
                     return Ok(());
                 }
@@ -358,20 +350,7 @@ where
                 }
                 Ok(Answer::Refused { wait }) => {
                     self.recovered();
-                    if deadline.is_some() {
-                        return Err(WaitError::Refused(NotUntil::new(wait)));
-                    }
-                    if wait == Nanos::MAX {
-                        // Never (the debts ahead of it take 584 years or more): as in process,
-                        // waiting for nothing, it holds no lock and no place.
-                        drop(refilling);
-                        drop(asking);
-                        match std::future::pending::<std::convert::Infallible>().await {}
-                    }
-                    // A reservation without a deadline is otherwise never refused; should the
-                    // script say so, wait and ask again.
-                    let wait = wait.to_duration().min(Duration::from_secs(1));
-                    tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
+                    on_refusal(wait, deadline.is_some(), refilling, &mut asking).await?;
                 }
                 Err(Failure::Reply(e)) => {
                     if !patient {

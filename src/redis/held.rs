@@ -2,7 +2,6 @@
 //! Redis that it will not grant, on their way back (with the quota's next round trip, or in
 //! the background once nothing of the quota is in flight).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -11,6 +10,7 @@ use super::limiter::RedisRateLimiter;
 use super::script::round_down;
 use super::several::{micros, Back, Lease};
 use super::turns::Asking;
+use super::wait::{closed_gate, forget_gate};
 use crate::sync::lock;
 
 /// An acquisition of the quota in flight: while one is, tokens to give back wait for its
@@ -140,16 +140,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                 }
             };
             drop(gate.lock().await);
-            // Unlocked: the give-back is answered, or its task went away without opening the
-            // gate (a runtime shutting down): open it.
-            let mut local = lock(&self.inner.quota.lease);
-            if local
-                .returning
-                .as_ref()
-                .is_some_and(|g| Arc::ptr_eq(g, &gate))
-            {
-                local.returning = None;
-            }
+            forget_gate(&mut lock(&self.inner.quota.lease).returning, &gate);
         }
     }
 
@@ -179,10 +170,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         };
         let this = self.clone();
         runtime.spawn(async move {
-            let gate = Arc::new(tokio::sync::Mutex::new(()));
-            let Ok(closed) = gate.clone().try_lock_owned() else {
-                return;
-            };
+            let (gate, closed) = closed_gate();
             {
                 let mut local = lock(&this.inner.quota.lease);
                 if local.returning.is_some() {

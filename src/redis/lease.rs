@@ -13,6 +13,7 @@ use super::keyed::{Inner, RedisKeyedRateLimiter};
 use super::local::{KeyLocal, Lease, ToReturn};
 use super::script::{bump, Call};
 use super::turns::{Asking, Turns};
+use super::wait::{closed_gate, forget_gate, Gate};
 use crate::sync::lock;
 
 /// Gives `back` tokens of a key back to Redis, in the background (if there is a runtime; if
@@ -164,10 +165,7 @@ where
     };
     let inner = inner.clone();
     runtime.spawn(async move {
-        let gate = Arc::new(tokio::sync::Mutex::new(()));
-        let Ok(closed) = gate.clone().try_lock_owned() else {
-            return;
-        };
+        let (gate, closed) = closed_gate();
         match lock(&inner.keys).get_mut(&key) {
             Some(local) if local.returning.is_none() => local.returning = Some(gate.clone()),
             // Gone, or being given back by another such task, which takes this too.
@@ -317,16 +315,8 @@ where
                 Ok(amounts) => return amounts,
                 Err(gate) => {
                     drop(gate.lock().await);
-                    // Unlocked: the give-back is answered, or its task went away without
-                    // opening the gate (a runtime shutting down): open it.
                     if let Some(local) = lock(&self.inner.keys).get_mut(key) {
-                        if local
-                            .returning
-                            .as_ref()
-                            .is_some_and(|g| Arc::ptr_eq(g, &gate))
-                        {
-                            local.returning = None;
-                        }
+                        forget_gate(&mut local.returning, &gate);
                     }
                 }
             }
@@ -334,11 +324,7 @@ where
     }
 
     /// [`amounts`](Self::amounts), or the gate to wait at.
-    fn amounts_now<Q>(
-        &self,
-        key: &Q,
-        cost: u64,
-    ) -> Result<(u64, u64, ToReturn), Arc<tokio::sync::Mutex<()>>>
+    fn amounts_now<Q>(&self, key: &Q, cost: u64) -> Result<(u64, u64, ToReturn), Gate>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,

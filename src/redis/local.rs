@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::turns::Turns;
+use super::wait::Gate;
 
 /// Tokens to give back and, while they are one reservation's alone, the Redis instant it was
 /// charged for: Redis takes the last grant's tokens back in full even while grants wait (see
@@ -53,7 +54,7 @@ pub(super) struct KeyLocal {
     pub(super) to_return: ToReturn,
     /// Locked while tokens of the key go back to Redis in the background: its next requests
     /// wait for it, so that Redis charges them after the tokens are back.
-    pub(super) returning: Option<Arc<tokio::sync::Mutex<()>>>,
+    pub(super) returning: Option<Gate>,
     /// With leases, one task at a time refills the key's lease; the others wait for it rather
     /// than each asking Redis for a whole lease of its own.
     pub(super) refill: Arc<tokio::sync::Mutex<()>>,

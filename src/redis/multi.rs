@@ -12,7 +12,9 @@ use super::script::{bump, Failure};
 use super::settle::{Charged, RedisPermit, Reserved};
 use super::several::{sum, Answer, Kind};
 use super::stats::RedisStats;
-use super::wait::{on_fallback, pause_after, spend_budget, Outages, WaitError};
+use super::wait::{
+    on_fallback, on_refusal, pause_after, refill_turn, spend_budget, Outages, WaitError,
+};
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
 use crate::limiter::{Limit, RateLimiter};
@@ -113,9 +115,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     pub async fn try_acquire(&self, cost: [u64; N]) -> Result<RedisPermit<N>, TryAcquireError> {
         let counters = &self.inner.shared.counters;
         if cost == [0; N] {
-            spend_budget().await;
-            counters.grant(0);
-            return Ok(self.permit(cost, Charged::Nothing));
+            return Ok(self.grant_nothing().await);
         }
         let _using = self.using();
         let answer = if let Some(fallback) = self.fallback() {
@@ -281,6 +281,13 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         RedisStats::read(&self.inner.shared.counters, 1)
     }
 
+    /// A cost of 0: granted at once, spending the task's cooperative budget.
+    async fn grant_nothing(&self) -> RedisPermit<N> {
+        spend_budget().await;
+        self.inner.shared.counters.grant(0);
+        self.permit([0; N], Charged::Nothing)
+    }
+
     fn permit(&self, cost: [u64; N], charged: Charged<N>) -> RedisPermit<N> {
         RedisPermit {
             limiter: self.clone(),
@@ -357,9 +364,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     ) -> Result<RedisPermit<N>, WaitError> {
         let counters = &self.inner.shared.counters;
         if cost == [0; N] {
-            spend_budget().await;
-            counters.grant(0);
-            return Ok(self.permit(cost, Charged::Nothing));
+            return Ok(self.grant_nothing().await);
         }
         // Dropped last (declared first): what a reservation dropped below puts back is given
         // back in the background if nothing else of the quota is in flight.
@@ -390,17 +395,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             // Over buckets, one task at a time refills the lease; the others queue here and
             // take from the lease it brings back.
             let refilling = if self.inner.shared.refills() && self.fallback().is_none() {
-                let lock = self.inner.quota.refill.clone().lock_owned();
-                let guard = match deadline {
-                    Some(Some(d)) => match tokio::time::timeout_at(d, lock).await {
-                        Ok(guard) => guard,
-                        Err(_) => {
-                            let retry = Duration::from_millis(1);
-                            return Err(WaitError::Refused(NotUntil::after(retry)));
-                        }
-                    },
-                    _ => lock.await,
-                };
+                let guard = refill_turn(&self.inner.quota.refill, deadline).await?;
                 if let Ok(at_us) = self.take_from_lease(cost, true, false) {
                     spend_budget().await;
                     return Ok(from_lease(at_us));
@@ -472,18 +467,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                 }
                 Ok(Answer::Refused(wait)) => {
                     self.recovered();
-                    if deadline.is_some() {
-                        return Err(WaitError::Refused(NotUntil::new(wait)));
-                    }
-                    if wait == Nanos::MAX {
-                        // Never, as in process: waiting for nothing, it holds no lock and no
-                        // place.
-                        drop(refilling);
-                        drop(asking);
-                        match std::future::pending::<std::convert::Infallible>().await {}
-                    }
-                    let wait = wait.to_duration().min(Duration::from_secs(1));
-                    tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
+                    on_refusal(wait, deadline.is_some(), refilling, &mut asking).await?;
                 }
                 Err(Failure::Reply(e)) => {
                     return Err(WaitError::Limiter(RedisLimiterError::Reply(e)));

@@ -13,6 +13,7 @@ use super::limiter::RedisRateLimiter;
 use super::policy::{self, FailurePolicy};
 use super::script::{eval, round_down, round_up, wait_from_us, Conn, Counters, Failure};
 use super::turns::{Turns, Warmth};
+use super::wait::Gate;
 use crate::core::Nanos;
 use crate::limiter::{Limit, RateLimiter};
 use crate::rate::Rate;
@@ -176,7 +177,7 @@ pub(super) struct Leased<const N: usize> {
     pub(super) users: usize,
     /// Locked while tokens go back to Redis in the background: the quota's next round trips
     /// wait for it, so that Redis charges them after the tokens are back.
-    pub(super) returning: Option<Arc<tokio::sync::Mutex<()>>>,
+    pub(super) returning: Option<Gate>,
 }
 
 /// One quota (one Redis key, holding all its limits) as this process knows it.

@@ -3,13 +3,17 @@
 //! failure policy of outages, the race of the fail-open fallback against Redis's recovery.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use super::error::RedisLimiterError;
 use super::policy::FailurePolicy;
+use super::turns::Asking;
+use crate::core::Nanos;
 use crate::engine::coop::poll_budget;
 use crate::error::NotUntil;
 
@@ -23,6 +27,65 @@ pub(super) enum WaitError {
 /// first if the budget is spent.
 pub(super) async fn spend_budget() {
     std::future::poll_fn(poll_budget).await.made_progress();
+}
+
+/// The turn to refill a quota's lease (one task at a time; the others queue here and take
+/// from the lease it brings back), waited for until `deadline` (`Some(None)`: beyond time)
+/// if given; refused with a retry of 1 ms once that passes.
+pub(super) async fn refill_turn(
+    refill: &Arc<tokio::sync::Mutex<()>>,
+    deadline: Option<Option<Instant>>,
+) -> Result<OwnedMutexGuard<()>, WaitError> {
+    let lock = refill.clone().lock_owned();
+    match deadline {
+        Some(Some(d)) => tokio::time::timeout_at(d, lock)
+            .await
+            .map_err(|_| WaitError::Refused(NotUntil::after(Duration::from_millis(1)))),
+        _ => Ok(lock.await),
+    }
+}
+
+/// A reservation that Redis refused: with a deadline, the refusal. Without one it is
+/// otherwise never refused; should the script say so, it waits (at most 1 s) to ask again.
+/// Refused for ever (the debts ahead of it take 584 years or more), it waits for ever, as in
+/// process, having let go of its refill turn and its place among the waiters: waiting for
+/// nothing, it holds no lock and no place.
+pub(super) async fn on_refusal(
+    wait: Nanos,
+    timed: bool,
+    refilling: Option<OwnedMutexGuard<()>>,
+    asking: &mut Option<Asking>,
+) -> Result<(), WaitError> {
+    if timed {
+        return Err(WaitError::Refused(NotUntil::new(wait)));
+    }
+    if wait == Nanos::MAX {
+        drop(refilling);
+        drop(asking.take());
+        return std::future::pending().await;
+    }
+    let wait = wait.to_duration();
+    tokio::time::sleep(wait.clamp(Duration::from_millis(1), Duration::from_secs(1))).await;
+    Ok(())
+}
+
+/// A quota's gate, closed while tokens of it go back to Redis in the background: its next
+/// round trips wait at it, so that Redis charges them after the tokens are back.
+pub(super) type Gate = Arc<tokio::sync::Mutex<()>>;
+
+/// A new gate, and what keeps it closed until dropped.
+pub(super) fn closed_gate() -> (Gate, OwnedMutexGuard<()>) {
+    let gate = Gate::default();
+    let closed = gate.clone().try_lock_owned();
+    (gate, closed.expect("a new mutex is unlocked"))
+}
+
+/// After waiting at `gate`: opens `slot` if it still holds that gate (its task went away
+/// without opening it: a runtime shutting down).
+pub(super) fn forget_gate(slot: &mut Option<Gate>, gate: &Gate) {
+    if slot.as_ref().is_some_and(|g| Arc::ptr_eq(g, gate)) {
+        *slot = None;
+    }
 }
 
 /// A waiting acquisition's outages, of either Redis limiter: the fail-closed backoff (from
