@@ -426,6 +426,50 @@ async fn a_keyed_limiter_keeps_each_keys_limits_under_its_own_hash_tag() {
     assert!(matches!(timed, Err(TryAcquireError::NotUntil(_))));
 }
 
+/// With leases, a key of a keyed limiter takes one only while it is in use (granted within
+/// the lease's age), as with one limit: a key asked once holds no tokens it does not use, and
+/// costs no round trip to give them back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_limiter_leases_only_for_keys_in_use() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let age = Duration::from_millis(300);
+    let tenants: RedisKeyedRateLimiter<String, [u64; 2]> =
+        RedisKeyedRateLimiter::dimensions(&server.url(), "in-use", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_minute(1), 50))
+            .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
+            .lease([5, 100], age)
+            .build()
+            .unwrap();
+    // Asked once: its cost only.
+    tenants.acquire("once", [1, 10]).await.unwrap();
+    assert_near(levels(&mut conn, "{in-use:once}")[0], 49.0);
+    // Asked again within the age: in use, so its round trip takes a lease, and the next
+    // grants come from it.
+    tenants.try_acquire("busy", [1, 10]).await.unwrap();
+    tenants.acquire("busy", [1, 10]).await.unwrap();
+    assert_near(levels(&mut conn, "{in-use:busy}")[0], 43.0);
+    tenants.acquire("busy", [1, 10]).await.unwrap();
+    let stats = tenants.stats();
+    assert_eq!((stats.round_trips, stats.from_lease), (3, 1));
+    // Past the age: "busy" gives back its lease (one round trip), "once" had nothing to give.
+    tokio::time::sleep(age + Duration::from_millis(200)).await;
+    assert_eq!(tenants.stats().round_trips, 4);
+    assert_near(levels(&mut conn, "{in-use:busy}")[0], 47.0);
+    assert_near(levels(&mut conn, "{in-use:once}")[0], 49.0);
+    // Idle past the age, a key's next round trip takes only its cost again.
+    tenants.acquire("busy", [1, 10]).await.unwrap();
+    assert_near(levels(&mut conn, "{in-use:busy}")[0], 46.0);
+    // A limiter of one quota asks for a lease with every round trip.
+    let one = RedisRateLimiter::dimensions(&server.url(), "eager", ["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_minute(1), 50))
+        .lease([5, 100], age)
+        .build()
+        .unwrap();
+    one.acquire([1, 10]).await.unwrap();
+    assert_near(levels(&mut conn, "{eager}")[0], 44.0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn set_limit_is_kept_in_redis_for_every_instance_keeping_levels() {
     let server = Server::start();

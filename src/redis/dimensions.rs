@@ -50,6 +50,21 @@ impl<const N: usize> Build for RedisRateLimiter<[u64; N]> {
     type Spec = Dimensions<N>;
 
     fn build(options: Options<[u64; N]>, spec: Dimensions<N>) -> Result<Self, RedisLimiterError> {
+        Ok(RedisRateLimiter {
+            inner: Several::build(options, spec, true)?,
+        })
+    }
+}
+
+impl<const N: usize> Several<N> {
+    /// The state of a limiter of the limits `spec`: its one quota, named as given, and what
+    /// every quota of a keyed limiter built from it shares. `eager_lease`: with leases, every
+    /// round trip asks for one (see [`Inner::eager_lease`]).
+    pub(super) fn build(
+        options: Options<[u64; N]>,
+        spec: Dimensions<N>,
+        eager_lease: bool,
+    ) -> Result<Self, RedisLimiterError> {
         let config = |e| RedisLimiterError::Config(e);
         policy::validate(1, options.response_timeout, None, options.policy)?;
         if let Some((max_tokens, _)) = options.lease {
@@ -69,21 +84,20 @@ impl<const N: usize> Build for RedisRateLimiter<[u64; N]> {
         key.push_str(&name);
         key.push('}');
         let warmth = Arc::new(Warmth::default());
-        Ok(RedisRateLimiter {
-            inner: Several {
-                quota: Arc::new(Quota::new(key, warmth.clone())),
-                shared: Arc::new(Inner {
-                    conn,
-                    warmth,
-                    script: redis::Script::new(SCRIPT),
-                    name,
-                    names: spec.names,
-                    limits,
-                    policy: options.policy,
-                    lease: options.lease,
-                    counters: options.counters(),
-                }),
-            },
+        Ok(Several {
+            quota: Arc::new(Quota::new(key, warmth.clone())),
+            shared: Arc::new(Inner {
+                conn,
+                warmth,
+                script: redis::Script::new(SCRIPT),
+                name,
+                names: spec.names,
+                limits,
+                policy: options.policy,
+                lease: options.lease,
+                eager_lease,
+                counters: options.counters(),
+            }),
         })
     }
 }

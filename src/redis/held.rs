@@ -88,7 +88,9 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         for (left, c) in lease.left.iter_mut().zip(cost) {
             *left = left.saturating_sub(c);
         }
-        Ok(lease.at_us)
+        let at_us = lease.at_us;
+        local.granted_at = Some(Instant::now());
+        Ok(at_us)
     }
 
     /// Holds what a grant leased (one amount per limit, the same for every limit of a

@@ -75,11 +75,12 @@ where
     type Spec = Dimensions<N>;
 
     fn build(options: Options<[u64; N]>, spec: Dimensions<N>) -> Result<Self, RedisLimiterError> {
-        let one = RedisRateLimiter::<[u64; N]>::build(options, spec)?;
+        // A key's first round trip takes only its cost (see `Inner::eager_lease`).
+        let one = Several::build(options, spec, false)?;
         Ok(RedisKeyedRateLimiter {
             inner: KeyedSeveral {
-                naming: Arc::new(Naming::Prefixed(one.inner.shared.name.clone())),
-                shared: one.inner.shared,
+                naming: Arc::new(Naming::Prefixed(one.shared.name.clone())),
+                shared: one.shared,
                 quotas: Arc::new(Mutex::new(Quotas::new())),
                 hasher: RandomState::new(),
             },

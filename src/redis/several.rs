@@ -101,6 +101,11 @@ pub(super) struct Inner<const N: usize> {
     pub(super) limits: Vec<RedisLimit>,
     pub(super) policy: FailurePolicy,
     pub(super) lease: Option<([u64; N], Duration)>,
+    /// With leases, whether every round trip asks for one (a `RedisRateLimiter`), or only the
+    /// round trips of a quota in use, granted within the lease's age (each key of a
+    /// `RedisKeyedRateLimiter`, as with one limit): so a key not asked again within the age
+    /// never holds tokens it does not use, nor costs a round trip to give them back.
+    pub(super) eager_lease: bool,
     pub(super) counters: Counters,
 }
 
@@ -175,6 +180,8 @@ pub(super) struct Leased<const N: usize> {
     pub(super) back: Back<N>,
     /// Acquisitions in flight.
     pub(super) users: usize,
+    /// When the quota was last granted, by Redis or from its lease.
+    pub(super) granted_at: Option<Instant>,
     /// Locked while tokens go back to Redis in the background: the quota's next round trips
     /// wait for it, so that Redis charges them after the tokens are back.
     pub(super) returning: Option<Gate>,
@@ -208,6 +215,7 @@ impl<const N: usize> Quota<N> {
                 sweeping: false,
                 back: Back::NOTHING,
                 users: 0,
+                granted_at: None,
                 returning: None,
             }),
             refill: Arc::new(tokio::sync::Mutex::new(())),
@@ -278,7 +286,12 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     /// The script's lease argument, with leases: per limit, its dimension and the most to
     /// lease of it.
     pub(super) fn lease_wanted(&self) -> Option<Vec<u8>> {
-        let (max_tokens, _) = self.inner.shared.lease?;
+        let (max_tokens, max_age) = self.inner.shared.lease?;
+        if !self.inner.shared.eager_lease {
+            let granted_at = lock(&self.inner.quota.lease).granted_at;
+            let now = Instant::now();
+            granted_at.filter(|&at| now.saturating_duration_since(at) < max_age)?;
+        }
         let mut want = Vec::with_capacity(self.inner.shared.limits.len() * 16);
         for limit in &self.inner.shared.limits {
             want.extend_from_slice(&(limit.dim as f64).to_le_bytes());
@@ -331,7 +344,11 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         // It may have run even if it failed: not offering the tokens again errs on the
         // quota's side.
         let reply = self.call(mode, self.amounts(cost), args).await?;
-        Ok(self.answer(reply))
+        let answer = self.answer(reply);
+        if let (Answer::Granted(..), Some(_)) = (&answer, self.inner.shared.lease) {
+            lock(&self.inner.quota.lease).granted_at = Some(Instant::now());
+        }
+        Ok(answer)
     }
 
     /// What a grant leased, per dimension (one amount per limit, the same for every limit of
