@@ -283,6 +283,54 @@ async fn the_request_after_a_waiter_that_went_away_does_not_wait_for_it() {
     }
 }
 
+/// A shaping stream over several limits on a broken key (a value of another type) holds its
+/// items and asks again at a bounded backoff, whatever the policy, and goes on once the key is
+/// repaired: nothing let through without Redis, nothing lost, no busy loop. As with one limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shaping_stream_on_a_broken_key_holds_its_items() {
+    use futures_util::StreamExt;
+    use paced::{PaceExt, Shaping};
+
+    let server = Server::start();
+    for (key, policy) in [
+        ("broken-closed", FailurePolicy::default()),
+        ("broken-open", FailurePolicy::FailOpen { share: 1.0 }),
+    ] {
+        let mut conn = admin(&server);
+        let redis_key = format!("{{{key}}}");
+        let _: () = redis::cmd("HSET")
+            .arg(&redis_key)
+            .arg("field")
+            .arg("value")
+            .query(&mut conn)
+            .unwrap();
+        let llm = RedisRateLimiter::dimensions(&server.url(), key, ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_second(100), 5))
+            .limit("tokens", Limit::bucket(Rate::per_second(1_000), 100))
+            .failure_policy(policy)
+            .build()
+            .unwrap();
+        let repair = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1_200)).await;
+            let _: () = redis::cmd("DEL").arg(&redis_key).query(&mut conn).unwrap();
+        });
+        let start = Instant::now();
+        let out: Vec<(u32, Duration)> = futures_util::stream::iter(0..3u32)
+            .throttle_with(&llm, |_| [1, 1], Shaping)
+            .map(|i| (i, start.elapsed()))
+            .collect()
+            .await;
+        repair.await.unwrap();
+        assert_eq!(out.iter().map(|o| o.0).collect::<Vec<_>>(), [0, 1, 2]);
+        assert!(out[0].1 >= Duration::from_millis(1_200), "{key}: {out:?}");
+        // Asked again at 0.1, 0.3, 0.7 and 1.5 s: the fourth retry finds it repaired.
+        assert!(out[2].1 < Duration::from_millis(2_000), "{key}: {out:?}");
+        let stats = llm.stats();
+        assert!((3..=5).contains(&stats.reply_errors), "{key}: {stats:?}");
+        assert_eq!((stats.errors, stats.fallback, stats.granted), (0, 0, 3), "{key}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_of_an_unknown_version_is_a_reply_error_left_as_it_is() {
     let server = Server::start();

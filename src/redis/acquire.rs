@@ -18,10 +18,11 @@ use super::keyed::RedisKeyedRateLimiter;
 use super::lease::Hold;
 use super::local::ToReturn;
 use super::policy::{self, FailurePolicy};
-use super::script::{wait_from_us, Answer, Call, Failure, Reply, REPLY_BACKOFF_MAX};
+use super::script::{wait_from_us, Answer, Call, Failure, Reply};
 use super::turns::Asking;
 use super::wait::{
-    on_fallback, on_refusal, pause_after, refill_turn, spend_budget, Outages, WaitError,
+    on_fallback, on_refusal, on_reply_error, pause_after, refill_turn, spend_budget, Outages,
+    WaitError,
 };
 use crate::core::Nanos;
 use crate::engine::coop::poll_budget;
@@ -353,14 +354,8 @@ where
                     on_refusal(wait, deadline.is_some(), refilling, &mut asking).await?;
                 }
                 Err(Failure::Reply(e)) => {
-                    if !patient {
-                        return Err(WaitError::Limiter(RedisLimiterError::Reply(e)));
-                    }
-                    // A stream holds its item and asks again, slowly: granting without Redis's
-                    // say-so could exceed the quota, and the key may be repaired meanwhile.
                     drop(refilling);
-                    tokio::time::sleep(reply_backoff).await;
-                    reply_backoff = (reply_backoff * 2).min(REPLY_BACKOFF_MAX);
+                    on_reply_error(e, patient, &mut reply_backoff).await?;
                 }
                 Err(Failure::Outage(e)) => {
                     drop(refilling);

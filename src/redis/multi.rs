@@ -13,7 +13,8 @@ use super::settle::{Charged, RedisPermit, Reserved};
 use super::several::{sum, Answer, Kind};
 use super::stats::RedisStats;
 use super::wait::{
-    on_fallback, on_refusal, pause_after, refill_turn, spend_budget, Outages, WaitError,
+    on_fallback, on_refusal, on_reply_error, pause_after, refill_turn, spend_budget, Outages,
+    WaitError,
 };
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
@@ -65,7 +66,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     /// taken.
     pub async fn acquire(&self, cost: [u64; N]) -> Result<RedisPermit<N>, RedisLimiterError> {
         loop {
-            match self.reserve(cost, None).await {
+            match self.reserve(cost, None, false).await {
                 Ok(permit) => return Ok(permit),
                 Err(WaitError::Limiter(e)) => return Err(e),
                 Err(WaitError::Refused(refused)) => pause_after(refused).await,
@@ -87,7 +88,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         timeout: Duration,
     ) -> Result<RedisPermit<N>, TryAcquireError> {
         let deadline = Instant::now().checked_add(timeout);
-        match self.reserve(cost, Some(deadline)).await {
+        match self.reserve(cost, Some(deadline), false).await {
             Ok(permit) => Ok(permit),
             Err(WaitError::Refused(refused)) => {
                 self.inner.shared.counters.refuse();
@@ -356,11 +357,29 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         Some(self.fallback_until().map_or(second, |(_, until)| until))
     }
 
-    /// The one reservation path of `acquire` (`deadline: None`) and `acquire_timeout`.
+    /// Like `acquire`, but never gives up: what a stream or a tower future does, holding its
+    /// item or request. An outage is waited out whatever the fail-closed deadline, and a reply
+    /// error (counted and logged as always) is asked again after 100 ms, then at a backoff
+    /// doubling up to 1 s.
+    pub(super) async fn acquire_patiently(&self, cost: [u64; N]) -> RedisPermit<N> {
+        loop {
+            match self.reserve(cost, None, true).await {
+                Ok(permit) => return permit,
+                // Patient, it returns no error; a refusal is waited out as by `acquire`.
+                Err(WaitError::Limiter(_)) => {}
+                Err(WaitError::Refused(refused)) => pause_after(refused).await,
+            }
+        }
+    }
+
+    /// The one reservation path, of `acquire` (`deadline: None`) and `acquire_timeout`
+    /// (`Some(deadline)`, `Some(None)` being a deadline beyond time); `patient` (without a
+    /// deadline only) never gives up, and retries reply errors at a backoff.
     async fn reserve(
         &self,
         cost: [u64; N],
         deadline: Option<Option<Instant>>,
+        patient: bool,
     ) -> Result<RedisPermit<N>, WaitError> {
         let counters = &self.inner.shared.counters;
         if cost == [0; N] {
@@ -387,6 +406,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             }
         }
         let mut outages = Outages::new();
+        let mut reply_backoff = Duration::from_millis(100);
         let left = |now: Instant| match deadline {
             Some(Some(d)) => Some(d.saturating_duration_since(now)),
             _ => None,
@@ -470,12 +490,13 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                     on_refusal(wait, deadline.is_some(), refilling, &mut asking).await?;
                 }
                 Err(Failure::Reply(e)) => {
-                    return Err(WaitError::Limiter(RedisLimiterError::Reply(e)));
+                    drop(refilling);
+                    on_reply_error(e, patient, &mut reply_backoff).await?;
                 }
                 Err(Failure::Outage(e)) => {
                     drop(refilling);
                     let (policy, left) = (self.inner.shared.policy, left(Instant::now()));
-                    let gives_up = deadline.is_none();
+                    let gives_up = deadline.is_none() && !patient;
                     if let Some(share) =
                         outages.wait_out(policy, e, attempt, left, gives_up).await?
                     {

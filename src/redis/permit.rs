@@ -5,12 +5,11 @@ use std::fmt::{self, Display};
 use std::hash::{BuildHasher, Hash};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
-use std::time::Duration;
 
 use super::error::TryAcquireError;
 use super::keyed::RedisKeyedRateLimiter;
 use super::limiter::{OnlyKey, RedisRateLimiter};
-use super::script::{REPLY_BACKOFF_MAX, REPLY_RETRY};
+use super::script::REPLY_RETRY;
 use super::settle::RedisPermit;
 use crate::error::NotUntil;
 use crate::limiter::keyed_traits::sealed::{Arrival, KeyedSealed};
@@ -212,24 +211,13 @@ where
     }
 }
 
-/// Waits until `quota` grants `cost`, as a stream or a tower future does: it never gives up (see
-/// `acquire_patiently`). After an error (an outage past the fail-closed deadline, which may be
-/// zero, or a reply error, counted and logged by `acquire`) it asks again after 100 ms, then at
-/// a backoff doubling up to [`REPLY_BACKOFF_MAX`]: never in a busy loop.
+/// Waits until `quota` grants `cost`, as a stream or a tower future does: it never gives up
+/// (see `acquire_patiently`).
 async fn acquire_several<const N: usize>(
     quota: RedisRateLimiter<[u64; N]>,
     cost: [u64; N],
 ) -> RedisPermit<N> {
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        match quota.acquire(cost).await {
-            Ok(permit) => return permit,
-            Err(_) => {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(REPLY_BACKOFF_MAX);
-            }
-        }
-    }
+    quota.acquire_patiently(cost).await
 }
 
 /// `try_acquire` as an enforcing stream or a tower future asks it: a reply error refuses the

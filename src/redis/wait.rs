@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::error::RedisLimiterError;
 use super::policy::FailurePolicy;
+use super::script::REPLY_BACKOFF_MAX;
 use super::turns::Asking;
 use crate::core::Nanos;
 use crate::engine::coop::poll_budget;
@@ -86,6 +87,23 @@ pub(super) fn forget_gate(slot: &mut Option<Gate>, gate: &Gate) {
     if slot.as_ref().is_some_and(|g| Arc::ptr_eq(g, gate)) {
         *slot = None;
     }
+}
+
+/// A reply error met by a waiting acquisition: returned, unless it is `patient` (a stream's
+/// or a tower future's, which holds its item or request). Then it asks again after
+/// `backoff`, which doubles up to [`REPLY_BACKOFF_MAX`]: granting without Redis's say-so could
+/// exceed the quota, and the key may be repaired meanwhile.
+pub(super) async fn on_reply_error(
+    e: redis::RedisError,
+    patient: bool,
+    backoff: &mut Duration,
+) -> Result<(), WaitError> {
+    if !patient {
+        return Err(WaitError::Limiter(RedisLimiterError::Reply(e)));
+    }
+    tokio::time::sleep(*backoff).await;
+    *backoff = (*backoff * 2).min(REPLY_BACKOFF_MAX);
+    Ok(())
 }
 
 /// A waiting acquisition's outages, of either Redis limiter: the fail-closed backoff (from
