@@ -327,7 +327,11 @@ async fn a_shaping_stream_on_a_broken_key_holds_its_items() {
         assert!(out[2].1 < Duration::from_millis(2_000), "{key}: {out:?}");
         let stats = llm.stats();
         assert!((3..=5).contains(&stats.reply_errors), "{key}: {stats:?}");
-        assert_eq!((stats.errors, stats.fallback, stats.granted), (0, 0, 3), "{key}");
+        assert_eq!(
+            (stats.errors, stats.fallback, stats.granted),
+            (0, 0, 3),
+            "{key}"
+        );
     }
 }
 
@@ -1403,6 +1407,42 @@ async fn a_lease_never_passes_an_earlier_waiter_of_this_process() {
     llm.acquire([1, 1]).await.unwrap();
     assert_eq!(llm.stats().round_trips, trips);
     assert_eq!(llm.stats().from_lease, before.from_lease + 2);
+}
+
+/// `return_lease` gives the lease back now, in one round trip, to every limit (a fixed window
+/// within the window it was charged in), as the one-limit `return_lease` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn return_lease_gives_the_lease_back_now() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let a = leased(
+        &server.url(),
+        "back",
+        Some(([10, 100], Duration::from_secs(60))),
+    );
+    // Nothing held: no round trip.
+    a.return_lease().await;
+    assert_eq!(a.stats().round_trips, 0);
+    a.acquire([1, 5]).await.unwrap();
+    a.acquire([1, 5]).await.unwrap();
+    let s = state(&mut conn, "{back}");
+    assert_near(s[1], 39.0);
+    assert_near(s[3], 895.0);
+    assert_near(s[6], 105.0);
+    // The lease holds [9, 95]: back to every limit of each dimension.
+    a.return_lease().await;
+    assert_eq!(a.stats().round_trips, 2);
+    let s = state(&mut conn, "{back}");
+    assert_near(s[1], 48.0);
+    assert_near(s[3], 990.0);
+    assert_near(s[6], 10.0);
+    // No lease left: the next grant goes to Redis.
+    let from_lease = a.stats().from_lease;
+    a.acquire([1, 5]).await.unwrap();
+    assert_eq!(
+        (a.stats().round_trips, a.stats().from_lease),
+        (3, from_lease)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -194,14 +194,38 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                     }
                     back
                 };
-                let spec = this.spec(|dim| -round_down(back.dims[dim]));
-                let at = back
-                    .at_us
-                    .map_or_else(|| (-1f64).to_le_bytes().to_vec(), micros);
-                let _ = this.call("settle", spec, [Some(at), None, None]).await;
+                this.send_back(back).await;
             }
             drop(closed);
         });
+    }
+
+    /// The round trip that gives `back` back to Redis, as a settle of a grant charged at its
+    /// instant. It may have run even if it failed: not offering the tokens again errs on the
+    /// quota's side.
+    async fn send_back(&self, back: Back<N>) {
+        let spec = self.spec(|dim| -round_down(back.dims[dim]));
+        let at = back
+            .at_us
+            .map_or_else(|| (-1f64).to_le_bytes().to_vec(), micros);
+        let _ = self.call("settle", spec, [Some(at), None, None]).await;
+    }
+
+    /// Gives back the lease held and whatever else there is to give back, now (after a
+    /// give-back on its way, if any): one round trip, none for nothing.
+    pub(super) async fn return_held(&self) {
+        let mut back = self.take_back().await;
+        {
+            let mut local = lock(&self.inner.quota.lease);
+            if let Some(lease) = local.held.take() {
+                back.add(self.limited_only(lease.left), lease.at_us);
+            }
+            // Anything put back since `take_back` goes with it.
+            back.merge(std::mem::replace(&mut local.back, Back::NOTHING));
+        }
+        if !back.is_empty() {
+            self.send_back(back).await;
+        }
     }
 
     /// A task that moves this process's lease to be given back once it expires, for as long as

@@ -282,6 +282,21 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         RedisStats::read(&self.inner.shared.counters, 1)
     }
 
+    /// Gives back the unused tokens of the local lease now, and whatever else this process has
+    /// to give back, in one round trip (none if there is nothing). A lease is also given back
+    /// in the background once it expires, the last handle dropped or not.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(llm: paced::RedisRateLimiter<[u64; 2]>) {
+    /// llm.return_lease().await;
+    /// # }
+    /// ```
+    pub async fn return_lease(&self) {
+        self.return_held().await;
+    }
+
     /// A cost of 0: granted at once, spending the task's cooperative budget.
     async fn grant_nothing(&self) -> RedisPermit<N> {
         spend_budget().await;

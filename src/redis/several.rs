@@ -155,15 +155,23 @@ impl<const N: usize> Back<N> {
 
     /// Adds `dims` charged at Redis time `at_us`.
     pub(super) fn add(&mut self, dims: [u64; N], at_us: u64) {
-        if dims == [0; N] {
+        self.merge(Back {
+            dims,
+            at_us: Some(at_us),
+        });
+    }
+
+    /// Adds what `other` holds: one instant while both were charged at it, else none.
+    pub(super) fn merge(&mut self, other: Back<N>) {
+        if other.is_empty() {
             return;
         }
-        self.at_us = match self.at_us {
-            _ if self.is_empty() => Some(at_us),
-            Some(at) if at == at_us => Some(at),
-            _ => None,
+        self.at_us = if self.is_empty() || self.at_us == other.at_us {
+            other.at_us
+        } else {
+            None
         };
-        for (d, n) in self.dims.iter_mut().zip(dims) {
+        for (d, n) in self.dims.iter_mut().zip(other.dims) {
             *d = d.saturating_add(n);
         }
     }
