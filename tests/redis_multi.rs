@@ -1445,6 +1445,32 @@ async fn return_lease_gives_the_lease_back_now() {
     );
 }
 
+/// An expired lease goes back once no round trip of the quota is on its way: a waiter that
+/// sleeps out a long wait does not hold it back (with a fixed window, tokens held back past the
+/// window would never come back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleeping_waiter_does_not_hold_back_an_expired_lease() {
+    let server = Server::start();
+    let quota: RedisRateLimiter<[u64; 1]> =
+        RedisRateLimiter::dimensions(&server.url(), "sleeper", ["requests"])
+            .limit("requests", Limit::bucket(Rate::per_second(1), 10))
+            .lease([3], Duration::from_millis(300))
+            .build()
+            .unwrap();
+    // A try takes its cost and a lease of 3.
+    quota.try_acquire([1]).await.unwrap();
+    // A waiter the lease cannot serve: granted by Redis seconds ahead, it sleeps.
+    let waiter = {
+        let quota = quota.clone();
+        tokio::spawn(async move { quota.acquire([9]).await.map(|_| ()) })
+    };
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!waiter.is_finished());
+    // The try, the waiter's reservation, and the lease given back once it expired.
+    assert_eq!(quota.stats().round_trips, 3, "{:?}", quota.stats());
+    waiter.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_takes_a_lease_too_when_every_dimension_has_room() {
     let server = Server::start();

@@ -160,8 +160,8 @@ impl<L: sealed::Build> RedisLimiterBuilder<L> {
     /// dimension asked for has room beyond its cost at its grant's instant, and never waits
     /// longer for one. Either way the lease is this process's once the reservation is
     /// granted. What a lease has not granted when it expires, or when a new lease replaces it,
-    /// is given back as with one limit: with the quota's next round trip or, once nothing of
-    /// the quota is in flight in this process, in the background. Per dimension to each of its
+    /// is given back: with the quota's next round trip or, once no round trip of the quota is
+    /// on its way from this process, in the background. Per dimension to each of its
     /// limits, as a [`settle`](super::RedisPermit::settle) of a grant charged at the lease's
     /// instant: a bucket never above its burst, a fixed window only while the window the lease
     /// was charged in lasts (and only the lease's tokens alone: given back with a dropped

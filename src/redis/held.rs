@@ -1,6 +1,6 @@
 //! What a quota of several limits holds in this process: its lease, and the tokens charged in
 //! Redis that it will not grant, on their way back (with the quota's next round trip, or in
-//! the background once nothing of the quota is in flight).
+//! the background once no round trip of the quota is on its way).
 
 use std::time::Duration;
 
@@ -11,13 +11,15 @@ use super::script::round_down;
 use super::several::{micros, Back, Lease};
 use super::turns::Asking;
 use super::wait::{closed_gate, forget_gate};
+use crate::engine::coop::poll_budget;
 use crate::sync::lock;
 
-/// An acquisition of the quota in flight: while one is, tokens to give back wait for its
-/// round trip (or the next one's); the last to go gives them back in the background.
-pub(super) struct Using<const N: usize>(RedisRateLimiter<[u64; N]>);
+/// A round trip of the quota on its way to Redis, until it is answered: while one is, tokens
+/// to give back wait for a round trip; once none is, they go back in the background (an
+/// acquisition that sleeps out its wait, or waits for its turn, holds nothing back).
+pub(super) struct Using<'a, const N: usize>(&'a RedisRateLimiter<[u64; N]>);
 
-impl<const N: usize> Drop for Using<N> {
+impl<const N: usize> Drop for Using<'_, N> {
     fn drop(&mut self) {
         let idle = {
             let mut local = lock(&self.0.inner.quota.lease);
@@ -31,10 +33,10 @@ impl<const N: usize> Drop for Using<N> {
 }
 
 impl<const N: usize> RedisRateLimiter<[u64; N]> {
-    /// Counts an acquisition in flight until the returned guard is dropped.
-    pub(super) fn using(&self) -> Using<N> {
+    /// Counts a round trip on its way to Redis until the returned guard is dropped.
+    pub(super) fn using(&self) -> Using<'_, N> {
         lock(&self.inner.quota.lease).users += 1;
-        Using(self.clone())
+        Using(self)
     }
 
     /// Whether a dimension has a limit (one without needs no lease, and gives nothing back).
@@ -52,10 +54,29 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         dims
     }
 
+    /// [`take_from_lease`](Self::take_from_lease), spending a unit of the task's cooperative
+    /// budget on a grant (a lease grants without a wait). The budget is asked for first, so
+    /// that a request dropped while its task yields has taken nothing from the lease.
+    pub(super) async fn grant_from_lease(
+        &self,
+        cost: [u64; N],
+        head: bool,
+        asks: bool,
+    ) -> Result<u64, Option<Asking>> {
+        let budget = std::future::poll_fn(poll_budget).await;
+        let taken = self.take_from_lease(cost, head, asks);
+        if taken.is_ok() {
+            budget.made_progress();
+        }
+        // Otherwise dropped unused: the unit goes back to the budget.
+        taken
+    }
+
     /// Takes `cost` from this process's lease, if it holds all of it, has not expired, and no
-    /// reservation of this process for the quota is queued or refilling the lease (a lease
-    /// grant never passes an earlier waiter of this process): the Redis instant the lease was
-    /// charged at. `head`: the caller holds the refill lock, so no earlier request waits. An
+    /// reservation of this process for the quota is queued (a lease grant never passes an
+    /// earlier waiter of this process; one that holds or waits for the refill turn counts as
+    /// queued, see [`Turns::ask`](super::turns::Turns::ask)): the Redis instant the lease was
+    /// charged at. `head`: the caller holds the refill turn, so no earlier request waits. An
     /// expired lease is given back with the caller's round trip.
     ///
     /// Refused, a request that `asks` (one that will wait, not a try) is counted as waiting
@@ -75,42 +96,49 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         let Some(lease) = local.held.as_mut() else {
             return asking();
         };
-        if Instant::now() >= lease.until {
+        let now = Instant::now();
+        if now >= lease.until {
             let (left, at_us) = (lease.left, lease.at_us);
             local.held = None;
             local.back.add(self.limited_only(left), at_us);
             return asking();
         }
-        let queued = || !quota.turns.is_idle() || quota.refill.try_lock().is_err();
-        if (0..N).any(|d| self.limited(d) && lease.left[d] < cost[d]) || (!head && queued()) {
+        if (0..N).any(|d| self.limited(d) && lease.left[d] < cost[d])
+            || (!head && !quota.turns.is_idle())
+        {
             return asking();
         }
         for (left, c) in lease.left.iter_mut().zip(cost) {
             *left = left.saturating_sub(c);
         }
         let at_us = lease.at_us;
-        local.granted_at = Some(Instant::now());
+        local.granted_at = Some(now);
         Ok(at_us)
     }
 
     /// Holds what a grant leased (one amount per limit, the same for every limit of a
     /// dimension), replacing what was left of the last lease (given back with the next round
-    /// trip), and sees that it is given back once it expires.
+    /// trip, or in the background if none is on its way), and sees that it is given back once
+    /// it expires.
     pub(super) fn take_lease(&self, leased: &[u64], at_us: u64, max_age: Duration) {
         let left = self.leased_per_dim(leased);
         let now = Instant::now();
         let until = now
             .checked_add(max_age)
             .unwrap_or(now + Duration::from_secs(86_400 * 365 * 30));
-        let sweep = {
+        let (sweep, idle) = {
             let mut local = lock(&self.inner.quota.lease);
             if let Some(old) = local.held.replace(Lease { left, until, at_us }) {
                 local.back.add(self.limited_only(old.left), old.at_us);
             }
-            !std::mem::replace(&mut local.sweeping, true)
+            let sweep = !std::mem::replace(&mut local.sweeping, true);
+            (sweep, local.users == 0 && !local.back.is_empty())
         };
         if sweep {
             self.sweep_leases();
+        }
+        if idle {
+            self.give_back_later();
         }
     }
 

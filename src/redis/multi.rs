@@ -118,23 +118,23 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         if cost == [0; N] {
             return Ok(self.grant_nothing().await);
         }
-        let _using = self.using();
         let answer = if let Some(fallback) = self.fallback() {
             fallback.try_acquire(cost).map(|local| {
                 counters.fall_back();
                 Charged::Local(local)
             })
         } else {
-            if let Ok(at_us) = self.take_from_lease(cost, false, false) {
-                spend_budget().await;
+            if let Ok(at_us) = self.grant_from_lease(cost, false, false).await {
                 bump(&counters.from_lease);
                 counters.grant(sum(cost));
                 return Ok(self.permit(cost, Charged::Redis(at_us)));
             }
+            let _using = self.using();
             match self.charge_trip("try", cost, None).await {
                 Ok(Answer::Granted(_, at_us, leased)) => {
                     self.recovered();
-                    if let Some((_, max_age)) = self.inner.shared.lease {
+                    let lease = self.leased_per_dim(&leased);
+                    if let (Some((_, max_age)), true) = (self.inner.shared.lease, lease != [0; N]) {
                         self.take_lease(&leased, at_us, max_age);
                     }
                     spend_budget().await;
@@ -400,9 +400,6 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         if cost == [0; N] {
             return Ok(self.grant_nothing().await);
         }
-        // Dropped last (declared first): what a reservation dropped below puts back is given
-        // back in the background if nothing else of the quota is in flight.
-        let _using = self.using();
         // Once the lease was found short, this request is counted as waiting for the quota
         // until it returns: no lease grant passes it.
         let mut asking = None;
@@ -412,11 +409,8 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             self.permit(cost, Charged::Redis(at_us))
         };
         if self.fallback().is_none() {
-            match self.take_from_lease(cost, false, true) {
-                Ok(at_us) => {
-                    spend_budget().await;
-                    return Ok(from_lease(at_us));
-                }
+            match self.grant_from_lease(cost, false, true).await {
+                Ok(at_us) => return Ok(from_lease(at_us)),
                 Err(found_short) => asking = found_short,
             }
         }
@@ -429,16 +423,21 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         loop {
             // Over buckets, one task at a time refills the lease; the others queue here and
             // take from the lease it brings back.
-            let refilling = if self.inner.shared.refills() && self.fallback().is_none() {
-                let guard = refill_turn(&self.inner.quota.refill, deadline).await?;
-                if let Ok(at_us) = self.take_from_lease(cost, true, false) {
-                    spend_budget().await;
-                    return Ok(from_lease(at_us));
-                }
-                Some(guard)
-            } else {
-                None
-            };
+            let refilling =
+                if self.inner.shared.refills() && self.fallback().is_none() && self.wants_lease() {
+                    // Counted as waiting for the quota while it holds or waits for the turn, so
+                    // that the quota is not idle meanwhile (see `take_from_lease`).
+                    if asking.is_none() {
+                        asking = Some(self.inner.quota.turns.ask());
+                    }
+                    let guard = refill_turn(&self.inner.quota.refill, deadline).await?;
+                    if let Ok(at_us) = self.grant_from_lease(cost, true, false).await {
+                        return Ok(from_lease(at_us));
+                    }
+                    Some(guard)
+                } else {
+                    None
+                };
             if let Some((fallback, until)) = self.fallback_until() {
                 drop(refilling);
                 let grant = async {
@@ -460,6 +459,9 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             let attempt = Instant::now();
             let max_wait_us =
                 left(attempt).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+            // Counted until its answer (see `using`): what is put back meanwhile goes with a
+            // later round trip, or in the background once it is answered.
+            let using = self.using();
             let trip = self.charge_trip("reserve", cost, max_wait_us);
             // A grant takes its place among this process's grants of the quota by the instant
             // Redis charged it for; anything else takes none.
@@ -472,6 +474,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                     _ => None,
                 })
                 .await;
+            drop(using);
             match answer {
                 Ok(Answer::Granted(wait, at_us, leased)) => {
                     self.recovered();

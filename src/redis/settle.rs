@@ -19,9 +19,9 @@ pub struct RedisPermit<const N: usize> {
 }
 
 /// A grant charged in Redis whose waiter has not had it yet: if the waiter goes away, its
-/// whole charge is given back with the quota's next round trip or, once nothing of the quota
-/// is in flight, in the background (if there is a runtime; if not, or if that fails, it stays
-/// taken: on the quota's side).
+/// whole charge is given back with the quota's next round trip or, once no round trip of the
+/// quota is on its way, in the background (if there is a runtime; if not, or if that fails, it
+/// stays taken: on the quota's side).
 pub(super) struct Reserved<const N: usize>(pub(super) Option<RedisPermit<N>>);
 
 impl<const N: usize> Drop for Reserved<N> {

@@ -294,12 +294,10 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     /// The script's lease argument, with leases: per limit, its dimension and the most to
     /// lease of it.
     pub(super) fn lease_wanted(&self) -> Option<Vec<u8>> {
-        let (max_tokens, max_age) = self.inner.shared.lease?;
-        if !self.inner.shared.eager_lease {
-            let granted_at = lock(&self.inner.quota.lease).granted_at;
-            let now = Instant::now();
-            granted_at.filter(|&at| now.saturating_duration_since(at) < max_age)?;
+        if !self.wants_lease() {
+            return None;
         }
+        let (max_tokens, _) = self.inner.shared.lease?;
         let mut want = Vec::with_capacity(self.inner.shared.limits.len() * 16);
         for limit in &self.inner.shared.limits {
             want.extend_from_slice(&(limit.dim as f64).to_le_bytes());
@@ -315,6 +313,20 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         };
         want.extend_from_slice(&f64::to_le_bytes(rule));
         Some(want)
+    }
+
+    /// Whether a round trip asks for a lease: with leases, always for a limiter of one quota;
+    /// for a key of a keyed one, while it is in use (see [`Inner::eager_lease`]).
+    pub(super) fn wants_lease(&self) -> bool {
+        let Some((_, max_age)) = self.inner.shared.lease else {
+            return false;
+        };
+        if self.inner.shared.eager_lease {
+            return true;
+        }
+        let granted_at = lock(&self.inner.quota.lease).granted_at;
+        let now = Instant::now();
+        granted_at.is_some_and(|at| now.saturating_duration_since(at) < max_age)
     }
 
     /// One script call, in the general form: ARGV[3] to ARGV[5] after the limits (see the
