@@ -21,8 +21,7 @@ use super::policy::{self, FailurePolicy};
 use super::script::{wait_from_us, Answer, Call, Failure, Reply};
 use super::turns::Asking;
 use super::wait::{
-    on_fallback, on_refusal, on_reply_error, pause_after, refill_turn, spend_budget, Outages,
-    WaitError,
+    on_fallback, on_refusal, pause_after, refill_turn, spend_budget, Outages, WaitError,
 };
 use crate::core::Nanos;
 use crate::engine::coop::poll_budget;
@@ -241,7 +240,6 @@ where
         let keys = &hold.redis;
         let lease_tokens = self.inner.lease_tokens;
         let mut outages = Outages::new();
-        let mut reply_backoff = Duration::from_millis(100);
         let left = |now: Instant| match deadline {
             Some(Some(d)) => Some(d.saturating_duration_since(now)),
             _ => None,
@@ -353,17 +351,12 @@ where
                     self.recovered();
                     on_refusal(wait, deadline.is_some(), refilling, &mut asking).await?;
                 }
-                Err(Failure::Reply(e)) => {
+                Err(failure) => {
                     drop(refilling);
-                    on_reply_error(e, patient, &mut reply_backoff).await?;
-                }
-                Err(Failure::Outage(e)) => {
-                    drop(refilling);
-                    let gives_up = deadline.is_none() && !patient;
-                    let left = left(Instant::now());
                     let policy = self.inner.policy;
-                    if let Some(share) =
-                        outages.wait_out(policy, e, attempt, left, gives_up).await?
+                    if let Some(share) = outages
+                        .after(failure, policy, attempt, deadline, patient)
+                        .await?
                     {
                         self.open_fallback(share);
                     }

@@ -13,8 +13,7 @@ use super::settle::{Charged, RedisPermit, Reserved};
 use super::several::{sum, Answer, Kind};
 use super::stats::RedisStats;
 use super::wait::{
-    on_fallback, on_refusal, on_reply_error, pause_after, refill_turn, spend_budget, Outages,
-    WaitError,
+    on_fallback, on_refusal, pause_after, refill_turn, spend_budget, Outages, WaitError,
 };
 use crate::core::Nanos;
 use crate::error::{ConfigError, NotUntil};
@@ -415,7 +414,6 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             }
         }
         let mut outages = Outages::new();
-        let mut reply_backoff = Duration::from_millis(100);
         let left = |now: Instant| match deadline {
             Some(Some(d)) => Some(d.saturating_duration_since(now)),
             _ => None,
@@ -507,16 +505,12 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                     self.recovered();
                     on_refusal(wait, deadline.is_some(), refilling, &mut asking).await?;
                 }
-                Err(Failure::Reply(e)) => {
+                Err(failure) => {
                     drop(refilling);
-                    on_reply_error(e, patient, &mut reply_backoff).await?;
-                }
-                Err(Failure::Outage(e)) => {
-                    drop(refilling);
-                    let (policy, left) = (self.inner.shared.policy, left(Instant::now()));
-                    let gives_up = deadline.is_none() && !patient;
-                    if let Some(share) =
-                        outages.wait_out(policy, e, attempt, left, gives_up).await?
+                    let policy = self.inner.shared.policy;
+                    if let Some(share) = outages
+                        .after(failure, policy, attempt, deadline, patient)
+                        .await?
                     {
                         self.open_fallback(share);
                     }

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::error::RedisLimiterError;
 use super::policy::FailurePolicy;
-use super::script::REPLY_BACKOFF_MAX;
+use super::script::{Failure, REPLY_BACKOFF_MAX};
 use super::turns::Asking;
 use crate::core::Nanos;
 use crate::engine::coop::poll_budget;
@@ -93,7 +93,7 @@ pub(super) fn forget_gate(slot: &mut Option<Gate>, gate: &Gate) {
 /// or a tower future's, which holds its item or request). Then it asks again after
 /// `backoff`, which doubles up to [`REPLY_BACKOFF_MAX`]: granting without Redis's say-so could
 /// exceed the quota, and the key may be repaired meanwhile.
-pub(super) async fn on_reply_error(
+async fn on_reply_error(
     e: redis::RedisError,
     patient: bool,
     backoff: &mut Duration,
@@ -106,12 +106,13 @@ pub(super) async fn on_reply_error(
     Ok(())
 }
 
-/// A waiting acquisition's outages, of either Redis limiter: the fail-closed backoff (from
-/// 10 ms, doubling up to the policy's `max_backoff`) and deadline, counted from the first
-/// failed round trip.
+/// A waiting acquisition's failed round trips, of either Redis limiter: for outages the
+/// fail-closed backoff (from 10 ms, doubling up to the policy's `max_backoff`) and deadline,
+/// counted from the first failed round trip; for reply errors a patient wait's backoff.
 pub(super) struct Outages {
     backoff: Duration,
     since: Option<Instant>,
+    reply_backoff: Duration,
 }
 
 impl Outages {
@@ -119,6 +120,36 @@ impl Outages {
         Outages {
             backoff: Duration::from_millis(10),
             since: None,
+            reply_backoff: Duration::from_millis(100),
+        }
+    }
+
+    /// After a round trip sent at `attempt` failed: a reply error as [`on_reply_error`] says
+    /// (retried if `patient`); an outage as [`wait_out`](Self::wait_out) says, within the
+    /// `deadline` if given (`Some(None)`: beyond time), a wait without one giving up past the
+    /// policy's deadline unless `patient`. Under `FailOpen`, the share for the caller's
+    /// fallback.
+    pub(super) async fn after(
+        &mut self,
+        failure: Failure,
+        policy: FailurePolicy,
+        attempt: Instant,
+        deadline: Option<Option<Instant>>,
+        patient: bool,
+    ) -> Result<Option<f64>, WaitError> {
+        match failure {
+            Failure::Reply(e) => {
+                on_reply_error(e, patient, &mut self.reply_backoff).await?;
+                Ok(None)
+            }
+            Failure::Outage(e) => {
+                let left = match deadline {
+                    Some(Some(d)) => Some(d.saturating_duration_since(Instant::now())),
+                    _ => None,
+                };
+                let gives_up = deadline.is_none() && !patient;
+                self.wait_out(policy, e, attempt, left, gives_up).await
+            }
         }
     }
 
