@@ -1409,6 +1409,44 @@ async fn a_lease_never_passes_an_earlier_waiter_of_this_process() {
     assert_eq!(llm.stats().from_lease, before.from_lease + 2);
 }
 
+/// A reservation waits for a whole lease over buckets only: with a fixed window among the
+/// limits it takes what room its instant has (a whole lease could take until the next window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_waits_for_a_whole_lease_only_over_buckets() {
+    let server = Server::start();
+    let hour = Duration::from_secs(3_600);
+    for (name, window) in [("buckets", false), ("window", true)] {
+        // Requests: 10/s, burst 5; tokens: a bucket, or a window of 1,000 an hour.
+        let tokens = if window {
+            Limit::window(1_000, hour)
+        } else {
+            Limit::bucket(Rate::per_second(1_000), 1_000)
+        };
+        let quota: RedisRateLimiter<[u64; 2]> =
+            RedisRateLimiter::dimensions(&server.url(), name, ["requests", "tokens"])
+                .limit("requests", Limit::bucket(Rate::per_second(10), 5))
+                .limit("tokens", tokens)
+                .lease([3, 10], Duration::from_secs(60))
+                .build()
+                .unwrap();
+        // The requests' bucket emptied: no room for a lease of requests.
+        quota.try_acquire([5, 1]).await.unwrap();
+        let started = Instant::now();
+        quota.acquire([1, 1]).await.unwrap();
+        let waited = started.elapsed();
+        if window {
+            // Its cost alone: one request, 100 ms.
+            assert!(waited < Duration::from_millis(300), "{name}: {waited:?}");
+        } else {
+            // Its cost and a lease of 3 requests: 400 ms; then the lease grants.
+            assert!(waited >= Duration::from_millis(350), "{name}: {waited:?}");
+            let trips = quota.stats().round_trips;
+            quota.acquire([1, 1]).await.unwrap();
+            assert_eq!(quota.stats().round_trips, trips, "{name}");
+        }
+    }
+}
+
 /// `return_lease` gives the lease back now, in one round trip, to every limit (a fixed window
 /// within the window it was charged in), as the one-limit `return_lease` does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
