@@ -1447,6 +1447,51 @@ async fn a_reservation_waits_for_a_whole_lease_only_over_buckets() {
     }
 }
 
+/// What a lease holds when the last handle goes is given back then, in the background, as with
+/// one limit, not only once the lease expires: for a limiter of one quota, and for every key
+/// of a keyed one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_handle_gives_the_lease_back() {
+    let server = Server::start();
+    let mut conn = admin(&server);
+    let minute = Duration::from_secs(60);
+    let one = leased(&server.url(), "last", Some(([10, 100], minute)));
+    one.acquire([1, 5]).await.unwrap();
+    let copy = one.clone();
+    drop(one);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // A handle is left: the lease is still held.
+    assert_near(state(&mut conn, "{last}")[1], 39.0);
+    drop(copy);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Back to every limit: requests 49, tokens 995, the hour's window 5.
+    let s = state(&mut conn, "{last}");
+    assert_near(s[1], 49.0);
+    assert_near(s[3], 995.0);
+    assert_near(s[6], 5.0);
+    // A keyed limiter: each key's lease, once the limiter goes.
+    let keyed: RedisKeyedRateLimiter<String, [u64; 2]> =
+        RedisKeyedRateLimiter::dimensions(&server.url(), "last-keyed", ["requests", "tokens"])
+            .limit("requests", Limit::bucket(Rate::per_minute(1), 50))
+            .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
+            .lease([10, 100], minute)
+            .build()
+            .unwrap();
+    for key in ["a", "b"] {
+        // The first grant takes its cost; the key in use, the second a lease.
+        keyed.acquire(key, [1, 5]).await.unwrap();
+        keyed.acquire(key, [1, 5]).await.unwrap();
+        assert_near(levels(&mut conn, &format!("{{last-keyed:{key}}}"))[0], 38.0);
+    }
+    drop(keyed);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    for key in ["a", "b"] {
+        let l = levels(&mut conn, &format!("{{last-keyed:{key}}}"));
+        assert_near(l[0], 48.0);
+        assert_near(l[1], 990.0);
+    }
+}
+
 /// `return_lease` gives the lease back now, in one round trip, to every limit (a fixed window
 /// within the window it was charged in), as the one-limit `return_lease` does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

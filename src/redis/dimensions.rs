@@ -84,20 +84,21 @@ impl<const N: usize> Several<N> {
         key.push_str(&name);
         key.push('}');
         let warmth = Arc::new(Warmth::default());
+        let shared = Arc::new(Inner {
+            conn,
+            warmth,
+            script: redis::Script::new(SCRIPT),
+            name,
+            names: spec.names,
+            limits,
+            policy: options.policy,
+            lease: options.lease,
+            eager_lease,
+            counters: options.counters(),
+        });
         Ok(Several {
-            quota: Arc::new(Quota::new(key, warmth.clone())),
-            shared: Arc::new(Inner {
-                conn,
-                warmth,
-                script: redis::Script::new(SCRIPT),
-                name,
-                names: spec.names,
-                limits,
-                policy: options.policy,
-                lease: options.lease,
-                eager_lease,
-                counters: options.counters(),
-            }),
+            quota: Arc::new(Quota::new(key, shared.clone())),
+            shared,
         })
     }
 }

@@ -2,13 +2,14 @@
 //! Redis that it will not grant, on their way back (with the quota's next round trip, or in
 //! the background once no round trip of the quota is on its way).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::limiter::RedisRateLimiter;
 use super::script::round_down;
-use super::several::{micros, Back, Lease};
+use super::several::{Back, Lease, Several};
 use super::turns::Asking;
 use super::wait::{closed_gate, forget_gate};
 use crate::engine::coop::poll_budget;
@@ -37,21 +38,6 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     pub(super) fn using(&self) -> Using<'_, N> {
         lock(&self.inner.quota.lease).users += 1;
         Using(self)
-    }
-
-    /// Whether a dimension has a limit (one without needs no lease, and gives nothing back).
-    fn limited(&self, dim: usize) -> bool {
-        self.inner.shared.limits.iter().any(|l| l.dim == dim)
-    }
-
-    /// `dims` with 0 for the dimensions without a limit.
-    fn limited_only(&self, mut dims: [u64; N]) -> [u64; N] {
-        for (d, n) in dims.iter_mut().enumerate() {
-            if !self.limited(d) {
-                *n = 0;
-            }
-        }
-        dims
     }
 
     /// [`take_from_lease`](Self::take_from_lease), spending a unit of the task's cooperative
@@ -100,10 +86,10 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         if now >= lease.until {
             let (left, at_us) = (lease.left, lease.at_us);
             local.held = None;
-            local.back.add(self.limited_only(left), at_us);
+            local.back.add(self.inner.shared.limited_only(left), at_us);
             return asking();
         }
-        if (0..N).any(|d| self.limited(d) && lease.left[d] < cost[d])
+        if (0..N).any(|d| self.inner.shared.limited(d) && lease.left[d] < cost[d])
             || (!head && !quota.turns.is_idle())
         {
             return asking();
@@ -129,7 +115,9 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         let (sweep, idle) = {
             let mut local = lock(&self.inner.quota.lease);
             if let Some(old) = local.held.replace(Lease { left, until, at_us }) {
-                local.back.add(self.limited_only(old.left), old.at_us);
+                local
+                    .back
+                    .add(self.inner.shared.limited_only(old.left), old.at_us);
             }
             let sweep = !std::mem::replace(&mut local.sweeping, true);
             (sweep, local.users == 0 && !local.back.is_empty())
@@ -148,7 +136,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     pub(super) fn put_back(&self, dims: [u64; N], at_us: u64) {
         let idle = {
             let mut local = lock(&self.inner.quota.lease);
-            local.back.add(self.limited_only(dims), at_us);
+            local.back.add(self.inner.shared.limited_only(dims), at_us);
             local.users == 0
         };
         if idle {
@@ -222,21 +210,13 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                     }
                     back
                 };
-                this.send_back(back).await;
+                this.inner
+                    .shared
+                    .send_back(&this.inner.quota.key, back)
+                    .await;
             }
             drop(closed);
         });
-    }
-
-    /// The round trip that gives `back` back to Redis, as a settle of a grant charged at its
-    /// instant. It may have run even if it failed: not offering the tokens again errs on the
-    /// quota's side.
-    async fn send_back(&self, back: Back<N>) {
-        let spec = self.spec(|dim| -round_down(back.dims[dim]));
-        let at = back
-            .at_us
-            .map_or_else(|| (-1f64).to_le_bytes().to_vec(), micros);
-        let _ = self.call("settle", spec, [Some(at), None, None]).await;
     }
 
     /// Gives back the lease held and whatever else there is to give back, now (after a
@@ -246,27 +226,39 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         {
             let mut local = lock(&self.inner.quota.lease);
             if let Some(lease) = local.held.take() {
-                back.add(self.limited_only(lease.left), lease.at_us);
+                back.add(self.inner.shared.limited_only(lease.left), lease.at_us);
             }
             // Anything put back since `take_back` goes with it.
             back.merge(std::mem::replace(&mut local.back, Back::NOTHING));
         }
         if !back.is_empty() {
-            self.send_back(back).await;
+            self.inner
+                .shared
+                .send_back(&self.inner.quota.key, back)
+                .await;
         }
     }
 
     /// A task that moves this process's lease to be given back once it expires, for as long as
-    /// one is held (one task per quota; it holds the limiter, so at most a lease's age after
-    /// the last handle goes).
+    /// one is held (one task per quota). It does not hold the quota: once its last handle goes,
+    /// the quota gives its lease back itself (see `Quota`'s `Drop`), and the task ends.
     fn sweep_leases(&self) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             lock(&self.inner.quota.lease).sweeping = false;
             return;
         };
-        let this = self.clone();
+        let (shared, quota) = (self.inner.shared.clone(), Arc::downgrade(&self.inner.quota));
         runtime.spawn(async move {
             loop {
+                let Some(quota) = quota.upgrade() else {
+                    return;
+                };
+                let this: RedisRateLimiter<[u64; N]> = RedisRateLimiter {
+                    inner: Several {
+                        shared: shared.clone(),
+                        quota,
+                    },
+                };
                 let until = {
                     let mut local = lock(&this.inner.quota.lease);
                     match local.held.as_ref().map(|l| (l.until, l.left, l.at_us)) {
@@ -277,7 +269,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                         Some((until, left, at_us)) if until <= Instant::now() => {
                             local.held = None;
                             local.sweeping = false;
-                            local.back.add(this.limited_only(left), at_us);
+                            local.back.add(this.inner.shared.limited_only(left), at_us);
                             let idle = local.users == 0;
                             drop(local);
                             if idle {
@@ -288,6 +280,8 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                         Some((until, ..)) => until,
                     }
                 };
+                // Not held while it sleeps.
+                drop(this);
                 tokio::time::sleep_until(until).await;
             }
         });

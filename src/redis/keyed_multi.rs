@@ -55,8 +55,8 @@ impl<K: Hash + Eq, const N: usize> Quotas<K, N> {
             return quota.clone();
         }
         if self.map.len() >= self.sweep_at {
-            // Forget the keys with nothing in flight here (a permit, a waiter, a lease) and no
-            // limit set by this process (its fallback's).
+            // Forget the keys with nothing in flight here (a permit, a waiter) and no limit set
+            // by this process (its fallback's). A key forgotten with a lease gives it back.
             self.map
                 .retain(|_, q| Arc::strong_count(q) > 1 || q.has_own_limits());
             self.sweep_at = KEYS_KEPT.max(self.map.len().saturating_mul(2));
@@ -231,10 +231,7 @@ where
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
         let quota = lock(&self.inner.quotas).get_or_insert(key, || {
-            Quota::new(
-                self.inner.naming.redis_key(key),
-                self.inner.shared.warmth.clone(),
-            )
+            Quota::new(self.inner.naming.redis_key(key), self.inner.shared.clone())
         });
         RedisRateLimiter {
             inner: Several {

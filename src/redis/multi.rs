@@ -283,7 +283,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
 
     /// Gives back the unused tokens of the local lease now, and whatever else this process has
     /// to give back, in one round trip (none if there is nothing). A lease is also given back
-    /// in the background once it expires, the last handle dropped or not.
+    /// in the background once it expires, or once the last handle goes.
     ///
     /// # Examples
     ///

@@ -110,6 +110,60 @@ pub(super) struct Inner<const N: usize> {
 }
 
 impl<const N: usize> Inner<N> {
+    /// The script's limits (five doubles each: kind, three numbers, `amount` of the limit's
+    /// dimension).
+    pub(super) fn spec(&self, amount: impl Fn(usize) -> f64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.limits.len() * 40);
+        for limit in &self.limits {
+            let values = limit.kind.values();
+            for v in values.into_iter().chain([amount(limit.dim)]) {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// One script call on the quota `key`, in the general form: ARGV[3] to ARGV[5] after the
+    /// limits (see the script: the reservation's longest wait, the settled grant's instant, a
+    /// new limit; a lease; tokens to give back first).
+    pub(super) async fn call(
+        &self,
+        key: &str,
+        mode: &str,
+        spec: Vec<u8>,
+        args: [Option<Vec<u8>>; 3],
+    ) -> Result<Vec<u64>, Failure> {
+        self.counters.round_trip();
+        let reply = eval(&self.script, self.conn.clone(), key, mode, spec, args).await;
+        reply.map_err(|e| Failure::classify(e, &self.counters, key, 0))
+    }
+
+    /// The round trip that gives `back` back to the quota `key`, as a settle of a grant
+    /// charged at its instant. It may have run even if it failed: not offering the tokens
+    /// again errs on the quota's side.
+    pub(super) async fn send_back(&self, key: &str, back: Back<N>) {
+        let spec = self.spec(|dim| -round_down(back.dims[dim]));
+        let at = back
+            .at_us
+            .map_or_else(|| (-1f64).to_le_bytes().to_vec(), micros);
+        let _ = self.call(key, "settle", spec, [Some(at), None, None]).await;
+    }
+
+    /// Whether a dimension has a limit (one without needs no lease, and gives nothing back).
+    pub(super) fn limited(&self, dim: usize) -> bool {
+        self.limits.iter().any(|l| l.dim == dim)
+    }
+
+    /// `dims` with 0 for the dimensions without a limit.
+    pub(super) fn limited_only(&self, mut dims: [u64; N]) -> [u64; N] {
+        for (d, n) in dims.iter_mut().enumerate() {
+            if !self.limited(d) {
+                *n = 0;
+            }
+        }
+        dims
+    }
+
     /// Whether a reservation waits for a whole lease, as a one-limit quota's does: with
     /// leases, when every limit is a bucket. Then each round trip of a saturated fleet brings
     /// back a lease that the next requests of this process share, and one task at a time
@@ -210,13 +264,16 @@ pub(super) struct Quota<const N: usize> {
     /// The limits this process set ([`RedisRateLimiter::set_limit`]) and has not cleared,
     /// by index: what its fail-open fallback takes `share` of.
     pub(super) own: Mutex<Vec<Option<Kind>>>,
+    /// What every quota of the limiter shares: what gives the quota's lease back once its last
+    /// handle goes.
+    shared: Arc<Inner<N>>,
 }
 
 impl<const N: usize> Quota<N> {
-    pub(super) fn new(key: String, warmth: Arc<Warmth>) -> Quota<N> {
+    pub(super) fn new(key: String, shared: Arc<Inner<N>>) -> Quota<N> {
         Quota {
             key,
-            turns: Arc::new(Turns::new(warmth)),
+            turns: Arc::new(Turns::new(shared.warmth.clone())),
             fallback: Mutex::new(Fallback::default()),
             lease: Mutex::new(Leased {
                 held: None,
@@ -228,12 +285,39 @@ impl<const N: usize> Quota<N> {
             }),
             refill: Arc::new(tokio::sync::Mutex::new(())),
             own: Mutex::new(Vec::new()),
+            shared,
         }
     }
 
     /// Whether this process set a limit of the quota that it has not cleared.
     pub(super) fn has_own_limits(&self) -> bool {
         lock(&self.own).iter().any(Option::is_some)
+    }
+}
+
+/// The quota's last handle is gone (a limiter's, or a keyed limiter's that forgot the key or
+/// went): what its lease holds, and whatever else it has to give back, goes back in the
+/// background, in one round trip (if there is a runtime; if not, it stays charged: on the
+/// quota's side).
+impl<const N: usize> Drop for Quota<N> {
+    fn drop(&mut self) {
+        let mut back = {
+            let mut local = lock(&self.lease);
+            let mut back = std::mem::replace(&mut local.back, Back::NOTHING);
+            if let Some(lease) = local.held.take() {
+                back.add(self.shared.limited_only(lease.left), lease.at_us);
+            }
+            back
+        };
+        if back.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (shared, key) = (self.shared.clone(), std::mem::take(&mut self.key));
+        back.dims = shared.limited_only(back.dims);
+        runtime.spawn(async move { shared.send_back(&key, back).await });
     }
 }
 
@@ -278,17 +362,9 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         self.spec(|dim| round_up(cost[dim]))
     }
 
-    /// The script's limits (five doubles each: kind, three numbers, `amount` of the limit's
-    /// dimension).
+    /// The script's limits (see [`Inner::spec`]).
     pub(super) fn spec(&self, amount: impl Fn(usize) -> f64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.inner.shared.limits.len() * 40);
-        for limit in &self.inner.shared.limits {
-            let values = limit.kind.values();
-            for v in values.into_iter().chain([amount(limit.dim)]) {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-        out
+        self.inner.shared.spec(amount)
     }
 
     /// The script's lease argument, with leases: per limit, its dimension and the most to
@@ -329,20 +405,15 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         granted_at.is_some_and(|at| now.saturating_duration_since(at) < max_age)
     }
 
-    /// One script call, in the general form: ARGV[3] to ARGV[5] after the limits (see the
-    /// script: the reservation's longest wait, the settled grant's instant, a new limit; a
-    /// lease; tokens to give back first).
+    /// One script call on this quota (see [`Inner::call`]).
     pub(super) async fn call(
         &self,
         mode: &str,
         spec: Vec<u8>,
         args: [Option<Vec<u8>>; 3],
     ) -> Result<Vec<u64>, Failure> {
-        let inner = &self.inner.shared;
-        inner.counters.round_trip();
         let key = &self.inner.quota.key;
-        let reply = eval(&inner.script, inner.conn.clone(), key, mode, spec, args).await;
-        reply.map_err(|e| Failure::classify(e, &inner.counters, key, 0))
+        self.inner.shared.call(key, mode, spec, args).await
     }
 
     /// The round trip that charges `cost`: `"reserve"` (within `max_wait_us`, if given) or
