@@ -355,12 +355,15 @@ where
         self.quota(key).clear_limit().await
     }
 
-    /// This process's counters, over all keys (`keys`: the keys this process knows now).
+    /// This process's counters, over all keys (`keys`: those this process holds state for
+    /// now, see [`RedisStats::keys`]).
     pub fn stats(&self) -> RedisStats {
-        RedisStats::read(
-            &self.inner.shared.counters,
-            lock(&self.inner.quotas).map.len(),
-        )
+        let keys = lock(&self.inner.quotas)
+            .map
+            .values()
+            .filter(|quota| quota.in_use())
+            .count();
+        RedisStats::read(&self.inner.shared.counters, keys)
     }
 }
 

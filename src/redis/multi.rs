@@ -276,9 +276,11 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         }
     }
 
-    /// This process's counters (`keys` is 1: the quota's one key).
+    /// This process's counters (`keys`: 1 while this process holds state for the quota, see
+    /// [`RedisStats::keys`], else 0).
     pub fn stats(&self) -> RedisStats {
-        RedisStats::read(&self.inner.shared.counters, 1)
+        let keys = usize::from(self.inner.quota.in_use());
+        RedisStats::read(&self.inner.shared.counters, keys)
     }
 
     /// Gives back the unused tokens of the local lease now, and whatever else this process has

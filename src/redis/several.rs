@@ -293,6 +293,26 @@ impl<const N: usize> Quota<N> {
     pub(super) fn has_own_limits(&self) -> bool {
         lock(&self.own).iter().any(Option::is_some)
     }
+
+    /// Whether this process holds state for the quota now, as [`RedisStats::keys`] counts it:
+    /// an acquisition in flight (a round trip, a grant waiting its turn, a request the lease
+    /// could not serve), a lease or tokens on their way back, or, with leases, a grant within
+    /// the lease's age.
+    ///
+    /// [`RedisStats::keys`]: super::RedisStats::keys
+    pub(super) fn in_use(&self) -> bool {
+        let local = lock(&self.lease);
+        let recent = match (self.shared.lease, local.granted_at) {
+            (Some((_, age)), Some(at)) => Instant::now().saturating_duration_since(at) < age,
+            _ => false,
+        };
+        local.users > 0
+            || local.held.is_some()
+            || !local.back.is_empty()
+            || local.returning.is_some()
+            || recent
+            || !self.turns.is_idle()
+    }
 }
 
 /// The quota's last handle is gone (a limiter's, or a keyed limiter's that forgot the key or
