@@ -98,6 +98,10 @@ enum Contender {
     PacedLeasedLong,
     ThrottleKit,
     RedisRate,
+    /// The same limit as `Paced`, as the one limit of a several-limit
+    /// `RedisKeyedRateLimiter<String, [u64; 1]>` (throughput only): the path that the
+    /// one-limit handles would take as the case of one dimension.
+    PacedSeveral,
     /// The in-process `KeyedRateLimiter`, for scale (throughput only).
     Local,
 }
@@ -125,6 +129,9 @@ impl Contender {
             ),
             Contender::ThrottleKit => "throttle-kit 2.1.2 `RedisBackend`".to_owned(),
             Contender::RedisRate => "redis-rate 0.1.1 `allow`".to_owned(),
+            Contender::PacedSeveral => {
+                "paced `[u64; 1]` `try_acquire` (several-limit path)".to_owned()
+            }
             Contender::Local => "paced `KeyedRateLimiter::try_acquire` (in process)".to_owned(),
         }
     }
@@ -136,6 +143,7 @@ impl Contender {
             Contender::PacedLeasedLong => "paced-leased-long",
             Contender::ThrottleKit => "throttle-kit",
             Contender::RedisRate => "redis-rate",
+            Contender::PacedSeveral => "paced-several",
             Contender::Local => "local",
         }
     }
@@ -189,6 +197,7 @@ struct Topology {
 
 enum Client {
     Paced(RedisKeyedRateLimiter<String>),
+    PacedSeveral(RedisKeyedRateLimiter<String, [u64; 1]>),
     ThrottleKit(throttle_kit::RateLimiter<throttle_kit::RedisBackend>),
     RedisRate(Arc<(redis_rate::Limiter, redis_rate::Limit)>),
     Local(paced::KeyedRateLimiter<String>),
@@ -226,6 +235,14 @@ impl Client {
                     builder.build().expect("a valid configuration"),
                 ))
             }
+            Contender::PacedSeveral if !topology.cluster => {
+                let quota = RedisKeyedRateLimiter::dimensions(url, "bench-several", ["tokens"])
+                    .limit("tokens", paced::Limit::bucket(rate, burst))
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .build()
+                    .expect("a valid configuration");
+                Some(Client::PacedSeveral(quota))
+            }
             Contender::ThrottleKit if !topology.cluster => {
                 let backend = throttle_kit::RedisBackend::connect(url)
                     .await
@@ -254,7 +271,10 @@ impl Client {
             Contender::Local if !topology.cluster => {
                 Some(Client::Local(paced::KeyedRateLimiter::new(rate, burst)))
             }
-            Contender::ThrottleKit | Contender::RedisRate | Contender::Local => None,
+            Contender::ThrottleKit
+            | Contender::RedisRate
+            | Contender::PacedSeveral
+            | Contender::Local => None,
         }
     }
 
@@ -263,6 +283,11 @@ impl Client {
         match self {
             Client::Paced(quota) => match quota.try_acquire(key, 1).await {
                 Ok(()) => Ok(true),
+                Err(TryAcquireError::NotUntil(_)) => Ok(false),
+                Err(e) => Err(e.to_string()),
+            },
+            Client::PacedSeveral(quota) => match quota.try_acquire(key, [1]).await {
+                Ok(_) => Ok(true),
                 Err(TryAcquireError::NotUntil(_)) => Ok(false),
                 Err(e) => Err(e.to_string()),
             },
@@ -283,6 +308,7 @@ impl Client {
     fn paced_stats(&self) -> Option<RedisStats> {
         match self {
             Client::Paced(quota) => Some(quota.stats()),
+            Client::PacedSeveral(quota) => Some(quota.stats()),
             _ => None,
         }
     }
@@ -950,7 +976,8 @@ fn throughput_rows(rt: &Runtime, topology: &Topology, cases: &mut Vec<Case>) {
     let mut probe = Probe::new(&topology.masters);
     for keys in key_counts() {
         let names = Arc::new((0..keys).map(|i| format!("tenant-{i}")).collect::<Vec<_>>());
-        for contender in Contender::REDIS.into_iter().chain([Contender::Local]) {
+        let others = [Contender::PacedSeveral, Contender::Local];
+        for contender in Contender::REDIS.into_iter().chain(others) {
             let phase = format!("{contender:?} {} {keys}", topology.name);
             let case = rt.block_on(within(
                 &phase,
