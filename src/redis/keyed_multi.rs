@@ -55,10 +55,11 @@ impl<K: Hash + Eq, const N: usize> Quotas<K, N> {
             return quota.clone();
         }
         if self.map.len() >= self.sweep_at {
-            // Forget the keys with nothing in flight here (a permit, a waiter) and no limit set
-            // by this process (its fallback's). A key forgotten with a lease gives it back.
+            // Forget the keys with nothing in flight here (a permit, a waiter), not in use (a
+            // lease, tokens on their way back, a grant within the lease's age) and no limit
+            // set by this process (its fallback's).
             self.map
-                .retain(|_, q| Arc::strong_count(q) > 1 || q.has_own_limits());
+                .retain(|_, q| Arc::strong_count(q) > 1 || q.has_own_limits() || q.in_use());
             self.sweep_at = KEYS_KEPT.max(self.map.len().saturating_mul(2));
         }
         let quota = Arc::new(make());
@@ -383,6 +384,33 @@ mod tests {
     fn kept(limiter: &RedisKeyedRateLimiter<u32, [u64; 2]>) -> (usize, usize) {
         let quotas = lock(&limiter.inner.quotas);
         (quotas.map.len(), quotas.sweep_at)
+    }
+
+    #[tokio::test]
+    async fn a_key_holding_a_lease_is_kept_by_the_sweeps() {
+        let limiter: RedisKeyedRateLimiter<u32, [u64; 2]> =
+            RedisKeyedRateLimiter::dimensions("redis://127.0.0.1:1/", "t", ["requests", "tokens"])
+                .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+                .lease([5, 0], Duration::from_secs(60))
+                .build()
+                .expect("a limiter");
+        let leased = limiter.quota(&0);
+        lock(&leased.inner.quota.lease).held = Some(super::super::several::Lease {
+            left: [5, 0],
+            until: tokio::time::Instant::now() + Duration::from_secs(60),
+            at_us: 0,
+        });
+        let quota = Arc::downgrade(&leased.inner.quota);
+        drop(leased);
+        // Sweeps over 10,000 keys held by no one: the key with its lease stays, the same quota.
+        for key in 1..10_000 {
+            drop(limiter.quota(&key));
+        }
+        assert!(kept(&limiter).0 <= KEYS_KEPT);
+        let again = limiter.quota(&0);
+        assert!(quota
+            .upgrade()
+            .is_some_and(|q| Arc::ptr_eq(&q, &again.inner.quota)));
     }
 
     #[tokio::test]

@@ -321,7 +321,7 @@ impl<const N: usize> Quota<N> {
 /// quota's side).
 impl<const N: usize> Drop for Quota<N> {
     fn drop(&mut self) {
-        let mut back = {
+        let back = {
             let mut local = lock(&self.lease);
             let mut back = std::mem::replace(&mut local.back, Back::NOTHING);
             if let Some(lease) = local.held.take() {
@@ -336,7 +336,6 @@ impl<const N: usize> Drop for Quota<N> {
             return;
         };
         let (shared, key) = (self.shared.clone(), std::mem::take(&mut self.key));
-        back.dims = shared.limited_only(back.dims);
         runtime.spawn(async move { shared.send_back(&key, back).await });
     }
 }
