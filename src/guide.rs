@@ -1455,8 +1455,13 @@
 //!   script is sent as `EVALSHA`, loaded once and again after `NOSCRIPT`. A request is one
 //!   `TIME`, one `GET` and at most one write. A [`RedisRateLimiter`] is a
 //!   [`RedisKeyedRateLimiter`] with one key: both acquire, lease, fall back, back off and take
-//!   turns through one implementation. A key's own limit is stored beside its bucket in the
-//!   same Redis key, so the one read of every request sees it.
+//!   turns through one implementation. The several-limit handles follow the same rules (a
+//!   whole lease over buckets, one refill at a time, tokens given back with the next round
+//!   trip, patient streams, leases only for keys in use) in a second one (`multi.rs`,
+//!   `held.rs`). The two share the turns, the waits, the handling of failed round trips and
+//!   the give-back gate (`turns.rs`, `wait.rs`); making them one is open work. A key's own
+//!   limit is stored beside its bucket in the same Redis key, so the one read of every request
+//!   sees it.
 //! - **Redis waiters** do not go through the engine: Redis keeps the queue. Each grant carries
 //!   the Redis instant it was charged for. A reservation sleeps out its wait on a tokio timer
 //!   of its own. Then it lets this process's grants of the key for earlier instants go first.
