@@ -44,7 +44,7 @@ impl NotUntil {
     }
 
     /// A request that can never be granted without waiting.
-    #[cfg(any(feature = "redis", test))]
+    #[cfg(test)]
     pub(crate) const NEVER: NotUntil = NotUntil {
         retry_after: Duration::MAX,
     };

@@ -4,13 +4,13 @@
 use std::sync::Arc;
 
 use super::builder::sealed::Build;
-use super::builder::{Options, RedisLimiterBuilder};
+use super::builder::{OneLimit, Options, RedisLimiterBuilder};
 use super::connect::Target;
 use super::error::RedisLimiterError;
 use super::limiter::{RedisRateLimiter, RedisRateLimiterBuilder};
 use super::policy;
 use super::script::SCRIPT;
-use super::several::{Inner, Kind, Quota, RedisLimit, Several};
+use super::several::{Form, Inner, Kind, Quota, RedisLimit, Several};
 use super::turns::Warmth;
 use crate::error::ConfigError;
 use crate::limiter::multi::by_dimension;
@@ -51,7 +51,14 @@ impl<const N: usize> Build for RedisRateLimiter<[u64; N]> {
 
     fn build(options: Options<[u64; N]>, spec: Dimensions<N>) -> Result<Self, RedisLimiterError> {
         Ok(RedisRateLimiter {
-            inner: Several::build(options, spec, true)?,
+            inner: Several::build(
+                options,
+                spec,
+                Form {
+                    eager_lease: true,
+                    one: false,
+                },
+            )?,
         })
     }
 }
@@ -63,7 +70,7 @@ impl<const N: usize> Several<N> {
     pub(super) fn build(
         options: Options<[u64; N]>,
         spec: Dimensions<N>,
-        eager_lease: bool,
+        form: Form,
     ) -> Result<Self, RedisLimiterError> {
         let config = |e| RedisLimiterError::Config(e);
         policy::validate(1, options.response_timeout, None, options.policy)?;
@@ -79,10 +86,15 @@ impl<const N: usize> Several<N> {
         .map_err(config)?;
         let conn = options.target.connect(options.response_timeout)?;
         let name = super::key::escape(&options.name);
-        let mut key = String::with_capacity(name.len() + 2);
-        key.push('{');
-        key.push_str(&name);
-        key.push('}');
+        let key = if form.one {
+            options.name.clone()
+        } else {
+            let mut key = String::with_capacity(name.len() + 2);
+            key.push('{');
+            key.push_str(&name);
+            key.push('}');
+            key
+        };
         let warmth = Arc::new(Warmth::default());
         let shared = Arc::new(Inner {
             conn,
@@ -93,13 +105,51 @@ impl<const N: usize> Several<N> {
             limits,
             policy: options.policy,
             lease: options.lease,
-            eager_lease,
+            eager_lease: form.eager_lease,
+            one: form.one,
             counters: options.counters(),
         });
         Ok(Several {
             quota: Arc::new(Quota::new(key, shared.clone())),
             shared,
         })
+    }
+}
+
+/// The one dimension of a one-limit limiter, as its fail-open fallback names it.
+const TOKENS: &str = "tokens";
+
+impl Several<1> {
+    /// The state of a one-limit limiter of `limit`: the quota of one dimension, in the
+    /// one-bucket form (see [`Form::one`]).
+    pub(super) fn one(
+        options: Options<u64>,
+        limit: OneLimit,
+        eager_lease: bool,
+    ) -> Result<Self, RedisLimiterError> {
+        let OneLimit { rate, burst } = limit;
+        policy::validate(
+            burst,
+            options.response_timeout,
+            options.lease,
+            options.policy,
+        )?;
+        let mut spec = Dimensions::new([TOKENS]);
+        spec.limit(TOKENS, Limit::bucket(rate, burst));
+        let options = Options {
+            target: options.target,
+            name: options.name,
+            lease: options.lease.map(|(m, age)| ([m], age)),
+            policy: options.policy,
+            response_timeout: options.response_timeout,
+            #[cfg(feature = "metrics")]
+            metrics_name: options.metrics_name,
+        };
+        let form = Form {
+            eager_lease,
+            one: true,
+        };
+        Several::build(options, spec, form)
     }
 }
 

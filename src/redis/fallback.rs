@@ -1,16 +1,9 @@
-//! The fail-open fallback: local limiters that stand in for Redis during an outage.
+//! The fail-open fallback: the local limiter that stands in for a quota in Redis during an
+//! outage.
 
-use std::borrow::Borrow;
-use std::collections::HashMap;
-use std::hash::Hash;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-
-use crate::error::NotUntil;
-use crate::limiter::{KeyedRateLimiter, RateLimiter};
-use crate::sync::Mutex;
 
 /// Under `FailOpen`, during an outage: the local limiter (kept for the whole outage, so that
 /// probing Redis again does not refill it) and, while it is in charge, until when.
@@ -60,71 +53,5 @@ impl<F: Clone> Fallback<F> {
     pub(super) fn recovered(&mut self) {
         self.limiter = None;
         self.until = None;
-    }
-}
-
-/// The fail-open fallback of one outage: a keyed limiter at `share` of the default limit, and
-/// for each key with a limit this process set, a limiter at `share` of that limit (made when
-/// the key is first used during the outage). Kept for the whole outage, so that probing Redis
-/// again does not refill it.
-pub(super) struct KeyedFallback<K> {
-    pub(super) default: KeyedRateLimiter<K>,
-    pub(super) own: Arc<Mutex<HashMap<K, RateLimiter>>>,
-}
-
-impl<K> Clone for KeyedFallback<K> {
-    fn clone(&self) -> Self {
-        KeyedFallback {
-            default: self.default.clone(),
-            own: self.own.clone(),
-        }
-    }
-}
-
-/// The local limiter that stands in for one key's Redis bucket during an outage.
-pub(super) enum StandIn<K> {
-    /// `share` of the default limit: one bucket of the fallback's keyed limiter.
-    Default(KeyedRateLimiter<K>),
-    /// `share` of the limit this process set for the key.
-    Own(RateLimiter),
-}
-
-impl<K: Hash + Eq> StandIn<K> {
-    pub(super) async fn acquire<Q>(&self, key: &Q, cost: u64)
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        match self {
-            StandIn::Default(keyed) => keyed.acquire(key, cost).await,
-            StandIn::Own(own) => own.acquire(cost).await,
-        }
-    }
-
-    pub(super) async fn acquire_timeout<Q>(
-        &self,
-        key: &Q,
-        cost: u64,
-        timeout: Duration,
-    ) -> Result<(), NotUntil>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        match self {
-            StandIn::Default(keyed) => keyed.acquire_timeout(key, cost, timeout).await,
-            StandIn::Own(own) => own.acquire_timeout(cost, timeout).await,
-        }
-    }
-
-    pub(super) fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), NotUntil>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        match self {
-            StandIn::Default(keyed) => keyed.try_acquire(key, cost),
-            StandIn::Own(own) => own.try_acquire(cost),
-        }
     }
 }

@@ -240,7 +240,8 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     }
 
     /// A task that moves this process's lease to be given back once it expires, for as long as
-    /// one is held (one task per quota). It does not hold the quota: once its last handle goes,
+    /// one is held (one task per quota), and gives it back in the background once the quota is
+    /// no longer in use, if no round trip took it back first. It does not hold the quota: once its last handle goes,
     /// the quota gives its lease back itself (see `Quota`'s `Drop`), and the task ends when it
     /// next wakes.
     fn sweep_leases(&self) {
@@ -262,23 +263,34 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                 };
                 let until = {
                     let mut local = lock(&this.inner.quota.lease);
+                    let now = Instant::now();
                     match local.held.as_ref().map(|l| (l.until, l.left, l.at_us)) {
-                        None => {
-                            local.sweeping = false;
-                            return;
-                        }
-                        Some((until, left, at_us)) if until <= Instant::now() => {
-                            local.held = None;
-                            local.sweeping = false;
-                            local.back.add(this.inner.shared.limited_only(left), at_us);
-                            let idle = local.users == 0;
-                            drop(local);
-                            if idle {
-                                this.give_back_later();
+                        Some((until, ..)) if until > now => until,
+                        held => {
+                            if let Some((_, left, at_us)) = held {
+                                local.held = None;
+                                local.back.add(this.inner.shared.limited_only(left), at_us);
                             }
-                            return;
+                            // Nothing held: what is to give back waits for the quota's
+                            // next round trip while the quota is in use (granted within the
+                            // lease's age; a round trip on its way takes it, or gives it back
+                            // once answered), then goes back in the background.
+                            let age = this.inner.shared.lease.map_or(Duration::ZERO, |l| l.1);
+                            let busy_until = local.granted_at.and_then(|at| at.checked_add(age));
+                            match busy_until {
+                                _ if local.back.is_empty() || local.users > 0 => {
+                                    local.sweeping = false;
+                                    return;
+                                }
+                                Some(at) if at > now => at,
+                                _ => {
+                                    local.sweeping = false;
+                                    drop(local);
+                                    this.give_back_later();
+                                    return;
+                                }
+                            }
                         }
-                        Some((until, ..)) => until,
                     }
                 };
                 // Not held while it sleeps.

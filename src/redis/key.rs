@@ -2,45 +2,22 @@
 
 use std::fmt::{self, Display, Write as _};
 
-/// How a limiter turns its keys into Redis keys.
+/// How a keyed limiter turns its keys into Redis keys: key `k` under prefix `p` is `{p:k}`,
+/// both escaped (the prefix is kept escaped), one Cluster hash tag.
 #[derive(Debug)]
-pub(super) enum Naming {
-    /// [`RedisKeyedRateLimiter`](super::RedisKeyedRateLimiter)'s: key `k` under prefix `p`
-    /// is `{p:k}`, both escaped (the prefix is kept escaped).
-    Prefixed(String),
-    /// [`RedisRateLimiter`](super::RedisRateLimiter)'s: its one bucket is the Redis key it
-    /// was given, as it is.
-    Exact(String),
-}
+pub(super) struct Prefix(pub(super) String);
 
-impl Naming {
-    /// The naming of a keyed limiter under `prefix`.
-    pub(super) fn prefixed(prefix: &str) -> Naming {
-        Naming::Prefixed(escape(prefix))
-    }
-
-    /// The name the limiter was built with, as it appears in Redis (escaped for a prefix).
-    pub(super) fn name(&self) -> &str {
-        match self {
-            Naming::Prefixed(name) | Naming::Exact(name) => name,
-        }
-    }
-
-    /// The Redis key of `key`'s bucket (and of its own limit, if any).
+impl Prefix {
+    /// The Redis key of `key`'s quota (its limits' state, and the limits set for it, if any).
     pub(super) fn redis_key<Q: Display + ?Sized>(&self, key: &Q) -> String {
-        match self {
-            Naming::Exact(name) => name.clone(),
-            Naming::Prefixed(prefix) => {
-                let mut out = String::with_capacity(prefix.len() + 24);
-                out.push('{');
-                out.push_str(prefix);
-                out.push(':');
-                // Writing to a `String` cannot fail.
-                let _ = write!(Escaping(&mut out), "{key}");
-                out.push('}');
-                out
-            }
-        }
+        let mut out = String::with_capacity(self.0.len() + 24);
+        out.push('{');
+        out.push_str(&self.0);
+        out.push(':');
+        // Writing to a `String` cannot fail.
+        let _ = write!(Escaping(&mut out), "{key}");
+        out.push('}');
+        out
     }
 }
 
@@ -72,7 +49,7 @@ impl fmt::Write for Escaping<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{escape, Naming};
+    use super::{escape, Prefix};
 
     #[test]
     fn keys_are_escaped() {
@@ -82,8 +59,8 @@ mod tests {
     }
 
     #[test]
-    fn a_prefixed_key_is_one_hash_tag_and_an_exact_name_is_kept() {
-        assert_eq!(Naming::prefixed("t:1").redis_key("a}b"), "{t%3A1:a%7Db}");
-        assert_eq!(Naming::Exact("a:{b}".into()).redis_key(&7), "a:{b}");
+    fn a_prefixed_key_is_one_hash_tag() {
+        assert_eq!(Prefix(escape("t:1")).redis_key("a}b"), "{t%3A1:a%7Db}");
+        assert_eq!(Prefix(escape("t")).redis_key(&7), "{t:7}");
     }
 }

@@ -1,32 +1,26 @@
 //! [`RedisKeyedRateLimiter`]: its state, constructors, limit changes and counters.
 
 use std::borrow::Borrow;
-use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::fmt::{self, Display};
 use std::hash::Hash;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::builder::sealed::Build;
 use super::builder::{OneLimit, Options, RedisLimiterBuilder};
 use super::connect::Target;
-use super::error::RedisLimiterError;
-use super::fallback::{Fallback, KeyedFallback};
-use super::key::Naming;
-use super::local::KeyLocal;
-use super::policy::{self, FailurePolicy};
-use super::script::{Conn, Counters, SCRIPT};
+use super::error::{RedisLimiterError, TryAcquireError};
+use super::keyed_multi::KeyedSeveral;
+use super::limiter::RedisRateLimiter;
+use super::several::Several;
 use super::stats::RedisStats;
-use super::turns::Warmth;
+#[allow(unused_imports)] // the docs' links
+use super::FailurePolicy;
 #[allow(unused_imports)] // the docs' links
 use crate::error::NotUntil;
-use crate::limiter::Cost;
+use crate::limiter::{Cost, Limit};
 #[allow(unused_imports)] // the docs' links
 use crate::limiter::{KeyedLimiter, KeyedRateLimiter};
 use crate::rate::Rate;
-use crate::sync::{lock, Mutex};
 
 /// Builds a [`RedisKeyedRateLimiter`] of one limit per key (`C = u64`; see
 /// [`RedisKeyedRateLimiter::builder`]) or of several (`C = [u64; N]`; see
@@ -129,41 +123,18 @@ pub struct RedisKeyedRateLimiter<K, C: Cost = u64> {
 }
 
 /// A [`RedisKeyedRateLimiter`]'s state for one limit per key: public in a private module (see
-/// [`Cost`]).
-pub(crate) type KeyedOne<K> = Arc<Inner<K>>;
+/// [`Cost`]). Each key is the quota of one dimension, in the one-bucket form (see `Form::one`):
+/// every Redis limiter has one implementation.
+pub struct KeyedOne<K> {
+    pub(super) several: RedisKeyedRateLimiter<K, [u64; 1]>,
+}
 
-/// What the handles of one limiter share.
-pub struct Inner<K> {
-    pub(super) conn: Conn,
-    /// Whether a round trip on `conn` has come back (see [`Warmth`]).
-    pub(super) warmth: Arc<Warmth>,
-    pub(super) script: redis::Script,
-    /// How keys become Redis keys.
-    pub(super) naming: Naming,
-    /// The default limit.
-    pub(super) rate: Rate,
-    pub(super) burst: u64,
-    /// Microseconds per token, the script's unit: the default limit.
-    pub(super) interval_us: f64,
-    pub(super) policy: FailurePolicy,
-    pub(super) lease_tokens: u64,
-    pub(super) lease_age: Duration,
-    /// Whether every round trip asks for a whole lease (the single-key limiter), rather than
-    /// only those of a key in use.
-    pub(super) eager_lease: bool,
-    /// Whether a task is sweeping expired leases of idle keys.
-    pub(super) sweeping: AtomicBool,
-    /// Under `FailOpen`, during an outage: local limiters at `share` of each key's limit as
-    /// this process knows it.
-    pub(super) fallback: Mutex<Fallback<KeyedFallback<K>>>,
-    /// The limits this process gave keys with `set_limit` (and did not clear since): what the
-    /// fail-open fallback knows of per-key limits. Configuration: one entry per such key.
-    pub(super) limits: Mutex<HashMap<K, (Rate, u64)>>,
-    /// The keys in use in this process.
-    pub(super) keys: Mutex<HashMap<K, KeyLocal>>,
-    /// Hashes keys for the streams that file their items by key (`throttle_by_key`).
-    pub(super) hasher: RandomState,
-    pub(super) counters: Counters,
+impl<K> Clone for KeyedOne<K> {
+    fn clone(&self) -> Self {
+        KeyedOne {
+            several: self.several.clone(),
+        }
+    }
 }
 
 impl<K, C: Cost> Clone for RedisKeyedRateLimiter<K, C> {
@@ -181,13 +152,15 @@ impl<K, C: Cost> fmt::Debug for RedisKeyedRateLimiter<K, C> {
     }
 }
 
-impl<K> fmt::Debug for Inner<K> {
+impl<K> fmt::Debug for KeyedOne<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shared = &self.several.inner.shared;
+        let (rate, burst) = shared.bucket();
         f.debug_struct("RedisKeyedRateLimiter")
-            .field("prefix", &self.naming.name())
-            .field("rate", &self.rate)
-            .field("burst", &self.burst)
-            .field("policy", &self.policy)
+            .field("prefix", &shared.name)
+            .field("rate", &rate)
+            .field("burst", &burst)
+            .field("policy", &shared.policy)
             .finish_non_exhaustive()
     }
 }
@@ -263,6 +236,103 @@ where
         RedisKeyedRateLimiterBuilder::one(Target::cluster(nodes), name.into(), rate, burst)
     }
 
+    /// Waits until `key`'s quota grants `cost` tokens.
+    ///
+    /// Under [`FailurePolicy::FailOpen`] the local fallback grants while Redis is unreachable;
+    /// under [`FailurePolicy::FailClosed`] this waits for Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisLimiterError::Unavailable`] once Redis has been unreachable for the fail-closed
+    /// deadline; [`RedisLimiterError::Reply`] at once when Redis answers with an error (a key of
+    /// another type, a refused command), whatever the policy. Nothing was taken.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(quota: paced::RedisKeyedRateLimiter<String>) -> Result<(), paced::redis::RedisLimiterError> {
+    /// quota.acquire("tenant-7", 1).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), RedisLimiterError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
+    {
+        self.quota(key).acquire([cost]).await.map(drop)
+    }
+
+    /// Waits until `key`'s quota grants `cost` tokens, if that can be within `timeout`;
+    /// otherwise returns at once, having taken nothing.
+    ///
+    /// A request that Redis would make wait longer than `timeout` is refused without being
+    /// charged (in one round trip); one granted with a shorter wait is waited for.
+    ///
+    /// # Errors
+    ///
+    /// [`TryAcquireError::NotUntil`] when the cost cannot be had within `timeout`, with how
+    /// long until it could be ([`NotUntil::is_never`] for a cost above the key's burst, which
+    /// only `acquire` waits for; also while Redis is unreachable past `timeout` under
+    /// `FailClosed`); [`TryAcquireError::Reply`] when Redis answers with an error.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # async fn demo(quota: paced::RedisKeyedRateLimiter<u64>) {
+    /// match quota.acquire_timeout(&42, 1, Duration::from_millis(50)).await {
+    ///     Ok(()) => println!("go"),
+    ///     Err(e) => println!("not within 50 ms: {e}"),
+    /// }
+    /// # }
+    /// ```
+    pub async fn acquire_timeout<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        timeout: Duration,
+    ) -> Result<(), TryAcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
+    {
+        let quota = self.quota(key);
+        quota.acquire_timeout([cost], timeout).await.map(drop)
+    }
+
+    /// Grants `cost` of `key`'s quota if it holds it now; one round trip. A refusal writes
+    /// nothing to Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`TryAcquireError::NotUntil`], a refusal, with how long until the cost could be granted
+    /// ([`NotUntil::is_never`] for a cost above the key's burst); while Redis is unreachable,
+    /// under `FailClosed` a refusal with the retry backoff, under `FailOpen` the fallback's
+    /// answer. [`TryAcquireError::Reply`] when Redis answers with an error.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use paced::redis::TryAcquireError;
+    ///
+    /// # async fn demo(quota: paced::RedisKeyedRateLimiter<String>) {
+    /// match quota.try_acquire("tenant-7", 1).await {
+    ///     Ok(()) => println!("go"),
+    ///     Err(TryAcquireError::NotUntil(refused)) => println!("retry in {:?}", refused.retry_after()),
+    ///     Err(failed) => eprintln!("the quota is broken: {failed}"),
+    /// }
+    /// # }
+    /// ```
+    pub async fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), TryAcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
+    {
+        self.quota(key).try_acquire([cost]).await.map(drop)
+    }
+
     /// Gives `key` its own limit, for every process: stored in Redis beside the key's bucket
     /// (it does not expire), and read by every process's next request for the key. The key
     /// keeps its level, in tokens (at most the new burst); a full bucket stays full.
@@ -299,7 +369,8 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
-        self.change_limit(key, Some((rate, burst))).await
+        let quota = self.quota(key);
+        quota.set_limit(0, Limit::bucket(rate, burst)).await
     }
 
     /// Gives `key` the default limit again, for every process, keeping its level (at most the
@@ -324,7 +395,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
-        self.change_limit(key, None).await
+        self.quota(key).clear_limit().await
     }
 
     /// This process's counters, over all keys.
@@ -339,42 +410,16 @@ where
     /// ```
     #[must_use]
     pub fn stats(&self) -> RedisStats {
-        RedisStats::read(&self.inner.counters, lock(&self.inner.keys).len())
+        self.inner.several.stats()
     }
-}
 
-impl Options<u64> {
-    /// The state of a limiter of `limit` that names its keys by `naming`; `eager_lease` asks
-    /// for a whole lease with every round trip, not only for keys in use.
-    pub(super) fn inner<K>(
-        self,
-        limit: OneLimit,
-        naming: Naming,
-        eager_lease: bool,
-    ) -> Result<Inner<K>, RedisLimiterError> {
-        let OneLimit { rate, burst } = limit;
-        policy::validate(burst, self.response_timeout, self.lease, self.policy)?;
-        let (lease_tokens, lease_age) = self.lease.unwrap_or((0, Duration::ZERO));
-        let conn = self.target.connect(self.response_timeout)?;
-        Ok(Inner {
-            conn,
-            warmth: Arc::default(),
-            script: redis::Script::new(SCRIPT),
-            naming,
-            rate,
-            burst,
-            interval_us: policy::interval_us(rate),
-            policy: self.policy,
-            lease_tokens,
-            lease_age,
-            eager_lease,
-            sweeping: AtomicBool::new(false),
-            fallback: Mutex::new(Fallback::default()),
-            limits: Mutex::new(HashMap::new()),
-            keys: Mutex::new(HashMap::new()),
-            hasher: RandomState::new(),
-            counters: self.counters(),
-        })
+    /// `key`'s quota, of one dimension.
+    pub(super) fn quota<Q>(&self, key: &Q) -> RedisRateLimiter<[u64; 1]>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
+    {
+        self.inner.several.quota(key)
     }
 }
 
@@ -386,9 +431,14 @@ where
     type Spec = OneLimit;
 
     fn build(options: Options<u64>, limit: OneLimit) -> Result<Self, RedisLimiterError> {
-        let naming = Naming::prefixed(&options.name);
+        // A key's first round trip takes only its cost (see `Inner::eager_lease`).
+        let several = Several::one(options, limit, false)?;
         Ok(RedisKeyedRateLimiter {
-            inner: Arc::new(options.inner(limit, naming, false)?),
+            inner: KeyedOne {
+                several: RedisKeyedRateLimiter {
+                    inner: KeyedSeveral::new(several),
+                },
+            },
         })
     }
 }

@@ -15,11 +15,11 @@ use super::builder::{Options, RedisLimiterBuilder};
 use super::connect::Target;
 use super::dimensions::Dimensions;
 use super::error::{RedisLimiterError, TryAcquireError};
-use super::key::Naming;
+use super::key::Prefix;
 use super::keyed::{RedisKeyedRateLimiter, RedisKeyedRateLimiterBuilder};
 use super::limiter::RedisRateLimiter;
 use super::settle::RedisPermit;
-use super::several::{Inner, Quota, Several};
+use super::several::{Form, Inner, Quota, Several};
 use super::stats::RedisStats;
 use crate::limiter::Limit;
 use crate::sync::{lock, Mutex};
@@ -77,14 +77,12 @@ where
 
     fn build(options: Options<[u64; N]>, spec: Dimensions<N>) -> Result<Self, RedisLimiterError> {
         // A key's first round trip takes only its cost (see `Inner::eager_lease`).
-        let one = Several::build(options, spec, false)?;
+        let form = Form {
+            eager_lease: false,
+            one: false,
+        };
         Ok(RedisKeyedRateLimiter {
-            inner: KeyedSeveral {
-                naming: Arc::new(Naming::Prefixed(one.shared.name.clone())),
-                shared: one.shared,
-                quotas: Arc::new(Mutex::new(Quotas::new())),
-                hasher: RandomState::new(),
-            },
+            inner: KeyedSeveral::new(Several::build(options, spec, form)?),
         })
     }
 }
@@ -119,11 +117,23 @@ where
 /// A [`RedisKeyedRateLimiter`]'s state for several limits per key: public in a private
 /// module (see [`Cost`](crate::limiter::Cost)).
 pub struct KeyedSeveral<K, const N: usize> {
-    shared: Arc<Inner<N>>,
-    naming: Arc<Naming>,
+    pub(super) shared: Arc<Inner<N>>,
+    naming: Arc<Prefix>,
     quotas: Arc<Mutex<Quotas<K, N>>>,
     /// How a stream over this limiter files its held items by key.
     pub(super) hasher: RandomState,
+}
+
+impl<K: Hash + Eq, const N: usize> KeyedSeveral<K, N> {
+    /// The keyed limiter whose quotas share what `several` holds (its own quota unused).
+    pub(super) fn new(several: Several<N>) -> Self {
+        KeyedSeveral {
+            naming: Arc::new(Prefix(several.shared.name.clone())),
+            shared: several.shared,
+            quotas: Arc::new(Mutex::new(Quotas::new())),
+            hasher: RandomState::new(),
+        }
+    }
 }
 
 impl<K, const N: usize> Clone for KeyedSeveral<K, N> {

@@ -1,35 +1,22 @@
-//! [`RedisRateLimiter`]: a [`RedisKeyedRateLimiter`] with one key, named as given.
+//! [`RedisRateLimiter`]: one quota across a fleet; of one limit, the quota of one dimension.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::builder::sealed::Build;
 use super::builder::{OneLimit, Options, RedisLimiterBuilder};
 use super::connect::Target;
 use super::error::{RedisLimiterError, TryAcquireError};
-use super::key::Naming;
-use super::keyed::RedisKeyedRateLimiter;
+use super::several::Several;
 use super::stats::RedisStats;
 #[allow(unused_imports)] // the docs' links
 use super::FailurePolicy;
 #[allow(unused_imports)] // the docs' links
 use crate::error::NotUntil;
-use crate::limiter::Cost;
 #[allow(unused_imports)] // the docs' links
 use crate::limiter::RateLimiter;
+use crate::limiter::{Cost, Limit};
 use crate::rate::Rate;
-
-/// The one key of a [`RedisRateLimiter`]: its Redis key is the limiter's name, so the key
-/// itself writes nothing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(super) struct OnlyKey;
-
-impl fmt::Display for OnlyKey {
-    fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
-        Ok(())
-    }
-}
 
 /// Builds a [`RedisRateLimiter`] of one limit (`C = u64`; see [`RedisRateLimiter::builder`])
 /// or of several (`C = [u64; N]`; see [`RedisRateLimiter::dimensions`]).
@@ -91,8 +78,8 @@ pub type RedisRateLimiterBuilder<C = u64> = RedisLimiterBuilder<RedisRateLimiter
 /// tokens are free now is not offered: it would cost a round trip, and be stale by the time it
 /// is read; [`try_acquire`](RedisRateLimiter::try_acquire) says when a refused cost could be had.
 ///
-/// This is a [`RedisKeyedRateLimiter`]
-/// with one key whose Redis key is the name given: both share one implementation.
+/// Every Redis limiter, of one limit or several, keyed or not, has one implementation: a
+/// one-limit quota is the quota of one dimension, kept in Redis in a shorter form.
 ///
 /// # Outages and reply errors
 ///
@@ -156,18 +143,14 @@ impl<C: Cost> fmt::Debug for RedisRateLimiter<C> {
 }
 
 /// A [`RedisRateLimiter`]'s state for one limit: public in a private module (see [`Cost`]).
+/// It is the quota of one dimension, in the one-bucket form (see `Form::one`): every Redis
+/// limiter has one implementation.
 #[derive(Clone)]
 pub struct One {
-    pub(super) keyed: RedisKeyedRateLimiter<OnlyKey>,
+    pub(super) several: RedisRateLimiter<[u64; 1]>,
 }
 
 impl RedisRateLimiter {
-    pub(super) fn from_keyed(keyed: RedisKeyedRateLimiter<OnlyKey>) -> Self {
-        RedisRateLimiter {
-            inner: One { keyed },
-        }
-    }
-
     /// A builder for the quota named `name` (its Redis key) on the Redis at `url`: `burst` tokens refilled at
     /// `rate`, without leases, failing closed.
     ///
@@ -254,7 +237,7 @@ impl RedisRateLimiter {
     /// # }
     /// ```
     pub async fn acquire(&self, cost: u64) -> Result<(), RedisLimiterError> {
-        self.inner.keyed.acquire(&OnlyKey, cost).await
+        self.inner.several.acquire([cost]).await.map(drop)
     }
 
     /// Waits until the shared quota grants `cost` tokens, if that can be within `timeout`;
@@ -288,9 +271,10 @@ impl RedisRateLimiter {
         timeout: Duration,
     ) -> Result<(), TryAcquireError> {
         self.inner
-            .keyed
-            .acquire_timeout(&OnlyKey, cost, timeout)
+            .several
+            .acquire_timeout([cost], timeout)
             .await
+            .map(drop)
     }
 
     /// Grants `cost` if the shared quota holds it now; one round trip unless a lease holds it.
@@ -317,7 +301,7 @@ impl RedisRateLimiter {
     /// # }
     /// ```
     pub async fn try_acquire(&self, cost: u64) -> Result<(), TryAcquireError> {
-        self.inner.keyed.try_acquire(&OnlyKey, cost).await
+        self.inner.several.try_acquire([cost]).await.map(drop)
     }
 
     /// Changes the limit for every process: stored in Redis beside the bucket (it does not
@@ -347,7 +331,10 @@ impl RedisRateLimiter {
     /// # }
     /// ```
     pub async fn set_limit(&self, rate: Rate, burst: u64) -> Result<(), RedisLimiterError> {
-        self.inner.keyed.set_limit(&OnlyKey, rate, burst).await
+        self.inner
+            .several
+            .set_limit(0, Limit::bucket(rate, burst))
+            .await
     }
 
     /// Gives the quota the limit it was built with again, for every process, keeping its level
@@ -367,7 +354,7 @@ impl RedisRateLimiter {
     /// # }
     /// ```
     pub async fn clear_limit(&self) -> Result<(), RedisLimiterError> {
-        self.inner.keyed.clear_limit(&OnlyKey).await
+        self.inner.several.clear_limit().await
     }
 
     /// This process's counters.
@@ -382,7 +369,7 @@ impl RedisRateLimiter {
     /// ```
     #[must_use]
     pub fn stats(&self) -> RedisStats {
-        self.inner.keyed.stats()
+        self.inner.several.stats()
     }
 
     /// Gives back the unused tokens of the local lease now (also done when the last handle is
@@ -396,18 +383,19 @@ impl RedisRateLimiter {
     /// # }
     /// ```
     pub async fn return_lease(&self) {
-        self.inner.keyed.return_lease(&OnlyKey).await;
+        self.inner.several.return_lease().await;
     }
 }
 
 impl fmt::Debug for One {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let inner = &self.keyed.inner;
+        let state = &self.several.inner;
+        let (rate, burst) = state.shared.bucket();
         f.debug_struct("RedisRateLimiter")
-            .field("key", &inner.naming.name())
-            .field("rate", &inner.rate)
-            .field("burst", &inner.burst)
-            .field("policy", &inner.policy)
+            .field("key", &state.quota.key)
+            .field("rate", &rate)
+            .field("burst", &burst)
+            .field("policy", &state.shared.policy)
             .finish_non_exhaustive()
     }
 }
@@ -417,9 +405,11 @@ impl Build for RedisRateLimiter {
     type Spec = OneLimit;
 
     fn build(options: Options<u64>, limit: OneLimit) -> Result<Self, RedisLimiterError> {
-        let naming = Naming::Exact(options.name.clone());
-        Ok(RedisRateLimiter::from_keyed(RedisKeyedRateLimiter {
-            inner: Arc::new(options.inner(limit, naming, true)?),
-        }))
+        let several = Several::one(options, limit, true)?;
+        Ok(RedisRateLimiter {
+            inner: One {
+                several: RedisRateLimiter { inner: several },
+            },
+        })
     }
 }

@@ -28,7 +28,6 @@
 //! # }
 //! ```
 
-mod acquire;
 mod builder;
 mod connect;
 mod dimensions;
@@ -38,9 +37,7 @@ mod held;
 mod key;
 mod keyed;
 mod keyed_multi;
-mod lease;
 mod limiter;
-mod local;
 mod multi;
 mod permit;
 mod policy;

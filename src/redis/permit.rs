@@ -8,7 +8,7 @@ use std::task::{ready, Context, Poll, Waker};
 
 use super::error::TryAcquireError;
 use super::keyed::RedisKeyedRateLimiter;
-use super::limiter::{OnlyKey, RedisRateLimiter};
+use super::limiter::RedisRateLimiter;
 use super::script::REPLY_RETRY;
 use super::settle::RedisPermit;
 use crate::error::NotUntil;
@@ -19,20 +19,6 @@ use crate::limiter::{KeyedLimiter, Limiter};
 /// A round trip (and whatever waiting follows it) in flight for a stream or a tower future.
 pub(super) type Pending<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
-/// A stream's request in flight on a [`RedisRateLimiter`] (not nameable outside the crate).
-pub struct RedisStreamPermit {
-    acquire: Option<Pending<()>>,
-    check: Option<Pending<Result<(), NotUntil>>>,
-}
-
-impl fmt::Debug for RedisStreamPermit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let in_flight = self.acquire.is_some() || self.check.is_some();
-        debug_permit(f, "RedisStreamPermit", in_flight)
-    }
-}
-
-/// What a permit shows: whether a round trip of it is in flight.
 fn debug_permit(f: &mut fmt::Formatter<'_>, name: &str, in_flight: bool) -> fmt::Result {
     f.debug_struct(name)
         .field("in_flight", &in_flight)
@@ -59,66 +45,31 @@ where
 
 impl Limiter for RedisRateLimiter {}
 
-/// A stream holds its item while the round trip is in flight: nothing is lost if it is
-/// dropped, and under `FailClosed` a shaping stream waits for Redis rather than give up.
+/// A stream or a tower service over one limit waits on the quota of one dimension, as over
+/// several; the grant has nothing to settle.
 impl sealed::Sealed for RedisRateLimiter {
-    type Permit = RedisStreamPermit;
+    type Permit = RedisSeveralPermit<1>;
 
-    fn permit(&self) -> RedisStreamPermit {
-        RedisStreamPermit {
-            acquire: None,
-            check: None,
-        }
+    fn permit(&self) -> RedisSeveralPermit<1> {
+        RedisSeveralPermit::new(self.inner.several.clone())
     }
 
     fn poll_acquire(
         &self,
-        permit: Pin<&mut RedisStreamPermit>,
+        permit: Pin<&mut RedisSeveralPermit<1>>,
         cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<()> {
-        let quota = self.clone();
-        poll_slot(&mut permit.get_mut().acquire, cx, || async move {
-            quota.inner.keyed.acquire_patiently(&OnlyKey, cost).await
-        })
+        permit.get_mut().poll_acquire_one(cx, cost)
     }
 
     fn poll_try_acquire(
         &self,
-        permit: Pin<&mut RedisStreamPermit>,
+        permit: Pin<&mut RedisSeveralPermit<1>>,
         cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<Result<(), NotUntil>> {
-        let quota = self.clone();
-        poll_slot(&mut permit.get_mut().check, cx, || async move {
-            // A reply error (counted and logged by `try_acquire`) refuses the item: it is
-            // handed back, not let through.
-            quota.try_acquire(cost).await.map_err(|e| match e {
-                TryAcquireError::NotUntil(refused) => refused,
-                TryAcquireError::Reply(_) => NotUntil::after(REPLY_RETRY),
-            })
-        })
-    }
-}
-
-/// A stream's front item or a tower request of one key in flight on a
-/// [`RedisKeyedRateLimiter`] (not nameable outside the crate): the key, and the round trip
-/// (with the wait that follows it) in flight.
-pub struct RedisKeyPermit<K> {
-    quota: RedisKeyedRateLimiter<K>,
-    key: K,
-    acquire: Option<Pending<()>>,
-    #[cfg(feature = "tower")]
-    check: Option<Pending<Result<(), NotUntil>>>,
-}
-
-/// Nothing in it is ever pinned in place: the key is cloned into each round trip, and the
-/// round trips are boxed.
-impl<K> Unpin for RedisKeyPermit<K> {}
-
-impl<K> fmt::Debug for RedisKeyPermit<K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_permit(f, "RedisKeyPermit", self.acquire.is_some())
+        permit.get_mut().poll_try_acquire_one(cx, cost)
     }
 }
 
@@ -127,9 +78,7 @@ impl<K> KeyedLimiter for RedisKeyedRateLimiter<K> where
 {
 }
 
-/// A stream holds its item while its key's request is in flight: nothing is lost if it is
-/// dropped (a reservation not yet used is given back), and the stream never fails (see
-/// `acquire_patiently`).
+/// As [`RedisRateLimiter`]'s: each key's quota of one dimension.
 impl<K> KeyedSealed for RedisKeyedRateLimiter<K>
 where
     K: Hash + Eq + Clone + Display + Send + Sync + 'static,
@@ -137,27 +86,27 @@ where
     type Key = K;
     type Cost = u64;
     type Hasher = RandomState;
-    type Permit = RedisKeyPermit<K>;
+    type Permit = RedisSeveralPermit<1>;
 
     fn hash_key(&self, key: &K) -> u64 {
-        self.inner.hasher.hash_one(key)
+        self.inner.several.inner.hasher.hash_one(key)
     }
 
-    fn permit(&self, key: K, _: u64) -> RedisKeyPermit<K> {
-        RedisKeyPermit {
-            quota: self.clone(),
-            key,
-            acquire: None,
-            #[cfg(feature = "tower")]
-            check: None,
-        }
+    fn permit(&self, key: K, _: u64) -> RedisSeveralPermit<1> {
+        RedisSeveralPermit::new(self.quota(&key))
     }
 
-    fn arrive(&self, key: &K, hash: u64, cost: u64, waker: &Waker) -> Arrival<RedisKeyPermit<K>> {
+    fn arrive(
+        &self,
+        key: &K,
+        hash: u64,
+        cost: u64,
+        waker: &Waker,
+    ) -> Arrival<RedisSeveralPermit<1>> {
         let mut permit = self.permit(key.clone(), hash);
         let mut cx = Context::from_waker(waker);
-        // From a key's lease, or when the cost is 0, this is ready at once.
-        match Self::poll_acquire(Pin::new(&mut permit), &mut cx, cost) {
+        // From the quota's lease, or when the cost is 0, this is ready at once.
+        match permit.poll_acquire_one(&mut cx, cost) {
             Poll::Ready(()) => Arrival::Granted,
             // Its round trip or its sleep wakes `waker`.
             Poll::Pending => Arrival::Waiting { permit, ask: false },
@@ -165,37 +114,20 @@ where
     }
 
     fn poll_acquire(
-        permit: Pin<&mut RedisKeyPermit<K>>,
+        permit: Pin<&mut RedisSeveralPermit<1>>,
         cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<()> {
-        let permit = permit.get_mut();
-        let (quota, key) = (&permit.quota, &permit.key);
-        poll_slot(&mut permit.acquire, cx, || {
-            let (quota, key) = (quota.clone(), key.clone());
-            async move { quota.acquire_patiently(&key, cost).await }
-        })
+        permit.get_mut().poll_acquire_one(cx, cost)
     }
 
     #[cfg(feature = "tower")]
     fn poll_try_acquire(
-        permit: Pin<&mut RedisKeyPermit<K>>,
+        permit: Pin<&mut RedisSeveralPermit<1>>,
         cx: &mut Context<'_>,
         cost: u64,
     ) -> Poll<Result<(), NotUntil>> {
-        let permit = permit.get_mut();
-        let (quota, key) = (&permit.quota, &permit.key);
-        poll_slot(&mut permit.check, cx, || {
-            let (quota, key) = (quota.clone(), key.clone());
-            async move {
-                // A reply error (counted and logged by `try_acquire`) refuses the request: it
-                // is not let through without Redis's say-so.
-                quota.try_acquire(&key, cost).await.map_err(|e| match e {
-                    TryAcquireError::NotUntil(refused) => refused,
-                    TryAcquireError::Reply(_) => NotUntil::after(REPLY_RETRY),
-                })
-            }
-        })
+        permit.get_mut().poll_try_acquire_one(cx, cost)
     }
 
     #[cfg(feature = "tower")]
@@ -203,10 +135,10 @@ where
 
     #[cfg(feature = "tower")]
     #[inline]
-    fn grant(_: Pin<&mut RedisKeyPermit<K>>, _: u64) {}
+    fn grant(_: Pin<&mut RedisSeveralPermit<1>>, _: u64) {}
 
     #[cfg(feature = "http")]
-    fn state(_: Pin<&mut RedisKeyPermit<K>>) -> Option<crate::stats::LimitState> {
+    fn state(_: Pin<&mut RedisSeveralPermit<1>>) -> Option<crate::stats::LimitState> {
         None
     }
 }
@@ -295,6 +227,28 @@ impl<const N: usize> RedisSeveralPermit<N> {
 
 /// A cost is one amount per dimension; a grant is a [`RedisPermit`], to settle. A stream holds
 /// its item while the round trip is in flight, as over the one-limit `RedisRateLimiter`.
+impl RedisSeveralPermit<1> {
+    /// [`poll_acquire`](Self::poll_acquire) of a one-limit cost: the grant has nothing to
+    /// settle, and is dropped.
+    fn poll_acquire_one(&mut self, cx: &mut Context<'_>, cost: u64) -> Poll<()> {
+        ready!(self.poll_acquire(cx, [cost]));
+        self.granted = None;
+        Poll::Ready(())
+    }
+
+    /// [`poll_try_acquire`](Self::poll_try_acquire) of a one-limit cost, as
+    /// [`poll_acquire_one`](Self::poll_acquire_one).
+    fn poll_try_acquire_one(
+        &mut self,
+        cx: &mut Context<'_>,
+        cost: u64,
+    ) -> Poll<Result<(), NotUntil>> {
+        let answer = ready!(self.poll_try_acquire(cx, [cost]));
+        self.granted = None;
+        Poll::Ready(answer)
+    }
+}
+
 impl<const N: usize> Limiter for RedisRateLimiter<[u64; N]> {}
 
 impl<const N: usize> sealed::Draw for RedisRateLimiter<[u64; N]> {

@@ -186,25 +186,6 @@ impl Conn {
     }
 }
 
-/// What one round trip answered.
-pub(crate) enum Answer {
-    /// The cost and `surplus` tokens more (a lease) granted, usable after `wait`: a reservation
-    /// queued behind earlier ones, or a cost above the burst paying its debt. `Nanos::MAX`:
-    /// never (the debts ahead of it take 584 years or more). `at_us`: the Redis instant it is
-    /// charged for, which orders this process's grants of the key.
-    Granted {
-        surplus: u64,
-        wait: Nanos,
-        at_us: u64,
-    },
-    /// Refused; ask again in `wait` (never, for `Nanos::MAX`).
-    Refused { wait: Nanos },
-}
-
-/// The script's reply: granted (0 or 1), surplus tokens, wait in microseconds, the Redis
-/// instant (microseconds) the grant is charged for.
-pub(crate) type Reply = (u64, u64, u64, u64);
-
 /// A wait in whole microseconds as the script returns it, in nanoseconds; the script's
 /// "never" (2^64 ns or more) saturates to `Nanos::MAX`, the in-process bucket's.
 pub(crate) fn wait_from_us(us: u64) -> Nanos {
@@ -230,86 +211,6 @@ pub(crate) fn round_down(n: u64) -> f64 {
         f64::from_bits(f.to_bits() - 1)
     } else {
         f
-    }
-}
-
-/// One call of the script for a quota of one bucket, in the one-bucket form (see the script's
-/// header): on `key`, take at least `cost`, up to `want`, after giving `back` back; `mode` is
-/// "reserve", "try", "settle" (give `back` back, nothing else), "limit" or "clear". The
-/// amounts go as little-endian doubles rounded in the quota's favour (see the script's
-/// "Exactness").
-pub(crate) struct Call<'a> {
-    pub(crate) key: &'a str,
-    pub(crate) interval_us: f64,
-    pub(crate) burst: u64,
-    pub(crate) amounts: (u64, u64, u64),
-    pub(crate) mode: &'a str,
-    /// "reserve" only: refuse (taking nothing) rather than grant with a longer wait.
-    pub(crate) max_wait_us: Option<u64>,
-    /// The Redis instant the tokens given back were charged for, while they are one
-    /// reservation's alone, so that the last grant given back counts in full.
-    pub(crate) back_at_us: Option<u64>,
-    /// "limit" only: the key's new interval (microseconds per token) and burst.
-    pub(crate) new_limit: Option<(f64, u64)>,
-}
-
-/// Doubles as the script unpacks them (`struct.unpack('<d...')`).
-pub(crate) fn doubles<const N: usize>(values: [f64; N]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-/// One bucket's limit, with the trailing byte that asks the script for the one-bucket form
-/// (see the script's header).
-fn one_bucket_form(mut limit: Vec<u8>) -> Vec<u8> {
-    limit.push(1);
-    limit
-}
-
-/// The script's reply as one bucket's caller reads it: granted (0 or 1), the lease taken
-/// beyond the cost, the wait in microseconds, the Redis instant (microseconds) the grant is
-/// charged for.
-fn one_bucket(reply: &[u64]) -> Reply {
-    match *reply {
-        [0, wait_us, ..] => (0, 0, wait_us, 0),
-        [_, wait_us, at_us, ref leased @ ..] => {
-            (1, leased.first().copied().unwrap_or(0), wait_us, at_us)
-        }
-        // Not the script's shape: never granted.
-        _ => (0, 0, u64::MAX, 0),
-    }
-}
-
-impl Call<'_> {
-    pub(crate) async fn run(
-        &self,
-        script: &redis::Script,
-        conn: Conn,
-    ) -> redis::RedisResult<Reply> {
-        let (cost, want, back) = self.amounts;
-        let settle = self.mode == "settle";
-        let amount = if settle {
-            -round_down(back)
-        } else {
-            round_up(cost)
-        };
-        let burst = round_down(self.burst);
-        let spec = one_bucket_form(doubles([0.0, self.interval_us, burst, 0.0, amount]));
-        let at = |us: Option<u64>| us.map(|us| doubles([round_down(us)]));
-        let arg = match self.mode {
-            "reserve" => at(self.max_wait_us),
-            "settle" => at(self.back_at_us),
-            _ => self.new_limit.map(|(interval_us, burst)| {
-                doubles([1.0, 0.0, interval_us, round_down(burst), 0.0])
-            }),
-        };
-        // A lease: the most beyond the cost, waited for whole by a reservation.
-        let lease = (want > cost).then(|| doubles([0.0, round_down(want - cost), 1.0]));
-        let back = (back > 0 && !settle).then(|| {
-            let at = self.back_at_us.map_or(-1.0, round_down);
-            doubles([round_down(back), at])
-        });
-        let reply = eval(script, conn, self.key, self.mode, spec, [arg, lease, back]).await?;
-        Ok(one_bucket(&reply))
     }
 }
 
@@ -354,5 +255,45 @@ pub(crate) async fn evalsha<T: redis::FromRedisValue>(
             cmd.query_async(conn).await
         }
         answer => answer,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{round_down, round_up, wait_from_us};
+    use crate::core::Nanos;
+    use crate::error::NotUntil;
+
+    #[test]
+    fn amounts_round_in_the_quotas_favour() {
+        let exact = 1u64 << 53;
+        for n in [0, 1, 5, exact - 1, exact] {
+            assert_eq!(round_up(n), n as f64);
+            assert_eq!(round_down(n), n as f64);
+        }
+        // 2^53 + 1 is no double: a cost goes up, a burst down.
+        assert_eq!(round_up(exact + 1), (exact + 2) as f64);
+        assert_eq!(round_down(exact + 1), exact as f64);
+        for n in [
+            exact + 1,
+            exact + 3,
+            u64::MAX - 1,
+            u64::MAX,
+            3_000_000_000_000_000_001,
+        ] {
+            assert!(round_up(n) as u128 >= u128::from(n), "{n}");
+            assert!((round_down(n) as u128) <= u128::from(n), "{n}");
+        }
+        assert_eq!(round_up(u64::MAX), 18_446_744_073_709_551_616.0);
+    }
+
+    #[test]
+    fn a_wait_of_584_years_or_more_is_never() {
+        assert_eq!(wait_from_us(0), Nanos::ZERO);
+        assert_eq!(wait_from_us(1_500), Nanos(1_500_000));
+        // The script's NEVER_US, ceil(2^64 / 1000).
+        assert_eq!(wait_from_us(18_446_744_073_709_552), Nanos::MAX);
+        assert_ne!(wait_from_us(18_446_744_073_709_551), Nanos::MAX);
+        assert!(NotUntil::new(wait_from_us(u64::MAX)).is_never());
     }
 }

@@ -106,19 +106,37 @@ pub(super) struct Inner<const N: usize> {
     /// `RedisKeyedRateLimiter`, as with one limit): so a key not asked again within the age
     /// never holds tokens it does not use, nor costs a round trip to give them back.
     pub(super) eager_lease: bool,
+    /// A one-limit limiter's quota (see [`Form::one`]).
+    pub(super) one: bool,
     pub(super) counters: Counters,
+}
+
+/// How a limiter's quotas are kept and leased.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Form {
+    /// See [`Inner::eager_lease`].
+    pub(super) eager_lease: bool,
+    /// A one-limit limiter (`RedisRateLimiter`, `RedisKeyedRateLimiter` of a `u64` cost): its
+    /// one bucket kept in the script's one-bucket form (two doubles), a limiter's quota named
+    /// as given (a keyed one's keys named as for several limits), and a lease of `m` tokens
+    /// counting the cost (a round trip takes at most `m`, the cost included).
+    pub(super) one: bool,
 }
 
 impl<const N: usize> Inner<N> {
     /// The script's limits (five doubles each: kind, three numbers, `amount` of the limit's
     /// dimension).
     pub(super) fn spec(&self, amount: impl Fn(usize) -> f64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.limits.len() * 40);
+        let mut out = Vec::with_capacity(self.limits.len() * 40 + 1);
         for limit in &self.limits {
             let values = limit.kind.values();
             for v in values.into_iter().chain([amount(limit.dim)]) {
                 out.extend_from_slice(&v.to_le_bytes());
             }
+        }
+        if self.one {
+            // The trailing byte that asks for the one-bucket form (see the script's header).
+            out.push(1);
         }
         out
     }
@@ -175,6 +193,16 @@ impl<const N: usize> Inner<N> {
                 .limits
                 .iter()
                 .all(|l| matches!(l.kind, Kind::Bucket { .. }))
+    }
+}
+
+impl Inner<1> {
+    /// A one-limit quota's rate and burst, as built.
+    pub(super) fn bucket(&self) -> (Rate, u64) {
+        match self.limits.first().map(|l| l.kind) {
+            Some(Kind::Bucket { rate, burst, .. }) => (rate, burst),
+            _ => unreachable!("a one-limit quota is one bucket"),
+        }
     }
 }
 
@@ -386,13 +414,20 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         self.inner.shared.spec(amount)
     }
 
-    /// The script's lease argument, with leases: per limit, its dimension and the most to
-    /// lease of it.
-    pub(super) fn lease_wanted(&self) -> Option<Vec<u8>> {
+    /// The script's lease argument for a round trip that charges `cost`, with leases: per
+    /// limit, its dimension and the most to lease of it beyond the cost (a one-limit lease of
+    /// `m` counts the cost: `m - cost`, and none once the cost is `m` or more).
+    pub(super) fn lease_wanted(&self, cost: [u64; N]) -> Option<Vec<u8>> {
         if !self.wants_lease() {
             return None;
         }
-        let (max_tokens, _) = self.inner.shared.lease?;
+        let (mut max_tokens, _) = self.inner.shared.lease?;
+        if self.inner.shared.one {
+            max_tokens[0] = max_tokens[0].saturating_sub(cost[0]);
+            if max_tokens[0] == 0 {
+                return None;
+            }
+        }
         let mut want = Vec::with_capacity(self.inner.shared.limits.len() * 16);
         for limit in &self.inner.shared.limits {
             want.extend_from_slice(&(limit.dim as f64).to_le_bytes());
@@ -448,7 +483,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         let back = self.take_back().await;
         let args = [
             max_wait_us.map(micros),
-            self.lease_wanted(),
+            self.lease_wanted(cost),
             self.back_arg(&back),
         ];
         // It may have run even if it failed: not offering the tokens again errs on the
