@@ -1453,15 +1453,14 @@
 //! - **Redis.** Every Redis limiter, one limit or several, runs one Lua script on Redis
 //!   (`quota.lua`), on Redis's `TIME`: the same bucket arithmetic, and the fixed windows. The
 //!   script is sent as `EVALSHA`, loaded once and again after `NOSCRIPT`. A request is one
-//!   `TIME`, one `GET` and at most one write. A [`RedisRateLimiter`] is a
-//!   [`RedisKeyedRateLimiter`] with one key: both acquire, lease, fall back, back off and take
-//!   turns through one implementation. The several-limit handles follow the same rules (a
-//!   whole lease over buckets, one refill at a time, tokens given back with the next round
-//!   trip, patient streams, leases only for keys in use) in a second one (`multi.rs`,
-//!   `held.rs`). The two share the turns, the waits, the handling of failed round trips and
-//!   the give-back gate (`turns.rs`, `wait.rs`); making them one is open work. A key's own
-//!   limit is stored beside its bucket in the same Redis key, so the one read of every request
-//!   sees it.
+//!   `TIME`, one `GET` and at most one write. Every Redis handle acquires, leases, gives
+//!   back, falls back, backs off and takes turns through one implementation: a quota of `N`
+//!   dimensions (`several.rs`, `multi.rs`, `held.rs`; the turns and the waits in `turns.rs`
+//!   and `wait.rs`). A keyed limiter is a map from keys to such quotas (`keyed_multi.rs`). A
+//!   one-limit handle is the quota of one dimension: its bucket is stored in the script's
+//!   shorter one-bucket form, a [`RedisRateLimiter`]'s under the name as given, and its lease
+//!   of `m` counts the cost. A key's own limit is stored beside its state in the same Redis
+//!   key, so the one read of every request sees it.
 //! - **Redis waiters** do not go through the engine: Redis keeps the queue. Each grant carries
 //!   the Redis instant it was charged for. A reservation sleeps out its wait on a tokio timer
 //!   of its own. Then it lets this process's grants of the key for earlier instants go first.

@@ -7,7 +7,7 @@ use super::builder::sealed::Build;
 use super::builder::{OneLimit, Options, RedisLimiterBuilder};
 use super::connect::Target;
 use super::error::RedisLimiterError;
-use super::limiter::{RedisRateLimiter, RedisRateLimiterBuilder};
+use super::limiter::{One, RedisRateLimiter, RedisRateLimiterBuilder};
 use super::policy;
 use super::script::SCRIPT;
 use super::several::{Form, Inner, Kind, Quota, RedisLimit, Several};
@@ -42,6 +42,20 @@ impl<L: Build<Spec = Dimensions<N>>, const N: usize> RedisLimiterBuilder<L> {
     /// [`one`](RedisLimiterBuilder::one) is for one limit.
     pub(super) fn several(target: Target, name: impl Into<String>, names: [&str; N]) -> Self {
         RedisLimiterBuilder::new(target, name.into(), Dimensions::new(names))
+    }
+}
+
+impl Build for RedisRateLimiter {
+    type Cost = u64;
+    type Spec = OneLimit;
+
+    fn build(options: Options<u64>, limit: OneLimit) -> Result<Self, RedisLimiterError> {
+        let several = Several::one(options, limit, true)?;
+        Ok(RedisRateLimiter {
+            inner: One {
+                several: RedisRateLimiter { inner: several },
+            },
+        })
     }
 }
 

@@ -5,13 +5,10 @@ use std::fmt::{self, Display};
 use std::hash::Hash;
 use std::time::Duration;
 
-use super::builder::sealed::Build;
-use super::builder::{OneLimit, Options, RedisLimiterBuilder};
+use super::builder::RedisLimiterBuilder;
 use super::connect::Target;
 use super::error::{RedisLimiterError, TryAcquireError};
-use super::keyed_multi::KeyedSeveral;
 use super::limiter::RedisRateLimiter;
-use super::several::Several;
 use super::stats::RedisStats;
 #[allow(unused_imports)] // the docs' links
 use super::FailurePolicy;
@@ -72,10 +69,12 @@ pub type RedisKeyedRateLimiterBuilder<K, C = u64> =
 ///
 /// A key's bucket expires from Redis once it would be full again, so idle keys cost nothing;
 /// a key with its own limit is configuration and does not expire (until
-/// [`clear_limit`](RedisKeyedRateLimiter::clear_limit)). This process keeps local state for a
-/// key only while an acquisition of it is in flight or, with
+/// [`clear_limit`](RedisKeyedRateLimiter::clear_limit)). This process uses local state for a
+/// key while an acquisition of it is in flight or, with
 /// [leases](super::RedisLimiterBuilder::lease), until its lease expires and is given back
-/// ([`RedisStats::keys`]).
+/// ([`RedisStats::keys`]). It remembers idle keys too, a few hundred bytes each, until it knows
+/// 4,096 keys; then it forgets those not in use, and does so again each time the keys it knows
+/// have doubled.
 ///
 /// Waiters of one key are served in the order their requests reach Redis. Within a process
 /// that is the order they were made: the requests share one ordered connection, each is
@@ -420,25 +419,5 @@ where
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
         self.inner.several.quota(key)
-    }
-}
-
-impl<K> Build for RedisKeyedRateLimiter<K>
-where
-    K: Hash + Eq + Send + Sync + 'static,
-{
-    type Cost = u64;
-    type Spec = OneLimit;
-
-    fn build(options: Options<u64>, limit: OneLimit) -> Result<Self, RedisLimiterError> {
-        // A key's first round trip takes only its cost (see `Inner::eager_lease`).
-        let several = Several::one(options, limit, false)?;
-        Ok(RedisKeyedRateLimiter {
-            inner: KeyedOne {
-                several: RedisKeyedRateLimiter {
-                    inner: KeyedSeveral::new(several),
-                },
-            },
-        })
     }
 }

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::builder::sealed::Build;
-use super::builder::{Options, RedisLimiterBuilder};
+use super::builder::{OneLimit, Options, RedisLimiterBuilder};
 use super::connect::Target;
 use super::dimensions::Dimensions;
 use super::error::{RedisLimiterError, TryAcquireError};
 use super::key::Prefix;
-use super::keyed::{RedisKeyedRateLimiter, RedisKeyedRateLimiterBuilder};
+use super::keyed::{KeyedOne, RedisKeyedRateLimiter, RedisKeyedRateLimiterBuilder};
 use super::limiter::RedisRateLimiter;
 use super::settle::RedisPermit;
 use super::several::{Form, Inner, Quota, Several};
@@ -65,6 +65,26 @@ impl<K: Hash + Eq, const N: usize> Quotas<K, N> {
         let quota = Arc::new(make());
         self.map.insert(key.to_owned(), quota.clone());
         quota
+    }
+}
+
+impl<K> Build for RedisKeyedRateLimiter<K>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+{
+    type Cost = u64;
+    type Spec = OneLimit;
+
+    fn build(options: Options<u64>, limit: OneLimit) -> Result<Self, RedisLimiterError> {
+        // A key's first round trip takes only its cost (see `Inner::eager_lease`).
+        let several = Several::one(options, limit, false)?;
+        Ok(RedisKeyedRateLimiter {
+            inner: KeyedOne {
+                several: RedisKeyedRateLimiter {
+                    inner: KeyedSeveral::new(several),
+                },
+            },
+        })
     }
 }
 

@@ -3,11 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::builder::sealed::Build;
-use super::builder::{OneLimit, Options, RedisLimiterBuilder};
+use super::builder::RedisLimiterBuilder;
 use super::connect::Target;
 use super::error::{RedisLimiterError, TryAcquireError};
-use super::several::Several;
 use super::stats::RedisStats;
 #[allow(unused_imports)] // the docs' links
 use super::FailurePolicy;
@@ -397,19 +395,5 @@ impl fmt::Debug for One {
             .field("burst", &burst)
             .field("policy", &state.shared.policy)
             .finish_non_exhaustive()
-    }
-}
-
-impl Build for RedisRateLimiter {
-    type Cost = u64;
-    type Spec = OneLimit;
-
-    fn build(options: Options<u64>, limit: OneLimit) -> Result<Self, RedisLimiterError> {
-        let several = Several::one(options, limit, true)?;
-        Ok(RedisRateLimiter {
-            inner: One {
-                several: RedisRateLimiter { inner: several },
-            },
-        })
     }
 }

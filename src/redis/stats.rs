@@ -33,10 +33,9 @@ pub struct RedisStats {
     /// command): not outages, each also logged at error level with the `tracing` feature.
     pub reply_errors: u64,
     /// Keys this process holds local state for now: those with an acquisition in flight,
-    /// and with leases those with a lease or granted within the lease age. A key's local
-    /// state is dropped once nothing uses it and its lease, if any, has expired (and been
-    /// given back). A `try_acquire` without leases holds none. (A
-    /// [`RedisRateLimiter`](crate::RedisRateLimiter) has one key: 0 or 1.)
+    /// and with leases those with a lease or granted within the lease age. A key leaves the
+    /// count once nothing uses it and its lease, if any, has expired (and been given back).
+    /// (A [`RedisRateLimiter`](crate::RedisRateLimiter) has one key: 0 or 1.)
     pub keys: usize,
 }
 
