@@ -31,7 +31,8 @@
 //!
 //! Run: `cargo bench -p paced-benches --features redis --bench redis_keyed`
 //! (`PACED_BENCH_KEYS=10000` before it: only the one-server throughput rows, at those key
-//! counts; `PACED_BENCH_DEFAULT_TIMEOUT=1`: paced with its default response timeout of 250 ms).
+//! counts; `PACED_BENCH_ONLY=paced,throttle-kit`: only those contenders' throughput rows;
+//! `PACED_BENCH_DEFAULT_TIMEOUT=1`: paced with its default response timeout of 250 ms).
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,6 +86,8 @@ const HANG: Duration = Duration::from_secs(60);
 const WORKER_ENV: &str = "PACED_BENCH_WORKER";
 /// The environment variable that runs only the one-server throughput rows, at its key counts.
 const QUICK_ENV: &str = "PACED_BENCH_KEYS";
+/// Runs only the contenders it lists in the throughput rows (see `selected`).
+const ONLY_ENV: &str = "PACED_BENCH_ONLY";
 /// Set: paced keeps its default response timeout (250 ms) rather than `RESPONSE_TIMEOUT`.
 const DEFAULT_TIMEOUT_ENV: &str = "PACED_BENCH_DEFAULT_TIMEOUT";
 
@@ -978,6 +981,9 @@ fn throughput_rows(rt: &Runtime, topology: &Topology, cases: &mut Vec<Case>) {
         let names = Arc::new((0..keys).map(|i| format!("tenant-{i}")).collect::<Vec<_>>());
         let others = [Contender::PacedSeveral, Contender::Local];
         for contender in Contender::REDIS.into_iter().chain(others) {
+            if !selected(contender) {
+                continue;
+            }
             let phase = format!("{contender:?} {} {keys}", topology.name);
             let case = rt.block_on(within(
                 &phase,
@@ -986,6 +992,15 @@ fn throughput_rows(rt: &Runtime, topology: &Topology, cases: &mut Vec<Case>) {
             cases.extend(case);
         }
     }
+}
+
+/// Whether the throughput rows run `contender`: all, or those listed (comma separated, by
+/// their command-line names: `paced`, `paced-several`, `throttle-kit`, ...) in
+/// `PACED_BENCH_ONLY`.
+fn selected(contender: Contender) -> bool {
+    std::env::var(ONLY_ENV).map_or(true, |list| {
+        list.split(',').any(|a| a.trim() == contender.arg())
+    })
 }
 
 /// The active key counts of the throughput rows: `KEY_COUNTS`, or those listed (comma

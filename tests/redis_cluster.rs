@@ -424,9 +424,33 @@ async fn failover_run(
             (grants, all_ok && unavailable == 0)
         })
     };
+    // A key of the keyed limiter on another master.
+    let healthy = (0..)
+        .find(|n| {
+            cluster
+                .master_of(&format!("{{kfo:{n}}}"))
+                .is_some_and(|m| m != victim)
+        })
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(700)).await;
     let killed_at = start.elapsed().as_secs_f64();
     cluster.kill(victim);
+    // The outage is the failed master's keys' alone: the keyed limiter's key there finds it
+    // (under `FailOpen`, its fallback grants), and its key on a healthy master goes on in
+    // Redis, neither refused nor granted by a fallback.
+    let _ = keyed.try_acquire(&key, 1).await;
+    let found = keyed.stats();
+    assert!(found.errors > 0, "the failed master answered: {found:?}");
+    if matches!(policy, FailurePolicy::FailOpen { .. }) {
+        assert!(found.fallback > 0, "{found:?}");
+    }
+    keyed.try_acquire(&healthy, 1).await.unwrap();
+    let after = keyed.stats();
+    assert_eq!(
+        (after.fallback, after.errors),
+        (found.fallback, found.errors),
+        "a key on a healthy master went to the fallback"
+    );
     let recovered_at = loop {
         if probe.try_acquire(1).await.is_ok() {
             break start.elapsed().as_secs_f64();

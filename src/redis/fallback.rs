@@ -49,6 +49,11 @@ impl<F: Clone> Fallback<F> {
         self.until = Some(Instant::now() + Duration::from_secs(1));
     }
 
+    /// Whether an outage is on: the fallback is kept until Redis answers again.
+    pub(super) fn is_open(&self) -> bool {
+        self.limiter.is_some()
+    }
+
     /// Redis answered: the outage, if any, is over.
     pub(super) fn recovered(&mut self) {
         self.limiter = None;

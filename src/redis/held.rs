@@ -241,9 +241,9 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
 
     /// A task that moves this process's lease to be given back once it expires, for as long as
     /// one is held (one task per quota), and gives it back in the background once the quota is
-    /// no longer in use, if no round trip took it back first. It does not hold the quota: once its last handle goes,
-    /// the quota gives its lease back itself (see `Quota`'s `Drop`), and the task ends when it
-    /// next wakes.
+    /// no longer in use, if no round trip took it back first. It does not hold the quota: once
+    /// its last handle goes, the quota gives its lease back itself (see `Quota`'s `Drop`), and
+    /// the task ends when it next wakes.
     fn sweep_leases(&self) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             lock(&self.inner.quota.lease).sweeping = false;

@@ -259,7 +259,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
-        self.quota(key).acquire([cost]).await.map(drop)
+        self.inner.several.acquire(key, [cost]).await.map(drop)
     }
 
     /// Waits until `key`'s quota grants `cost` tokens, if that can be within `timeout`;
@@ -297,8 +297,11 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
-        let quota = self.quota(key);
-        quota.acquire_timeout([cost], timeout).await.map(drop)
+        let several = &self.inner.several;
+        several
+            .acquire_timeout(key, [cost], timeout)
+            .await
+            .map(drop)
     }
 
     /// Grants `cost` of `key`'s quota if it holds it now; one round trip. A refusal writes
@@ -329,7 +332,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
-        self.quota(key).try_acquire([cost]).await.map(drop)
+        self.inner.several.try_acquire(key, [cost]).await.map(drop)
     }
 
     /// Gives `key` its own limit, for every process: stored in Redis beside the key's bucket
@@ -368,8 +371,8 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
-        let quota = self.quota(key);
-        quota.set_limit(0, Limit::bucket(rate, burst)).await
+        let several = &self.inner.several;
+        several.set_limit(key, 0, Limit::bucket(rate, burst)).await
     }
 
     /// Gives `key` the default limit again, for every process, keeping its level (at most the
@@ -394,7 +397,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
-        self.quota(key).clear_limit().await
+        self.inner.several.clear_limit(key).await
     }
 
     /// This process's counters, over all keys.

@@ -51,8 +51,21 @@ impl<K: Hash + Eq, const N: usize> Quotas<K, N> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(quota) = self.map.get(key) {
-            return quota.clone();
+        match self.map.get(key) {
+            Some(quota) => quota.clone(),
+            None => self.keep(key, Arc::new(make())),
+        }
+    }
+
+    /// Keeps `quota` as `key`'s, unless the process knows the key already: then the quota it
+    /// knows.
+    fn keep<Q>(&mut self, key: &Q, quota: Arc<Quota<N>>) -> Arc<Quota<N>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some(known) = self.map.get(key) {
+            return known.clone();
         }
         if self.map.len() >= self.sweep_at {
             // Forget the keys with nothing in flight here (a permit, a waiter), not in use (a
@@ -62,7 +75,6 @@ impl<K: Hash + Eq, const N: usize> Quotas<K, N> {
                 .retain(|_, q| Arc::strong_count(q) > 1 || q.has_own_limits() || q.in_use());
             self.sweep_at = KEYS_KEPT.max(self.map.len().saturating_mul(2));
         }
-        let quota = Arc::new(make());
         self.map.insert(key.to_owned(), quota.clone());
         quota
     }
@@ -261,9 +273,17 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
-        let quota = lock(&self.inner.quotas).get_or_insert(key, || {
-            Quota::new(self.inner.naming.redis_key(key), self.inner.shared.clone())
-        });
+        let quota = lock(&self.inner.quotas).get_or_insert(key, || self.new_quota(key));
+        self.on(quota)
+    }
+
+    /// A new quota for `key`, not kept.
+    fn new_quota<Q: Display + ?Sized>(&self, key: &Q) -> Quota<N> {
+        Quota::new(self.inner.naming.redis_key(key), self.inner.shared.clone())
+    }
+
+    /// The limiter of one quota, `quota`.
+    fn on(&self, quota: Arc<Quota<N>>) -> RedisRateLimiter<[u64; N]> {
         RedisRateLimiter {
             inner: Several {
                 shared: self.inner.shared.clone(),
@@ -324,7 +344,19 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + Display + ToOwned<Owned = K> + ?Sized,
     {
-        self.quota(key).try_acquire(cost).await
+        let known = lock(&self.inner.quotas).map.get(key).cloned();
+        if let Some(quota) = known {
+            return self.on(quota).try_acquire(cost).await;
+        }
+        // A key this process holds nothing for is tried on a quota of its own, kept only if
+        // the call leaves state in it (a grant within the lease's age, the fallback of an
+        // outage): a key tried once costs no entry among the keys known, nor a sweep.
+        let quota = Arc::new(self.new_quota(key));
+        let answer = self.on(quota.clone()).try_acquire(cost).await;
+        if quota.holds_state() {
+            lock(&self.inner.quotas).keep(key, quota);
+        }
+        answer
     }
 
     /// Replaces the limit at `index` of `key`'s quota in Redis, for every process, keeping its

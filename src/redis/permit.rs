@@ -19,6 +19,7 @@ use crate::limiter::{KeyedLimiter, Limiter};
 /// A round trip (and whatever waiting follows it) in flight for a stream or a tower future.
 pub(super) type Pending<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
+/// What a permit shows: whether a round trip of it is in flight.
 fn debug_permit(f: &mut fmt::Formatter<'_>, name: &str, in_flight: bool) -> fmt::Result {
     f.debug_struct(name)
         .field("in_flight", &in_flight)
@@ -46,7 +47,9 @@ where
 impl Limiter for RedisRateLimiter {}
 
 /// A stream or a tower service over one limit waits on the quota of one dimension, as over
-/// several; the grant has nothing to settle.
+/// several; the grant has nothing to settle. A stream holds its item while the round trip is
+/// in flight: nothing is lost if it is dropped, and under `FailClosed` a shaping stream waits
+/// for Redis rather than give up.
 impl sealed::Sealed for RedisRateLimiter {
     type Permit = RedisSeveralPermit<1>;
 

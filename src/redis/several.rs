@@ -322,6 +322,13 @@ impl<const N: usize> Quota<N> {
         lock(&self.own).iter().any(Option::is_some)
     }
 
+    /// Whether a keyed limiter keeps the quota once a `try_acquire` of a key it did not know is
+    /// over: when it is in use ([`in_use`](Self::in_use)), has limits of this process's own, or
+    /// its fail-open fallback stands in for Redis.
+    pub(super) fn holds_state(&self) -> bool {
+        self.in_use() || self.has_own_limits() || lock(&self.fallback).is_open()
+    }
+
     /// Whether this process holds state for the quota now, as [`RedisStats::keys`] counts it:
     /// an acquisition in flight (a round trip, a grant waiting its turn, a request the lease
     /// could not serve), a lease or tokens on their way back, or, with leases, a grant within
