@@ -785,8 +785,9 @@
 //!   keeps its bound across a `kill -9` with `appendfsync always`.
 //! - The feature needs Rust 1.88 (the `redis` crate's minimum); the default build needs 1.85.
 //!
-//! A [`RedisRateLimiter`] is a [`RedisKeyedRateLimiter`] with one key, the name you give. Both
-//! share one builder, the same options and the same behaviour.
+//! A [`RedisRateLimiter`] is one quota under the name you give; a [`RedisKeyedRateLimiter`]
+//! is one such quota per key. Both share one builder, the same options and the same
+//! behaviour; each key of a keyed limiter finds an outage, and falls back, on its own.
 //!
 //! **Several limits across the fleet.** `RedisRateLimiter::dimensions(url, name, names)`
 //! builds a `RedisRateLimiter<[u64; N]>`. It has the limits of a `RateLimiter<[u64; N]>`

@@ -946,7 +946,27 @@ fn a_task_looping_on_a_keys_lease_does_not_starve_a_timer() {
     });
 }
 
+/// Tries of a key this process holds nothing for, made together while Redis cannot be reached,
+/// share the key's one fail-open fallback: `share × burst` in all (5), not that much per try.
+async fn tries_of_a_new_key_during_an_outage_share_its_one_fallback() {
+    // Nothing listens on port 1: every round trip fails at once.
+    let quota: RedisKeyedRateLimiter<String> =
+        RedisKeyedRateLimiter::builder("redis://127.0.0.1:1/", "outage", Rate::per_hour(1), 10)
+            .failure_policy(FailurePolicy::FailOpen { share: 0.5 })
+            .build()
+            .unwrap();
+    let tries = (0..20).map(|_| quota.try_acquire("k", 1));
+    let answers = futures_util::future::join_all(tries).await;
+    let granted = answers.iter().filter(|a| a.is_ok()).count();
+    assert_eq!(granted, 5, "{answers:?}");
+    let stats = quota.stats();
+    assert_eq!((stats.granted, stats.fallback), (5, 5), "{stats:?}");
+    // Another key has a fallback of its own.
+    assert!(quota.try_acquire("other", 1).await.is_ok());
+}
+
 on_every_flavor!(
+    tries_of_a_new_key_during_an_outage_share_its_one_fallback,
     waiting_is_a_reservation_and_a_timeout_takes_nothing,
     a_lease_never_passes_an_earlier_waiter_of_this_process,
     two_instances_with_leases_keep_each_keys_bound,

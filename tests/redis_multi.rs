@@ -1871,6 +1871,37 @@ async fn a_saturated_quota_of_buckets_brings_back_a_whole_lease_per_round_trip()
     );
 }
 
+/// A lease is Redis's grant already: while an outage puts the fail-open fallback in charge, a
+/// request that the lease holds is granted from it, not by the fallback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_is_spent_before_the_fallback() {
+    let mut server = Server::start();
+    let llm = RedisRateLimiter::dimensions(&server.url(), "first", ["requests", "tokens"])
+        .limit("requests", Limit::bucket(Rate::per_minute(1), 50))
+        .limit("tokens", Limit::bucket(Rate::per_minute(1), 1_000))
+        .lease([10, 100], Duration::from_secs(60))
+        .failure_policy(FailurePolicy::FailOpen { share: 0.5 })
+        .response_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    // The first grant brings back a lease of [10, 100].
+    llm.try_acquire([1, 5]).await.unwrap();
+    server.kill();
+    // More than the lease holds: a round trip, which fails, and the fallback grants.
+    llm.try_acquire([1, 500]).await.unwrap();
+    let before = llm.stats();
+    assert_eq!(before.fallback, 1, "{before:?}");
+    // What the lease holds comes from the lease, the fallback in charge or not.
+    llm.try_acquire([1, 5]).await.unwrap();
+    llm.acquire([1, 5]).await.unwrap();
+    let after = llm.stats();
+    assert_eq!(
+        (after.fallback, after.from_lease, after.round_trips),
+        (before.fallback, before.from_lease + 2, before.round_trips),
+        "{after:?}"
+    );
+}
+
 on_every_flavor!(
     the_request_after_a_waiter_that_went_away_does_not_wait_for_it,
     a_saturated_quota_of_buckets_brings_back_a_whole_lease_per_round_trip,

@@ -10,6 +10,8 @@ use tokio::time::Instant;
 pub(super) struct Fallback<F> {
     limiter: Option<F>,
     until: Option<Instant>,
+    /// When it was last in charge until, kept after its second.
+    last: Option<Instant>,
 }
 
 impl<F> Default for Fallback<F> {
@@ -17,6 +19,7 @@ impl<F> Default for Fallback<F> {
         Fallback {
             limiter: None,
             until: None,
+            last: None,
         }
     }
 }
@@ -46,17 +49,26 @@ impl<F: Clone> Fallback<F> {
         if self.limiter.is_none() {
             self.limiter = Some(make());
         }
-        self.until = Some(Instant::now() + Duration::from_secs(1));
+        let until = Instant::now() + Duration::from_secs(1);
+        self.until = Some(until);
+        self.last = Some(until);
     }
 
-    /// Whether an outage is on: the fallback is kept until Redis answers again.
-    pub(super) fn is_open(&self) -> bool {
+    /// Whether the fallback could differ from a new one: it was in charge less than `full`
+    /// ago (the time its limits take to be full again, unused). Until then a quota that
+    /// forgot it would start the outage again with a full one.
+    pub(super) fn is_kept(&self, full: Duration) -> bool {
         self.limiter.is_some()
+            && self.last.is_some_and(|last| {
+                last.checked_add(full)
+                    .is_none_or(|end| Instant::now() < end)
+            })
     }
 
     /// Redis answered: the outage, if any, is over.
     pub(super) fn recovered(&mut self) {
         self.limiter = None;
         self.until = None;
+        self.last = None;
     }
 }

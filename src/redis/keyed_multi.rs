@@ -69,10 +69,10 @@ impl<K: Hash + Eq, const N: usize> Quotas<K, N> {
         }
         if self.map.len() >= self.sweep_at {
             // Forget the keys with nothing in flight here (a permit, a waiter), not in use (a
-            // lease, tokens on their way back, a grant within the lease's age) and no limit
-            // set by this process (its fallback's).
+            // lease, tokens on their way back, a grant within the lease's age), no limit set
+            // by this process (its fallback's) and no outage's fallback in charge.
             self.map
-                .retain(|_, q| Arc::strong_count(q) > 1 || q.has_own_limits() || q.in_use());
+                .retain(|_, q| Arc::strong_count(q) > 1 || q.holds_state());
             self.sweep_at = KEYS_KEPT.max(self.map.len().saturating_mul(2));
         }
         self.map.insert(key.to_owned(), quota.clone());
@@ -352,7 +352,9 @@ where
         // the call leaves state in it (a grant within the lease's age, the fallback of an
         // outage): a key tried once costs no entry among the keys known, nor a sweep.
         let quota = Arc::new(self.new_quota(key));
-        let answer = self.on(quota.clone()).try_acquire(cost).await;
+        let keep = || lock(&self.inner.quotas).keep(key, quota.clone());
+        let on = self.on(quota.clone());
+        let answer = on.try_acquire_keeping(cost, Some(keep)).await;
         if quota.holds_state() {
             lock(&self.inner.quotas).keep(key, quota);
         }
@@ -473,6 +475,36 @@ mod tests {
         assert!(quota
             .upgrade()
             .is_some_and(|q| Arc::ptr_eq(&q, &again.inner.quota)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_whose_fallback_stood_in_lately_is_kept_by_the_sweeps() {
+        // Its limits are full again 1 s after they were last used: requests 10/s, burst 10.
+        let limiter = limiter();
+        let quota = limiter.quota(&0);
+        lock(&quota.inner.quota.fallback).open(|| {
+            crate::RateLimiter::builder(["requests", "tokens"])
+                .limit("requests", Limit::bucket(Rate::per_second(5), 5))
+                .build()
+                .expect("a fallback")
+        });
+        let kept = Arc::downgrade(&quota.inner.quota);
+        drop(quota);
+        // Sweeps over 10,000 keys held by no one: the key whose fallback stood in stays.
+        for key in 1..10_000 {
+            drop(limiter.quota(&key));
+        }
+        let again = limiter.quota(&0);
+        assert!(kept
+            .upgrade()
+            .is_some_and(|q| Arc::ptr_eq(&q, &again.inner.quota)));
+        drop(again);
+        // In charge for a second, then full again after one more: forgotten by the next sweep.
+        tokio::time::advance(Duration::from_millis(2_001)).await;
+        for key in 10_000..20_000 {
+            drop(limiter.quota(&key));
+        }
+        assert!(kept.upgrade().is_none());
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
 //! The acquisitions of a quota of several limits ([`RedisRateLimiter<[u64; N]>`](RedisRateLimiter)):
 //! reservations in Redis, its lease, its fail-open fallback, and changes of its limits.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -10,7 +11,7 @@ use super::limiter::RedisRateLimiter;
 use super::policy::{self, FailurePolicy};
 use super::script::{bump, Failure};
 use super::settle::{Charged, RedisPermit, Reserved};
-use super::several::{sum, Answer, Kind};
+use super::several::{sum, Answer, Kind, Quota, Several};
 use super::stats::RedisStats;
 use super::wait::{
     on_fallback, on_refusal, pause_after, refill_turn, spend_budget, Outages, WaitError,
@@ -113,9 +114,29 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     /// `FailOpen` the fallback's answer. [`TryAcquireError::Reply`] when Redis answers with an
     /// error.
     pub async fn try_acquire(&self, cost: [u64; N]) -> Result<RedisPermit<N>, TryAcquireError> {
+        self.try_acquire_keeping(cost, None::<fn() -> Arc<Quota<N>>>)
+            .await
+    }
+
+    /// [`try_acquire`](Self::try_acquire) on a quota that its keyed limiter does not keep
+    /// (yet): once an outage puts the fail-open fallback in charge, the quota that `keep`
+    /// returns (the one the limiter keeps for the key) stands in, so that a key has one
+    /// fallback however many such tries found the outage.
+    pub(super) async fn try_acquire_keeping(
+        &self,
+        cost: [u64; N],
+        keep: Option<impl FnOnce() -> Arc<Quota<N>>>,
+    ) -> Result<RedisPermit<N>, TryAcquireError> {
         let counters = &self.inner.shared.counters;
         if cost == [0; N] {
             return Ok(self.grant_nothing().await);
+        }
+        // A lease is Redis's grant already: spent first, also while an outage's fallback
+        // stands in.
+        if let Ok(at_us) = self.grant_from_lease(cost, false, false).await {
+            bump(&counters.from_lease);
+            counters.grant(sum(cost));
+            return Ok(self.permit(cost, Charged::Redis(at_us)));
         }
         let answer = if let Some(fallback) = self.fallback() {
             fallback.try_acquire(cost).map(|local| {
@@ -123,11 +144,6 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                 Charged::Local(local)
             })
         } else {
-            if let Ok(at_us) = self.grant_from_lease(cost, false, false).await {
-                bump(&counters.from_lease);
-                counters.grant(sum(cost));
-                return Ok(self.permit(cost, Charged::Redis(at_us)));
-            }
             let _using = self.using();
             match self.charge_trip("try", cost, None).await {
                 Ok(Answer::Granted(_, at_us, leased)) => {
@@ -146,8 +162,17 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                 Err(Failure::Reply(e)) => return Err(TryAcquireError::Reply(e)),
                 Err(Failure::Outage(_)) => match self.inner.shared.policy {
                     FailurePolicy::FailOpen { share } => {
-                        self.open_fallback(share);
-                        return Box::pin(self.try_acquire(cost)).await;
+                        let kept = match keep {
+                            Some(keep) => RedisRateLimiter {
+                                inner: Several {
+                                    shared: self.inner.shared.clone(),
+                                    quota: keep(),
+                                },
+                            },
+                            None => self.clone(),
+                        };
+                        kept.open_fallback(share);
+                        return Box::pin(kept.try_acquire(cost)).await;
                     }
                     FailurePolicy::FailClosed { .. } => {
                         Err(NotUntil::after(Duration::from_millis(10)))
@@ -223,7 +248,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             extra.extend_from_slice(&v.to_le_bytes());
         }
         match self
-            .call("limit", self.spec(|_| 0.0), [Some(extra), None, None])
+            .call("limit", self.spec(|_| 0.0), [Some(extra), None, None], 0)
             .await
         {
             Ok(_) => {
@@ -263,7 +288,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     /// ```
     pub async fn clear_limit(&self) -> Result<(), RedisLimiterError> {
         match self
-            .call("clear", self.spec(|_| 0.0), [None, None, None])
+            .call("clear", self.spec(|_| 0.0), [None, None, None], 0)
             .await
         {
             Ok(_) => {
@@ -401,20 +426,18 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         if cost == [0; N] {
             return Ok(self.grant_nothing().await);
         }
-        // Once the lease was found short, this request is counted as waiting for the quota
-        // until it returns: no lease grant passes it.
-        let mut asking = None;
         let from_lease = |at_us| {
             bump(&counters.from_lease);
             counters.grant(sum(cost));
             self.permit(cost, Charged::Redis(at_us))
         };
-        if self.fallback().is_none() {
-            match self.grant_from_lease(cost, false, true).await {
-                Ok(at_us) => return Ok(from_lease(at_us)),
-                Err(found_short) => asking = found_short,
-            }
-        }
+        // A lease is Redis's grant already: spent first, also while an outage's fallback
+        // stands in. Once the lease was found short, this request is counted as waiting for
+        // the quota until it returns: no lease grant passes it.
+        let mut asking = match self.grant_from_lease(cost, false, true).await {
+            Ok(at_us) => return Ok(from_lease(at_us)),
+            Err(found_short) => found_short,
+        };
         let mut outages = Outages::new();
         let left = |now: Instant| match deadline {
             Some(Some(d)) => Some(d.saturating_duration_since(now)),

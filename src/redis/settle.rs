@@ -105,7 +105,7 @@ impl<const N: usize> RedisPermit<N> {
             }
         });
         match limiter
-            .call("settle", spec, [Some(micros(at_us)), None, None])
+            .call("settle", spec, [Some(micros(at_us)), None, None], 0)
             .await
         {
             Ok(_) => Ok(()),

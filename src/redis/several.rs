@@ -150,10 +150,12 @@ impl<const N: usize> Inner<N> {
         mode: &str,
         spec: Vec<u8>,
         args: [Option<Vec<u8>>; 3],
+        cost: u64,
     ) -> Result<Vec<u64>, Failure> {
         self.counters.round_trip();
         let reply = eval(&self.script, self.conn.clone(), key, mode, spec, args).await;
-        reply.map_err(|e| Failure::classify(e, &self.counters, key, 0))
+        // `cost`, the amounts charged added up, for the log of a reply error.
+        reply.map_err(|e| Failure::classify(e, &self.counters, key, cost))
     }
 
     /// The round trip that gives `back` back to the quota `key`, as a settle of a grant
@@ -164,7 +166,23 @@ impl<const N: usize> Inner<N> {
         let at = back
             .at_us
             .map_or_else(|| (-1f64).to_le_bytes().to_vec(), micros);
-        let _ = self.call(key, "settle", spec, [Some(at), None, None]).await;
+        let _ = self
+            .call(key, "settle", spec, [Some(at), None, None], 0)
+            .await;
+    }
+
+    /// How long the limits take to be full again from empty, unused: a bucket's burst at its
+    /// rate, a window's length; the longest of them (the same for a fallback at a share of
+    /// them).
+    pub(super) fn full_after(&self) -> Duration {
+        let longest = self.limits.iter().map(|l| match l.kind {
+            Kind::Bucket {
+                burst, interval_us, ..
+            } => Duration::try_from_secs_f64(interval_us * burst as f64 / 1e6)
+                .unwrap_or(Duration::MAX),
+            Kind::Window { window, .. } => window,
+        });
+        longest.max().unwrap_or(Duration::ZERO)
     }
 
     /// Whether a dimension has a limit (one without needs no lease, and gives nothing back).
@@ -324,9 +342,12 @@ impl<const N: usize> Quota<N> {
 
     /// Whether a keyed limiter keeps the quota once a `try_acquire` of a key it did not know is
     /// over: when it is in use ([`in_use`](Self::in_use)), has limits of this process's own, or
-    /// its fail-open fallback stands in for Redis.
+    /// its fail-open fallback is not as a new one would be (it stood in for Redis within the
+    /// time its limits take to be full again).
     pub(super) fn holds_state(&self) -> bool {
-        self.in_use() || self.has_own_limits() || lock(&self.fallback).is_open()
+        self.in_use()
+            || self.has_own_limits()
+            || lock(&self.fallback).is_kept(self.shared.full_after())
     }
 
     /// Whether this process holds state for the quota now, as [`RedisStats::keys`] counts it:
@@ -472,9 +493,10 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         mode: &str,
         spec: Vec<u8>,
         args: [Option<Vec<u8>>; 3],
+        cost: u64,
     ) -> Result<Vec<u64>, Failure> {
         let key = &self.inner.quota.key;
-        self.inner.shared.call(key, mode, spec, args).await
+        self.inner.shared.call(key, mode, spec, args, cost).await
     }
 
     /// The round trip that charges `cost`: `"reserve"` (within `max_wait_us`, if given) or
@@ -495,7 +517,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         ];
         // It may have run even if it failed: not offering the tokens again errs on the
         // quota's side.
-        let reply = self.call(mode, self.amounts(cost), args).await?;
+        let reply = self.call(mode, self.amounts(cost), args, sum(cost)).await?;
         let answer = self.answer(reply);
         if let (Answer::Granted(..), Some(_)) = (&answer, self.inner.shared.lease) {
             lock(&self.inner.quota.lease).granted_at = Some(Instant::now());
