@@ -55,14 +55,16 @@ impl<F: Clone> Fallback<F> {
     }
 
     /// Whether the fallback could differ from a new one: it was in charge less than `full`
-    /// ago (the time its limits take to be full again, unused). Until then a quota that
-    /// forgot it would start the outage again with a full one.
-    pub(super) fn is_kept(&self, full: Duration) -> bool {
-        self.limiter.is_some()
-            && self.last.is_some_and(|last| {
-                last.checked_add(full)
-                    .is_none_or(|end| Instant::now() < end)
-            })
+    /// ago (the time its limits take to be full again, unused; asked for only while there is
+    /// a fallback). Until then a quota that forgot it would start the outage again with a
+    /// full one.
+    pub(super) fn is_kept(&self, full: impl FnOnce() -> Duration) -> bool {
+        match (&self.limiter, self.last) {
+            (Some(_), Some(last)) => last
+                .checked_add(full())
+                .is_none_or(|end| Instant::now() < end),
+            _ => false,
+        }
     }
 
     /// Redis answered: the outage, if any, is over.

@@ -74,7 +74,8 @@ pub type RedisKeyedRateLimiterBuilder<K, C = u64> =
 /// [leases](super::RedisLimiterBuilder::lease), until its lease expires and is given back
 /// ([`RedisStats::keys`]). It remembers idle keys too, a few hundred bytes each, until it knows
 /// 4,096 keys; then it forgets those not in use, and does so again each time the keys it knows
-/// have doubled.
+/// have doubled. A key whose fail-open fallback stood in is kept until that fallback would be
+/// full again.
 ///
 /// Waiters of one key are served in the order their requests reach Redis. Within a process
 /// that is the order they were made: the requests share one ordered connection, each is

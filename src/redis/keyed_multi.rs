@@ -70,7 +70,8 @@ impl<K: Hash + Eq, const N: usize> Quotas<K, N> {
         if self.map.len() >= self.sweep_at {
             // Forget the keys with nothing in flight here (a permit, a waiter), not in use (a
             // lease, tokens on their way back, a grant within the lease's age), no limit set
-            // by this process (its fallback's) and no outage's fallback in charge.
+            // by this process (its fallback's) and no outage's fallback that a new one would
+            // not equal (see `Quota::holds_state`).
             self.map
                 .retain(|_, q| Arc::strong_count(q) > 1 || q.holds_state());
             self.sweep_at = KEYS_KEPT.max(self.map.len().saturating_mul(2));
@@ -477,6 +478,22 @@ mod tests {
             .is_some_and(|q| Arc::ptr_eq(&q, &again.inner.quota)));
     }
 
+    #[tokio::test]
+    async fn a_fallback_is_full_again_after_its_own_burst_at_its_own_rate() {
+        let limiter: RedisKeyedRateLimiter<u32, [u64; 2]> =
+            RedisKeyedRateLimiter::dimensions("redis://127.0.0.1:1/", "t", ["requests", "tokens"])
+                .limit("requests", Limit::bucket(Rate::per_second(10), 1))
+                .limit("tokens", Limit::window(5, Duration::from_millis(300)))
+                .failure_policy(super::super::FailurePolicy::FailOpen { share: 0.25 })
+                .build()
+                .expect("a limiter");
+        // The fallback's bucket holds at least one token, refilled at a quarter of the rate:
+        // 400 ms, where the builder's bucket is full again after 100 ms; the window, 300 ms.
+        let full = limiter.inner.shared.full_after();
+        let ms = full.as_secs_f64() * 1e3;
+        assert!((ms - 400.0).abs() < 1e-3, "{full:?}");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_key_whose_fallback_stood_in_lately_is_kept_by_the_sweeps() {
         // Its limits are full again 1 s after they were last used: requests 10/s, burst 10.
@@ -490,7 +507,9 @@ mod tests {
         });
         let kept = Arc::downgrade(&quota.inner.quota);
         drop(quota);
-        // Sweeps over 10,000 keys held by no one: the key whose fallback stood in stays.
+        // Its second in charge is over, its limits are not full again yet: sweeps over
+        // 10,000 keys held by no one keep it.
+        tokio::time::advance(Duration::from_millis(1_500)).await;
         for key in 1..10_000 {
             drop(limiter.quota(&key));
         }
@@ -499,8 +518,8 @@ mod tests {
             .upgrade()
             .is_some_and(|q| Arc::ptr_eq(&q, &again.inner.quota)));
         drop(again);
-        // In charge for a second, then full again after one more: forgotten by the next sweep.
-        tokio::time::advance(Duration::from_millis(2_001)).await;
+        // Full again a second after its second in charge: forgotten by the next sweep.
+        tokio::time::advance(Duration::from_millis(501)).await;
         for key in 10_000..20_000 {
             drop(limiter.quota(&key));
         }

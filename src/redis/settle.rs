@@ -6,7 +6,7 @@ use std::fmt;
 use super::error::RedisLimiterError;
 use super::limiter::RedisRateLimiter;
 use super::script::{round_down, round_up, Failure};
-use super::several::micros;
+use super::several::{micros, sum};
 use crate::limiter::Permit;
 
 /// What a grant of several limits charged (of a `RedisRateLimiter<[u64; N]>`, or of one key of
@@ -105,7 +105,12 @@ impl<const N: usize> RedisPermit<N> {
             }
         });
         match limiter
-            .call("settle", spec, [Some(micros(at_us)), None, None], 0)
+            .call(
+                "settle",
+                spec,
+                [Some(micros(at_us)), None, None],
+                sum(actual),
+            )
             .await
         {
             Ok(_) => Ok(()),

@@ -166,20 +166,25 @@ impl<const N: usize> Inner<N> {
         let at = back
             .at_us
             .map_or_else(|| (-1f64).to_le_bytes().to_vec(), micros);
-        let _ = self
-            .call(key, "settle", spec, [Some(at), None, None], 0)
-            .await;
+        let args = [Some(at), None, None];
+        let _ = self.call(key, "settle", spec, args, sum(back.dims)).await;
     }
 
-    /// How long the limits take to be full again from empty, unused: a bucket's burst at its
-    /// rate, a window's length; the longest of them (the same for a fallback at a share of
-    /// them).
+    /// How long the fail-open fallback's limits take to be full again from empty, unused: a
+    /// bucket's burst at its rate (at `share` of the builder's: at least one token, refilled
+    /// at `share` of the rate), a window's length; the longest of them. A fallback unused for
+    /// that long is as a new one would be.
     pub(super) fn full_after(&self) -> Duration {
+        let share = match self.policy {
+            FailurePolicy::FailOpen { share } => share,
+            FailurePolicy::FailClosed { .. } => 1.0,
+        };
         let longest = self.limits.iter().map(|l| match l.kind {
-            Kind::Bucket {
-                burst, interval_us, ..
-            } => Duration::try_from_secs_f64(interval_us * burst as f64 / 1e6)
-                .unwrap_or(Duration::MAX),
+            Kind::Bucket { rate, burst, .. } => {
+                let (rate, burst) = policy::share_of(rate, burst, share);
+                let us = policy::interval_us(rate) * burst as f64;
+                Duration::try_from_secs_f64(us / 1e6).unwrap_or(Duration::MAX)
+            }
             Kind::Window { window, .. } => window,
         });
         longest.max().unwrap_or(Duration::ZERO)
@@ -347,7 +352,7 @@ impl<const N: usize> Quota<N> {
     pub(super) fn holds_state(&self) -> bool {
         self.in_use()
             || self.has_own_limits()
-            || lock(&self.fallback).is_kept(self.shared.full_after())
+            || lock(&self.fallback).is_kept(|| self.shared.full_after())
     }
 
     /// Whether this process holds state for the quota now, as [`RedisStats::keys`] counts it:

@@ -35,8 +35,8 @@ pub struct RedisStats {
     /// Keys this process holds local state for now: those with an acquisition in flight,
     /// and with leases those with a lease or granted within the lease age. A key leaves the
     /// count once nothing uses it and its lease, if any, has expired (and been given back).
-    /// A `try_acquire` of a key this process holds nothing for is not counted while in
-    /// flight, nor after it unless it left state (with leases, its grant). (A
+    /// A `try_acquire` of a key this process holds nothing for is not counted, unless it
+    /// leaves state (with leases, its grant; an outage's fallback). (A
     /// [`RedisRateLimiter`](crate::RedisRateLimiter) has one key: 0 or 1.)
     pub keys: usize,
 }
