@@ -78,7 +78,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         }
         let quota = &self.inner.quota;
         let mut local = lock(&quota.lease);
-        let asking = || Err(asks.then(|| quota.turns.ask()));
+        let asking = || Err(asks.then(|| quota.turns().ask()));
         let Some(lease) = local.held.as_mut() else {
             return asking();
         };
@@ -90,7 +90,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             return asking();
         }
         if (0..N).any(|d| self.inner.shared.limited(d) && lease.left[d] < cost[d])
-            || (!head && !quota.turns.is_idle())
+            || (!head && !quota.turns_idle())
         {
             return asking();
         }

@@ -496,8 +496,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_key_whose_fallback_stood_in_lately_is_kept_by_the_sweeps() {
-        // Its limits are full again 1 s after they were last used: requests 10/s, burst 10.
-        let limiter = limiter();
+        // Its limits are full again 1 s after they were last used: requests 10/s, burst 10,
+        // and so are its fallback's (all of them).
+        let limiter: RedisKeyedRateLimiter<u32, [u64; 2]> =
+            RedisKeyedRateLimiter::dimensions("redis://127.0.0.1:1/", "t", ["requests", "tokens"])
+                .limit("requests", Limit::bucket(Rate::per_second(10), 10))
+                .failure_policy(super::super::FailurePolicy::FailOpen { share: 1.0 })
+                .build()
+                .expect("a limiter");
         let quota = limiter.quota(&0);
         lock(&quota.inner.quota.fallback).open(|| {
             crate::RateLimiter::builder(["requests", "tokens"])

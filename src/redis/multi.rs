@@ -451,9 +451,9 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                     // Counted as waiting for the quota while it holds or waits for the turn, so
                     // that the quota is not idle meanwhile (see `take_from_lease`).
                     if asking.is_none() {
-                        asking = Some(self.inner.quota.turns.ask());
+                        asking = Some(self.inner.quota.turns().ask());
                     }
-                    let guard = refill_turn(&self.inner.quota.refill, deadline).await?;
+                    let guard = refill_turn(self.inner.quota.refill(), deadline).await?;
                     if let Ok(at_us) = self.grant_from_lease(cost, true, false).await {
                         return Ok(from_lease(at_us));
                     }
@@ -491,7 +491,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             let (turn, answer) = self
                 .inner
                 .quota
-                .turns
+                .turns()
                 .send(trip, |answer| match answer {
                     Ok(Answer::Granted(_, at_us, _)) => Some(*at_us),
                     _ => None,

@@ -3,7 +3,7 @@
 //! fallback, and the round trips that send them to the script.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -305,13 +305,15 @@ pub(super) struct Quota<const N: usize> {
     /// `{name}` (or `{name:key}` for a keyed limiter): one key, so one Cluster slot, for every
     /// limit.
     pub(super) key: String,
-    /// The order of this process's reservations, as Redis charged them.
-    pub(super) turns: Arc<Turns>,
+    /// The order of this process's reservations, as Redis charged them (made by the first
+    /// that needs it: a `try_acquire` takes no turn).
+    turns: OnceLock<Arc<Turns>>,
     pub(super) fallback: Mutex<Fallback<RateLimiter<[u64; N]>>>,
     pub(super) lease: Mutex<Leased<N>>,
     /// With leases over buckets only, one task at a time refills the lease (see
-    /// [`Inner::refills`]); the others wait here and take from what it brings back.
-    pub(super) refill: Arc<tokio::sync::Mutex<()>>,
+    /// [`Inner::refills`]); the others wait here and take from what it brings back. Made by
+    /// the first that needs it.
+    refill: OnceLock<Arc<tokio::sync::Mutex<()>>>,
     /// The limits this process set ([`RedisRateLimiter::set_limit`]) and has not cleared,
     /// by index: what its fail-open fallback takes `share` of.
     pub(super) own: Mutex<Vec<Option<Kind>>>,
@@ -324,7 +326,7 @@ impl<const N: usize> Quota<N> {
     pub(super) fn new(key: String, shared: Arc<Inner<N>>) -> Quota<N> {
         Quota {
             key,
-            turns: Arc::new(Turns::new(shared.warmth.clone())),
+            turns: OnceLock::new(),
             fallback: Mutex::new(Fallback::default()),
             lease: Mutex::new(Leased {
                 held: None,
@@ -334,10 +336,26 @@ impl<const N: usize> Quota<N> {
                 granted_at: None,
                 returning: None,
             }),
-            refill: Arc::new(tokio::sync::Mutex::new(())),
+            refill: OnceLock::new(),
             own: Mutex::new(Vec::new()),
             shared,
         }
+    }
+
+    /// The order of this process's reservations of the quota.
+    pub(super) fn turns(&self) -> &Arc<Turns> {
+        self.turns
+            .get_or_init(|| Arc::new(Turns::new(self.shared.warmth.clone())))
+    }
+
+    /// Whether no reservation of this process is in flight, queued or asking for the quota.
+    pub(super) fn turns_idle(&self) -> bool {
+        self.turns.get().is_none_or(|turns| turns.is_idle())
+    }
+
+    /// The lock of the task that refills the lease.
+    pub(super) fn refill(&self) -> &Arc<tokio::sync::Mutex<()>> {
+        self.refill.get_or_init(Arc::default)
     }
 
     /// Whether this process set a limit of the quota that it has not cleared.
@@ -350,9 +368,10 @@ impl<const N: usize> Quota<N> {
     /// its fail-open fallback is not as a new one would be (it stood in for Redis within the
     /// time its limits take to be full again).
     pub(super) fn holds_state(&self) -> bool {
+        let fails_open = matches!(self.shared.policy, FailurePolicy::FailOpen { .. });
         self.in_use()
             || self.has_own_limits()
-            || lock(&self.fallback).is_kept(|| self.shared.full_after())
+            || (fails_open && lock(&self.fallback).is_kept(|| self.shared.full_after()))
     }
 
     /// Whether this process holds state for the quota now, as [`RedisStats::keys`] counts it:
@@ -372,7 +391,7 @@ impl<const N: usize> Quota<N> {
             || !local.back.is_empty()
             || local.returning.is_some()
             || recent
-            || !self.turns.is_idle()
+            || !self.turns_idle()
     }
 }
 
