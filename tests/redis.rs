@@ -3,7 +3,6 @@
 //! on tokio's paused clock.
 #![cfg(feature = "redis")]
 
-use std::net::TcpListener;
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -276,10 +275,7 @@ async fn an_idle_quota_vanishes_from_redis() {
 
 /// A URL where nothing listens: Redis is down from the start.
 fn nowhere() -> String {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = redis_server::free_port();
     format!("redis://127.0.0.1:{port}/")
 }
 

@@ -4,9 +4,11 @@
 //! `redis-cli` is not installed.
 #![cfg(feature = "redis")]
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use paced::redis::{FailurePolicy, RedisLimiterError, TryAcquireError};
@@ -28,18 +30,22 @@ fn installed(program: &str) -> bool {
         .is_ok()
 }
 
-/// A free loopback port whose cluster bus port (+10000) is free too.
-fn free_port(taken: &[u16]) -> u16 {
+/// A free loopback port whose cluster bus port (+10000) is free too, and neither of which
+/// another cluster of this process was given (its tests run at once, and the kernel may hand
+/// a port just given back to the next `bind` to port 0).
+fn free_port() -> u16 {
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     loop {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        if port < 55_000
-            && !taken.contains(&port)
-            && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok()
-        {
-            return port;
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+            if !given.contains(&port) && !given.contains(&(port + 10_000)) {
+                given.extend([port, port + 10_000]);
+                return port;
+            }
         }
     }
 }
@@ -79,7 +85,7 @@ impl Cluster {
         std::fs::create_dir_all(&dir).unwrap();
         let mut ports = Vec::new();
         for _ in 0..6 {
-            ports.push(free_port(&ports));
+            ports.push(free_port());
         }
         let mut cluster = Cluster {
             dir,

@@ -3,7 +3,6 @@
 //! run on tokio's paused clock.
 #![cfg(feature = "redis")]
 
-use std::net::TcpListener;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -304,11 +303,7 @@ async fn a_key_of_another_type_is_a_reply_error_for_that_key_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_closed_and_fail_open_without_redis() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = redis_server::free_port();
     let url = format!("redis://127.0.0.1:{port}/");
     let closed: RedisKeyedRateLimiter<String> =
         RedisKeyedRateLimiter::builder(&url, "x", Rate::per_second(10), 4)

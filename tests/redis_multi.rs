@@ -820,8 +820,9 @@ fn wall_ns() -> u128 {
 /// A worker process. `fleet <url> <name> <millis> <seed>`: acquires `[1, estimate]` (estimates
 /// of 1 to 20 tokens) on [`fleet`] for `millis`, settles about one grant in four UP (1 to 10
 /// tokens above its estimate: a cost already spent, paid back as debt) and the others to about
-/// half their estimate, and prints on one line every charge and correction at its instant:
-/// `granted_ns,1,estimate` for a grant, `settled_ns,0,actual - estimate` for a correction.
+/// half their estimate, and prints on one line every charge and correction:
+/// `granted_ns,1,estimate` for a grant (when its answer came), `settled_ns,0,actual - estimate,
+/// sent_ns` for a correction (when its answer came, and when it was sent).
 #[test]
 #[ignore = "a worker process, which the tests of this file start with its arguments"]
 fn worker_process() {
@@ -873,10 +874,12 @@ fn worker_process() {
             } else {
                 estimate.div_ceil(2)
             };
+            let sent = wall_ns();
             permit.settle([1, actual]).await.unwrap();
+            let received = wall_ns();
             if actual != estimate {
                 let delta = actual as i64 - estimate as i64;
-                grants.push(format!("{},0,{delta}", wall_ns()));
+                grants.push(format!("{received},0,{delta},{sent}"));
             }
         }
         let stats = llm.stats();
@@ -890,62 +893,115 @@ fn worker_process() {
     println!("worker: {}", grants.0.join(" "));
 }
 
-/// Every span [t, t + w] of the merged timeline holds at most `burst + (w + slack) * rate`
-/// of each bucket's charges and corrections (each counted at its instant, signed) plus the
-/// upward corrections within the span (a cost already spent at the provider, paid back by
-/// making later grants wait), and every fixed window at most its quota of requests (counting the charges seen
-/// from `slack` after its start to its end: an event is seen up to `slack` after Redis made
-/// it). With leases of `leased` per process (`PROCESSES` of them), each bound plus what the
-/// leases held: `PROCESSES * leased[d]`.
-fn check_bounds(
-    events: &[(u128, [i64; 2])],
-    slack: Duration,
-    leased: [u64; 2],
-) -> Result<(), String> {
+/// A charge or a correction of one worker, as it saw it: Redis made it between `sent` and
+/// `at`, when its answer came (a grant's `sent` is `at`: an acquire's wait has no one send).
+#[derive(Clone, Copy, Debug)]
+struct Event {
+    at: u128,
+    /// Requests and tokens: a grant's estimate (requests 1), or a correction's difference
+    /// (requests 0).
+    cost: [i64; 2],
+    sent: u128,
+}
+
+/// Every span of the merged timeline, from one charge's answer `t_i` to a later one's `t_j`,
+/// holds at most `burst + (t_j - t_i + slack) * rate` of each bucket's charges (Redis made
+/// charge i at most `slack`, a round trip and a late timer, before its answer), plus the upward
+/// corrections within the span (a cost already spent at the provider, paid back by making later
+/// grants wait), minus the downward corrections that Redis may have made within the span (sent
+/// before `t_j`, answered after `t_i - slack`: a give-back that Redis made within it freed
+/// tokens for it; one it did not make is counted all the same, which can only hide a breach,
+/// never invent one). And every fixed window holds at most its quota of requests (counting the
+/// charges seen from `slack` after its start to its end: an event is seen up to `slack` after
+/// Redis made it). With leases of `leased` per process (`PROCESSES` of them), each bound plus
+/// what the leases held: `PROCESSES * leased[d]`.
+fn check_bounds(events: &[Event], slack: Duration, leased: [u64; 2]) -> Result<(), String> {
     let held = |d: usize| (PROCESSES as u64 * leased[d]) as i64;
-    let mut sorted = events.to_vec();
-    sorted.sort_by_key(|&(at, _)| at);
+    let slack_ns = slack.as_nanos();
+    let (mut charges, mut give_backs): (Vec<Event>, Vec<Event>) =
+        events.iter().partition(|e| e.cost.iter().all(|&c| c >= 0));
+    charges.sort_by_key(|e| e.at);
+    give_backs.sort_by_key(|e| e.sent);
     let len = WINDOW.1.as_nanos();
     let mut i = 0;
-    while i < sorted.len() {
-        let k = sorted[i].0 / len;
-        let (from, to) = (k * len + slack.as_nanos(), (k + 1) * len);
-        let used: i64 = sorted
+    while i < charges.len() {
+        let k = charges[i].at / len;
+        let (from, to) = (k * len + slack_ns, (k + 1) * len);
+        let used: i64 = charges
             .iter()
-            .filter(|&&(at, _)| at >= from && at < to)
-            .map(|&(_, cost)| cost[0])
+            .filter(|e| e.at >= from && e.at < to)
+            .map(|e| e.cost[0])
             .sum();
         if used > WINDOW.0 as i64 + held(0) {
             return Err(format!("{used} requests in the window from {k}"));
         }
-        while i < sorted.len() && sorted[i].0 / len == k {
+        while i < charges.len() && charges[i].at / len == k {
             i += 1;
         }
     }
     for (dim, &(rate, burst)) in FLEET.iter().enumerate() {
-        for i in 0..sorted.len() {
+        for i in 0..charges.len() {
             let (mut sum, mut ups) = (0, 0);
-            for j in i..sorted.len() {
-                sum += sorted[j].1[dim];
+            let since = charges[i].at.saturating_sub(slack_ns);
+            for j in i..charges.len() {
+                sum += charges[j].cost[dim];
                 // An upward correction in the span: a cost already spent at the provider.
-                if sorted[j].1[0] == 0 && sorted[j].1[dim] > 0 {
-                    ups += sorted[j].1[dim];
+                if charges[j].cost[0] == 0 {
+                    ups += charges[j].cost[dim];
                 }
-                let span = (sorted[j].0 - sorted[i].0) as f64 / 1e9;
+                let freed: i64 = give_backs
+                    .iter()
+                    .take_while(|g| g.sent <= charges[j].at)
+                    .filter(|g| g.at >= since)
+                    .map(|g| g.cost[dim])
+                    .sum();
+                let span = (charges[j].at - charges[i].at) as f64 / 1e9;
                 let allowed = burst as f64
                     + (span + slack.as_secs_f64()) * rate
                     + ups as f64
                     + held(dim) as f64;
-                if sum as f64 > allowed + 1e-9 {
+                if (sum + freed) as f64 > allowed + 1e-9 {
                     return Err(format!(
-                        "limit {dim}: {sum} within {span:.6} s (allowed {allowed:.2}, of which \
-                         {ups} upward corrections)"
+                        "limit {dim}: {} within {span:.6} s (allowed {allowed:.2}, of which \
+                         {ups} upward corrections; {freed} given back)",
+                        sum + freed
                     ));
                 }
             }
         }
     }
     Ok(())
+}
+
+/// The check itself: a timeline over a bound fails it, a give-back Redis may have made within a
+/// span counts, one it made after does not.
+#[test]
+fn the_fleet_check_finds_a_breach_and_counts_only_give_backs_that_may_be_within() {
+    let ms = |n: u128| n * 1_000_000;
+    let grant = |at: u128, tokens: i64| Event {
+        at: ms(at),
+        cost: [1, tokens],
+        sent: ms(at),
+    };
+    let give_back = |sent: u128, at: u128, tokens: i64| Event {
+        at: ms(at),
+        cost: [0, -tokens],
+        sent: ms(sent),
+    };
+    let slack = Duration::from_millis(1);
+    let burst = FLEET[1].1 as i64;
+    // The burst at once, then 10 tokens given back, then 10 more granted within 2 ms.
+    let full = [grant(1_000, burst), grant(1_002, 10)];
+    assert!(check_bounds(&full, slack, [0, 0]).is_err());
+    // The give-back answered at 1001 ms: it may have been made before the second grant.
+    let before = [full[0], give_back(1_000, 1_001, 10), full[1]];
+    assert_eq!(check_bounds(&before, slack, [0, 0]), Ok(()));
+    // Answered before the second grant but sent after it: Redis made it after. A breach.
+    let after = [full[0], give_back(1_003, 1_004, 10), full[1]];
+    assert!(check_bounds(&after, slack, [0, 0]).is_err());
+    // Sent before, answered after the second grant's answer: it may have been first.
+    let straddles = [full[0], give_back(1_001, 1_003, 10), full[1]];
+    assert_eq!(check_bounds(&straddles, slack, [0, 0]), Ok(()));
 }
 
 /// The fleet's processes.
@@ -1004,17 +1060,19 @@ fn run_fleet(leased: bool) {
             .lines()
             .find_map(|l| l.split_once("worker: ").map(|(_, a)| a.to_owned()))
             .unwrap_or_else(|| panic!("worker said nothing: {stdout}"));
-        let mine: Vec<(u128, [i64; 2])> = line
+        let mine: Vec<Event> = line
             .split_whitespace()
             .map(|g| {
                 let v: Vec<&str> = g.split(',').collect();
-                (
-                    v[0].parse().unwrap(),
-                    [v[1].parse().unwrap(), v[2].parse().unwrap()],
-                )
+                let at = v[0].parse().unwrap();
+                Event {
+                    at,
+                    cost: [v[1].parse().unwrap(), v[2].parse().unwrap()],
+                    sent: v.get(3).map_or(at, |sent| sent.parse().unwrap()),
+                }
             })
             .collect();
-        per_worker.push(mine.iter().filter(|e| e.1[0] == 1).count());
+        per_worker.push(mine.iter().filter(|e| e.cost[0] == 1).count());
         from_leases += stdout
             .lines()
             .find_map(|l| l.split_once("from leases: ").map(|(_, n)| n.to_owned()))
@@ -1029,7 +1087,10 @@ fn run_fleet(leased: bool) {
     let granted: usize = per_worker.iter().sum();
     assert!(granted >= 20, "{granted} grants");
     // Some grants settled up (without leases).
-    assert_eq!(grants.iter().any(|e| e.1[0] == 0 && e.1[1] > 0), !leased);
+    assert_eq!(
+        grants.iter().any(|e| e.cost[0] == 0 && e.cost[1] > 0),
+        !leased
+    );
     // Within one round trip and a late timer: 20 ms.
     let held = if leased { LEASE.0 } else { [0, 0] };
     check_bounds(&grants, Duration::from_millis(20), held).unwrap();

@@ -359,10 +359,7 @@ fn a_cost_above_a_burst_is_never_on_every_redis_limiter() {
 
 /// A loopback address where nothing listens: every round trip fails at once.
 fn nowhere() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = redis_server::free_port();
     format!("redis://127.0.0.1:{port}/")
 }
 

