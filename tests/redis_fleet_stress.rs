@@ -33,8 +33,10 @@ const DOWN_FOR: Duration = Duration::from_millis(300);
 const LIMITS: [(f64, u64); 2] = [(80.0, 10), (1_500.0, 200)];
 /// Each process's fail-open share.
 const SHARE: f64 = 0.25;
-/// A round trip plus tokio's tick and a busy machine's scheduling.
-const SLACK: Duration = Duration::from_millis(25);
+/// A round trip plus tokio's tick and a busy machine's scheduling: a grant is stamped when its
+/// task runs again, and 4 processes of 8 workers on the 2-core CI machine have been seen to
+/// stamp one 26 ms after the bound allowed it (25 ms was this allowance before).
+const SLACK: Duration = Duration::from_millis(30);
 
 fn wall_ns() -> u128 {
     SystemTime::now()
