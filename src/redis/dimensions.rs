@@ -124,8 +124,7 @@ impl<const N: usize> Several<N> {
             counters: options.counters(),
         });
         Ok(Several {
-            quota: Arc::new(Quota::new(key, shared.clone())),
-            shared,
+            quota: Arc::new(Quota::new(key, shared)),
         })
     }
 }

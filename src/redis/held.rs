@@ -73,7 +73,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         head: bool,
         asks: bool,
     ) -> Result<u64, Option<Asking>> {
-        if self.inner.shared.lease.is_none() {
+        if self.inner.quota.shared.lease.is_none() {
             return Err(None);
         }
         let quota = &self.inner.quota;
@@ -86,10 +86,12 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         if now >= lease.until {
             let (left, at_us) = (lease.left, lease.at_us);
             local.held = None;
-            local.back.add(self.inner.shared.limited_only(left), at_us);
+            local
+                .back
+                .add(self.inner.quota.shared.limited_only(left), at_us);
             return asking();
         }
-        if (0..N).any(|d| self.inner.shared.limited(d) && lease.left[d] < cost[d])
+        if (0..N).any(|d| self.inner.quota.shared.limited(d) && lease.left[d] < cost[d])
             || (!head && !quota.turns_idle())
         {
             return asking();
@@ -117,7 +119,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             if let Some(old) = local.held.replace(Lease { left, until, at_us }) {
                 local
                     .back
-                    .add(self.inner.shared.limited_only(old.left), old.at_us);
+                    .add(self.inner.quota.shared.limited_only(old.left), old.at_us);
             }
             let sweep = !std::mem::replace(&mut local.sweeping, true);
             (sweep, local.users == 0 && !local.back.is_empty())
@@ -136,7 +138,9 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     pub(super) fn put_back(&self, dims: [u64; N], at_us: u64) {
         let idle = {
             let mut local = lock(&self.inner.quota.lease);
-            local.back.add(self.inner.shared.limited_only(dims), at_us);
+            local
+                .back
+                .add(self.inner.quota.shared.limited_only(dims), at_us);
             local.users == 0
         };
         if idle {
@@ -168,7 +172,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         if back.is_empty() {
             return None;
         }
-        let limits = &self.inner.shared.limits;
+        let limits = &self.inner.quota.shared.limits;
         let mut arg = Vec::with_capacity((limits.len() + 1) * 8);
         for limit in limits {
             arg.extend_from_slice(&round_down(back.dims[limit.dim]).to_le_bytes());
@@ -211,6 +215,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                     back
                 };
                 this.inner
+                    .quota
                     .shared
                     .send_back(&this.inner.quota.key, back)
                     .await;
@@ -226,13 +231,17 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         {
             let mut local = lock(&self.inner.quota.lease);
             if let Some(lease) = local.held.take() {
-                back.add(self.inner.shared.limited_only(lease.left), lease.at_us);
+                back.add(
+                    self.inner.quota.shared.limited_only(lease.left),
+                    lease.at_us,
+                );
             }
             // Anything put back since `take_back` goes with it.
             back.merge(std::mem::replace(&mut local.back, Back::NOTHING));
         }
         if !back.is_empty() {
             self.inner
+                .quota
                 .shared
                 .send_back(&self.inner.quota.key, back)
                 .await;
@@ -249,17 +258,14 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             lock(&self.inner.quota.lease).sweeping = false;
             return;
         };
-        let (shared, quota) = (self.inner.shared.clone(), Arc::downgrade(&self.inner.quota));
+        let quota = Arc::downgrade(&self.inner.quota);
         runtime.spawn(async move {
             loop {
                 let Some(quota) = quota.upgrade() else {
                     return;
                 };
                 let this: RedisRateLimiter<[u64; N]> = RedisRateLimiter {
-                    inner: Several {
-                        shared: shared.clone(),
-                        quota,
-                    },
+                    inner: Several { quota },
                 };
                 let until = {
                     let mut local = lock(&this.inner.quota.lease);
@@ -269,13 +275,20 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                         held => {
                             if let Some((_, left, at_us)) = held {
                                 local.held = None;
-                                local.back.add(this.inner.shared.limited_only(left), at_us);
+                                local
+                                    .back
+                                    .add(this.inner.quota.shared.limited_only(left), at_us);
                             }
                             // Nothing held: what is to give back waits for the quota's
                             // next round trip while the quota is in use (granted within the
                             // lease's age; a round trip on its way takes it, or gives it back
                             // once answered), then goes back in the background.
-                            let age = this.inner.shared.lease.map_or(Duration::ZERO, |l| l.1);
+                            let age = this
+                                .inner
+                                .quota
+                                .shared
+                                .lease
+                                .map_or(Duration::ZERO, |l| l.1);
                             let busy_until = local.granted_at.and_then(|at| at.checked_add(age));
                             match busy_until {
                                 _ if local.back.is_empty() || local.users > 0 => {

@@ -161,8 +161,8 @@ impl<K: Hash + Eq, const N: usize> KeyedSeveral<K, N> {
     /// The keyed limiter whose quotas share what `several` holds (its own quota unused).
     pub(super) fn new(several: Several<N>) -> Self {
         KeyedSeveral {
-            naming: Arc::new(Prefix(several.shared.name.clone())),
-            shared: several.shared,
+            naming: Arc::new(Prefix(several.quota.shared.name.clone())),
+            shared: several.quota.shared.clone(),
             quotas: Arc::new(Mutex::new(Quotas::new())),
             hasher: RandomState::new(),
         }
@@ -286,10 +286,7 @@ where
     /// The limiter of one quota, `quota`.
     fn on(&self, quota: Arc<Quota<N>>) -> RedisRateLimiter<[u64; N]> {
         RedisRateLimiter {
-            inner: Several {
-                shared: self.inner.shared.clone(),
-                quota,
-            },
+            inner: Several { quota },
         }
     }
 

@@ -388,12 +388,12 @@ impl RedisRateLimiter {
 impl fmt::Debug for One {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = &self.several.inner;
-        let (rate, burst) = state.shared.bucket();
+        let (rate, burst) = state.quota.shared.bucket();
         f.debug_struct("RedisRateLimiter")
             .field("key", &state.quota.key)
             .field("rate", &rate)
             .field("burst", &burst)
-            .field("policy", &state.shared.policy)
+            .field("policy", &state.quota.shared.policy)
             .finish_non_exhaustive()
     }
 }

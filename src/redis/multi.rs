@@ -91,12 +91,12 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         match self.reserve(cost, Some(deadline), false).await {
             Ok(permit) => Ok(permit),
             Err(WaitError::Refused(refused)) => {
-                self.inner.shared.counters.refuse();
+                self.inner.quota.shared.counters.refuse();
                 Err(TryAcquireError::NotUntil(refused))
             }
             Err(WaitError::Limiter(RedisLimiterError::Reply(e))) => Err(TryAcquireError::Reply(e)),
             Err(WaitError::Limiter(_)) => {
-                self.inner.shared.counters.refuse();
+                self.inner.quota.shared.counters.refuse();
                 Err(TryAcquireError::NotUntil(NotUntil::after(
                     Duration::from_millis(10),
                 )))
@@ -127,7 +127,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         cost: [u64; N],
         keep: Option<impl FnOnce() -> Arc<Quota<N>>>,
     ) -> Result<RedisPermit<N>, TryAcquireError> {
-        let counters = &self.inner.shared.counters;
+        let counters = &self.inner.quota.shared.counters;
         if cost == [0; N] {
             return Ok(self.grant_nothing().await);
         }
@@ -149,7 +149,9 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                 Ok(Answer::Granted(_, at_us, leased)) => {
                     self.recovered();
                     let lease = self.leased_per_dim(&leased);
-                    if let (Some((_, max_age)), true) = (self.inner.shared.lease, lease != [0; N]) {
+                    if let (Some((_, max_age)), true) =
+                        (self.inner.quota.shared.lease, lease != [0; N])
+                    {
                         self.take_lease(&leased, at_us, max_age);
                     }
                     spend_budget().await;
@@ -160,14 +162,11 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                     Err(NotUntil::new(wait))
                 }
                 Err(Failure::Reply(e)) => return Err(TryAcquireError::Reply(e)),
-                Err(Failure::Outage(_)) => match self.inner.shared.policy {
+                Err(Failure::Outage(_)) => match self.inner.quota.shared.policy {
                     FailurePolicy::FailOpen { share } => {
                         let kept = match keep {
                             Some(keep) => RedisRateLimiter {
-                                inner: Several {
-                                    shared: self.inner.shared.clone(),
-                                    quota: keep(),
-                                },
+                                inner: Several { quota: keep() },
                             },
                             None => self.clone(),
                         };
@@ -234,6 +233,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         let config = RedisLimiterError::Config;
         let old = self
             .inner
+            .quota
             .shared
             .limits
             .get(index)
@@ -254,7 +254,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
             Ok(_) => {
                 self.recovered();
                 let mut own = lock(&self.inner.quota.own);
-                own.resize(self.inner.shared.limits.len(), None);
+                own.resize(self.inner.quota.shared.limits.len(), None);
                 own[index] = Some(new);
                 Ok(())
             }
@@ -305,7 +305,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     /// [`RedisStats::keys`], else 0).
     pub fn stats(&self) -> RedisStats {
         let keys = usize::from(self.inner.quota.in_use());
-        RedisStats::read(&self.inner.shared.counters, keys)
+        RedisStats::read(&self.inner.quota.shared.counters, keys)
     }
 
     /// Gives back the unused tokens of the local lease now, and whatever else this process has
@@ -326,7 +326,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     /// A cost of 0: granted at once, spending the task's cooperative budget.
     async fn grant_nothing(&self) -> RedisPermit<N> {
         spend_budget().await;
-        self.inner.shared.counters.grant(0);
+        self.inner.quota.shared.counters.grant(0);
         self.permit([0; N], Charged::Nothing)
     }
 
@@ -353,9 +353,10 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     fn open_fallback(&self, share: f64) {
         let own = lock(&self.inner.quota.own).clone();
         lock(&self.inner.quota.fallback).open(|| {
-            let names: [&str; N] = std::array::from_fn(|i| self.inner.shared.names[i].as_str());
+            let names: [&str; N] =
+                std::array::from_fn(|i| self.inner.quota.shared.names[i].as_str());
             let mut builder = RateLimiter::builder(names);
-            for (i, limit) in self.inner.shared.limits.iter().enumerate() {
+            for (i, limit) in self.inner.quota.shared.limits.iter().enumerate() {
                 let kind = own.get(i).copied().flatten().unwrap_or(limit.kind);
                 let local = match kind {
                     Kind::Bucket { rate, burst, .. } => {
@@ -372,7 +373,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                         Limit::window(quota, window).aligned_to(origin)
                     }
                 };
-                builder = builder.limit(&self.inner.shared.names[limit.dim], local);
+                builder = builder.limit(&self.inner.quota.shared.names[limit.dim], local);
             }
             // The limits were checked when this limiter was built.
             builder.build().expect("RedisRateLimiter: valid limits")
@@ -386,12 +387,12 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     /// Whether Redis answers again, for a waiter on the fail-open fallback: `None` if it does
     /// (the outage is over), else the end of the fallback's next second in charge.
     async fn probe(&self) -> Option<Instant> {
-        self.inner.shared.counters.round_trip();
-        if self.inner.shared.conn.answers().await {
+        self.inner.quota.shared.counters.round_trip();
+        if self.inner.quota.shared.conn.answers().await {
             self.recovered();
             return None;
         }
-        if let FailurePolicy::FailOpen { share } = self.inner.shared.policy {
+        if let FailurePolicy::FailOpen { share } = self.inner.quota.shared.policy {
             self.open_fallback(share);
         }
         let second = Instant::now() + Duration::from_secs(1);
@@ -422,7 +423,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         deadline: Option<Option<Instant>>,
         patient: bool,
     ) -> Result<RedisPermit<N>, WaitError> {
-        let counters = &self.inner.shared.counters;
+        let counters = &self.inner.quota.shared.counters;
         if cost == [0; N] {
             return Ok(self.grant_nothing().await);
         }
@@ -446,21 +447,23 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         loop {
             // Over buckets, one task at a time refills the lease; the others queue here and
             // take from the lease it brings back.
-            let refilling =
-                if self.inner.shared.refills() && self.fallback().is_none() && self.wants_lease() {
-                    // Counted as waiting for the quota while it holds or waits for the turn, so
-                    // that the quota is not idle meanwhile (see `take_from_lease`).
-                    if asking.is_none() {
-                        asking = Some(self.inner.quota.turns().ask());
-                    }
-                    let guard = refill_turn(self.inner.quota.refill(), deadline).await?;
-                    if let Ok(at_us) = self.grant_from_lease(cost, true, false).await {
-                        return Ok(from_lease(at_us));
-                    }
-                    Some(guard)
-                } else {
-                    None
-                };
+            let refilling = if self.inner.quota.shared.refills()
+                && self.fallback().is_none()
+                && self.wants_lease()
+            {
+                // Counted as waiting for the quota while it holds or waits for the turn, so
+                // that the quota is not idle meanwhile (see `take_from_lease`).
+                if asking.is_none() {
+                    asking = Some(self.inner.quota.turns().ask());
+                }
+                let guard = refill_turn(self.inner.quota.refill(), deadline).await?;
+                if let Ok(at_us) = self.grant_from_lease(cost, true, false).await {
+                    return Ok(from_lease(at_us));
+                }
+                Some(guard)
+            } else {
+                None
+            };
             if let Some((fallback, until)) = self.fallback_until() {
                 drop(refilling);
                 let grant = async {
@@ -520,7 +523,9 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                     let mut permit = reserved.0.take().expect("the reservation, until granted");
                     permit.cost = cost;
                     // The lease is this process's from its grant's instant on.
-                    if let (Some((_, max_age)), true) = (self.inner.shared.lease, lease != [0; N]) {
+                    if let (Some((_, max_age)), true) =
+                        (self.inner.quota.shared.lease, lease != [0; N])
+                    {
                         self.take_lease(&leased, at_us, max_age);
                     }
                     counters.grant(sum(cost));
@@ -532,7 +537,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
                 }
                 Err(failure) => {
                     drop(refilling);
-                    let policy = self.inner.shared.policy;
+                    let policy = self.inner.quota.shared.policy;
                     if let Some(share) = outages
                         .after(failure, policy, attempt, deadline, patient)
                         .await?

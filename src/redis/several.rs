@@ -317,9 +317,9 @@ pub(super) struct Quota<const N: usize> {
     /// The limits this process set ([`RedisRateLimiter::set_limit`]) and has not cleared,
     /// by index: what its fail-open fallback takes `share` of.
     pub(super) own: Mutex<Vec<Option<Kind>>>,
-    /// What every quota of the limiter shares: what gives the quota's lease back once its last
-    /// handle goes.
-    shared: Arc<Inner<N>>,
+    /// What every quota of the limiter shares (also what gives the quota's lease back once
+    /// its last handle goes).
+    pub(super) shared: Arc<Inner<N>>,
 }
 
 impl<const N: usize> Quota<N> {
@@ -423,14 +423,13 @@ impl<const N: usize> Drop for Quota<N> {
 /// A [`RedisRateLimiter`]'s state for several limits: public in a private module (see
 /// [`Cost`](crate::limiter::Cost)).
 pub struct Several<const N: usize> {
-    pub(super) shared: Arc<Inner<N>>,
+    /// The quota, and through it what every quota of the limiter shares.
     pub(super) quota: Arc<Quota<N>>,
 }
 
 impl<const N: usize> Clone for Several<N> {
     fn clone(&self) -> Self {
         Several {
-            shared: self.shared.clone(),
             quota: self.quota.clone(),
         }
     }
@@ -440,9 +439,9 @@ impl<const N: usize> fmt::Debug for Several<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisRateLimiter")
             .field("key", &self.quota.key)
-            .field("names", &self.shared.names)
-            .field("limits", &self.shared.limits)
-            .field("policy", &self.shared.policy)
+            .field("names", &self.quota.shared.names)
+            .field("limits", &self.quota.shared.limits)
+            .field("policy", &self.quota.shared.policy)
             .finish_non_exhaustive()
     }
 }
@@ -463,7 +462,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
 
     /// The script's limits (see [`Inner::spec`]).
     pub(super) fn spec(&self, amount: impl Fn(usize) -> f64) -> Vec<u8> {
-        self.inner.shared.spec(amount)
+        self.inner.quota.shared.spec(amount)
     }
 
     /// The script's lease argument for a round trip that charges `cost`, with leases: per
@@ -473,22 +472,22 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         if !self.wants_lease() {
             return None;
         }
-        let (mut max_tokens, _) = self.inner.shared.lease?;
-        if self.inner.shared.one {
+        let (mut max_tokens, _) = self.inner.quota.shared.lease?;
+        if self.inner.quota.shared.one {
             max_tokens[0] = max_tokens[0].saturating_sub(cost[0]);
             if max_tokens[0] == 0 {
                 return None;
             }
         }
-        let mut want = Vec::with_capacity(self.inner.shared.limits.len() * 16);
-        for limit in &self.inner.shared.limits {
+        let mut want = Vec::with_capacity(self.inner.quota.shared.limits.len() * 16);
+        for limit in &self.inner.quota.shared.limits {
             want.extend_from_slice(&(limit.dim as f64).to_le_bytes());
             let most = round_down(max_tokens[limit.dim]);
             want.extend_from_slice(&most.to_le_bytes());
         }
         // The rule of a reservation's lease (see `Inner::refills`): wait for all of it, or
         // take what the limits hold at the grant's instant.
-        let rule = if self.inner.shared.refills() {
+        let rule = if self.inner.quota.shared.refills() {
             1.0
         } else {
             0.0
@@ -500,10 +499,10 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     /// Whether a round trip asks for a lease: with leases, always for a limiter of one quota;
     /// for a key of a keyed one, while it is in use (see [`Inner::eager_lease`]).
     pub(super) fn wants_lease(&self) -> bool {
-        let Some((_, max_age)) = self.inner.shared.lease else {
+        let Some((_, max_age)) = self.inner.quota.shared.lease else {
             return false;
         };
-        if self.inner.shared.eager_lease {
+        if self.inner.quota.shared.eager_lease {
             return true;
         }
         let granted_at = lock(&self.inner.quota.lease).granted_at;
@@ -520,7 +519,11 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         cost: u64,
     ) -> Result<Vec<u64>, Failure> {
         let key = &self.inner.quota.key;
-        self.inner.shared.call(key, mode, spec, args, cost).await
+        self.inner
+            .quota
+            .shared
+            .call(key, mode, spec, args, cost)
+            .await
     }
 
     /// The round trip that charges `cost`: `"reserve"` (within `max_wait_us`, if given) or
@@ -543,7 +546,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
         // quota's side.
         let reply = self.call(mode, self.amounts(cost), args, sum(cost)).await?;
         let answer = self.answer(reply);
-        if let (Answer::Granted(..), Some(_)) = (&answer, self.inner.shared.lease) {
+        if let (Answer::Granted(..), Some(_)) = (&answer, self.inner.quota.shared.lease) {
             lock(&self.inner.quota.lease).granted_at = Some(Instant::now());
         }
         Ok(answer)
@@ -553,7 +556,7 @@ impl<const N: usize> RedisRateLimiter<[u64; N]> {
     /// a dimension).
     pub(super) fn leased_per_dim(&self, leased: &[u64]) -> [u64; N] {
         let mut left = [0; N];
-        for (limit, &n) in self.inner.shared.limits.iter().zip(leased) {
+        for (limit, &n) in self.inner.quota.shared.limits.iter().zip(leased) {
             left[limit.dim] = n;
         }
         left
