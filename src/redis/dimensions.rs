@@ -93,9 +93,8 @@ impl<const N: usize> Several<N> {
                 return Err(config(ConfigError::ZeroLease));
             }
         }
-        let limits = by_dimension(&spec.names, &spec.limits, |dim, limit| RedisLimit {
-            dim,
-            kind: Kind::of(limit),
+        let limits = by_dimension(&spec.names, &spec.limits, |dim, limit| {
+            RedisLimit::new(dim, Kind::of(limit))
         })
         .map_err(config)?;
         let conn = options.target.connect(options.response_timeout)?;

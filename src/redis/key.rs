@@ -34,15 +34,22 @@ struct Escaping<'a>(&'a mut String);
 
 impl fmt::Write for Escaping<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        for c in s.chars() {
-            match c {
-                '%' => self.0.push_str("%25"),
-                '{' => self.0.push_str("%7B"),
-                '}' => self.0.push_str("%7D"),
-                ':' => self.0.push_str("%3A"),
-                c => self.0.push(c),
-            }
+        // The four are ASCII: every run between them is whole characters, copied at once.
+        let mut rest = s;
+        while let Some(at) = rest
+            .bytes()
+            .position(|b| matches!(b, b'%' | b'{' | b'}' | b':'))
+        {
+            self.0.push_str(&rest[..at]);
+            self.0.push_str(match rest.as_bytes()[at] {
+                b'%' => "%25",
+                b'{' => "%7B",
+                b'}' => "%7D",
+                _ => "%3A",
+            });
+            rest = &rest[at + 1..];
         }
+        self.0.push_str(rest);
         Ok(())
     }
 }
@@ -56,6 +63,10 @@ mod tests {
         assert_eq!(escape("plain-key_1"), "plain-key_1");
         assert_eq!(escape("a:b{c}%d"), "a%3Ab%7Bc%7D%25d");
         assert_eq!(escape("é"), "é");
+        assert_eq!(escape(""), "");
+        assert_eq!(escape("%"), "%25");
+        assert_eq!(escape("::}{"), "%3A%3A%7D%7B");
+        assert_eq!(escape("é}ü:"), "é%7Dü%3A");
     }
 
     #[test]

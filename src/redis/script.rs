@@ -226,20 +226,37 @@ pub(crate) async fn eval(
     spec: Vec<u8>,
     args: [Option<Vec<u8>>; 3],
 ) -> redis::RedisResult<Vec<u64>> {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash())
-        .arg(1)
-        .arg(key)
-        .arg(mode)
-        .arg(spec);
-    let given = args.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
-    for arg in args.into_iter().take(given) {
-        cmd.arg(arg.unwrap_or_default());
-    }
+    let cmd = command(script.get_hash(), key, mode, spec, args);
     match conn {
         Conn::Single(mut conn) => evalsha(&cmd, script, &mut conn).await,
         Conn::Cluster(mut conn) => evalsha(&cmd, script, &mut conn).await,
     }
+}
+
+/// The `EVALSHA` of the script of hash `hash` (see [`eval`]), its buffers sized once: built up
+/// argument by argument, they would grow four times, which cost more than all of the
+/// limiter's own work on a call.
+fn command(
+    hash: &str,
+    key: &str,
+    mode: &str,
+    spec: Vec<u8>,
+    args: [Option<Vec<u8>>; 3],
+) -> redis::Cmd {
+    let given = args.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+    let optional: usize = args[..given].iter().flatten().map(Vec::len).sum();
+    let bytes = "EVALSHA".len() + hash.len() + 1 + key.len() + mode.len() + spec.len() + optional;
+    let mut cmd = redis::Cmd::with_capacity(6 + given, bytes);
+    cmd.arg("EVALSHA")
+        .arg(hash)
+        .arg(1)
+        .arg(key)
+        .arg(mode)
+        .arg(spec);
+    for arg in args.into_iter().take(given) {
+        cmd.arg(arg.unwrap_or_default());
+    }
+    cmd
 }
 
 /// Runs `cmd` (an `EVALSHA` of `script`), loading the script first if Redis lost it
@@ -260,7 +277,7 @@ pub(crate) async fn evalsha<T: redis::FromRedisValue>(
 
 #[cfg(test)]
 mod tests {
-    use super::{round_down, round_up, wait_from_us};
+    use super::{command, round_down, round_up, wait_from_us};
     use crate::core::Nanos;
     use crate::error::NotUntil;
 
@@ -285,6 +302,33 @@ mod tests {
             assert!((round_down(n) as u128) <= u128::from(n), "{n}");
         }
         assert_eq!(round_up(u64::MAX), 18_446_744_073_709_551_616.0);
+    }
+
+    #[test]
+    fn a_command_is_the_one_built_argument_by_argument_and_sends_none_after_the_last() {
+        let hash = "a".repeat(40);
+        let spec = vec![7u8; 41];
+        for args in [
+            [None, None, None],
+            [Some(vec![1u8; 8]), None, None],
+            [None, Some(vec![2u8; 24]), None],
+            [Some(vec![1u8; 8]), None, Some(vec![3u8; 16])],
+        ] {
+            let mut plain = redis::cmd("EVALSHA");
+            plain
+                .arg(&hash)
+                .arg(1)
+                .arg("{q:k}")
+                .arg("try")
+                .arg(spec.clone());
+            let given = args.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+            for arg in args.iter().take(given) {
+                plain.arg(arg.clone().unwrap_or_default());
+            }
+            let built = command(&hash, "{q:k}", "try", spec.clone(), args);
+            assert_eq!(built.get_packed_command(), plain.get_packed_command());
+            assert_eq!(built.args_iter().count(), 6 + given);
+        }
     }
 
     #[test]

@@ -24,6 +24,18 @@ use crate::sync::{lock, Mutex};
 pub(super) struct RedisLimit {
     pub(super) dim: usize,
     pub(super) kind: Kind,
+    /// The kind's four numbers as the script reads them (see [`Kind::values`]), written once.
+    script: [u8; 32],
+}
+
+impl RedisLimit {
+    pub(super) fn new(dim: usize, kind: Kind) -> RedisLimit {
+        let mut script = [0; 32];
+        for (bytes, v) in script.chunks_exact_mut(8).zip(kind.values()) {
+            bytes.copy_from_slice(&v.to_le_bytes());
+        }
+        RedisLimit { dim, kind, script }
+    }
 }
 
 /// A limit as the script takes it: a token bucket, or a fixed window aligned on Redis's clock.
@@ -129,10 +141,8 @@ impl<const N: usize> Inner<N> {
     pub(super) fn spec(&self, amount: impl Fn(usize) -> f64) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.limits.len() * 40 + 1);
         for limit in &self.limits {
-            let values = limit.kind.values();
-            for v in values.into_iter().chain([amount(limit.dim)]) {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
+            out.extend_from_slice(&limit.script);
+            out.extend_from_slice(&amount(limit.dim).to_le_bytes());
         }
         if self.one {
             // The trailing byte that asks for the one-bucket form (see the script's header).
