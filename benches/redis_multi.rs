@@ -5,9 +5,9 @@
 //! `TASKS` tasks on a current-thread runtime share one limiter (one multiplexed connection)
 //! and each calls `try_acquire` `CALLS / TASKS` times, with limits that never bind (1e6/s,
 //! bucket 1e9 on every limit; see `benches/redis.rs` on why not faster): the one-limit
-//! limiter's `try_acquire(1)`, no lease (`gcra.lua`); the same one limit through the
-//! several-limit script (`RedisRateLimiter<[u64; 1]>::try_acquire([1])`, a bucket on
-//! "requests"; `multi.lua`); the two-limit limiter's `try_acquire([1, 1])` (a bucket on
+//! limiter's `try_acquire(1)`, no lease (the script's one-bucket form); the same one limit in
+//! the script's general form (`RedisRateLimiter<[u64; 1]>::try_acquire([1])`, a bucket on
+//! "requests"); the two-limit limiter's `try_acquire([1, 1])` (a bucket on
 //! "requests" and one on "tokens"); and the same with `.lease([100, 100], 5 ms)` (one round
 //! trip per 101 grants while the lease lasts). Each row runs `ROUNDS` times, alternating, after
 //! `WARM_UP` untimed calls; the run fails unless every call was granted and the limiter's own
