@@ -30,29 +30,48 @@ fn installed(program: &str) -> bool {
         .is_ok()
 }
 
-/// A free loopback port whose cluster bus port (+10000) is free too, and neither of which
-/// another cluster of this process was given (its tests run at once, and the kernel may hand
-/// a port just given back to the next `bind` to port 0).
+/// A free loopback port whose cluster bus port (+10000) is free too, neither of which another
+/// cluster of this process was given (its tests run at once), both below Linux's range of
+/// ports for outgoing connections (32768 and up), which a client's socket could hold.
 fn free_port() -> u16 {
     static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
-            let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-            if !given.contains(&port) && !given.contains(&(port + 10_000)) {
-                given.extend([port, port + 10_000]);
-                return port;
-            }
+    const FIRST: u32 = 10_000;
+    const COUNT: u32 = 10_000;
+    // Each process starts somewhere else in the range, so that two rarely try the same ports.
+    let start = std::process::id().wrapping_mul(2_654_435_761) % COUNT;
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for n in 0..COUNT {
+        let port = (FIRST + (start + n * 7) % COUNT) as u16;
+        let bus = port + 10_000;
+        if !given.contains(&port)
+            && TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && TcpListener::bind(("127.0.0.1", bus)).is_ok()
+        {
+            given.insert(port);
+            return port;
         }
     }
+    panic!(
+        "no free loopback port from {FIRST} to {}",
+        FIRST + COUNT - 1
+    );
 }
 
+/// The process id of the redis-server answering on `port`, if one answers.
+fn process_id(port: u16) -> Option<u32> {
+    let info = query(port, &["INFO", "server"]).ok()?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
+}
+
+/// A connection to `port` that gives up on a reply after a second.
 fn conn(port: u16) -> redis::RedisResult<redis::Connection> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
-    client.get_connection_with_timeout(Duration::from_secs(1))
+    let conn = client.get_connection_with_timeout(Duration::from_secs(1))?;
+    conn.set_read_timeout(Some(Duration::from_secs(1)))?;
+    conn.set_write_timeout(Some(Duration::from_secs(1)))?;
+    Ok(conn)
 }
 
 fn query(port: u16, args: &[&str]) -> redis::RedisResult<String> {
@@ -107,9 +126,15 @@ impl Cluster {
             cluster.children.push(Some(child));
         }
         let deadline = Instant::now() + Duration::from_secs(20);
-        for &port in &ports {
-            while query(port, &["PING"]).is_err() {
-                assert!(Instant::now() < deadline, "redis-server did not come up");
+        // Each node answering is the one started here (by its process id), not another
+        // process's server on its port.
+        for (&port, child) in ports.iter().zip(&cluster.children) {
+            let pid = child.as_ref().map(Child::id);
+            while process_id(port) != pid || query(port, &["PING"]).is_err() {
+                assert!(
+                    Instant::now() < deadline,
+                    "redis-server did not come up on {port}"
+                );
                 std::thread::sleep(Duration::from_millis(20));
             }
         }

@@ -993,6 +993,9 @@ fn the_fleet_check_finds_a_breach_and_counts_only_give_backs_that_may_be_within(
     // The burst at once, then 10 tokens given back, then 10 more granted within 2 ms.
     let full = [grant(1_000, burst), grant(1_002, 10)];
     assert!(check_bounds(&full, slack, [0, 0]).is_err());
+    // Answered before the first grant's window: Redis made it before the span. A breach.
+    let earlier = [give_back(997, 998, 10), full[0], full[1]];
+    assert!(check_bounds(&earlier, slack, [0, 0]).is_err());
     // The give-back answered at 1001 ms: it may have been made before the second grant.
     let before = [full[0], give_back(1_000, 1_001, 10), full[1]];
     assert_eq!(check_bounds(&before, slack, [0, 0]), Ok(()));

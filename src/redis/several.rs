@@ -19,13 +19,22 @@ use crate::limiter::{Limit, RateLimiter};
 use crate::rate::Rate;
 use crate::sync::{lock, Mutex};
 
-/// One limit of the quota, on dimension `dim`.
-#[derive(Debug)]
+/// One limit of the quota, on dimension `dim`: set when the limiter is built, never changed
+/// (a limit set later is kept apart, see [`Quota::own`]).
 pub(super) struct RedisLimit {
     pub(super) dim: usize,
     pub(super) kind: Kind,
     /// The kind's four numbers as the script reads them (see [`Kind::values`]), written once.
     script: [u8; 32],
+}
+
+impl fmt::Debug for RedisLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLimit")
+            .field("dim", &self.dim)
+            .field("kind", &self.kind)
+            .finish()
+    }
 }
 
 impl RedisLimit {

@@ -43,15 +43,17 @@ impl Server {
             child: None,
             dir,
         };
-        // A port free when chosen can be taken before redis-server binds it (by a client's
-        // socket, or by a server of another process): then this one exits, and it tries another.
+        // A port free when chosen can be taken before redis-server binds it (by a server of
+        // another process): then this one exits, and it tries another.
+        let mut why = String::new();
         for _ in 0..10 {
             server.port = free_port();
-            if server.spawn_and_wait().is_ok() {
-                return server;
+            match server.spawn_and_wait() {
+                Ok(()) => return server,
+                Err(e) => why = e,
             }
         }
-        panic!("redis-server did not come up on any of ten free ports");
+        panic!("redis-server did not come up on any of ten free ports; the last: {why}");
     }
 
     pub fn url(&self) -> String {
@@ -72,6 +74,7 @@ impl Server {
     /// Spawns redis-server on `self.port` and waits until it answers, checking by its process
     /// id that the server answering is this child, not another one on the same port.
     fn spawn_and_wait(&mut self) -> Result<(), String> {
+        self.kill();
         let mut command = Command::new("redis-server");
         command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
@@ -96,7 +99,8 @@ impl Server {
                     return Err(format!("redis-server exited ({status})"));
                 }
             }
-            if process_id(self.port) == Some(pid) {
+            // `INFO` is answered while an append-only file loads, `PING` only once it has.
+            if process_id(self.port) == Some(pid) && ping(self.port) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -115,32 +119,56 @@ impl Server {
     }
 }
 
-/// The process id of the redis-server answering on `port`, if one answers.
-fn process_id(port: u16) -> Option<u32> {
+/// A connection to `port` that gives up on a reply after a second: whatever listens there may
+/// never answer.
+fn connect(port: u16) -> Option<redis::Connection> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
-    let mut conn = client
+    let conn = client
         .get_connection_with_timeout(Duration::from_secs(1))
         .ok()?;
-    let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    conn.set_write_timeout(Some(Duration::from_secs(1))).ok()?;
+    Some(conn)
+}
+
+/// The process id of the redis-server answering on `port`, if one answers.
+fn process_id(port: u16) -> Option<u32> {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut connect(port)?)
+        .ok()?;
     info.lines()
         .find_map(|line| line.strip_prefix("process_id:"))
         .and_then(|pid| pid.trim().parse().ok())
 }
 
-/// A loopback port that was free when chosen and that no other caller in this process was
-/// given: the tests of one binary run at once, and the kernel may hand a port just given back
-/// to the next `bind` to port 0. Use it for a server, or for an address where none listens.
+/// Whether the server on `port` runs commands (not still loading its data).
+fn ping(port: u16) -> bool {
+    connect(port).is_some_and(|mut conn| redis::cmd("PING").query::<String>(&mut conn).is_ok())
+}
+
+/// A loopback port, free when chosen, that no other caller in this process was given (the
+/// tests of one binary run at once), below Linux's range of ports for outgoing connections
+/// (32768 and up): a client's socket never holds it, also while its server is down between a
+/// kill and a restart. Use it for a server, or for an address where none listens.
 pub fn free_port() -> u16 {
     static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+    const FIRST: u32 = 20_000;
+    const COUNT: u32 = 12_000;
+    // Each process starts somewhere else in the range, so that two rarely try the same ports.
+    let start = std::process::id().wrapping_mul(2_654_435_761) % COUNT;
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for n in 0..COUNT {
+        let port = (FIRST + (start + n * 7) % COUNT) as u16;
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
             return port;
         }
     }
+    panic!(
+        "no free loopback port from {FIRST} to {}",
+        FIRST + COUNT - 1
+    );
 }
 
 impl Drop for Server {
