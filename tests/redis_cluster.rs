@@ -4,15 +4,15 @@
 //! `redis-cli` is not installed.
 #![cfg(feature = "redis")]
 
-use std::collections::BTreeSet;
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use paced::redis::{FailurePolicy, RedisLimiterError, TryAcquireError};
 use paced::{Limit, Rate, RedisKeyedRateLimiter, RedisRateLimiter};
+
+#[path = "common/ports.rs"]
+mod ports;
 
 /// A private Redis Cluster: every node is killed (SIGKILL) on drop.
 struct Cluster {
@@ -30,31 +30,10 @@ fn installed(program: &str) -> bool {
         .is_ok()
 }
 
-/// A free loopback port whose cluster bus port (+10000) is free too, neither of which another
-/// cluster of this process was given (its tests run at once), both below Linux's range of
-/// ports for outgoing connections (32768 and up), which a client's socket could hold.
+/// A loopback port from 10000 to 19999 whose cluster bus port (+10000) is free too, given
+/// once in this process (see [`ports::free_port_in`]).
 fn free_port() -> u16 {
-    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
-    const FIRST: u32 = 10_000;
-    const COUNT: u32 = 10_000;
-    // Each process starts somewhere else in the range, so that two rarely try the same ports.
-    let start = std::process::id().wrapping_mul(2_654_435_761) % COUNT;
-    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    for n in 0..COUNT {
-        let port = (FIRST + (start + n * 7) % COUNT) as u16;
-        let bus = port + 10_000;
-        if !given.contains(&port)
-            && TcpListener::bind(("127.0.0.1", port)).is_ok()
-            && TcpListener::bind(("127.0.0.1", bus)).is_ok()
-        {
-            given.insert(port);
-            return port;
-        }
-    }
-    panic!(
-        "no free loopback port from {FIRST} to {}",
-        FIRST + COUNT - 1
-    );
+    ports::free_port_in(10_000..20_000, &[10_000]).expect("a free loopback port and its bus port")
 }
 
 /// The process id of the redis-server answering on `port`, if one answers.

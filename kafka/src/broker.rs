@@ -1,12 +1,13 @@
 //! A private tansu broker for the tests and the example: found, started on a free loopback port,
 //! waited for, and killed when dropped.
 
-use std::collections::BTreeSet;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+#[path = "../../tests/common/ports.rs"]
+mod ports;
 
 /// A tansu broker on `127.0.0.1`, in memory. Dropping it kills it.
 #[derive(Debug)]
@@ -141,28 +142,11 @@ impl Broker {
     }
 }
 
-/// A loopback port, free when chosen, that no other broker of this process was given (the
-/// tests run at once), below Linux's range of ports for outgoing connections (32768 and up):
-/// no client's socket holds it, nor connects to itself on it while tansu is not yet there.
-/// From 15000 to 19999: the tests' Redis servers take theirs from 20000 up.
+/// A loopback port for a broker, from 15000 to 19999 (the tests' Redis servers take theirs
+/// from 20000 up), given once in this process (see [`ports::free_port_in`]).
 fn free_port() -> Result<u16, String> {
-    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
-    const FIRST: u32 = 15_000;
-    const COUNT: u32 = 5_000;
-    // Each process starts somewhere else in the range, so that two rarely try the same ports.
-    let start = std::process::id().wrapping_mul(2_654_435_761) % COUNT;
-    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    for n in 0..COUNT {
-        let port = (FIRST + (start + n * 7) % COUNT) as u16;
-        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            given.insert(port);
-            return Ok(port);
-        }
-    }
-    Err(format!(
-        "no free loopback port from {FIRST} to {}",
-        FIRST + COUNT - 1
-    ))
+    ports::free_port_in(15_000..20_000, &[])
+        .ok_or_else(|| "no free port from 15000 to 19999".into())
 }
 
 impl Drop for Broker {

@@ -2,11 +2,11 @@
 //! without persistence, waited for, restartable on the same port, stopped when dropped), and
 //! the check of the bound over a merged timeline of grants.
 
-use std::collections::BTreeSet;
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+#[path = "ports.rs"]
+mod ports;
 
 /// A private redis-server.
 pub struct Server {
@@ -147,28 +147,10 @@ fn ping(port: u16) -> bool {
     connect(port).is_some_and(|mut conn| redis::cmd("PING").query::<String>(&mut conn).is_ok())
 }
 
-/// A loopback port, free when chosen, that no other caller in this process was given (the
-/// tests of one binary run at once), below Linux's range of ports for outgoing connections
-/// (32768 and up): a client's socket never holds it, also while its server is down between a
-/// kill and a restart. Use it for a server, or for an address where none listens.
+/// A loopback port for a server, or for an address where none listens: from 20000 to 31999,
+/// given once in this process (see [`ports::free_port_in`]).
 pub fn free_port() -> u16 {
-    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
-    const FIRST: u32 = 20_000;
-    const COUNT: u32 = 12_000;
-    // Each process starts somewhere else in the range, so that two rarely try the same ports.
-    let start = std::process::id().wrapping_mul(2_654_435_761) % COUNT;
-    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    for n in 0..COUNT {
-        let port = (FIRST + (start + n * 7) % COUNT) as u16;
-        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            given.insert(port);
-            return port;
-        }
-    }
-    panic!(
-        "no free loopback port from {FIRST} to {}",
-        FIRST + COUNT - 1
-    );
+    ports::free_port_in(20_000..32_000, &[]).expect("a free loopback port from 20000 to 31999")
 }
 
 impl Drop for Server {
